@@ -1,0 +1,54 @@
+# kiln — one plain Makefile.
+#   make            build/libkiln.a, build/libkiln.so, build/kiln
+#   make test       every test; ends with "N passed, N failed"
+#   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
+#   make run        kiln's main job on its default model
+#   CC=clang make   builds with clang (both compilers must stay warning-free)
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+CFLAGS_BASE = -std=c11 -D_POSIX_C_SOURCE=200809L -g $(OPT) -fPIC $(SAN) \
+              -Wall -Wextra -Wshadow -Wconversion -Werror=implicit-function-declaration \
+              -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn
+CFLAGS  += $(CFLAGS_BASE)
+LDLIBS  = -lm -ldl -lpthread
+
+LIB_SRC  = $(sort $(wildcard src/*/*.c))
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC = $(sort $(wildcard tests/unit/test_*.c))
+TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test test-asan run clean fuzz-graphs
+all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln
+
+$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/ir/ops.def)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libkiln.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libkiln.so: $(LIB_OBJ)
+	$(CC) $(SAN) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/kiln: tools/kiln.c $(BUILD)/libkiln.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkiln.a tests/unit/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
+
+test: all $(TEST_BIN)
+	@BUILD=$(BUILD) sh tests/run.sh
+
+test-asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test KILN_ASAN=1
+
+run: all
+	@sh tools/run_default.sh
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,223 @@
+/* kiln.h — the public API of kiln, a search-based ML compiler and runtime.
+ *
+ * A kiln_graph holds a computation built from ~15 primitive tensor ops (see
+ * src/ir/ops.def) plus free movement views (reshape, permute, expand, slice,
+ * pad, window, flip). Higher-level functions (softmax, matmul, attention, ...)
+ * build primitive subgraphs. Shapes are symbolic: a dimension is an integer
+ * expression over named variables such as "seq" or "pos", bound at run time.
+ *
+ * Invariants and conventions:
+ *  - Handles are opaque. Tensors are small integer ids into their graph
+ *    (kiln_tensor); KILN_NONE (-1) means "no tensor" and is what builder calls
+ *    return after an error.
+ *  - Builder misuse (mismatched shapes, wrong dtype, bad axis) sets a sticky
+ *    error on the graph: the first error's message is kept, and every later
+ *    builder call does nothing and returns KILN_NONE. Check it once, at the end,
+ *    with kiln_graph_status()/kiln_graph_error().
+ *  - Binary ops broadcast numpy-style; the graph itself always stores equal
+ *    shapes, with broadcasting expressed as expand views.
+ *  - Functions that can fail because of the world (bad data, unbound symbols,
+ *    out-of-range indices) return a kiln_status and leave a message in the graph.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_MAX_DIMS 8
+#define KILN_NONE (-1)
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID,   /* invalid argument or API misuse */
+    KILN_ERR_SHAPE,     /* shapes do not agree */
+    KILN_ERR_DTYPE,     /* dtype not allowed for this op */
+    KILN_ERR_UNBOUND,   /* a symbol or input has no value at run time */
+    KILN_ERR_RANGE,     /* an index is out of range at run time */
+    KILN_ERR_NOMEM,     /* allocation failed */
+    KILN_ERR_IO,        /* file or external tool failure */
+    KILN_ERR_FORMAT,    /* malformed file or data */
+    KILN_ERR_UNSUPPORTED
+} kiln_status;
+
+typedef enum kiln_dtype {
+    KILN_F32 = 0,
+    KILN_F16,
+    KILN_BF16,
+    KILN_I32,
+    KILN_U8,
+    /* storage-only GGUF block formats, reached only through kiln_cast; the
+     * last axis is the quantised one and must be a multiple of the block size */
+    KILN_Q8_0,
+    KILN_Q4_0,
+    KILN_Q4_K,
+    KILN_Q6_K,
+    KILN_DTYPE_COUNT
+} kiln_dtype;
+
+typedef struct kiln_graph kiln_graph;
+typedef int32_t kiln_tensor; /* id of a tensor (a node seen through a view) */
+typedef int32_t kiln_sym;    /* id of a symbolic integer expression; -1 = none */
+
+const char *kiln_status_name(kiln_status s);
+const char *kiln_dtype_name(kiln_dtype t);
+/* bytes used by n elements of dtype t (n a multiple of the block size for block
+ * formats); 0 if n is not */
+size_t kiln_dtype_bytes(kiln_dtype t, int64_t n);
+int kiln_dtype_is_float(kiln_dtype t);  /* f32 f16 bf16 */
+int kiln_dtype_is_block(kiln_dtype t);  /* q8_0 q4_0 q4_k q6_k */
+
+/* ---- graph lifetime and errors ------------------------------------------ */
+kiln_graph *kiln_graph_new(void);
+void kiln_graph_free(kiln_graph *g);
+kiln_status kiln_graph_status(const kiln_graph *g); /* sticky builder status or last run status */
+const char *kiln_graph_error(const kiln_graph *g);  /* "" when OK */
+void kiln_graph_clear_error(kiln_graph *g);         /* for callers that recover */
+
+/* ---- symbolic dimensions ------------------------------------------------- */
+kiln_sym kiln_sym_int(kiln_graph *g, int64_t value);
+kiln_sym kiln_sym_var(kiln_graph *g, const char *name); /* a named size, >= 1 */
+/* parse an expression: integers, names, + - * / % ( ), min(a,b), max(a,b) */
+kiln_sym kiln_sym_parse(kiln_graph *g, const char *expr);
+kiln_sym kiln_sym_add(kiln_graph *g, kiln_sym a, kiln_sym b);
+kiln_sym kiln_sym_sub(kiln_graph *g, kiln_sym a, kiln_sym b);
+kiln_sym kiln_sym_mul(kiln_graph *g, kiln_sym a, kiln_sym b);
+kiln_sym kiln_sym_div(kiln_graph *g, kiln_sym a, kiln_sym b); /* floor division */
+/* writes the expression as text into buf (always NUL-terminated); returns buf */
+char *kiln_sym_str(const kiln_graph *g, kiln_sym s, char *buf, size_t cap);
+/* the constant value of s, if it is one: returns 1 and sets *value */
+int kiln_sym_const_value(const kiln_graph *g, kiln_sym s, int64_t *value);
+
+/* ---- leaves -------------------------------------------------------------- */
+/* a named runtime tensor; shape is text: comma-separated dim expressions,
+ * e.g. "seq, 64" or "pos+seq, 8, 64"; "" is a scalar */
+kiln_tensor kiln_input(kiln_graph *g, const char *name, kiln_dtype t, const char *shape);
+kiln_tensor kiln_input_dims(kiln_graph *g, const char *name, kiln_dtype t, int ndim, const kiln_sym *shape);
+/* a persistent state tensor (e.g. a KV cache): like an input, but SCATTERs into
+ * it are written back into the bound buffer when a run ends */
+kiln_tensor kiln_state(kiln_graph *g, const char *name, kiln_dtype t, const char *shape);
+kiln_tensor kiln_const(kiln_graph *g, double value, kiln_dtype t);  /* 0-d scalar */
+/* value filled to a shape (an expanded scalar constant: no memory) */
+kiln_tensor kiln_full(kiln_graph *g, double value, kiln_dtype t, int ndim, const kiln_sym *shape);
+/* integer index along `axis` of a tensor of the given shape (dtype i32 or float) */
+kiln_tensor kiln_iota(kiln_graph *g, kiln_dtype t, int ndim, const kiln_sym *shape, int axis);
+
+/* ---- primitive ops ------------------------------------------------------- */
+kiln_tensor kiln_exp2(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_log2(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_sin(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_sqrt(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_recip(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_add(kiln_graph *g, kiln_tensor a, kiln_tensor b);
+kiln_tensor kiln_mul(kiln_graph *g, kiln_tensor a, kiln_tensor b);
+kiln_tensor kiln_mod(kiln_graph *g, kiln_tensor a, kiln_tensor b); /* C fmod / % semantics: sign of a */
+kiln_tensor kiln_lt(kiln_graph *g, kiln_tensor a, kiln_tensor b);  /* 1 or 0, in the operands' dtype */
+kiln_tensor kiln_sum(kiln_graph *g, kiln_tensor x, int axis);      /* axis removed */
+kiln_tensor kiln_max(kiln_graph *g, kiln_tensor x, int axis);      /* axis removed */
+/* rows of table (R, ...) picked by integer idx (...I): result (...I, ...) */
+kiln_tensor kiln_gather(kiln_graph *g, kiln_tensor table, kiln_tensor idx);
+/* state (R, ...) with rows idx (n) replaced by values (n, ...); the result is
+ * the updated state. Out-of-range indices are a run-time error. */
+kiln_tensor kiln_scatter(kiln_graph *g, kiln_tensor state, kiln_tensor idx, kiln_tensor values);
+kiln_tensor kiln_cast(kiln_graph *g, kiln_tensor x, kiln_dtype t);
+kiln_tensor kiln_contiguous(kiln_graph *g, kiln_tensor x);
+
+/* ---- movement views (no copies) ------------------------------------------ */
+kiln_tensor kiln_reshape(kiln_graph *g, kiln_tensor x, int ndim, const kiln_sym *shape);
+kiln_tensor kiln_reshape_str(kiln_graph *g, kiln_tensor x, const char *shape);
+kiln_tensor kiln_permute(kiln_graph *g, kiln_tensor x, const int *perm);   /* out axis i = in axis perm[i] */
+kiln_tensor kiln_transpose(kiln_graph *g, kiln_tensor x, int a, int b);     /* swap two axes */
+/* broadcast size-1 axes to `shape` (same ndim) */
+kiln_tensor kiln_expand(kiln_graph *g, kiln_tensor x, int ndim, const kiln_sym *shape);
+/* elements start, start+step, ... < stop along axis (step >= 1) */
+kiln_tensor kiln_slice(kiln_graph *g, kiln_tensor x, int axis, kiln_sym start, kiln_sym stop, int64_t step);
+/* zeros added before and after along axis */
+kiln_tensor kiln_pad(kiln_graph *g, kiln_tensor x, int axis, kiln_sym before, kiln_sym after);
+/* sliding windows of `size` elements (spaced `dilation`) every `stride` along
+ * axis: axis n becomes two axes (windows, size), the window axis right after */
+kiln_tensor kiln_window(kiln_graph *g, kiln_tensor x, int axis, int64_t size, int64_t stride, int64_t dilation);
+kiln_tensor kiln_flip(kiln_graph *g, kiln_tensor x, int axis);
+kiln_tensor kiln_unsqueeze(kiln_graph *g, kiln_tensor x, int axis);  /* new size-1 axis */
+kiln_tensor kiln_squeeze(kiln_graph *g, kiln_tensor x, int axis);    /* drop a size-1 axis */
+
+/* ---- tensor info --------------------------------------------------------- */
+int kiln_ndim(const kiln_graph *g, kiln_tensor x);
+kiln_sym kiln_dim(const kiln_graph *g, kiln_tensor x, int axis); /* negative axis counts from the end */
+kiln_dtype kiln_tensor_dtype(const kiln_graph *g, kiln_tensor x);
+/* the graph's text form of a tensor's shape, e.g. "(seq, 64)" */
+char *kiln_shape_str(const kiln_graph *g, kiln_tensor x, char *buf, size_t cap);
+
+/* ---- nn: functions built only from primitives (src/nn/) ------------------ */
+kiln_tensor kiln_neg(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_sub(kiln_graph *g, kiln_tensor a, kiln_tensor b);
+kiln_tensor kiln_div(kiln_graph *g, kiln_tensor a, kiln_tensor b);
+kiln_tensor kiln_exp(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_log(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_pow(kiln_graph *g, kiln_tensor x, kiln_tensor y);  /* x > 0, or integer y */
+kiln_tensor kiln_tanh(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_sigmoid(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_relu(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_gelu_tanh(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_gelu_erf(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_silu(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_softplus(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_abs(kiln_graph *g, kiln_tensor x);
+kiln_tensor kiln_maximum(kiln_graph *g, kiln_tensor a, kiln_tensor b);
+kiln_tensor kiln_minimum(kiln_graph *g, kiln_tensor a, kiln_tensor b);
+kiln_tensor kiln_where(kiln_graph *g, kiln_tensor cond, kiln_tensor a, kiln_tensor b); /* cond != 0 ? a : b */
+kiln_tensor kiln_eq(kiln_graph *g, kiln_tensor a, kiln_tensor b);  /* 1 or 0 */
+kiln_tensor kiln_clamp(kiln_graph *g, kiln_tensor x, double lo, double hi);
+kiln_tensor kiln_mean(kiln_graph *g, kiln_tensor x, int axis);     /* axis removed */
+kiln_tensor kiln_var(kiln_graph *g, kiln_tensor x, int axis);      /* population variance, axis removed */
+kiln_tensor kiln_softmax(kiln_graph *g, kiln_tensor x, int axis);
+kiln_tensor kiln_log_softmax(kiln_graph *g, kiln_tensor x, int axis);
+/* over the last axis; weight (n) may be KILN_NONE */
+kiln_tensor kiln_rmsnorm(kiln_graph *g, kiln_tensor x, kiln_tensor weight, double eps);
+kiln_tensor kiln_layernorm(kiln_graph *g, kiln_tensor x, kiln_tensor weight, kiln_tensor bias, double eps);
+/* (..., m, k) x (..., k, n) -> (..., m, n), batch dims broadcast; a 1-D b is a vector */
+kiln_tensor kiln_matmul(kiln_graph *g, kiln_tensor a, kiln_tensor b);
+/* x (..., in) with weight (out, in) as stored in GGUF, bias (out) or KILN_NONE */
+kiln_tensor kiln_linear(kiln_graph *g, kiln_tensor x, kiln_tensor weight, kiln_tensor bias);
+/* table (vocab, dim) rows for ids (...): (..., dim); block-format tables are dequantised */
+kiln_tensor kiln_embedding(kiln_graph *g, kiln_tensor table, kiln_tensor ids);
+typedef enum kiln_rope_mode { KILN_ROPE_INTERLEAVED = 0, KILN_ROPE_NEOX = 1 } kiln_rope_mode;
+/* x (seq, heads, head_dim); position of row i is pos + i; rotary dims = head_dim */
+kiln_tensor kiln_rope(kiln_graph *g, kiln_tensor x, kiln_sym pos, double freq_base, kiln_rope_mode mode);
+/* q (seq, hq, d), k and v (kv_len, hkv, d) with hq a multiple of hkv; query i
+ * sits at position q_pos + i and key j at position j; causal; window > 0 keeps
+ * keys with q_position - key_position < window; result (seq, hq, d) */
+kiln_tensor kiln_attention(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v,
+                           kiln_sym q_pos, double scale, int64_t window);
+kiln_tensor kiln_argmax(kiln_graph *g, kiln_tensor x, int axis);  /* i32, axis removed, first max */
+kiln_tensor kiln_cumsum(kiln_graph *g, kiln_tensor x, int axis);
+kiln_tensor kiln_concat(kiln_graph *g, kiln_tensor a, kiln_tensor b, int axis);
+/* x (n, c_in, h, w), w (c_out, c_in, kh, kw), bias (c_out) or KILN_NONE */
+kiln_tensor kiln_conv2d(kiln_graph *g, kiln_tensor x, kiln_tensor w, kiln_tensor bias,
+                        int stride, int padding, int dilation);
+
+/* ---- outputs, bindings and the reference interpreter --------------------- */
+kiln_status kiln_output(kiln_graph *g, kiln_tensor x, const char *name);
+kiln_status kiln_bind_dim(kiln_graph *g, const char *name, int64_t value);
+/* a caller-owned buffer for an input or state, dense row-major in its dtype;
+ * it must stay valid until the run ends; bytes must match at run time */
+kiln_status kiln_bind_input(kiln_graph *g, const char *name, void *data, size_t bytes);
+/* evaluate every output with the naive reference interpreter */
+kiln_status kiln_eval_reference(kiln_graph *g);
+/* after a run: an output's concrete shape, and a copy of its dense data */
+kiln_status kiln_output_shape(const kiln_graph *g, const char *name, int *ndim, int64_t dims[KILN_MAX_DIMS]);
+kiln_status kiln_read_output(const kiln_graph *g, const char *name, void *dst, size_t bytes);
+
+/* ---- text forms ---------------------------------------------------------- */
+/* the graph as readable text / as Graphviz DOT; returned string is malloc'd */
+char *kiln_graph_text(const kiln_graph *g);
+char *kiln_graph_dot(const kiln_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,108 @@
+/* graph.h — the internal form of a kiln_graph: nodes of primitive ops whose
+ * operands are tensors, where a tensor is a node seen through a view.
+ *
+ * Invariants:
+ *  - nodes[] is in topological order: every operand refers to an earlier node.
+ *  - node.shape is the node's own (dense) result shape; a tensor's shape is the
+ *    outer shape of its view, which reads the node's dense result.
+ *  - Elementwise binary nodes have operands of equal shape and dtype (the
+ *    builder broadcasts with expand views before creating them).
+ *  - Once g->status != KILN_OK from a builder call, no node is added.
+ */
+#ifndef KILN_GRAPH_H
+#define KILN_GRAPH_H
+
+#include "kiln.h"
+#include "sym.h"
+#include "view.h"
+
+typedef enum op_kind {
+#define X(name, arity, flags) OP_##name,
+#include "ops.def"
+#undef X
+    OP_COUNT
+} op_kind;
+
+enum { OPF_LEAF = 1, OPF_UNARY = 2, OPF_BINARY = 4, OPF_REDUCE = 8, OPF_DATA = 16, OPF_LAYOUT = 32 };
+
+typedef struct op_info {
+    const char *name;
+    int arity;
+    unsigned flags;
+} op_info;
+
+extern const op_info op_table[OP_COUNT];
+
+typedef struct node {
+    op_kind op;
+    kiln_dtype dtype;
+    int ndim;
+    sym_id shape[KILN_MAX_DIMS]; /* result shape (ndim entries) */
+    int32_t src[3];              /* operand tensor ids (op_table[op].arity entries) */
+    int axis;                    /* SUM, MAX: reduced axis of the operand; IOTA: counted axis */
+    double value;                /* CONST */
+    char *name;                  /* INPUT: its name */
+    int is_state;                /* INPUT: persistent state tensor */
+} node;
+
+typedef struct tensor {
+    int32_t node;
+    int32_t view; /* index into g->views */
+} tensor;
+
+typedef struct graph_output {
+    char *name;
+    int32_t tensor;
+} graph_output;
+
+typedef struct input_binding {
+    char *name;
+    void *data;
+    size_t bytes;
+} input_binding;
+
+typedef struct output_value {
+    int ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    kiln_dtype dtype;
+    void *data; /* dense, malloc'd */
+    size_t bytes;
+} output_value;
+
+struct kiln_graph {
+    sym_pool *syms;
+    node *nodes;
+    int32_t nnodes, cap_nodes;
+    tensor *tensors;
+    int32_t ntensors, cap_tensors;
+    view *views;
+    int32_t nviews, cap_views;
+    graph_output *outputs;
+    int32_t noutputs, cap_outputs;
+
+    /* run-time bindings */
+    int64_t *dim_values;  /* per sym variable number */
+    uint8_t *dim_bound;
+    uint32_t ndim_values;
+    input_binding *inputs;
+    int32_t ninputs, cap_inputs;
+    output_value *results; /* per output, after a run */
+
+    kiln_status status;
+    char error[512];
+};
+
+/* set the graph's error (first one wins for builder errors); printf-style */
+void graph_error(kiln_graph *g, kiln_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* the run-time error: overwrites any previous run error, never a builder one */
+void graph_run_error(kiln_graph *g, kiln_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+const node *graph_node(const kiln_graph *g, int32_t id);
+const tensor *graph_tensor(const kiln_graph *g, kiln_tensor t);
+const view *graph_tensor_view(const kiln_graph *g, kiln_tensor t);
+/* the tensor's shape as "(seq, 64)" into buf */
+char *graph_shape_str(const kiln_graph *g, int ndim, const sym_id *shape, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,38 @@
+#!/bin/sh
+# tests/run.sh — runs every C test binary and every Python test file, counts the
+# "PASS name" / "FAIL name: why" lines they print, and ends with "N passed, N failed".
+# A test program that crashes or exits non-zero without a FAIL line counts as one failure.
+BUILD=${BUILD:-build}
+export KILN_LIB="$PWD/$BUILD/libkiln.so"
+export KILN_BIN="$PWD/$BUILD/kiln"
+export KILN_BUILD="$PWD/$BUILD"
+if [ -n "$KILN_ASAN" ]; then
+    # the Python tests load an ASan-built libkiln.so: the runtime must come first
+    export LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)"
+    export ASAN_OPTIONS=detect_leaks=0
+fi
+log=$(mktemp)
+pass=0; fail=0
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    echo "== $t"
+    "$t" > "$log" 2>&1; rc=$?
+    grep -E '^(FAIL)' "$log"
+    p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "FAIL $t: exit status $rc"; tail -5 "$log"; f=1; fi
+    echo "   $p passed, $f failed"
+    pass=$((pass + p)); fail=$((fail + f))
+done
+for t in tests/py/test_*.py; do
+    [ -f "$t" ] || continue
+    echo "== $t"
+    python3 "$t" > "$log" 2>&1; rc=$?
+    grep -E '^(FAIL)' "$log"
+    p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "FAIL $t: exit status $rc"; tail -5 "$log"; f=1; fi
+    echo "   $p passed, $f failed"
+    pass=$((pass + p)); fail=$((fail + f))
+done
+rm -f "$log"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
