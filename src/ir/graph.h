@@ -88,7 +88,8 @@ struct kiln_graph {
     int32_t ninputs, cap_inputs;
     output_value *results; /* per output, after a run */
 
-    kiln_status status;
+    kiln_status status; /* builder error (sticky) or the last run's status */
+    int build_failed;   /* a builder call failed: later builder calls do nothing */
     char error[512];
 };
 
