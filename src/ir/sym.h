@@ -55,9 +55,12 @@ uint32_t sym_count(const sym_pool *p);
 
 /* smart constructors: canonical, simplified, hash-consed */
 sym_id sym_const(sym_pool *p, int64_t v);
-/* a named variable in [lo, hi]; the same name returns the same variable */
+/* a named variable in [lo, hi]; the same name returns the same variable (a
+ * re-declaration, plain or bounded, keeps the first range/bound). lo > hi or a
+ * NULL name give SYM_NONE. */
 sym_id sym_var(sym_pool *p, const char *name, int64_t lo, int64_t hi);
-/* an index variable 0 <= v < bound (bound any expression >= 1) */
+/* an index variable 0 <= v < bound (bound any expression >= 1; simplifications
+ * assume values respect it) */
 sym_id sym_var_bounded(sym_pool *p, const char *name, sym_id bound);
 sym_id sym_add(sym_pool *p, sym_id a, sym_id b);
 sym_id sym_sub(sym_pool *p, sym_id a, sym_id b);
@@ -83,6 +86,10 @@ uint32_t sym_var_count(const sym_pool *p);
 const char *sym_var_name(const sym_pool *p, uint32_t var);
 int sym_find_var(const sym_pool *p, const char *name); /* variable number or -1 */
 sym_id sym_var_node(const sym_pool *p, uint32_t var);
+/* the symbolic exclusive bound of an index variable (SYM_NONE for size vars) */
+sym_id sym_var_bound(const sym_pool *p, uint32_t var);
+/* the variable's range: [lo, hi] of a size var, [0, hi(bound)-1] of an index var */
+void sym_var_range(const sym_pool *p, uint32_t var, int64_t *lo, int64_t *hi);
 
 /* queries */
 int sym_is_const(const sym_pool *p, sym_id s, int64_t *v); /* 1 and *v if constant */

@@ -14,10 +14,13 @@
  *      q4_0: m = the element of largest magnitude (first on ties), d = m/-8,
  *            q = min(15, trunc(x * (1/d) + 8.5))
  *  - q4_k and q6_k encoders are kiln's own simple choice (not the reference
- *    search): per-sub-block scales from the range, super-block scales from the
- *    largest sub-block scale, 6-bit scales rounded to nearest, and quants
- *    rounded to nearest against the *stored* (f16-rounded) effective scales, so
- *    the decoder sees exactly what the encoder optimised for.
+ *    search): sub-block scales from the range (q4_k: [min(0,lo), hi] over 15
+ *    steps; q6_k: the largest-magnitude element mapped to -32), super-block
+ *    f16 scales from the largest sub-block scale over 63 (q4_k) or 127 (q6_k),
+ *    each small integer scale rounded to nearest and then the best of its +-1
+ *    neighbours by squared error, and quants rounded to nearest (halves away
+ *    from zero) against the *stored* (f16-rounded) effective scales, so the
+ *    decoder sees exactly what the encoder optimised for.
  *  - No float -> int conversion here can be out of range (inputs are clamped
  *    first; NaN maps to 0), so bad data cannot trigger undefined behaviour.
  */
@@ -145,6 +148,24 @@ static void deq_q4_k(const uint8_t *b, float *y) {
     }
 }
 
+/* quantise one 32-element sub-block against the decoder's ds*q - dm (q into
+ * `q` when not NULL) and return the squared error of the result */
+static float q4k_group_error(const float *x, float ds, float dm, int *q) {
+    float err = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        int v = 0;
+        if (ds > 0.0f) {
+            float t = (x[j] + dm) / ds;
+            v = clamp_to_int(roundf(t), 0, 15);
+        }
+        float p = ds * (float)v;
+        float e = x[j] - (p - dm);
+        err += e * e;
+        if (q) q[j] = v;
+    }
+    return err;
+}
+
 static void enc_q4_k(const float *x, uint8_t *b) {
     /* model each sub-block as scale*q - offset with q in 0..15, offset >= 0 */
     float scale[8], offset[8], max_scale = 0.0f, max_offset = 0.0f;
@@ -166,24 +187,33 @@ static void enc_q4_k(const float *x, uint8_t *b) {
     float dq = rd_f16(b), dminq = rd_f16(b + 2); /* what the decoder will see */
     int sc[8], m[8];
     for (int sb = 0; sb < 8; sb++) {
-        sc[sb] = dq > 0.0f ? clamp_to_int(roundf(scale[sb] / dq), 0, 63) : 0;
-        m[sb] = dminq > 0.0f ? clamp_to_int(roundf(offset[sb] / dminq), 0, 63) : 0;
+        /* nearest 6-bit scale and min, then the best of their +-1 neighbours */
+        int sc0 = dq > 0.0f ? clamp_to_int(roundf(scale[sb] / dq), 0, 63) : 0;
+        int m0 = dminq > 0.0f ? clamp_to_int(roundf(offset[sb] / dminq), 0, 63) : 0;
+        float best = INFINITY;
+        sc[sb] = sc0;
+        m[sb] = m0;
+        for (int a = sc0 - 1; a <= sc0 + 1; a++) {
+            for (int c = m0 - 1; c <= m0 + 1; c++) {
+                if (a < 0 || a > 63 || c < 0 || c > 63) continue;
+                float err = q4k_group_error(x + 32 * sb, dq * (float)a, dminq * (float)c, NULL);
+                if (err < best) {
+                    best = err;
+                    sc[sb] = a;
+                    m[sb] = c;
+                }
+            }
+        }
     }
     q4k_put_scales(b + 4, sc, m);
     uint8_t *qs = b + 16;
     memset(qs, 0, 128);
     for (int sb = 0; sb < 8; sb++) {
-        float ds = dq * (float)sc[sb];
-        float dm = dminq * (float)m[sb];
+        int q[32];
+        q4k_group_error(x + 32 * sb, dq * (float)sc[sb], dminq * (float)m[sb], q);
         unsigned shift = (unsigned)(4 * (sb & 1));
-        for (int j = 0; j < 32; j++) {
-            int q = 0;
-            if (ds > 0.0f) {
-                float t = (x[32 * sb + j] + dm) / ds;
-                q = clamp_to_int(roundf(t), 0, 15);
-            }
-            qs[32 * (sb / 2) + j] = (uint8_t)(qs[32 * (sb / 2) + j] | (q << shift));
-        }
+        for (int j = 0; j < 32; j++)
+            qs[32 * (sb / 2) + j] = (uint8_t)(qs[32 * (sb / 2) + j] | (q[j] << shift));
     }
 }
 
@@ -205,6 +235,24 @@ static void deq_q6_k(const uint8_t *b, float *y) {
         float ds = d * (float)scales[e / 16];
         y[e] = ds * (float)q;
     }
+}
+
+/* quantise one 16-element group against the decoder's ds*q (q into `q` when
+ * not NULL) and return the squared error of the result */
+static float q6k_group_error(const float *x, float ds, int *q) {
+    float err = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        int v = 0;
+        if (ds != 0.0f) {
+            float t = x[j] / ds;
+            v = clamp_to_int(roundf(t), -32, 31);
+        }
+        float p = ds * (float)v;
+        float e = x[j] - p;
+        err += e * e;
+        if (q) q[j] = v;
+    }
+    return err;
 }
 
 static void enc_q6_k(const float *x, uint8_t *b) {
@@ -229,15 +277,24 @@ static void enc_q6_k(const float *x, uint8_t *b) {
     int8_t *scales = (int8_t *)(b + 192);
     uint8_t *ql = b, *qh = b + 128;
     memset(ql, 0, 192);
-    for (int g = 0; g < 16; g++) scales[g] = (int8_t)(dq > 0.0f ? clamp_to_int(roundf(gscale[g] / dq), -128, 127) : 0);
-    for (int e = 0; e < 256; e++) {
-        float ds = dq * (float)scales[e / 16];
-        int q = 0;
-        if (ds != 0.0f) {
-            float t = x[e] / ds;
-            q = clamp_to_int(roundf(t), -32, 31);
+    int q[256];
+    for (int g = 0; g < 16; g++) {
+        /* nearest int8 group scale, then the best of its +-1 neighbours */
+        int s0 = dq > 0.0f ? clamp_to_int(roundf(gscale[g] / dq), -128, 127) : 0;
+        float best = INFINITY;
+        scales[g] = (int8_t)s0;
+        for (int c = s0 - 1; c <= s0 + 1; c++) {
+            if (c < -128 || c > 127) continue;
+            float err = q6k_group_error(x + 16 * g, dq * (float)c, NULL);
+            if (err < best) {
+                best = err;
+                scales[g] = (int8_t)c;
+            }
         }
-        int u = q + 32, h = e / 128, r = e % 128;
+        q6k_group_error(x + 16 * g, dq * (float)scales[g], q + 16 * g);
+    }
+    for (int e = 0; e < 256; e++) {
+        int u = q[e] + 32, h = e / 128, r = e % 128;
         ql[64 * h + r % 64] = (uint8_t)(ql[64 * h + r % 64] | ((u & 0x0f) << (r < 64 ? 0 : 4)));
         qh[32 * h + r % 32] = (uint8_t)(qh[32 * h + r % 32] | ((u >> 4) << (2 * (r / 32))));
     }

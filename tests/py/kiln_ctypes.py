@@ -613,6 +613,50 @@ class Graph:
 
 # ---------------------------------------------------------------- test harness
 
+def _why(e):
+    return str(e) if isinstance(e, AssertionError) else "%s: %s" % (type(e).__name__, e)
+
+
+def _run_forked(fn, args, kwargs):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report through the pipe, never return into the suite
+        os.close(r)
+        code = 0
+        msg = b""
+        try:
+            fn(*args, **kwargs)
+        except BaseException as e:
+            code = 1
+            msg = _why(e).encode("utf-8", "replace")[:4000]
+            if os.environ.get("KILN_TEST_VERBOSE"):
+                traceback.print_exc(file=sys.stdout)
+        try:
+            os.write(w, msg)
+            sys.stdout.flush()
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    _, st = os.waitpid(pid, 0)
+    msg = b"".join(chunks).decode("utf-8", "replace")
+    if os.WIFSIGNALED(st):
+        raise AssertionError("crashed with signal %d %s" % (os.WTERMSIG(st), msg))
+    code = os.WEXITSTATUS(st)
+    if code == 1 and msg:
+        raise AssertionError(msg)
+    if code != 0:
+        raise AssertionError("child exited with status %d %s" % (code, msg))
+
+
 class Suite:
     """prints one "PASS name" / "FAIL name: why" line per case (what tests/run.sh counts)"""
 
@@ -622,12 +666,17 @@ class Suite:
         self.failed = 0
         self.failures = []
 
-    def case(self, name, fn, *args, **kwargs):
+    def case(self, name, fn, *args, isolate=False, **kwargs):
+        """run fn(*args, **kwargs); isolate=True runs it in a forked child so a
+        crash (signal, abort) fails this case only, with the signal named
+        (KILN_TEST_NOFORK=1 turns that off for debugging)"""
         try:
-            fn(*args, **kwargs)
+            if isolate and hasattr(os, "fork") and not os.environ.get("KILN_TEST_NOFORK"):
+                _run_forked(fn, args, kwargs)
+            else:
+                fn(*args, **kwargs)
         except Exception as e:  # a failing case must not stop the suite
-            why = "%s: %s" % (type(e).__name__, e) if not isinstance(e, AssertionError) else str(e)
-            why = " ".join(why.split())
+            why = " ".join(_why(e).split())
             if os.environ.get("KILN_TEST_VERBOSE"):
                 traceback.print_exc(file=sys.stdout)
             print("FAIL %s: %s" % (name, why[:600]))
