@@ -11,7 +11,8 @@ OPT     ?= -O2
 SAN     ?=
 CFLAGS_BASE = -std=c11 -D_POSIX_C_SOURCE=200809L -g $(OPT) -fPIC $(SAN) \
               -Wall -Wextra -Wshadow -Wconversion -Werror=implicit-function-declaration \
-              -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn
+              -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn \
+              -Isrc/rewrite -Isrc/sched -Isrc/codegen -Isrc/runtime
 CFLAGS  += $(CFLAGS_BASE)
 LDLIBS  = -lm -ldl -lpthread
 

@@ -57,6 +57,7 @@ typedef enum kiln_dtype {
     KILN_Q4_0,
     KILN_Q4_K,
     KILN_Q6_K,
+    KILN_Q5_0,          /* appended: the default model uses it */
     KILN_DTYPE_COUNT
 } kiln_dtype;
 
@@ -70,7 +71,7 @@ const char *kiln_dtype_name(kiln_dtype t);
  * formats); 0 if n is not */
 size_t kiln_dtype_bytes(kiln_dtype t, int64_t n);
 int kiln_dtype_is_float(kiln_dtype t);  /* f32 f16 bf16 */
-int kiln_dtype_is_block(kiln_dtype t);  /* q8_0 q4_0 q4_k q6_k */
+int kiln_dtype_is_block(kiln_dtype t);  /* q8_0 q4_0 q4_k q6_k q5_0 */
 
 /* ---- graph lifetime and errors ------------------------------------------ */
 kiln_graph *kiln_graph_new(void);

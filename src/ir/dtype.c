@@ -33,6 +33,7 @@ const dtype_info dtype_table[KILN_DTYPE_COUNT] = {
     [KILN_Q4_0] = {"q4_0", 32, 18},
     [KILN_Q4_K] = {"q4_k", 256, 144},
     [KILN_Q6_K] = {"q6_k", 256, 210},
+    [KILN_Q5_0] = {"q5_0", 32, 22},
 };
 
 static int dtype_valid(kiln_dtype t) { return (int)t >= 0 && (int)t < KILN_DTYPE_COUNT; }
@@ -68,7 +69,7 @@ size_t kiln_dtype_bytes(kiln_dtype t, int64_t n) {
 int kiln_dtype_is_float(kiln_dtype t) { return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16; }
 
 int kiln_dtype_is_block(kiln_dtype t) {
-    return t == KILN_Q8_0 || t == KILN_Q4_0 || t == KILN_Q4_K || t == KILN_Q6_K;
+    return t == KILN_Q8_0 || t == KILN_Q4_0 || t == KILN_Q4_K || t == KILN_Q6_K || t == KILN_Q5_0;
 }
 
 static uint32_t f32_bits(float f) {

@@ -106,6 +106,48 @@ static void enc_q4_0(const float *x, uint8_t *b) {
     for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
 }
 
+/* ---- q5_0 --------------------------------------------------------------- */
+/* 22 bytes: f16 d, 4 bytes qh (little-endian u32: bit j is the 5th bit of
+ * element j), 16 bytes of nibbles laid out as in q4_0; x = d*(q-16) */
+
+static uint32_t rd_u32le(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void deq_q5_0(const uint8_t *b, float *y) {
+    float d = rd_f16(b);
+    uint32_t qh = rd_u32le(b + 2);
+    for (int j = 0; j < 16; j++) {
+        int lo = (int)((b[6 + j] & 0x0fu) | ((qh >> j) & 1u) << 4) - 16;
+        int hi = (int)((b[6 + j] >> 4) | ((qh >> (j + 16)) & 1u) << 4) - 16;
+        y[j] = d * (float)lo;
+        y[j + 16] = d * (float)hi;
+    }
+}
+
+/* the q4_0 rule with 5 bits: d = signed max / -16, q = trunc(x/d + 16.5) <= 31 */
+static void enc_q5_0(const float *x, uint8_t *b) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        float a = fabsf(x[j]);
+        if (a > amax) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    float d = max / -16.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr_f16(b, d);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        int q0 = clamp_to_int(x[j] * id + 16.5f, 0, 31);
+        int q1 = clamp_to_int(x[j + 16] * id + 16.5f, 0, 31);
+        b[6 + j] = (uint8_t)((q0 & 0x0f) | (q1 & 0x0f) << 4);
+        qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++) b[2 + k] = (uint8_t)(qh >> (8 * k));
+}
+
 /* ---- q4_k --------------------------------------------------------------- */
 /* 12 scale bytes: sub-blocks 0..3 keep their 6-bit scale and min in the low
  * bits of bytes 0..3 / 4..7; sub-blocks 4..7 put their low 4 bits in bytes
@@ -313,6 +355,7 @@ void quant_dequantize(kiln_dtype t, const void *src, float *dst, int64_t n) {
     case KILN_Q4_0: dec = deq_q4_0; break;
     case KILN_Q4_K: dec = deq_q4_k; break;
     case KILN_Q6_K: dec = deq_q6_k; break;
+    case KILN_Q5_0: dec = deq_q5_0; break;
     default: /* scalar types convert element by element (exact for all of them) */
         for (int64_t i = 0; i < n; i++) dst[i] = (float)dtype_load(t, src, i);
         return;
@@ -330,6 +373,7 @@ int quant_quantize(kiln_dtype t, const float *src, void *dst, int64_t n) {
     case KILN_Q4_0: enc = enc_q4_0; break;
     case KILN_Q4_K: enc = enc_q4_k; break;
     case KILN_Q6_K: enc = enc_q6_k; break;
+    case KILN_Q5_0: enc = enc_q5_0; break;
     default: return -1;
     }
     uint8_t *d = dst;

@@ -7,6 +7,8 @@
  *         and mins for 8 sub-blocks of 32, 128 bytes of nibbles
  *   q6_k: 256 elements, 210 bytes: 128 bytes low nibbles, 64 bytes high 2 bits,
  *         16 x int8 scales, f16 d
+ *   q5_0: 32 elements, 22 bytes: f16 d, u32 qh (5th bits), 16 bytes of nibbles
+ *         as in q4_0; x = d*(q-16)
  *
  * n must be a multiple of the format's block size.
  */

@@ -251,20 +251,24 @@ def _take_string(ptr):
 
 def to_bf16(x):
     """float array -> np.uint16 bf16 bit patterns, round-to-nearest-even; NaN stays NaN"""
-    f = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    f = np.array(x, dtype=np.float32, order="C")  # ascontiguousarray would make 0-d 1-d
+    shape = f.shape
+    f = f.reshape(-1)
     u = f.view(np.uint32).astype(np.uint64)
     rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     out = rounded.astype(np.uint16)
     nan = np.isnan(f)
     if nan.any():
         out[nan] = ((u[nan] >> 16) | 0x0040).astype(np.uint16)  # keep sign, force quiet
-    return out
+    return out.reshape(shape)
 
 
 def from_bf16(b):
     """np.uint16 bf16 bit patterns -> float32"""
     b = np.asarray(b, dtype=np.uint16)
-    return (b.astype(np.uint32) << 16).view(np.float32)
+    # 1-d while shifting: a 0-d shift yields a numpy scalar, whose view changes shape
+    wide = np.array(b.reshape(-1).astype(np.uint32) << np.uint32(16), order="C")
+    return wide.view(np.float32).reshape(b.shape)
 
 
 def round_to(x, t):

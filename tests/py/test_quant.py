@@ -74,9 +74,10 @@ FMT = {  # name -> (kiln dtype, gguf type, block elements, block bytes)
     "q4_0": (DT["KILN_Q4_0"], QT.Q4_0, 32, 18),
     "q4_k": (DT["KILN_Q4_K"], QT.Q4_K, 256, 144),
     "q6_k": (DT["KILN_Q6_K"], QT.Q6_K, 256, 210),
+    "q5_0": (DT["KILN_Q5_0"], QT.Q5_0, 32, 22),
 }
 # offsets of the f16 scale fields inside each block
-F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_k": [0, 2], "q6_k": [208]}
+F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_k": [0, 2], "q6_k": [208], "q5_0": [0]}
 
 lib.quant_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
 lib.quant_dequantize.restype = None
@@ -228,7 +229,7 @@ def special_blocks():
     return np.concatenate(rows).astype(np.float32)
 
 
-for fmt in ("q8_0", "q4_0"):
+for fmt in ("q8_0", "q4_0", "q5_0"):
     for nblocks in (1, 7, 256):
         case(f"quant_{fmt}_random_{nblocks}_blocks_same_bytes",
              lambda fmt=fmt, nb=nblocks: same_bytes(fmt, random_values(32 * nb, rng)))

@@ -1,0 +1,71 @@
+/* kiln_compile.h — compiling a kiln_graph to native code and running it.
+ * Include after kiln.h.
+ *
+ * kiln_compile cuts the graph into kernels (elementwise chains fused, each
+ * reduction with its elementwise producers), generates one C translation unit
+ * for the whole graph, compiles it with the system C compiler ($KILN_CC,
+ * default "cc") into a shared object cached under $XDG_CACHE_HOME/kiln
+ * (default ~/.cache/kiln) and loads it. The program is built once for every
+ * value of the graph's symbolic sizes.
+ *
+ * Running uses the graph's own bindings: bind sizes with kiln_bind_dim and
+ * buffers with kiln_bind_input on the graph, call kiln_run, then read the
+ * results with kiln_output_shape / kiln_read_output exactly as after
+ * kiln_eval_reference. State tensors (kiln_state) are updated in place in the
+ * caller's buffer. Inputs are read in place from the caller's buffers (no
+ * copies); they must stay valid during kiln_run.
+ *
+ * Invariants: a kiln_program keeps a pointer to its graph; the graph must
+ * outlive the program and must not get new nodes after kiln_compile. Errors
+ * never crash: they return a kiln_status, and the message is in the graph
+ * (kiln_graph_error) and, for kiln_compile, in options->error when given.
+ */
+#ifndef KILN_COMPILE_H
+#define KILN_COMPILE_H
+
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_program kiln_program;
+
+typedef struct kiln_compile_options {
+    const char *backend; /* "cpu" (NULL means "cpu") */
+    int threads;         /* worker threads; 0 = all online cores */
+    double search_budget; /* seconds of schedule search; 0 = default schedules */
+    int vector;          /* -1 = scalar only, 0 = best the machine allows (default) */
+} kiln_compile_options;
+
+/* options with every field at its default */
+kiln_compile_options kiln_compile_defaults(void);
+
+/* compile g (its outputs and its state updates). opt may be NULL. On failure
+ * returns NULL, sets *st (when st is not NULL) and the graph's error message. */
+kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_status *st);
+/* execute with the graph's current bindings; outputs land in the graph */
+kiln_status kiln_run(kiln_program *p);
+void kiln_program_free(kiln_program *p);
+
+/* the kernels as text: per kernel its inputs, outputs, fused ops and loop
+ * nest (malloc'd; caller frees) */
+char *kiln_program_kernels(const kiln_program *p);
+/* the generated C source (owned by the program) */
+const char *kiln_program_source(const kiln_program *p);
+/* path of the loaded shared object (owned by the program) */
+const char *kiln_program_library(const kiln_program *p);
+int kiln_program_kernel_count(const kiln_program *p);
+/* bytes of the intermediate arena planned for the last run (0 before one) */
+size_t kiln_program_arena_bytes(const kiln_program *p);
+
+/* `kiln device`: the hardware fingerprint and measured peaks, as text or JSON
+ * (json != 0). Measuring takes about a second. malloc'd; caller frees. */
+char *kiln_device_report(int json);
+/* the fingerprint alone, one line (malloc'd): the tuning DB key */
+char *kiln_device_fingerprint(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

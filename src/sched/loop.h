@@ -1,0 +1,146 @@
+/* loop.h — kiln's loop IR: the kernels of a compiled graph as loop nests over
+ * symbolic bounds, with scalar expression trees for the values they store.
+ *
+ * A program (sch_program) is a list of buffers and an ordered list of
+ * kernels. Each MAP/REDUCE/SCATTER kernel is
+ *
+ *     for (i0 < dim0) ... for (i{n-1} < dim{n-1}):       -- the domain
+ *         [acc = init; for (r < rdim): acc = acc (+|max) expr]   -- REDUCE
+ *         out[store_off] = expr | acc
+ *
+ * where loop variables are sym variables bounded by their dims, so every
+ * index (store offsets, view offsets of loads, validity predicates) is a sym
+ * expression over loop variables and the graph's size variables. Expressions
+ * (lx) form a tree per kernel: constants, loads (through an offset
+ * expression), index values (IOTA), unary/binary ops, casts, guards
+ * (GUARD: the operand is only evaluated where the validity expression holds,
+ * else the value is 0 — so a masked view never loads out of bounds) and lets
+ * (LET: an integer value read at run time, range-checked against a bound,
+ * that later index expressions use as a variable — GATHER and SCATTER).
+ *
+ * Invariants: lx ids are indices into prog->lx, operands always have smaller
+ * ids than their users; every lx in a kernel tree is used exactly once (a
+ * tree, not a DAG), so the emitter may evaluate each in place. Values of
+ * block-format dtype are dequantised floats; only CAST reads them.
+ */
+#ifndef KILN_SCHED_LOOP_H
+#define KILN_SCHED_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph.h"
+
+typedef enum sch_buf_kind {
+    SCH_BUF_INPUT = 0, /* the caller's buffer of an input (read only) */
+    SCH_BUF_STATE,     /* the caller's buffer of a state tensor (read, written in place) */
+    SCH_BUF_NODE,      /* an intermediate in the arena */
+    SCH_BUF_RESULT,    /* an output's dense result (handed to the graph) */
+    SCH_BUF_TEMP       /* f32 staging of a value quantised into a block format */
+} sch_buf_kind;
+
+typedef struct sch_buf {
+    sch_buf_kind kind;
+    kiln_dtype dtype;
+    sym_id numel;   /* elements */
+    int32_t node;   /* the node whose value it holds (-1 for none) */
+    int32_t output; /* RESULT: index into g->outputs */
+} sch_buf;
+
+typedef enum lx_kind {
+    LX_CONST = 0, /* value (already rounded to dtype) */
+    LX_LOAD,      /* buf[s] */
+    LX_INDEX,     /* the integer value of sym s, converted to dtype */
+    LX_UNARY,     /* op(a) */
+    LX_BINARY,    /* op(a, b) */
+    LX_CAST,      /* a converted to dtype */
+    LX_GUARD,     /* s ? a : 0 (a evaluated only when s holds) */
+    LX_LET        /* var s := integer value of a, 0 <= s < s2 (else a range error); then b */
+} lx_kind;
+
+typedef struct lx {
+    lx_kind kind;
+    kiln_dtype dtype; /* dtype of the value */
+    op_kind op;
+    int32_t a, b;
+    sym_id s, s2;
+    int32_t buf;
+    double value;
+} lx;
+
+typedef enum sch_kernel_kind {
+    SCH_K_MAP = 0, /* out[row-major domain index] = expr */
+    SCH_K_REDUCE,  /* out[row-major domain index] = reduce over r of expr */
+    SCH_K_SCATTER, /* domain = values shape; expr is LET(row, ...); out[store_off] = value; serial */
+    SCH_K_QUANTIZE, /* host step: out (block dtype) = quantise(src_buf, f32) */
+    SCH_K_COPY     /* host step: out = src_buf, bytes */
+} sch_kernel_kind;
+
+typedef struct sch_kernel {
+    sch_kernel_kind kind;
+    int32_t root;    /* the node it computes (-1 for output copies) */
+    int32_t out_buf;
+    int32_t src_buf; /* QUANTIZE, COPY */
+    int ndim;
+    sym_id dim[KILN_MAX_DIMS];
+    sym_id var[KILN_MAX_DIMS];
+    op_kind red_op; /* REDUCE: OP_SUM or OP_MAX */
+    sym_id rdim, rvar;
+    int32_t expr;
+    sym_id store_off;
+    int32_t *fused; /* nodes computed inside this kernel (for explain) */
+    int32_t nfused, cap_fused;
+} sch_kernel;
+
+/* how the emitter names a variable of the sym pool inside a kernel */
+typedef enum sch_var_role { SCH_VAR_LOOP = 0, SCH_VAR_REDUCE, SCH_VAR_LET } sch_var_role;
+typedef struct sch_var {
+    uint32_t var; /* variable number in the graph's sym pool */
+    sch_var_role role;
+    int index;    /* LOOP: depth; LET: program-wide number */
+} sch_var;
+
+typedef struct sch_program {
+    kiln_graph *g;
+    sch_buf *bufs;
+    int32_t nbufs, cap_bufs;
+    sch_kernel *kernels;
+    int32_t nkernels, cap_kernels;
+    lx *lx;
+    int32_t nlx, cap_lx;
+    sch_var *vars;
+    int32_t nvars, cap_vars;
+    int32_t *node_buf; /* per node: its buffer, or -1 when computed inline */
+    int32_t nlets;
+    unsigned tag;      /* makes this program's variable names unique in the pool */
+    /* state write-back: state input node -> buffer holding its final value */
+    int32_t *state_final; /* per node (only INPUT state nodes meaningful), -1 none */
+} sch_program;
+
+/* ---- building (loop.c) ---- */
+int32_t lx_new(sch_program *p, lx_kind k, kiln_dtype dt);
+int32_t lx_const(sch_program *p, kiln_dtype dt, double v); /* rounds v to dt */
+/* a fresh loop / reduce / let variable bounded by `bound` */
+sym_id sch_new_var(sch_program *p, sch_var_role role, int index, sym_id bound);
+/* the value of tensor t at coordinates idx (its view's outer shape) */
+int32_t lx_tensor(sch_program *p, sch_kernel *k, kiln_tensor t, const sym_id *idx);
+/* the value of node n at coordinates c of its own shape */
+int32_t lx_node(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c);
+/* row-major linear index of coordinates c in shape */
+sym_id sch_rowmajor(sym_pool *sp, int ndim, const sym_id *shape, const sym_id *c);
+const sch_var *sch_var_lookup(const sch_program *p, uint32_t var);
+
+/* ---- text (loop.c) ---- */
+/* print a sym expression as C (int64 arithmetic, floor division); returns chars needed */
+void sch_print_sym(const sch_program *p, sym_id s, char **buf, size_t *len, size_t *cap);
+/* one kernel as readable text, appended to the growable string */
+void sch_kernel_print(const sch_program *p, int32_t k, char **buf, size_t *len, size_t *cap);
+/* printf into a growable string */
+void sch_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ---- kernelize (kernelize.c) ---- */
+/* cut g into kernels. Returns KILN_OK or an error with a message in err. */
+kiln_status sch_kernelize(kiln_graph *g, sch_program *out, char *err, size_t errcap);
+void sch_program_free(sch_program *p);
+
+#endif
