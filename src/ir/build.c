@@ -598,6 +598,11 @@ kiln_tensor kiln_slice(kiln_graph *g, kiln_tensor x, int axis, kiln_sym start, k
         graph_error(g, KILN_ERR_SHAPE, "slice: cannot slice the block axis of a %s tensor", kiln_dtype_name(tdtype(g, x)));
         return KILN_NONE;
     }
+    if (!graph_require(g, sym_le(g->syms, st, sp), "slice: start %s > stop %s on axis %d of %s",
+                       kiln_sym_str(g, start, s1, sizeof s1), kiln_sym_str(g, stop, s2, sizeof s2), a, tshape_str(g, x, sb)) ||
+        !graph_require(g, sym_le(g->syms, sp, n), "slice: stop %s is past the end of axis %d of %s",
+                       kiln_sym_str(g, stop, s2, sizeof s2), a, tshape_str(g, x, sb)))
+        return KILN_NONE;
     slice_arg s = {a, st, sp, step};
     return apply_view(g, x, do_slice, &s);
 }
@@ -650,6 +655,9 @@ kiln_tensor kiln_window(kiln_graph *g, kiln_tensor x, int axis, int64_t size, in
         graph_error(g, KILN_ERR_DTYPE, "window: cannot window a %s tensor (cast it first)", kiln_dtype_name(tdtype(g, x)));
         return KILN_NONE;
     }
+    if (!graph_require(g, sym_le(g->syms, span, tshape(g, x)[a]), "window: a window spanning %lld elements does not fit axis %d of %s",
+                       (long long)(dilation * (size - 1) + 1), a, tshape_str(g, x, sb)))
+        return KILN_NONE;
     window_arg s = {a, size, stride, dilation};
     return apply_view(g, x, do_window, &s);
 }

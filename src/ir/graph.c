@@ -32,6 +32,8 @@ void kiln_graph_free(kiln_graph *g) {
     for (int32_t i = 0; i < g->nnodes; i++) free(g->nodes[i].name);
     for (int32_t i = 0; i < g->noutputs; i++) free(g->outputs[i].name);
     for (int32_t i = 0; i < g->ninputs; i++) free(g->inputs[i].name);
+    for (int32_t i = 0; i < g->nchecks; i++) free(g->checks[i].msg);
+    free(g->checks);
     free(g->nodes);
     free(g->tensors);
     free(g->views);
@@ -69,6 +71,48 @@ void graph_run_error(kiln_graph *g, kiln_status s, const char *fmt, ...) {
     vsnprintf(g->error, sizeof g->error, fmt, ap);
     va_end(ap);
     g->status = s;
+}
+
+int graph_require(kiln_graph *g, sym_id cond, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int64_t lo, hi;
+    sym_bounds(g->syms, cond, &lo, &hi);
+    if (lo > 0) return 1; /* always true */
+    if (hi <= 0 && lo >= 0) {
+        graph_error(g, KILN_ERR_SHAPE, "%s", msg);
+        return 0;
+    }
+    KILN_GROW(g->checks, g->cap_checks, g->nchecks + 1);
+    g->checks[g->nchecks].cond = cond;
+    g->checks[g->nchecks].msg = kiln_xstrdup(msg);
+    g->nchecks++;
+    return 1;
+}
+
+kiln_status graph_run_checks(kiln_graph *g, const int64_t *values, const uint8_t *bound) {
+    for (int32_t i = 0; i < g->nchecks; i++) {
+        int64_t v;
+        uint32_t missing;
+        /* a condition over an unbound variable is skipped: the shapes that use
+         * the variable report it as unbound when they are needed */
+        if (sym_eval(g->syms, g->checks[i].cond, values, bound, &v, &missing) != 0) continue;
+        if (v == 0) {
+            char vals[200];
+            size_t n = 0;
+            vals[0] = 0;
+            for (uint32_t k = 0; k < sym_var_count(g->syms) && n < sizeof vals; k++)
+                if (!bound || bound[k])
+                    n += (size_t)snprintf(vals + n, sizeof vals - n, "%s%s=%lld", n ? ", " : "",
+                                          sym_var_name(g->syms, k), (long long)values[k]);
+            graph_run_error(g, KILN_ERR_RANGE, "%s (with %s)", g->checks[i].msg, vals);
+            return KILN_ERR_RANGE;
+        }
+    }
+    return KILN_OK;
 }
 
 const node *graph_node(const kiln_graph *g, int32_t id) {

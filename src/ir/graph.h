@@ -55,6 +55,13 @@ typedef struct graph_output {
     int32_t tensor;
 } graph_output;
 
+/* a condition the builder could not prove (e.g. a symbolic slice's stop <=
+ * size): it must evaluate non-zero at run time, else the run fails with msg */
+typedef struct graph_check {
+    sym_id cond;
+    char *msg;
+} graph_check;
+
 typedef struct input_binding {
     char *name;
     void *data;
@@ -79,6 +86,8 @@ struct kiln_graph {
     int32_t nviews, cap_views;
     graph_output *outputs;
     int32_t noutputs, cap_outputs;
+    graph_check *checks;
+    int32_t nchecks, cap_checks;
 
     /* run-time bindings */
     int64_t *dim_values;  /* per sym variable number */
@@ -99,6 +108,13 @@ void graph_error(kiln_graph *g, kiln_status s, const char *fmt, ...)
 /* the run-time error: overwrites any previous run error, never a builder one */
 void graph_run_error(kiln_graph *g, kiln_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* record a run-time condition unless it is provably true (or provably false:
+ * then it is a builder error and this returns 0) */
+int graph_require(kiln_graph *g, sym_id cond, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* check every recorded condition under the run's variable values; reports the
+ * first failure with graph_run_error and returns its status */
+kiln_status graph_run_checks(kiln_graph *g, const int64_t *values, const uint8_t *bound);
 
 const node *graph_node(const kiln_graph *g, int32_t id);
 const tensor *graph_tensor(const kiln_graph *g, kiln_tensor t);

@@ -983,6 +983,7 @@ static uint32_t im_slot(const idmap *m, uint32_t key) {
     return i;
 }
 static uint32_t im_get(const idmap *m, uint32_t key) {
+    if (m->cap == 0) return EMPTY;
     uint32_t i = im_slot(m, key);
     return m->k[i] == key ? m->v[i] : EMPTY;
 }

@@ -43,7 +43,13 @@
  *    block-format table copies raw row bytes (result in the table's block
  *    dtype); that needs a view selecting whole, block-aligned rows, else
  *    KILN_ERR_UNSUPPORTED. SCATTER with repeated indices: the later one wins.
+ *  - A SCATTER is written back only if every link of its chain reads the
+ *    previous one through a dense view of the same layout (a reshape, not a
+ *    transpose or slice); otherwise the run fails with KILN_ERR_UNSUPPORTED.
  *  - A view offset outside its source buffer is KILN_ERR_RANGE, never a crash.
+ *    Conditions the builder could not prove (a symbolic slice's stop <= size,
+ *    a window fitting its axis) are checked before the run (graph_run_checks):
+ *    a failing one is KILN_ERR_RANGE.
  *
  * g->results has g->noutputs entries followed by a terminator whose ndim is
  * -1: outputs may be added after a run, and the count at run time must be
@@ -967,6 +973,11 @@ kiln_status kiln_eval_reference(kiln_graph *g) {
     for (uint32_t v = 0; v < c.nvars && v < g->ndim_values; v++) {
         c.values[v] = g->dim_values[v];
         c.bound[v] = g->dim_bound[v];
+    }
+    if (graph_run_checks(g, c.values, c.bound) != KILN_OK) {
+        free(c.values);
+        free(c.bound);
+        return g->status;
     }
     size_t nn = (size_t)g->nnodes + 1;
     c.need = kiln_xcalloc(nn, 1);

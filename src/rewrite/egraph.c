@@ -327,7 +327,7 @@ static void sweep(egraph *eg) {
         for (uint32_t i = 0; i < k->nnodes; i++)
             if (!eg->node_dead[k->nodes[i]]) k->nodes[m++] = k->nodes[i];
         k->nnodes = m;
-        qsort(k->parents, k->nparents, sizeof(eg_id), cmp_id);
+        if (k->nparents > 1) qsort(k->parents, k->nparents, sizeof(eg_id), cmp_id);
         m = 0;
         for (uint32_t i = 0; i < k->nparents; i++) {
             eg_id p = k->parents[i];
@@ -356,7 +356,7 @@ uint32_t eg_rebuild(egraph *eg) {
             eg->cap_pending = ct;
             eg->npending = 0;
             for (uint32_t i = 0; i < ntodo; i++) todo[i] = eg_find(eg, todo[i]);
-            qsort(todo, ntodo, sizeof(eg_id), cmp_id);
+            if (ntodo > 1) qsort(todo, ntodo, sizeof(eg_id), cmp_id);
             for (uint32_t i = 0; i < ntodo; i++)
                 if (i == 0 || todo[i] != todo[i - 1]) repair(eg, eg_find(eg, todo[i]));
         }

@@ -37,12 +37,12 @@ STATUS_NAMES = ["OK", "ERR_INVALID", "ERR_SHAPE", "ERR_DTYPE", "ERR_UNBOUND", "E
                 "ERR_NOMEM", "ERR_IO", "ERR_FORMAT", "ERR_UNSUPPORTED"]
 
 # kiln_dtype
-F32, F16, BF16, I32, U8, Q8_0, Q4_0, Q4_K, Q6_K = range(9)
-DTYPE_COUNT = 9
-DTYPE_NAMES = ["f32", "f16", "bf16", "i32", "u8", "q8_0", "q4_0", "q4_k", "q6_k"]
-BLOCK_FORMATS = (Q8_0, Q4_0, Q4_K, Q6_K)
+F32, F16, BF16, I32, U8, Q8_0, Q4_0, Q4_K, Q6_K, Q5_0 = range(10)
+DTYPE_COUNT = 10
+DTYPE_NAMES = ["f32", "f16", "bf16", "i32", "u8", "q8_0", "q4_0", "q4_k", "q6_k", "q5_0"]
+BLOCK_FORMATS = (Q8_0, Q4_0, Q4_K, Q6_K, Q5_0)
 # elements per block, bytes per block (GGUF layouts; see src/model/quant.h)
-BLOCK_LAYOUT = {Q8_0: (32, 34), Q4_0: (32, 18), Q4_K: (256, 144), Q6_K: (256, 210)}
+BLOCK_LAYOUT = {Q8_0: (32, 34), Q4_0: (32, 18), Q4_K: (256, 144), Q6_K: (256, 210), Q5_0: (32, 22)}
 
 # kiln_rope_mode
 ROPE_INTERLEAVED, ROPE_NEOX = 0, 1
@@ -82,7 +82,30 @@ _syms = ctypes.POINTER(ctypes.c_int32)
 _ints = ctypes.POINTER(ctypes.c_int)
 _vp = ctypes.c_void_p
 
-# name: (restype, [argtypes])
+
+
+class CompileOptions(ctypes.Structure):
+    """kiln_compile_options (include/kiln_compile.h)"""
+    _fields_ = [("backend", ctypes.c_char_p), ("threads", ctypes.c_int),
+                ("search_budget", ctypes.c_double), ("vector", ctypes.c_int)]
+
+
+# include/kiln_compile.h: bound when the library has them (see _Lib)
+COMPILE_SIGNATURES = {
+    "kiln_compile_defaults": (CompileOptions, []),
+    "kiln_compile": (_vp, [_c_graph, ctypes.POINTER(CompileOptions), ctypes.POINTER(_st)]),
+    "kiln_run": (_st, [_vp]),
+    "kiln_program_free": (None, [_vp]),
+    "kiln_program_kernels": (_vp, [_vp]),          # malloc'd
+    "kiln_program_source": (_str, [_vp]),
+    "kiln_program_library": (_str, [_vp]),
+    "kiln_program_kernel_count": (_i, [_vp]),
+    "kiln_program_arena_bytes": (_size, [_vp]),
+    "kiln_device_report": (_vp, [_i]),             # malloc'd
+    "kiln_device_fingerprint": (_vp, []),          # malloc'd
+}
+
+# include/kiln.h. name: (restype, [argtypes])
 SIGNATURES = {
     "kiln_status_name": (_str, [_st]),
     "kiln_dtype_name": (_str, [_dt]),
@@ -193,7 +216,7 @@ class _Lib:
         self.path = path
         self.dll = ctypes.CDLL(path)
         self.missing = []
-        for name, (res, args) in SIGNATURES.items():
+        for name, (res, args) in list(SIGNATURES.items()) + list(COMPILE_SIGNATURES.items()):
             try:
                 fn = getattr(self.dll, name)
             except AttributeError:
@@ -525,6 +548,20 @@ class Graph:
     def conv2d(self, x, w, bias=NONE, stride=1, padding=0, dilation=1):
         return self.lib.kiln_conv2d(self.ptr, x, w, bias, stride, padding, dilation)
 
+    # compiled execution (include/kiln_compile.h)
+    def compile(self, backend=None, threads=0, search_budget=0.0, vector=0):
+        """kiln_compile with these options; raises KilnError on failure"""
+        opt = self.lib.kiln_compile_defaults()
+        opt.backend = backend.encode() if backend else None
+        opt.threads = int(threads)
+        opt.search_budget = float(search_budget)
+        opt.vector = int(vector)
+        st = ctypes.c_int(0)
+        p = self.lib.kiln_compile(self.ptr, ctypes.byref(opt), ctypes.byref(st))
+        if not p:
+            raise KilnError(st.value, self.error())
+        return Program(self, p)
+
     # outputs, bindings, runs
     def output(self, x, name):
         """mark x as output `name`; returns the kiln_status"""
@@ -613,6 +650,43 @@ class Graph:
 
     graph_text = text
     graph_dot = dot
+
+
+class Program:
+    """a compiled graph: run() uses the graph's bindings; results are read
+    through the graph (g.result) exactly as after g.run()"""
+
+    def __init__(self, graph, ptr):
+        self.graph = graph  # the graph must outlive the program
+        self.lib = graph.lib
+        self.ptr = ptr
+
+    def run(self):
+        s = self.lib.kiln_run(self.ptr)
+        if s != OK:
+            raise KilnError(s, self.graph.error())
+        return s
+
+    def kernels(self):
+        return _take_string(self.lib.kiln_program_kernels(self.ptr))
+
+    def source(self):
+        s = self.lib.kiln_program_source(self.ptr)
+        return s.decode() if s is not None else None
+
+    def kernel_count(self):
+        return self.lib.kiln_program_kernel_count(self.ptr)
+
+    def free(self):
+        if self.ptr:
+            self.lib.kiln_program_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
 
 
 # ---------------------------------------------------------------- test harness

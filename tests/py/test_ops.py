@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kiln_ctypes import (  # noqa: E402
     BF16, ERR_DTYPE, ERR_INVALID, ERR_RANGE, ERR_SHAPE, ERR_UNBOUND, F16, F32, I32, NONE, OK,
-    Q4_0, Q4_K, Q6_K, Q8_0, U8, DTYPE_NAMES, STATUS_NAMES, Graph, Suite, assert_close,
+    Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, U8, BLOCK_LAYOUT, DTYPE_NAMES, STATUS_NAMES, Graph, Suite, assert_close,
     assert_equal, from_bf16, round_to, to_bf16, to_storage,
 )
 
@@ -527,7 +527,7 @@ def _gguf():
     return gguf
 
 
-GGUF_T = {Q8_0: "Q8_0", Q4_0: "Q4_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
+GGUF_T = {Q8_0: "Q8_0", Q4_0: "Q4_0", Q4_K: "Q4_K", Q6_K: "Q6_K", Q5_0: "Q5_0"}
 
 
 def t_quantize(q, src, rows, cols):
@@ -550,11 +550,11 @@ def t_quantize(q, src, rows, cols):
 
 def random_blocks(q, nblocks):
     """valid random block bytes: scale fields set to small finite f16 values"""
-    block, nbytes = {Q8_0: (32, 34), Q4_0: (32, 18), Q4_K: (256, 144), Q6_K: (256, 210)}[q]
+    block, nbytes = BLOCK_LAYOUT[q]
     raw = rng.integers(0, 256, size=(nblocks, nbytes), dtype=np.uint8)
     d = np.float16(rng.uniform(0.001, 0.05, size=(nblocks, 2)).astype(np.float16))
     dv = d.view(np.uint8).reshape(nblocks, 4)
-    if q in (Q8_0, Q4_0):
+    if q in (Q8_0, Q4_0, Q5_0):
         raw[:, 0:2] = dv[:, 0:2]
     elif q == Q4_K:
         raw[:, 0:4] = dv  # d and dmin
@@ -1189,10 +1189,10 @@ def main():
             case("cast %s -> %s" % (NAME[src], NAME[dst]), t_cast, src, dst)
     case("cast NaN and inf", t_cast_nan_inf)
     case("cast bf16 ties to even", t_bf16_rounding)
-    for q in (Q8_0, Q4_0):
+    for q in (Q8_0, Q4_0, Q5_0):
         for src, rows, cols in ((F32, 3, 64), (F32, 1, 32), (F16, 2, 96), (BF16, 2, 32)):
             case("cast %s -> %s (%d, %d) vs gguf" % (NAME[src], NAME[q], rows, cols), t_quantize, q, src, rows, cols)
-    for q in (Q8_0, Q4_0, Q4_K, Q6_K):
+    for q in (Q8_0, Q4_0, Q4_K, Q6_K, Q5_0):
         case("cast %s -> f32 vs gguf" % NAME[q], t_dequantize, q, F32, 3, 2)
         case("cast %s -> f16 vs gguf" % NAME[q], t_dequantize, q, F16, 2, 1)
     case("q8_0 round trip symbolic rows", t_quant_roundtrip_symbolic)

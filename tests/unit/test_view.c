@@ -143,6 +143,7 @@ static void nt_apply(const nt *in, const nop *op, nt *out) {
  * op (or never builds multi-layer views) fails instead of passing vacuously */
 static struct {
     long ops[OP_KINDS], elements, expr_checks, multilayer, materialised, chains;
+    long max_layers[VIEW_MAX_LAYERS + 1];
 } stats;
 
 #define MAX_WORLDS 3
@@ -169,6 +170,8 @@ typedef struct chain {
     int natoms[KILN_MAX_DIMS];
     sym_id atoms[KILN_MAX_DIMS][MAX_ATOMS];
     char hist[1024];
+    int deep;  /* bias draws towards permute, reshape, mask: builds layer stacks */
+    int step;
     int materialised, layers_seen;
 } chain;
 
@@ -294,8 +297,8 @@ static void materialise(chain *c) {
         free(w->buf);
         w->buflen = w->t.numel;
         w->buf = kiln_xmalloc((size_t)(w->buflen ? w->buflen : 1) * sizeof(int64_t));
+        /* the tensor's values do not change, only where they are read from */
         memcpy(w->buf, w->t.data, (size_t)w->buflen * sizeof(int64_t));
-        for (int64_t e = 0; e < w->t.numel; e++) w->t.data[e] = e;
     }
     sym_id shp[KILN_MAX_DIMS];
     memcpy(shp, view_shape(&c->v), sizeof shp);
@@ -337,6 +340,11 @@ static int draw_op(chain *c, sop *o) {
     const sym_id *vs = view_shape(&c->v);
     memset(o, 0, sizeof *o);
     o->kind = (int)rr(0, OP_KINDS - 1);
+    if (c->deep && rr(0, 4) < 3) {
+        static const int cycle[3] = {OP_PERMUTE, OP_RESHAPE, OP_PAD};
+        o->kind = cycle[c->step % 3];
+        if (o->kind == OP_PAD && (rnext() & 1)) o->kind = OP_FLIP;
+    }
     if (nd == 0 && o->kind != OP_RESHAPE) return 0;
     o->axis = nd ? (int)rr(0, nd - 1) : 0;
     int64_t m = nd ? min_dim(c, o->axis) : 0;
@@ -496,8 +504,9 @@ static void update_atoms(chain *c, const sop *o) {
 }
 
 /* runs one random chain; returns 1 if everything agreed */
-static int run_chain(int symbolic, int nops, char *why, size_t whycap) {
+static int run_chain(int symbolic, int deep, int nops, char *why, size_t whycap) {
     chain *c = kiln_xcalloc(1, sizeof *c);
+    c->deep = deep;
     c->p = sym_pool_new();
     c->n = SYM_NONE;
     int ok = 1;
@@ -608,6 +617,7 @@ static int run_chain(int symbolic, int nops, char *why, size_t whycap) {
             w->t = nx;
         }
         update_atoms(c, &o);
+        c->step++;
         if (c->v.nlayers > c->layers_seen) c->layers_seen = c->v.nlayers;
         stats.ops[o.kind]++;
         int last = i == nops - 1, exprs = last || (rnext() % 4 == 0);
@@ -617,6 +627,7 @@ static int run_chain(int symbolic, int nops, char *why, size_t whycap) {
     }
     stats.chains++;
     if (c->layers_seen > 1) stats.multilayer++;
+    stats.max_layers[c->layers_seen]++;
     if (!ok) {
         char vb[2048];
         view_print(&c->v, c->p, vb, sizeof vb);
@@ -632,14 +643,14 @@ static int run_chain(int symbolic, int nops, char *why, size_t whycap) {
     return ok;
 }
 
-static void test_random_chains(int symbolic, int count) {
+static void test_random_chains(const char *name, int symbolic, int deep, int count, int minops, int maxops) {
     char why[4096];
     int failures = 0;
-    CASE_BEGIN(symbolic ? "random_chains_symbolic" : "random_chains_constant");
+    CASE_BEGIN(name);
     memset(&stats, 0, sizeof stats);
     for (int i = 0; i < count && failures < 3; i++) {
         why[0] = 0;
-        if (!run_chain(symbolic, (int)rr(1, 6), why, sizeof why)) {
+        if (!run_chain(symbolic, deep, (int)rr(minops, maxops), why, sizeof why)) {
             CHECK(0, "chain %d: %s", i, why);
             failures++;
         }
@@ -648,10 +659,15 @@ static void test_random_chains(int symbolic, int count) {
            check_case_name, stats.chains, stats.elements, stats.expr_checks, stats.multilayer,
            stats.materialised);
     for (int k = 0; k < OP_KINDS; k++) printf(" %s %ld", op_names[k], stats.ops[k]);
+    printf("; chains by most layers:");
+    for (int k = 1; k <= VIEW_MAX_LAYERS; k++) printf(" %ld", stats.max_layers[k]);
     printf("\n");
     CHECK(stats.chains == count, "ran %ld of %d chains", stats.chains, count);
     for (int k = 0; k < OP_KINDS; k++) CHECK(stats.ops[k] >= count / 20, "only %ld %s ops", stats.ops[k], op_names[k]);
     CHECK(stats.multilayer >= count / 20, "only %ld chains built multi-layer views", stats.multilayer);
+    if (deep)
+        CHECK(stats.max_layers[VIEW_MAX_LAYERS] + stats.max_layers[VIEW_MAX_LAYERS - 1] >= 3,
+              "too few chains reached %d layers", VIEW_MAX_LAYERS - 1);
     CASE_END();
 }
 
@@ -996,7 +1012,11 @@ int main(int argc, char **argv) {
     test_masks();
     test_layer_limit();
     test_print();
-    test_random_chains(0, 1500);
-    test_random_chains(1, 1500);
+    test_random_chains("random_chains_constant", 0, 0, 2000, 1, 6);
+    test_random_chains("random_chains_symbolic", 1, 0, 2000, 1, 6);
+    /* long chains biased to stack layers reach the limit and go through
+     * materialisation */
+    test_random_chains("random_chains_deep_constant", 0, 1, 400, 10, 24);
+    test_random_chains("random_chains_deep_symbolic", 1, 1, 400, 10, 24);
     return check_exit();
 }

@@ -1,0 +1,36 @@
+/* emit_c.h — C source for a kernelized program (one translation unit).
+ *
+ * Every MAP/REDUCE/SCATTER kernel k becomes
+ *     int kiln_k<k>(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk)
+ * B: every buffer of the program by id; v: the values of the graph's sym
+ * variables (by variable number); [lo, hi): the work items this call does.
+ * A kernel's work items are its outer rows (the product of all domain dims but
+ * the last) times ceil(last dim / chunk) chunks of the last dim (chunk <= 0:
+ * one chunk), so a thread pool can split rows and, for few long rows, chunks
+ * of a row. Returns 0, or 1 when a GATHER/SCATTER index was out of range.
+ * QUANTIZE and COPY kernels are host steps and have no function.
+ *
+ * Numerics follow the reference interpreter's contract (src/ref/interp.c)
+ * operation by operation: f32 arithmetic rounded to the node dtype after each
+ * op, wrapping i32/u8 arithmetic, double accumulation of float sums (the
+ * scalar path), NaN-propagating MAX. The vector paths (AVX2 / AVX-512,
+ * chosen by cg_options.isa) only change the order of float SUM accumulation.
+ */
+#ifndef KILN_CODEGEN_EMIT_C_H
+#define KILN_CODEGEN_EMIT_C_H
+
+#include "../sched/loop.h"
+
+typedef enum cg_isa { CG_ISA_SCALAR = 0, CG_ISA_AVX2, CG_ISA_AVX512 } cg_isa;
+
+typedef struct cg_options {
+    cg_isa isa;
+} cg_options;
+
+/* the whole translation unit (malloc'd) */
+char *cg_emit_c(const sch_program *p, const cg_options *opt);
+const char *cg_isa_name(cg_isa isa);
+/* extra compiler flags the ISA needs ("" for scalar) */
+const char *cg_isa_cflags(cg_isa isa);
+
+#endif

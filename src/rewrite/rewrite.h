@@ -1,0 +1,234 @@
+/* rewrite.h — kiln's equality saturation over kiln graphs: the kiln domain of
+ * the e-graph (ops, payloads, analysis, views as e-nodes), patterns and rules
+ * as data, the runner with limits and backoff, extraction, and conversion
+ * between kiln_graph and e-graph.
+ *
+ * E-node encoding of kiln ops (op code = op_kind, plus VIEW and CONTRACT):
+ *   every node: dtype = its result dtype
+ *   INPUT  arg = index into ek->inputs            (no kids)
+ *   CONST  arg = the double's bits                (no kids; a 0-d scalar)
+ *   IOTA   arg = axis, arg2 = view id whose outer shape is the result shape
+ *   SUM, MAX, CONTRACT  arg = reduced axis of the operand
+ *   VIEW   arg = view id (ek->views), kid = the dense tensor it reads
+ *   CAST   dtype = target dtype
+ * A tensor read through a non-identity view is a VIEW e-node; an identity
+ * view is no node at all. CONTRACT(a, b) over axis k means SUM_k(MUL(a, b)):
+ * a compound node only the kernel layer sees; to graphs it is expanded back.
+ *
+ * Invariants: views and inputs are interned (equal view <=> equal id), so
+ * e-node identity is structural; all sym ids live in ek->syms.
+ */
+#ifndef KILN_REWRITE_H
+#define KILN_REWRITE_H
+
+#include "egraph.h"
+#include "graph.h"
+
+enum { EG_OP_VIEW = OP_COUNT, EG_OP_CONTRACT, EG_OP_COUNT };
+
+const char *eg_op_name(int op);
+int eg_op_arity(int op);
+int eg_op_lookup(const char *name); /* -1 if unknown */
+
+/* ---- the kiln domain (kdomain.c) ---------------------------------------- */
+typedef struct ek_input {
+    char *name;
+    kiln_dtype dtype;
+    int ndim;
+    sym_id shape[KILN_MAX_DIMS];
+    int is_state;
+} ek_input;
+
+typedef struct eg_kiln {
+    egraph *eg;
+    sym_pool *syms; /* borrowed from the source graph; may gain expressions */
+    view *views;
+    uint32_t nviews, cap_views;
+    uint32_t *view_index; /* open-addressing hash of view ids */
+    uint32_t view_index_cap;
+    ek_input *inputs;
+    uint32_t ninputs, cap_inputs;
+    /* the graph's outputs as classes */
+    eg_id *roots;
+    char **root_names;
+    uint32_t nroots, cap_roots;
+} eg_kiln;
+
+eg_kiln *ek_new(sym_pool *syms);
+void ek_free(eg_kiln *ek); /* frees the e-graph too, never the sym pool */
+uint32_t ek_intern_view(eg_kiln *ek, const view *v);
+uint32_t ek_intern_input(eg_kiln *ek, const char *name, kiln_dtype t, int ndim, const sym_id *shape, int is_state);
+/* the class of a constant broadcast to a shape (a CONST, viewed if ndim > 0) */
+eg_id ek_full(eg_kiln *ek, double value, kiln_dtype t, int ndim, const sym_id *shape);
+/* the class of x read through view v (identity views return x) */
+eg_id ek_view(eg_kiln *ek, eg_id x, const view *v);
+int ek_view_masked(const eg_kiln *ek, uint32_t vid);
+/* fold a constant op in dtype t; returns 1 and *out when foldable exactly */
+int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out);
+
+/* ---- graph <-> e-graph (convert.c) ---------------------------------------- */
+/* the e-graph of a graph's outputs (ek->roots); NULL with a message on error */
+eg_kiln *ek_from_graph(const kiln_graph *g, char *err, size_t cap);
+
+/* a term DAG picked out of the e-graph: what extraction returns */
+typedef struct eg_term {
+    eg_id node;
+    uint32_t kids[EG_MAX_KIDS]; /* term ids */
+} eg_term;
+typedef struct eg_terms {
+    eg_term *t;
+    uint32_t n, cap;
+    uint32_t *roots; /* one term per ek root */
+    double cost;
+} eg_terms;
+void eg_terms_free(eg_terms *ts);
+/* a new graph computing the terms; its syms are translated from ek->syms.
+ * Returns NULL with a message when the graph builder refuses something. */
+kiln_graph *ek_to_graph(const eg_kiln *ek, const eg_terms *ts, char *err, size_t cap);
+
+/* ---- patterns and rules (pattern.c) ---------------------------------------- */
+#define EG_MAX_VARS 8
+#define EG_MAX_PNODES 24
+#define EG_MAX_CONDS 4
+
+enum { EG_P_VAR = 0xfff0, EG_P_FULL = 0xfff1 };
+
+typedef struct eg_pnode {
+    uint16_t op;     /* eg op, EG_P_VAR or EG_P_FULL */
+    uint8_t nkids;
+    uint8_t pkind;   /* 0 payload free, 1 literal arg, 2 payload variable */
+    int32_t var;     /* EG_P_VAR: class var; pkind 2: payload var; FULL: var of the value or -1 */
+    int64_t lit;     /* pkind 1: arg */
+    double num;      /* FULL: the value when var < 0 */
+    uint32_t kids[EG_MAX_KIDS];
+} eg_pnode;
+
+typedef struct eg_pattern {
+    eg_pnode n[EG_MAX_PNODES];
+    uint32_t nn, root;
+} eg_pattern;
+
+typedef struct eg_payload {
+    int64_t arg;
+    int32_t arg2;
+    uint8_t dtype;
+} eg_payload;
+
+typedef struct eg_subst {
+    eg_id root;
+    eg_id cls[EG_MAX_VARS];
+    eg_payload pv[EG_MAX_VARS];
+} eg_subst;
+
+typedef struct eg_clause {
+    int kind;           /* index into the condition table of kdomain.c */
+    int nargs;
+    int args[3];        /* var indices (class or payload var by the clause's signature) */
+    double num;
+    int has_num;
+} eg_clause;
+
+typedef eg_id (*eg_apply_fn)(eg_kiln *ek, const eg_subst *s);
+
+typedef struct eg_rule_def {
+    const char *name;
+    const char *lhs;     /* pattern */
+    const char *rhs;     /* pattern, or "@applier" */
+    const char *cond;    /* "" or clauses separated by ',' e.g. "const ?c 1, unmasked ?v" */
+    const char *comment; /* one line: why the rule holds */
+} eg_rule_def;
+
+typedef struct eg_rule {
+    eg_rule_def def;
+    eg_pattern lhs, rhs;
+    eg_apply_fn fn; /* when rhs is "@name" */
+    eg_clause cond[EG_MAX_CONDS];
+    int ncond;
+    int nvars, npvars;
+    char vars[EG_MAX_VARS][16], pvars[EG_MAX_VARS][16];
+} eg_rule;
+
+/* compile one rule; 0 on success, else -1 and a message */
+int eg_rule_compile(const eg_rule_def *def, eg_rule *out, char *err, size_t cap);
+/* all matches of r's lhs rooted at class c (conditions checked) appended to
+ * *out; stops at `limit` total entries; returns the number appended */
+uint32_t eg_match(eg_kiln *ek, const eg_rule *r, eg_id c, eg_subst **out, uint32_t *n, uint32_t *cap,
+                  uint32_t limit);
+/* build the pattern under s; returns its class */
+eg_id eg_instantiate(eg_kiln *ek, const eg_pattern *p, const eg_subst *s);
+/* the rule's right side under s (pattern or applier); EG_NONE = declined */
+eg_id eg_rule_apply(eg_kiln *ek, const eg_rule *r, const eg_subst *s);
+int eg_cond_check(eg_kiln *ek, const eg_rule *r, const eg_subst *s);
+/* condition table (kdomain.c) */
+int ek_cond_lookup(const char *name, int *nargs, const char **sig);
+int ek_cond_eval(eg_kiln *ek, const eg_clause *c, const eg_subst *s);
+
+/* ---- rule tables (rules.c) --------------------------------------------------- */
+typedef struct eg_ruleset {
+    eg_rule *rules;
+    uint32_t n;
+} eg_ruleset;
+extern const eg_rule_def eg_default_rules[];
+extern const uint32_t eg_default_rule_count;
+eg_apply_fn eg_applier_lookup(const char *name);
+/* compile a table; NULL and a message naming the bad rule on error */
+eg_ruleset *eg_ruleset_new(const eg_rule_def *defs, uint32_t n, char *err, size_t cap);
+eg_ruleset *eg_ruleset_default(void);
+void eg_ruleset_free(eg_ruleset *rs);
+
+/* ---- the runner (runner.c) ------------------------------------------------------ */
+typedef enum eg_stop {
+    EG_STOP_NONE = 0,
+    EG_STOP_SATURATED,
+    EG_STOP_ITERATIONS,
+    EG_STOP_NODES,
+    EG_STOP_TIME
+} eg_stop;
+const char *eg_stop_name(eg_stop s);
+
+typedef struct eg_limits {
+    uint32_t max_iters;    /* 0: 30 */
+    uint32_t max_nodes;    /* 0: 200000 */
+    double max_seconds;    /* 0: 10 */
+    uint32_t match_limit;  /* backoff: matches per rule per iteration before a ban; 0: 1000 */
+    uint32_t ban_length;   /* backoff: first ban in iterations; 0: 2 */
+} eg_limits;
+
+typedef struct eg_rule_stats {
+    uint64_t matches, applied; /* applied: matches whose union changed the e-graph */
+    uint32_t bans, banned_until, threshold, ban_len;
+} eg_rule_stats;
+
+typedef struct eg_run_report {
+    eg_stop stop;
+    uint32_t iterations;
+    double seconds;
+    uint32_t nodes, classes;
+    uint32_t nrules;
+    eg_rule_stats *rules; /* nrules entries, in ruleset order */
+    const eg_ruleset *rs;
+} eg_run_report;
+
+eg_stop eg_run(eg_kiln *ek, const eg_ruleset *rs, const eg_limits *lim, eg_run_report *rep);
+void eg_report_free(eg_run_report *rep);
+/* text / JSON for `kiln explain --egraph` (malloc'd) */
+char *eg_report_text(const eg_kiln *ek, const eg_run_report *rep);
+char *eg_report_json(const eg_kiln *ek, const eg_run_report *rep);
+
+/* ---- extraction (extract.c) -------------------------------------------------------- */
+/* the cost of one node on its own; kids' costs are added by the extractor */
+typedef double (*eg_cost_fn)(void *ctx, egraph *eg, const eg_node *n);
+double ek_default_cost(void *ctx, egraph *eg, const eg_node *n); /* ctx: eg_kiln */
+
+/* best node per class by tree cost (bottom-up fixpoint); choice[c] and
+ * cost[c] for root classes (EG_NONE / INFINITY where nothing is finite).
+ * Arrays of eg->nclasses entries. */
+void eg_extract_best(egraph *eg, eg_cost_fn f, void *ctx, eg_id *choice, double *cost);
+/* the term DAG for roots from a best-choice array */
+int eg_terms_from_choice(egraph *eg, const eg_id *choice, const eg_id *roots, uint32_t nroots, eg_terms *out);
+/* the K cheapest structurally distinct term trees for the roots together,
+ * cheapest first; returns how many were found (<= k), each in out[i] */
+uint32_t eg_extract_topk(egraph *eg, eg_cost_fn f, void *ctx, const eg_id *roots, uint32_t nroots, uint32_t k,
+                         eg_terms *out);
+
+#endif

@@ -1,0 +1,330 @@
+/* kernelize.c — cut a graph into kernels (the loop IR of loop.h).
+ *
+ * Which nodes get a buffer of their own ("materialised"):
+ *  - inputs and states (the caller's buffers), reductions, scatters, casts
+ *    into a block format (they are quantised by a host step);
+ *  - any other node read by more than one consumer (a node read once is
+ *    recomputed inside its consumer at the coordinates the consumer's view
+ *    asks for — that is the fusion: elementwise chains, views, gathers and
+ *    casts all fold into the kernel that finally stores);
+ *  - constants and iotas never (they cost nothing to recompute).
+ * A reduction therefore absorbs its elementwise producers, and its consumers
+ * read its (small) buffer. Outputs read through an identity view write
+ * straight into the caller-visible result buffer; others get a copy kernel.
+ *
+ * State (KV cache) semantics: a SCATTER whose state operand is read by nothing
+ * else (through an identity view) updates that buffer in place — so a chain
+ * of scatters on a state tensor writes into the caller's buffer directly. The
+ * last scatter of each chain is the state's final value; when it could not be
+ * done in place, a copy kernel writes it back at the end.
+ *
+ * Invariants: kernels are in a valid execution order (node order, then
+ * output copies, then write-backs); only nodes that outputs or state updates
+ * need are computed.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base.h"
+#include "loop.h"
+
+static unsigned program_tag_counter;
+
+static int32_t add_buf(sch_program *p, sch_buf_kind kind, kiln_dtype dt, sym_id numel, int32_t node_id) {
+    KILN_GROW(p->bufs, p->cap_bufs, p->nbufs + 1);
+    sch_buf *b = &p->bufs[p->nbufs];
+    b->kind = kind;
+    b->dtype = dt;
+    b->numel = numel;
+    b->node = node_id;
+    b->output = -1;
+    return p->nbufs++;
+}
+
+static sch_kernel *add_kernel(sch_program *p, sch_kernel_kind kind, int32_t root, int32_t out_buf) {
+    KILN_GROW(p->kernels, p->cap_kernels, p->nkernels + 1);
+    sch_kernel *k = &p->kernels[p->nkernels++];
+    memset(k, 0, sizeof *k);
+    k->kind = kind;
+    k->root = root;
+    k->out_buf = out_buf;
+    k->src_buf = -1;
+    k->expr = -1;
+    k->store_off = SYM_NONE;
+    k->rdim = k->rvar = SYM_NONE;
+    return k;
+}
+
+static sym_id numel_of(sym_pool *sp, int ndim, const sym_id *shape) {
+    sym_id n = sym_const(sp, 1);
+    for (int d = 0; d < ndim; d++) n = sym_mul(sp, n, shape[d]);
+    return n;
+}
+
+/* loop variables over a domain; the kernel is re-fetched by index because
+ * creating variables never moves kernels, but lx creation may be interleaved */
+static void set_domain(sch_program *p, sch_kernel *k, int ndim, const sym_id *shape) {
+    k->ndim = ndim;
+    for (int d = 0; d < ndim; d++) {
+        k->dim[d] = shape[d];
+        k->var[d] = sch_new_var(p, SCH_VAR_LOOP, d, shape[d]);
+    }
+    k->store_off = sch_rowmajor(p->g->syms, ndim, k->dim, k->var);
+}
+
+/* a MAP into a TEMP f32 buffer followed by a QUANTIZE into out_buf. value:
+ * 0 = lx_node(n), 1 = the node's operand (a CAST), 2 = output tensor t */
+static void add_quantize(sch_program *p, int32_t n, int32_t out_buf, int mode, kiln_tensor t) {
+    kiln_graph *g = p->g;
+    const sch_buf *ob = &p->bufs[out_buf];
+    sym_id numel = ob->numel;
+    int32_t temp = add_buf(p, SCH_BUF_TEMP, KILN_F32, numel, n);
+    int kidx = p->nkernels;
+    sch_kernel *k = add_kernel(p, SCH_K_MAP, n, temp);
+    const view *V = mode == 2 ? graph_tensor_view(g, t) : NULL;
+    const node *m = graph_node(g, n);
+    if (mode == 2) set_domain(p, k, view_ndim(V), view_shape(V));
+    else set_domain(p, k, m->ndim, m->shape);
+    sym_id vars[KILN_MAX_DIMS];
+    memcpy(vars, k->var, sizeof vars);
+    int32_t inner;
+    if (mode == 0) inner = lx_node(p, &p->kernels[kidx], n, vars);
+    else if (mode == 1) inner = lx_tensor(p, &p->kernels[kidx], m->src[0], vars);
+    else inner = lx_tensor(p, &p->kernels[kidx], t, vars);
+    int32_t e = lx_new(p, LX_CAST, KILN_F32);
+    p->lx[e].a = inner;
+    p->kernels[kidx].expr = e;
+    sch_kernel *q = add_kernel(p, SCH_K_QUANTIZE, n, out_buf);
+    q->src_buf = temp;
+}
+
+kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errcap) {
+    memset(p, 0, sizeof *p);
+    p->g = g;
+    p->tag = __atomic_add_fetch(&program_tag_counter, 1u, __ATOMIC_RELAXED);
+    if (g->build_failed || g->status != KILN_OK) {
+        snprintf(err, errcap, "the graph has a builder error: %s", g->error);
+        return g->status != KILN_OK ? g->status : KILN_ERR_INVALID;
+    }
+    if (g->noutputs == 0) {
+        snprintf(err, errcap, "the graph has no outputs (mark them with kiln_output)");
+        return KILN_ERR_INVALID;
+    }
+    int32_t nn = g->nnodes;
+    sym_pool *sp = g->syms;
+    int32_t *needed = kiln_xcalloc((size_t)nn + 1, sizeof *needed);
+    int32_t *uses = kiln_xcalloc((size_t)nn + 1, sizeof *uses);
+    int32_t *mat = kiln_xcalloc((size_t)nn + 1, sizeof *mat);
+    int32_t *chain_state = kiln_xmalloc(((size_t)nn + 1) * sizeof *chain_state);
+    p->node_buf = kiln_xmalloc(((size_t)nn + 1) * sizeof *p->node_buf);
+    p->state_final = kiln_xmalloc(((size_t)nn + 1) * sizeof *p->state_final);
+    for (int32_t i = 0; i < nn; i++) {
+        p->node_buf[i] = -1;
+        p->state_final[i] = -1;
+        chain_state[i] = -1;
+    }
+
+    /* state chains: a scatter whose state operand is (an identity view of) a
+     * state input or of another scatter on one */
+    for (int32_t i = 0; i < nn; i++) {
+        const node *m = &g->nodes[i];
+        if (m->op == OP_INPUT && m->is_state) chain_state[i] = i;
+        if (m->op != OP_SCATTER) continue;
+        const tensor *st = graph_tensor(g, m->src[0]);
+        if (!view_is_identity(&g->views[st->view], sp)) continue;
+        int32_t s = chain_state[st->node];
+        if (s < 0) continue;
+        chain_state[i] = s;
+        p->state_final[s] = i; /* the last one in node order wins */
+    }
+
+    /* what the outputs and the state updates need */
+    for (int32_t i = 0; i < g->noutputs; i++) needed[graph_tensor(g, g->outputs[i].tensor)->node] = 1;
+    for (int32_t i = 0; i < nn; i++)
+        if (p->state_final[i] >= 0) needed[p->state_final[i]] = 1;
+    for (int32_t i = nn - 1; i >= 0; i--) {
+        if (!needed[i]) continue;
+        const node *m = &g->nodes[i];
+        for (int a = 0; a < op_table[m->op].arity; a++) {
+            int32_t s = graph_tensor(g, m->src[a])->node;
+            needed[s] = 1;
+            uses[s]++;
+        }
+    }
+    for (int32_t i = 0; i < g->noutputs; i++) uses[graph_tensor(g, g->outputs[i].tensor)->node]++;
+
+    for (int32_t i = 0; i < nn; i++) {
+        if (!needed[i]) continue;
+        const node *m = &g->nodes[i];
+        switch (m->op) {
+        case OP_INPUT:
+        case OP_SUM:
+        case OP_MAX:
+        case OP_SCATTER: mat[i] = 1; break;
+        case OP_CONST:
+        case OP_IOTA: mat[i] = 0; break;
+        case OP_CAST: mat[i] = kiln_dtype_is_block(m->dtype) || uses[i] > 1; break;
+        default: mat[i] = uses[i] > 1; break;
+        }
+    }
+
+    /* buffers */
+    for (int32_t i = 0; i < nn; i++) {
+        if (!needed[i] || !mat[i]) continue;
+        const node *m = &g->nodes[i];
+        sym_id numel = numel_of(sp, m->ndim, m->shape);
+        if (m->op == OP_INPUT) {
+            p->node_buf[i] = add_buf(p, m->is_state ? SCH_BUF_STATE : SCH_BUF_INPUT, m->dtype, numel, i);
+            continue;
+        }
+        if (m->op == OP_SCATTER) {
+            const tensor *st = graph_tensor(g, m->src[0]);
+            int32_t sb = p->node_buf[st->node];
+            if (sb >= 0 && view_is_identity(&g->views[st->view], sp) && uses[st->node] == 1 &&
+                (p->bufs[sb].kind == SCH_BUF_STATE || p->bufs[sb].kind == SCH_BUF_NODE)) {
+                p->node_buf[i] = sb; /* in place */
+                continue;
+            }
+        }
+        p->node_buf[i] = add_buf(p, SCH_BUF_NODE, m->dtype, numel, i);
+    }
+    /* outputs that can be written straight into their result buffers */
+    int32_t *out_direct = kiln_xcalloc((size_t)g->noutputs + 1, sizeof *out_direct);
+    for (int32_t o = 0; o < g->noutputs; o++) {
+        const tensor *T = graph_tensor(g, g->outputs[o].tensor);
+        int32_t b = p->node_buf[T->node];
+        if (b < 0 || p->bufs[b].kind != SCH_BUF_NODE || p->bufs[b].node != T->node) continue;
+        if (!view_is_identity(&g->views[T->view], sp)) continue;
+        p->bufs[b].kind = SCH_BUF_RESULT;
+        p->bufs[b].output = o;
+        out_direct[o] = 1;
+    }
+
+    /* kernels, in node order */
+    for (int32_t i = 0; i < nn; i++) {
+        if (!needed[i] || !mat[i]) continue;
+        const node *m = &g->nodes[i];
+        int32_t ob = p->node_buf[i];
+        if (m->op == OP_INPUT) continue;
+        if (m->op == OP_SUM || m->op == OP_MAX) {
+            int kidx = p->nkernels;
+            sch_kernel *k = add_kernel(p, SCH_K_REDUCE, i, ob);
+            set_domain(p, k, m->ndim, m->shape);
+            const view *V = graph_tensor_view(g, m->src[0]);
+            k->red_op = m->op;
+            k->rdim = view_shape(V)[m->axis];
+            k->rvar = sch_new_var(p, SCH_VAR_REDUCE, 0, k->rdim);
+            sym_id c[KILN_MAX_DIMS];
+            for (int d = 0, j = 0; d < view_ndim(V); d++) c[d] = d == m->axis ? k->rvar : k->var[j++];
+            int32_t e = lx_tensor(p, &p->kernels[kidx], m->src[0], c);
+            p->kernels[kidx].expr = e;
+            continue;
+        }
+        if (m->op == OP_SCATTER) {
+            const tensor *st = graph_tensor(g, m->src[0]);
+            if (p->node_buf[st->node] != ob || p->node_buf[st->node] < 0) {
+                int kidx = p->nkernels;
+                sch_kernel *k = add_kernel(p, SCH_K_MAP, i, ob);
+                set_domain(p, k, m->ndim, m->shape);
+                sym_id vars[KILN_MAX_DIMS];
+                memcpy(vars, k->var, sizeof vars);
+                int32_t e = lx_tensor(p, &p->kernels[kidx], m->src[0], vars);
+                p->kernels[kidx].expr = e;
+            }
+            int kidx = p->nkernels;
+            sch_kernel *k = add_kernel(p, SCH_K_SCATTER, i, ob);
+            const view *VV = graph_tensor_view(g, m->src[2]);
+            k->ndim = view_ndim(VV);
+            for (int d = 0; d < k->ndim; d++) {
+                k->dim[d] = view_shape(VV)[d];
+                k->var[d] = sch_new_var(p, SCH_VAR_LOOP, d, k->dim[d]);
+            }
+            sym_id vars[KILN_MAX_DIMS];
+            memcpy(vars, k->var, sizeof vars);
+            int32_t iv = lx_tensor(p, &p->kernels[kidx], m->src[1], vars);
+            int let_no = p->nlets++;
+            sym_id row = sch_new_var(p, SCH_VAR_LET, let_no, m->shape[0]);
+            int32_t body = lx_tensor(p, &p->kernels[kidx], m->src[2], vars);
+            int32_t e = lx_new(p, LX_LET, m->dtype);
+            p->lx[e].a = iv;
+            p->lx[e].b = body;
+            p->lx[e].s = row;
+            p->lx[e].s2 = m->shape[0];
+            k = &p->kernels[kidx];
+            k->expr = e;
+            sym_id c[KILN_MAX_DIMS];
+            c[0] = row;
+            for (int d = 1; d < m->ndim; d++) c[d] = vars[d];
+            k->store_off = sch_rowmajor(sp, m->ndim, m->shape, c);
+            continue;
+        }
+        if (kiln_dtype_is_block(m->dtype)) {
+            add_quantize(p, i, ob, m->op == OP_CAST ? 1 : 0, KILN_NONE);
+            continue;
+        }
+        int kidx = p->nkernels;
+        sch_kernel *k = add_kernel(p, SCH_K_MAP, i, ob);
+        set_domain(p, k, m->ndim, m->shape);
+        sym_id vars[KILN_MAX_DIMS];
+        memcpy(vars, k->var, sizeof vars);
+        int32_t e = lx_node(p, &p->kernels[kidx], i, vars);
+        p->kernels[kidx].expr = e;
+    }
+
+    /* output copies */
+    for (int32_t o = 0; o < g->noutputs; o++) {
+        if (out_direct[o]) continue;
+        kiln_tensor t = g->outputs[o].tensor;
+        const tensor *T = graph_tensor(g, t);
+        const view *V = &g->views[T->view];
+        const node *m = graph_node(g, T->node);
+        sym_id numel = numel_of(sp, view_ndim(V), view_shape(V));
+        int32_t rb = add_buf(p, SCH_BUF_RESULT, m->dtype, numel, T->node);
+        p->bufs[rb].output = o;
+        if (kiln_dtype_is_block(m->dtype)) {
+            int32_t nb = p->node_buf[T->node];
+            if (nb >= 0 && view_is_identity(V, sp)) {
+                sch_kernel *k = add_kernel(p, SCH_K_COPY, -1, rb);
+                k->src_buf = nb;
+            } else {
+                add_quantize(p, T->node, rb, 2, t);
+            }
+            continue;
+        }
+        int kidx = p->nkernels;
+        sch_kernel *k = add_kernel(p, SCH_K_MAP, -1, rb);
+        set_domain(p, k, view_ndim(V), view_shape(V));
+        sym_id vars[KILN_MAX_DIMS];
+        memcpy(vars, k->var, sizeof vars);
+        int32_t e = lx_tensor(p, &p->kernels[kidx], t, vars);
+        p->kernels[kidx].expr = e;
+    }
+
+    /* state write-back */
+    for (int32_t s = 0; s < nn; s++) {
+        int32_t f = p->state_final[s];
+        if (f < 0 || p->node_buf[s] < 0) continue;
+        if (p->node_buf[f] == p->node_buf[s]) continue;
+        sch_kernel *k = add_kernel(p, SCH_K_COPY, -1, p->node_buf[s]);
+        k->src_buf = p->node_buf[f];
+    }
+
+    free(out_direct);
+    free(needed);
+    free(uses);
+    free(mat);
+    free(chain_state);
+    return KILN_OK;
+}
+
+void sch_program_free(sch_program *p) {
+    if (!p) return;
+    for (int32_t i = 0; i < p->nkernels; i++) free(p->kernels[i].fused);
+    free(p->kernels);
+    free(p->bufs);
+    free(p->lx);
+    free(p->vars);
+    free(p->node_buf);
+    free(p->state_final);
+    memset(p, 0, sizeof *p);
+}

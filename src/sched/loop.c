@@ -1,0 +1,416 @@
+/* loop.c — building and printing the loop IR (see loop.h).
+ *
+ * lx_tensor/lx_node turn "the value of tensor t at these coordinates" into an
+ * expression tree: a node that has its own buffer becomes a load at the
+ * view's offset expression; a node computed inline is expanded in place at
+ * the coordinates its consumer's view maps to (unravelled from the view's
+ * linear offset). Positions a view masks out are wrapped in a GUARD, so no
+ * load is ever issued at an offset outside its buffer.
+ *
+ * Invariants: every lx is created after its operands (ids increase), and each
+ * is referenced once; loop/let variables are fresh sym variables bounded by
+ * their trip counts, which lets the sym simplifier fold (i0*64 + i1) / 64 to
+ * i0 and so keeps index arithmetic in the generated loops cheap.
+ */
+#include "loop.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base.h"
+#include "dtype.h"
+
+void sch_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    size_t need = *len + (size_t)n + 1;
+    if (need > *cap) {
+        size_t nc = *cap ? *cap : 256;
+        while (nc < need) nc *= 2;
+        *buf = kiln_xrealloc(*buf, nc);
+        *cap = nc;
+    }
+    vsnprintf(*buf + *len, *cap - *len, fmt, ap2);
+    va_end(ap2);
+    *len += (size_t)n;
+}
+
+int32_t lx_new(sch_program *p, lx_kind k, kiln_dtype dt) {
+    KILN_GROW(p->lx, p->cap_lx, p->nlx + 1);
+    lx *e = &p->lx[p->nlx];
+    memset(e, 0, sizeof *e);
+    e->kind = k;
+    e->dtype = dt;
+    e->a = e->b = -1;
+    e->s = e->s2 = SYM_NONE;
+    e->buf = -1;
+    return p->nlx++;
+}
+
+int32_t lx_const(sch_program *p, kiln_dtype dt, double v) {
+    int32_t id = lx_new(p, LX_CONST, dt);
+    /* round exactly as a store into a dt buffer would, so the constant the
+     * kernel sees is the one the interpreter sees */
+    unsigned char tmp[8];
+    if (!kiln_dtype_is_block(dt)) {
+        dtype_store(dt, tmp, 0, v);
+        v = dtype_load(dt, tmp, 0);
+    }
+    p->lx[id].value = v;
+    return id;
+}
+
+sym_id sch_new_var(sch_program *p, sch_var_role role, int index, sym_id bound) {
+    char name[64];
+    /* '%' cannot appear in a parsed dimension name, so these never collide
+     * with the user's variables */
+    snprintf(name, sizeof name, "%%p%u.%c%d.%u", p->tag, role == SCH_VAR_LOOP ? 'i' : role == SCH_VAR_REDUCE ? 'r' : 'g',
+             index, (unsigned)p->nvars);
+    sym_id v = sym_var_bounded(p->g->syms, name, bound);
+    const sym_node *sn = sym_get(p->g->syms, v);
+    KILN_ASSERT(sn->kind == SYM_VAR);
+    KILN_GROW(p->vars, p->cap_vars, p->nvars + 1);
+    p->vars[p->nvars].var = (uint32_t)sn->c;
+    p->vars[p->nvars].role = role;
+    p->vars[p->nvars].index = index;
+    p->nvars++;
+    return v;
+}
+
+const sch_var *sch_var_lookup(const sch_program *p, uint32_t var) {
+    for (int32_t i = p->nvars - 1; i >= 0; i--)
+        if (p->vars[i].var == var) return &p->vars[i];
+    return NULL;
+}
+
+sym_id sch_rowmajor(sym_pool *sp, int ndim, const sym_id *shape, const sym_id *c) {
+    sym_id lin = sym_const(sp, 0);
+    for (int d = 0; d < ndim; d++) lin = sym_add(sp, sym_mul(sp, lin, shape[d]), c[d]);
+    return lin;
+}
+
+static void add_fused(sch_kernel *k, int32_t n) {
+    for (int32_t i = 0; i < k->nfused; i++)
+        if (k->fused[i] == n) return;
+    KILN_GROW(k->fused, k->cap_fused, k->nfused + 1);
+    k->fused[k->nfused++] = n;
+}
+
+int32_t lx_tensor(sch_program *p, sch_kernel *k, kiln_tensor t, const sym_id *idx) {
+    kiln_graph *g = p->g;
+    sym_pool *sp = g->syms;
+    const tensor *T = graph_tensor(g, t);
+    const view *V = &g->views[T->view];
+    const node *m = graph_node(g, T->node);
+    sym_id off, valid;
+    int64_t cv;
+    int identity = view_is_identity(V, sp);
+    if (identity) {
+        off = sch_rowmajor(sp, m->ndim, m->shape, idx);
+        valid = sym_const(sp, 1);
+    } else {
+        view_expr(V, sp, idx, &off, &valid);
+    }
+    if (sym_is_const(sp, valid, &cv) && cv == 0) return lx_const(p, m->dtype, 0.0);
+    int32_t e;
+    if (p->node_buf[T->node] >= 0) {
+        e = lx_new(p, LX_LOAD, m->dtype);
+        p->lx[e].buf = p->node_buf[T->node];
+        p->lx[e].s = off;
+    } else if (identity) {
+        e = lx_node(p, k, T->node, idx);
+    } else {
+        sym_id c[KILN_MAX_DIMS];
+        sym_id below = sym_const(sp, 1);
+        for (int d = m->ndim - 1; d >= 0; d--) {
+            if (sym_is_const(sp, m->shape[d], &cv) && cv == 1) {
+                c[d] = sym_const(sp, 0);
+                continue;
+            }
+            sym_id x = sym_div(sp, off, below);
+            if (d > 0) x = sym_mod(sp, x, m->shape[d]);
+            c[d] = x;
+            below = sym_mul(sp, below, m->shape[d]);
+        }
+        e = lx_node(p, k, T->node, c);
+    }
+    if (sym_is_const(sp, valid, &cv) && cv != 0) return e;
+    int32_t gd = lx_new(p, LX_GUARD, m->dtype);
+    p->lx[gd].a = e;
+    p->lx[gd].s = valid;
+    return gd;
+}
+
+int32_t lx_node(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c) {
+    kiln_graph *g = p->g;
+    const node *m = graph_node(g, n);
+    int32_t e;
+    if (m->op != OP_CONST) add_fused(k, n);
+    switch (m->op) {
+    case OP_CONST: return lx_const(p, m->dtype, m->value);
+    case OP_IOTA:
+        e = lx_new(p, LX_INDEX, m->dtype);
+        p->lx[e].s = c[m->axis];
+        return e;
+    case OP_EXP2:
+    case OP_LOG2:
+    case OP_SIN:
+    case OP_SQRT:
+    case OP_RECIP: {
+        int32_t a = lx_tensor(p, k, m->src[0], c);
+        e = lx_new(p, LX_UNARY, m->dtype);
+        p->lx[e].op = m->op;
+        p->lx[e].a = a;
+        return e;
+    }
+    case OP_ADD:
+    case OP_MUL:
+    case OP_MOD:
+    case OP_LT: {
+        int32_t a = lx_tensor(p, k, m->src[0], c);
+        int32_t b = lx_tensor(p, k, m->src[1], c);
+        e = lx_new(p, LX_BINARY, m->dtype);
+        p->lx[e].op = m->op;
+        p->lx[e].a = a;
+        p->lx[e].b = b;
+        return e;
+    }
+    case OP_CAST: {
+        KILN_ASSERT(!kiln_dtype_is_block(m->dtype));
+        int32_t a = lx_tensor(p, k, m->src[0], c);
+        e = lx_new(p, LX_CAST, m->dtype);
+        p->lx[e].a = a;
+        return e;
+    }
+    case OP_CONTIGUOUS: return lx_tensor(p, k, m->src[0], c);
+    case OP_GATHER: {
+        kiln_tensor table = m->src[0], idx = m->src[1];
+        int ni = view_ndim(graph_tensor_view(g, idx));
+        int nt = view_ndim(graph_tensor_view(g, table));
+        sym_id rows = view_shape(graph_tensor_view(g, table))[0];
+        int32_t iv = lx_tensor(p, k, idx, c);
+        int let_no = p->nlets++;
+        sym_id var = sch_new_var(p, SCH_VAR_LET, let_no, rows);
+        sym_id tc[KILN_MAX_DIMS];
+        tc[0] = var;
+        for (int d = 1; d < nt; d++) tc[d] = c[ni + d - 1];
+        int32_t body = lx_tensor(p, k, table, tc);
+        e = lx_new(p, LX_LET, p->lx[body].dtype);
+        p->lx[e].a = iv;
+        p->lx[e].b = body;
+        p->lx[e].s = var;
+        p->lx[e].s2 = rows;
+        return e;
+    }
+    default: break;
+    }
+    KILN_ASSERT(0 && "lx_node: a node that needs its own buffer was not given one");
+    return -1;
+}
+
+/* ---- printing --------------------------------------------------------- */
+
+static void print_sym_rec(const sch_program *p, sym_id s, int c_mode, char **buf, size_t *len, size_t *cap) {
+    const sym_pool *sp = p->g->syms;
+    const sym_node *n = sym_get(sp, s);
+    int64_t alo, ahi;
+    switch (n->kind) {
+    case SYM_CONST:
+        if (c_mode) sch_appendf(buf, len, cap, n->c < 0 ? "(%lldLL)" : "%lldLL", (long long)n->c);
+        else sch_appendf(buf, len, cap, "%lld", (long long)n->c);
+        return;
+    case SYM_VAR: {
+        const sch_var *v = sch_var_lookup(p, (uint32_t)n->c);
+        if (!v) {
+            if (c_mode) sch_appendf(buf, len, cap, "v[%lld]", (long long)n->c);
+            else sch_appendf(buf, len, cap, "%s", sym_var_name(sp, (uint32_t)n->c));
+        } else if (v->role == SCH_VAR_LOOP) {
+            sch_appendf(buf, len, cap, "i%d", v->index);
+        } else if (v->role == SCH_VAR_REDUCE) {
+            sch_appendf(buf, len, cap, "r");
+        } else {
+            sch_appendf(buf, len, cap, "g%d", v->index);
+        }
+        return;
+    }
+    default: break;
+    }
+    const char *op = NULL, *fn = NULL;
+    int64_t bc;
+    switch (n->kind) {
+    case SYM_ADD: op = " + "; break;
+    case SYM_MUL: op = " * "; break;
+    case SYM_LT: op = " < "; break;
+    case SYM_AND: op = " && "; break;
+    case SYM_MIN: fn = "kmin"; break;
+    case SYM_MAX: fn = "kmax"; break;
+    case SYM_DIV:
+    case SYM_MOD:
+        sym_bounds(sp, n->a, &alo, &ahi);
+        /* C's / and % equal floor semantics for a >= 0, b > 0 */
+        if (c_mode && !(alo >= 0 && sym_is_const(sp, n->b, &bc) && bc > 0)) fn = n->kind == SYM_DIV ? "kfdiv" : "kfmod";
+        else op = n->kind == SYM_DIV ? " / " : " % ";
+        break;
+    default: KILN_ASSERT(0 && "unknown sym kind");
+    }
+    if (fn) {
+        sch_appendf(buf, len, cap, "%s(", fn);
+        print_sym_rec(p, n->a, c_mode, buf, len, cap);
+        sch_appendf(buf, len, cap, ", ");
+        print_sym_rec(p, n->b, c_mode, buf, len, cap);
+        sch_appendf(buf, len, cap, ")");
+    } else {
+        sch_appendf(buf, len, cap, "(");
+        print_sym_rec(p, n->a, c_mode, buf, len, cap);
+        sch_appendf(buf, len, cap, "%s", op);
+        print_sym_rec(p, n->b, c_mode, buf, len, cap);
+        sch_appendf(buf, len, cap, ")");
+    }
+}
+
+void sch_print_sym(const sch_program *p, sym_id s, char **buf, size_t *len, size_t *cap) {
+    print_sym_rec(p, s, 1, buf, len, cap);
+}
+
+static void print_text_sym(const sch_program *p, sym_id s, char **buf, size_t *len, size_t *cap) {
+    print_sym_rec(p, s, 0, buf, len, cap);
+}
+
+static void print_lx(const sch_program *p, int32_t id, char **buf, size_t *len, size_t *cap) {
+    const lx *e = &p->lx[id];
+    switch (e->kind) {
+    case LX_CONST: sch_appendf(buf, len, cap, "%.9g", e->value); break;
+    case LX_LOAD:
+        sch_appendf(buf, len, cap, "b%d[", e->buf);
+        print_text_sym(p, e->s, buf, len, cap);
+        sch_appendf(buf, len, cap, "]");
+        break;
+    case LX_INDEX:
+        sch_appendf(buf, len, cap, "%s(", kiln_dtype_name(e->dtype));
+        print_text_sym(p, e->s, buf, len, cap);
+        sch_appendf(buf, len, cap, ")");
+        break;
+    case LX_UNARY:
+        sch_appendf(buf, len, cap, "%s(", op_table[e->op].name);
+        print_lx(p, e->a, buf, len, cap);
+        sch_appendf(buf, len, cap, ")");
+        break;
+    case LX_BINARY:
+        sch_appendf(buf, len, cap, "%s(", op_table[e->op].name);
+        print_lx(p, e->a, buf, len, cap);
+        sch_appendf(buf, len, cap, ", ");
+        print_lx(p, e->b, buf, len, cap);
+        sch_appendf(buf, len, cap, ")");
+        break;
+    case LX_CAST:
+        sch_appendf(buf, len, cap, "%s<-%s(", kiln_dtype_name(e->dtype), kiln_dtype_name(p->lx[e->a].dtype));
+        print_lx(p, e->a, buf, len, cap);
+        sch_appendf(buf, len, cap, ")");
+        break;
+    case LX_GUARD:
+        sch_appendf(buf, len, cap, "(");
+        print_text_sym(p, e->s, buf, len, cap);
+        sch_appendf(buf, len, cap, " ? ");
+        print_lx(p, e->a, buf, len, cap);
+        sch_appendf(buf, len, cap, " : 0)");
+        break;
+    case LX_LET:
+        sch_appendf(buf, len, cap, "let ");
+        print_text_sym(p, e->s, buf, len, cap);
+        sch_appendf(buf, len, cap, " = ");
+        print_lx(p, e->a, buf, len, cap);
+        sch_appendf(buf, len, cap, " in [0, ");
+        print_text_sym(p, e->s2, buf, len, cap);
+        sch_appendf(buf, len, cap, ") in ");
+        print_lx(p, e->b, buf, len, cap);
+        break;
+    }
+}
+
+static const char *buf_kind_name(sch_buf_kind k) {
+    switch (k) {
+    case SCH_BUF_INPUT: return "input";
+    case SCH_BUF_STATE: return "state";
+    case SCH_BUF_NODE: return "arena";
+    case SCH_BUF_RESULT: return "result";
+    case SCH_BUF_TEMP: return "temp";
+    }
+    return "?";
+}
+
+static void print_buf(const sch_program *p, int32_t b, char **buf, size_t *len, size_t *cap) {
+    const sch_buf *B = &p->bufs[b];
+    sch_appendf(buf, len, cap, "b%d (%s %s", b, buf_kind_name(B->kind), kiln_dtype_name(B->dtype));
+    if (B->kind == SCH_BUF_INPUT || B->kind == SCH_BUF_STATE) sch_appendf(buf, len, cap, " '%s'", p->g->nodes[B->node].name);
+    if (B->kind == SCH_BUF_RESULT) sch_appendf(buf, len, cap, " '%s'", p->g->outputs[B->output].name);
+    sch_appendf(buf, len, cap, ", ");
+    print_text_sym(p, B->numel, buf, len, cap);
+    sch_appendf(buf, len, cap, " elements)");
+}
+
+static void collect_loads(const sch_program *p, int32_t id, int32_t *seen, int32_t *nseen) {
+    if (id < 0) return;
+    const lx *e = &p->lx[id];
+    if (e->kind == LX_LOAD) {
+        for (int32_t i = 0; i < *nseen; i++)
+            if (seen[i] == e->buf) return;
+        seen[(*nseen)++] = e->buf;
+    }
+    collect_loads(p, e->a, seen, nseen);
+    collect_loads(p, e->b, seen, nseen);
+}
+
+void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len, size_t *cap) {
+    const sch_kernel *k = &p->kernels[kid];
+    static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
+    sch_appendf(buf, len, cap, "kernel %d: %s", kid, kinds[k->kind]);
+    if (k->root >= 0) sch_appendf(buf, len, cap, " (node %d %s)", k->root, op_table[p->g->nodes[k->root].op].name);
+    sch_appendf(buf, len, cap, "\n  out: ");
+    print_buf(p, k->out_buf, buf, len, cap);
+    sch_appendf(buf, len, cap, "\n  in:");
+    int32_t *seen = kiln_xmalloc((size_t)(p->nbufs + 1) * sizeof *seen);
+    int32_t nseen = 0;
+    if (k->kind == SCH_K_QUANTIZE || k->kind == SCH_K_COPY) seen[nseen++] = k->src_buf;
+    else collect_loads(p, k->expr, seen, &nseen);
+    for (int32_t i = 0; i < nseen; i++) {
+        sch_appendf(buf, len, cap, " ");
+        print_buf(p, seen[i], buf, len, cap);
+    }
+    free(seen);
+    sch_appendf(buf, len, cap, "\n  fused:");
+    for (int32_t i = 0; i < k->nfused; i++)
+        sch_appendf(buf, len, cap, " %s#%d", op_table[p->g->nodes[k->fused[i]].op].name, k->fused[i]);
+    sch_appendf(buf, len, cap, "\n");
+    if (k->kind == SCH_K_QUANTIZE || k->kind == SCH_K_COPY) {
+        sch_appendf(buf, len, cap, "  b%d = %s(b%d)\n", k->out_buf, kinds[k->kind], k->src_buf);
+        return;
+    }
+    int ind = 2;
+    for (int d = 0; d < k->ndim; d++, ind += 2) {
+        sch_appendf(buf, len, cap, "%*sfor i%d in [0, ", ind, "", d);
+        print_text_sym(p, k->dim[d], buf, len, cap);
+        sch_appendf(buf, len, cap, ")%s\n", d == 0 && k->kind != SCH_K_SCATTER ? "  (parallel)" : "");
+    }
+    if (k->kind == SCH_K_REDUCE) {
+        sch_appendf(buf, len, cap, "%*sacc = %s\n", ind, "", k->red_op == OP_SUM ? "0" : "-inf");
+        sch_appendf(buf, len, cap, "%*sfor r in [0, ", ind, "");
+        print_text_sym(p, k->rdim, buf, len, cap);
+        sch_appendf(buf, len, cap, ")\n%*sacc = %s(acc, ", ind + 2, "", k->red_op == OP_SUM ? "add" : "max");
+        print_lx(p, k->expr, buf, len, cap);
+        sch_appendf(buf, len, cap, ")\n%*sb%d[", ind, "", k->out_buf);
+        print_text_sym(p, k->store_off, buf, len, cap);
+        sch_appendf(buf, len, cap, "] = acc\n");
+    } else {
+        sch_appendf(buf, len, cap, "%*sb%d[", ind, "", k->out_buf);
+        print_text_sym(p, k->store_off, buf, len, cap);
+        sch_appendf(buf, len, cap, "] = ");
+        print_lx(p, k->expr, buf, len, cap);
+        sch_appendf(buf, len, cap, "\n");
+    }
+}
