@@ -170,7 +170,9 @@ kiln_tensor kiln_softplus(kiln_graph *g, kiln_tensor x);
 kiln_tensor kiln_abs(kiln_graph *g, kiln_tensor x);
 kiln_tensor kiln_maximum(kiln_graph *g, kiln_tensor a, kiln_tensor b);
 kiln_tensor kiln_minimum(kiln_graph *g, kiln_tensor a, kiln_tensor b);
-kiln_tensor kiln_where(kiln_graph *g, kiln_tensor cond, kiln_tensor a, kiln_tensor b); /* cond != 0 ? a : b */
+/* cond != 0 ? a : b; exact for all finite and infinite values, but a NaN in
+ * either branch propagates */
+kiln_tensor kiln_where(kiln_graph *g, kiln_tensor cond, kiln_tensor a, kiln_tensor b);
 kiln_tensor kiln_eq(kiln_graph *g, kiln_tensor a, kiln_tensor b);  /* 1 or 0 */
 kiln_tensor kiln_clamp(kiln_graph *g, kiln_tensor x, double lo, double hi);
 kiln_tensor kiln_mean(kiln_graph *g, kiln_tensor x, int axis);     /* axis removed */
@@ -187,7 +189,8 @@ kiln_tensor kiln_linear(kiln_graph *g, kiln_tensor x, kiln_tensor weight, kiln_t
 /* table (vocab, dim) rows for ids (...): (..., dim); block-format tables are dequantised */
 kiln_tensor kiln_embedding(kiln_graph *g, kiln_tensor table, kiln_tensor ids);
 typedef enum kiln_rope_mode { KILN_ROPE_INTERLEAVED = 0, KILN_ROPE_NEOX = 1 } kiln_rope_mode;
-/* x (seq, heads, head_dim); position of row i is pos + i; rotary dims = head_dim */
+/* x (seq, heads, head_dim); position of row i is pos + i; rotary dims = head_dim,
+ * which must be a constant even number; angles are computed in f32 */
 kiln_tensor kiln_rope(kiln_graph *g, kiln_tensor x, kiln_sym pos, double freq_base, kiln_rope_mode mode);
 /* q (seq, hq, d), k and v (kv_len, hkv, d) with hq a multiple of hkv; query i
  * sits at position q_pos + i and key j at position j; causal; window > 0 keeps

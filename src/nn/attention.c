@@ -17,19 +17,11 @@
 #include "nn_util.h"
 
 /* angles (seq, d/2) in f32: (pos + i) * base^(-2j/d) */
-static kiln_tensor rope_angles(kiln_graph *g, kiln_sym pos, kiln_sym seq, kiln_sym d, kiln_sym half, double base) {
-    kiln_sym end = kiln_sym_add(g, pos, seq);
+static kiln_tensor rope_angles(kiln_graph *g, kiln_sym pos, kiln_sym seq, int64_t d, double base) {
+    kiln_sym end = kiln_sym_add(g, pos, seq), half = kiln_sym_int(g, d / 2);
     kiln_tensor p = kiln_slice(g, kiln_iota(g, KILN_F32, 1, &end, 0), 0, pos, end, 1);
     kiln_tensor j = kiln_iota(g, KILN_F32, 1, &half, 0);
-    int64_t dv;
-    kiln_tensor jscaled; /* -2j/d * log2(base) */
-    if (nn_const_dim(g, d, &dv)) {
-        jscaled = nn_scale(g, j, -2.0 * log2(base) / (double)dv);
-    } else {
-        kiln_tensor inv_d = kiln_recip(g, nn_sym_value(g, d, KILN_F32));
-        jscaled = kiln_mul(g, nn_scale(g, j, -2.0 * log2(base)), inv_d);
-    }
-    kiln_tensor theta = kiln_exp2(g, jscaled);
+    kiln_tensor theta = kiln_exp2(g, nn_scale(g, j, -2.0 * log2(base) / (double)d));
     return kiln_mul(g, kiln_unsqueeze(g, p, 1), kiln_unsqueeze(g, theta, 0));
 }
 
@@ -49,15 +41,16 @@ kiln_tensor kiln_rope(kiln_graph *g, kiln_tensor x, kiln_sym pos, double freq_ba
         graph_error(g, KILN_ERR_INVALID, "%s: invalid position", fn);
         return KILN_NONE;
     }
+    /* the pairing (and the reshape that interleaves the halves back) needs
+     * the head size itself, so it must be a constant */
     kiln_sym seq = kiln_dim(g, x, 0), d = kiln_dim(g, x, 2);
-    kiln_sym two = kiln_sym_int(g, 2);
-    kiln_sym half = kiln_sym_div(g, d, two);
     int64_t dv;
-    if (nn_const_dim(g, d, &dv) && dv % 2 != 0) {
-        graph_error(g, KILN_ERR_SHAPE, "%s: head_dim must be even", fn);
+    if (!nn_const_dim(g, d, &dv) || dv % 2 != 0) {
+        graph_error(g, KILN_ERR_SHAPE, "%s: head_dim must be a constant even size", fn);
         return KILN_NONE;
     }
-    kiln_tensor ang = rope_angles(g, pos, seq, d, half, freq_base);
+    kiln_sym half = kiln_sym_int(g, dv / 2);
+    kiln_tensor ang = rope_angles(g, pos, seq, dv, freq_base);
     /* cos a = 1 - 2 sin^2(a/2): no pi/2 shift that would round a large angle */
     kiln_tensor sh = kiln_sin(g, nn_scale(g, ang, 0.5));
     kiln_tensor cosv = nn_shift(g, nn_scale(g, kiln_mul(g, sh, sh), -2.0), 1.0);
@@ -94,7 +87,7 @@ static kiln_tensor causal_mask(kiln_graph *g, kiln_sym q_pos, kiln_sym seq, kiln
     kiln_tensor allowed = kiln_lt(g, kj, nn_shift(g, qp, 1.0));
     if (window > 0) {
         kiln_tensor dist = kiln_sub(g, qp, kj);
-        allowed = kiln_mul(g, allowed, kiln_lt(g, nn_shift(g, dist, -1.0), kiln_const(g, (double)window, KILN_I32)));
+        allowed = kiln_mul(g, allowed, kiln_lt(g, dist, kiln_const(g, (double)window, KILN_I32)));
     }
     return kiln_cast(g, allowed, t);
 }

@@ -93,7 +93,9 @@ kiln_tensor kiln_eq(kiln_graph *g, kiln_tensor a, kiln_tensor b) {
 
 /* cond != 0 ? a : b. Floats: with K = +inf where cond holds and -inf where
  * not, max(min(a, K), min(b, -K)) picks a or b exactly, infinities included.
- * Integers have no infinities, and arithmetic selection is exact for them. */
+ * Integers have no infinities, and arithmetic selection is exact for them.
+ * A NaN in either branch gives NaN (MAX propagates NaN); no formulation from
+ * these primitives short of a GATHER avoids that, and none is worth its cost. */
 kiln_tensor kiln_where(kiln_graph *g, kiln_tensor cond, kiln_tensor a, kiln_tensor b) {
     if (!nn_ok(g, "kiln_where", cond) || !nn_ok(g, "kiln_where", a) || !nn_ok(g, "kiln_where", b)) return KILN_NONE;
     kiln_dtype t = nn_dtype(g, a);

@@ -1,0 +1,337 @@
+/* cpu.c — the CPU backend: C source compiled by the system C compiler into a
+ * shared object, cached on disk, loaded with dlopen, launched over a thread
+ * pool.
+ *
+ * Cache: $XDG_CACHE_HOME/kiln (default ~/.cache/kiln; /tmp/kiln-cache-<uid>
+ * when neither can be created) holds kiln-<hash>.c and kiln-<hash>.so, the
+ * hash covering the source, the compiler command, its identity (first line
+ * of --version) and the flags. Files are written to a temporary name and
+ * renamed, so concurrent processes never load a half-written object; a .so
+ * that fails to load is rebuilt. The source is kept next to the object so a
+ * compiler failure can point at it.
+ *
+ * Errors are the world's (no compiler, compiler failure, unwritable cache):
+ * reported as a kiln_status with a message, never a crash.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "base.h"
+
+struct rt_module {
+    void *handle;
+    char path[1024];
+};
+
+/* ---- compiler identity ------------------------------------------------ */
+
+const char *rt_cc(void) {
+    const char *cc = getenv("KILN_CC");
+    return cc && cc[0] ? cc : "cc";
+}
+
+static pthread_mutex_t ident_mu = PTHREAD_MUTEX_INITIALIZER;
+static char ident_cc[512], ident_line[512];
+static int ident_ok;
+
+const char *rt_cc_identity(void) {
+    const char *cc = rt_cc();
+    pthread_mutex_lock(&ident_mu);
+    if (strcmp(ident_cc, cc) != 0) {
+        snprintf(ident_cc, sizeof ident_cc, "%s", cc);
+        ident_ok = 0;
+        ident_line[0] = 0;
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "%s --version 2>/dev/null", cc);
+        FILE *f = popen(cmd, "r");
+        if (f) {
+            if (fgets(ident_line, sizeof ident_line, f)) {
+                size_t n = strlen(ident_line);
+                while (n && (ident_line[n - 1] == '\n' || ident_line[n - 1] == '\r')) ident_line[--n] = 0;
+            }
+            int st = pclose(f);
+            ident_ok = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && ident_line[0];
+        }
+    }
+    const char *r = ident_ok ? ident_line : NULL;
+    pthread_mutex_unlock(&ident_mu);
+    return r;
+}
+
+/* ---- ISA from the fingerprint ----------------------------------------- */
+
+int rt_cpu_has(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[8192];
+    int found = 0;
+    size_t fl = strlen(flag);
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0 && strncmp(line, "Features", 8) != 0) continue;
+        char *p = strchr(line, ':');
+        if (!p) continue;
+        for (char *q = p + 1; *q;) {
+            while (*q == ' ' || *q == '\t') q++;
+            char *end = q;
+            while (*end && *end != ' ' && *end != '\n' && *end != '\t') end++;
+            if ((size_t)(end - q) == fl && strncmp(q, flag, fl) == 0) found = 1;
+            q = end;
+            if (*q == '\n') break;
+        }
+        break; /* the first cpu's flags are enough */
+    }
+    fclose(f);
+    return found;
+}
+
+cg_isa rt_cpu_isa(void) {
+    cg_isa best = CG_ISA_SCALAR;
+#if defined(__x86_64__) || defined(__i386__)
+    if (rt_cpu_has("avx2") && rt_cpu_has("fma") && rt_cpu_has("f16c")) best = CG_ISA_AVX2;
+    if (best == CG_ISA_AVX2 && rt_cpu_has("avx512f") && rt_cpu_has("avx512bw") && rt_cpu_has("avx512vl") &&
+        rt_cpu_has("avx512dq"))
+        best = CG_ISA_AVX512;
+#endif
+    const char *want = getenv("KILN_ISA");
+    if (want && want[0]) {
+        cg_isa w = best;
+        if (strcmp(want, "scalar") == 0) w = CG_ISA_SCALAR;
+        else if (strcmp(want, "avx2") == 0) w = CG_ISA_AVX2;
+        else if (strcmp(want, "avx512") == 0) w = CG_ISA_AVX512;
+        if (w < best) best = w; /* never above what the machine has */
+    }
+    return best;
+}
+
+static cg_isa cpu_isa(void) { return rt_cpu_isa(); }
+
+/* ---- cache and compile ------------------------------------------------ */
+
+static int mkdir_p(const char *path) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    return stat(tmp, &st) == 0 && S_ISDIR(st.st_mode) && access(tmp, W_OK) == 0 ? 0 : -1;
+}
+
+static int cache_dir(char *out, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (xdg && xdg[0]) {
+        snprintf(out, cap, "%s/kiln", xdg);
+        if (mkdir_p(out) == 0) return 0;
+    } else if (home && home[0]) {
+        snprintf(out, cap, "%s/.cache/kiln", home);
+        if (mkdir_p(out) == 0) return 0;
+    }
+    snprintf(out, cap, "/tmp/kiln-cache-%ld", (long)getuid());
+    return mkdir_p(out);
+}
+
+static uint64_t fnv(uint64_t h, const char *s) {
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ULL;
+    }
+    h ^= 0xff;
+    h *= 0x100000001b3ULL;
+    return h;
+}
+
+static int write_file_atomic(const char *path, const char *data, size_t n) {
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return -1;
+    int ok = fwrite(data, 1, n, f) == n;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* single-quote a path for sh */
+static void shell_quote(char *out, size_t cap, const char *s) {
+    size_t n = 0;
+    if (cap < 3) return;
+    out[n++] = '\'';
+    for (; *s && n + 5 < cap; s++) {
+        if (*s == '\'') {
+            memcpy(out + n, "'\\''", 4);
+            n += 4;
+        } else {
+            out[n++] = *s;
+        }
+    }
+    out[n++] = '\'';
+    out[n] = 0;
+}
+
+static char *read_text(const char *path, size_t max) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = kiln_xmalloc(max + 1);
+    size_t n = fread(buf, 1, max, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
+    *out = NULL;
+    const char *cc = rt_cc();
+    const char *ident = rt_cc_identity();
+    if (!ident) {
+        snprintf(err, errcap,
+                 "no C compiler: '%s --version' did not run. kiln compiles kernels with the C compiler in "
+                 "$KILN_CC (default 'cc'); install one or set KILN_CC to a working compiler",
+                 cc);
+        return KILN_ERR_IO;
+    }
+    char dir[900];
+    if (cache_dir(dir, sizeof dir) != 0) {
+        snprintf(err, errcap, "cannot create the kernel cache directory %s (set XDG_CACHE_HOME)", dir);
+        return KILN_ERR_IO;
+    }
+    const char *base_flags = "-O2 -shared -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv(h, src);
+    h = fnv(h, cc);
+    h = fnv(h, ident);
+    h = fnv(h, base_flags);
+    h = fnv(h, cflags ? cflags : "");
+    char cpath[1024], sopath[1024];
+    snprintf(cpath, sizeof cpath, "%s/kiln-%016llx.c", dir, (unsigned long long)h);
+    snprintf(sopath, sizeof sopath, "%s/kiln-%016llx.so", dir, (unsigned long long)h);
+
+    rt_module *m = kiln_xcalloc(1, sizeof *m);
+    snprintf(m->path, sizeof m->path, "%s", sopath);
+    if (access(sopath, R_OK) == 0) {
+        m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
+        if (m->handle) {
+            *out = m;
+            return KILN_OK;
+        }
+        remove(sopath); /* damaged: rebuild it */
+    }
+    if (write_file_atomic(cpath, src, strlen(src)) != 0) {
+        snprintf(err, errcap, "cannot write the kernel source %s", cpath);
+        free(m);
+        return KILN_ERR_IO;
+    }
+    char tmpso[1100], errpath[1100], qc[1200], qtmp[1200], qerr[1200], cmd[5000];
+    snprintf(tmpso, sizeof tmpso, "%s.tmp.%ld.so", sopath, (long)getpid());
+    snprintf(errpath, sizeof errpath, "%s.err.%ld", sopath, (long)getpid());
+    shell_quote(qc, sizeof qc, cpath);
+    shell_quote(qtmp, sizeof qtmp, tmpso);
+    shell_quote(qerr, sizeof qerr, errpath);
+    snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s 2>%s", cc, base_flags, cflags ? cflags : "", qtmp, qc, qerr);
+    int st = system(cmd);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char *msg = read_text(errpath, 3000);
+        int code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        if (code == 127)
+            snprintf(err, errcap, "no C compiler: '%s' was not found. Set KILN_CC to a working C compiler", cc);
+        else
+            snprintf(err, errcap, "the C compiler failed (KILN_CC='%s', exit %d): %s\nsource kept at %s", cc, code,
+                     msg && msg[0] ? msg : "(no message)", cpath);
+        free(msg);
+        remove(errpath);
+        remove(tmpso);
+        free(m);
+        return KILN_ERR_IO;
+    }
+    remove(errpath);
+    if (rename(tmpso, sopath) != 0) {
+        snprintf(err, errcap, "cannot move the compiled kernels to %s", sopath);
+        remove(tmpso);
+        free(m);
+        return KILN_ERR_IO;
+    }
+    m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
+    if (!m->handle) {
+        const char *de = dlerror();
+        snprintf(err, errcap, "cannot load %s: %s (source kept at %s)", sopath, de ? de : "?", cpath);
+        free(m);
+        return KILN_ERR_IO;
+    }
+    *out = m;
+    return KILN_OK;
+}
+
+static void *cpu_symbol(rt_module *m, const char *name) { return m && m->handle ? dlsym(m->handle, name) : NULL; }
+static const char *cpu_module_path(const rt_module *m) { return m ? m->path : ""; }
+
+static void cpu_module_free(rt_module *m) {
+    if (!m) return;
+    if (m->handle) dlclose(m->handle);
+    free(m);
+}
+
+/* ---- memory and launch ------------------------------------------------- */
+
+static void *cpu_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    return p;
+}
+static void cpu_dealloc(void *p) { free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) memmove(dst, src, bytes);
+}
+
+typedef struct launch_ctx {
+    rt_kernel_fn fn;
+    void *const *bufs;
+    const int64_t *vars;
+    int64_t chunk;
+} launch_ctx;
+
+static int launch_piece(void *ctx, int64_t lo, int64_t hi) {
+    const launch_ctx *c = ctx;
+    return c->fn(c->bufs, c->vars, lo, hi, c->chunk);
+}
+
+static int cpu_launch(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n, int64_t chunk,
+                      int serial) {
+    launch_ctx c = {fn, bufs, vars, chunk};
+    if (serial || !pool) return fn(bufs, vars, 0, n, chunk);
+    return rt_pool_run(pool, n, 0, launch_piece, &c);
+}
+
+static void cpu_sync(void) {}
+
+static int cpu_supports(const sch_program *p, int32_t kernel) {
+    (void)p;
+    (void)kernel;
+    return 1;
+}
+
+char *rt_cpu_fingerprint(void);
+
+static const rt_backend cpu_backend = {
+    "cpu",        rt_cpu_fingerprint, cpu_supports, cpu_isa,     cg_emit_c, cpu_compile, cpu_symbol,
+    cpu_module_path, cpu_module_free, cpu_alloc,  cpu_dealloc, cpu_copy,  cpu_launch,  cpu_sync,
+};
+
+const rt_backend *rt_backend_find(const char *name) {
+    if (!name || !name[0] || strcmp(name, "cpu") == 0) return &cpu_backend;
+    return NULL;
+}

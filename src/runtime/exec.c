@@ -1,0 +1,391 @@
+/* exec.c — kiln_compile and kiln_run: the compiled program and its execution.
+ *
+ * kiln_compile: kernelize the graph, emit C for the backend's ISA, compile
+ * and load it, look up every kernel function. Nothing about sizes is fixed:
+ * kiln_run evaluates the graph's symbolic sizes under the current bindings,
+ * plans the arena for those sizes (only when they changed), binds the
+ * caller's input and state buffers in place, allocates the results, and
+ * launches the kernels in order.
+ *
+ * Invariants: bufs[] (per program buffer) points at the caller's memory for
+ * inputs and states, into the arena for intermediates and temps, and at the
+ * freshly allocated results; results are handed to the graph (g->results,
+ * terminated by ndim -1, as the reference interpreter leaves them) only after
+ * every kernel succeeded. A range error inside a kernel stops the run with
+ * KILN_ERR_RANGE; state updated in place before that point stays updated
+ * (unlike the reference interpreter, which writes states back only on
+ * success).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln_compile.h"
+#include "backend.h"
+#include "base.h"
+#include "dtype.h"
+#include "interp.h"
+#include "memplan.h"
+#include "quant.h"
+
+struct kiln_program {
+    kiln_graph *g;
+    const rt_backend *be;
+    sch_program sp;
+    char *source;
+    rt_module *mod;
+    rt_kernel_fn *fns; /* per kernel (NULL for host steps) */
+    rt_pool *pool;
+    cg_isa isa;
+    /* run state, kept between runs */
+    void **bufs;
+    size_t *bytes;
+    rt_live *live;
+    void *arena;
+    size_t arena_cap, arena_used;
+    int64_t *values;
+    uint32_t nvalues;
+};
+
+kiln_compile_options kiln_compile_defaults(void) {
+    kiln_compile_options o;
+    memset(&o, 0, sizeof o);
+    o.backend = "cpu";
+    return o;
+}
+
+kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_status *st) {
+    char err[4096];
+    kiln_status s = KILN_OK;
+    kiln_compile_options o = opt ? *opt : kiln_compile_defaults();
+    if (st) *st = KILN_OK;
+    if (!g) {
+        if (st) *st = KILN_ERR_INVALID;
+        return NULL;
+    }
+    const rt_backend *be = rt_backend_find(o.backend);
+    if (!be) {
+        graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: unknown backend '%s' (available: cpu)", o.backend);
+        if (st) *st = KILN_ERR_UNSUPPORTED;
+        return NULL;
+    }
+    if (o.threads < 0 || o.search_budget < 0) {
+        graph_run_error(g, KILN_ERR_INVALID, "kiln_compile: negative threads or search budget");
+        if (st) *st = KILN_ERR_INVALID;
+        return NULL;
+    }
+    kiln_program *p = kiln_xcalloc(1, sizeof *p);
+    p->g = g;
+    p->be = be;
+    s = sch_kernelize(g, &p->sp, err, sizeof err);
+    if (s != KILN_OK) {
+        if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);
+        if (st) *st = s;
+        kiln_program_free(p);
+        return NULL;
+    }
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        if (!be->supports(&p->sp, k)) {
+            graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: backend %s cannot run kernel %d", be->name, k);
+            if (st) *st = KILN_ERR_UNSUPPORTED;
+            kiln_program_free(p);
+            return NULL;
+        }
+    }
+    cg_options co;
+    co.isa = o.vector < 0 ? CG_ISA_SCALAR : be->isa();
+    p->isa = co.isa;
+    p->source = be->emit(&p->sp, &co);
+    s = be->compile(p->source, cg_isa_cflags(co.isa), &p->mod, err, sizeof err);
+    if (s != KILN_OK) {
+        graph_run_error(g, s, "kiln_compile: %s", err);
+        if (st) *st = s;
+        kiln_program_free(p);
+        return NULL;
+    }
+    p->fns = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->fns);
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        sch_kernel_kind kk = p->sp.kernels[k].kind;
+        if (kk == SCH_K_QUANTIZE || kk == SCH_K_COPY) continue;
+        char name[32];
+        snprintf(name, sizeof name, "kiln_k%d", k);
+        void *f = be->symbol(p->mod, name);
+        if (!f) {
+            graph_run_error(g, KILN_ERR_IO, "kiln_compile: kernel %s missing from %s", name, be->module_path(p->mod));
+            if (st) *st = KILN_ERR_IO;
+            kiln_program_free(p);
+            return NULL;
+        }
+        /* dlsym returns data pointers; POSIX guarantees the conversion */
+        memcpy(&p->fns[k], &f, sizeof f);
+    }
+    p->pool = rt_pool_new(o.threads);
+    int32_t nb = p->sp.nbufs + 1;
+    p->bufs = kiln_xcalloc((size_t)nb, sizeof *p->bufs);
+    p->bytes = kiln_xcalloc((size_t)nb, sizeof *p->bytes);
+    p->live = kiln_xcalloc((size_t)nb, sizeof *p->live);
+    return p;
+}
+
+void kiln_program_free(kiln_program *p) {
+    if (!p) return;
+    if (p->pool) rt_pool_free(p->pool);
+    if (p->mod) p->be->module_free(p->mod);
+    if (p->arena) p->be->dealloc(p->arena);
+    sch_program_free(&p->sp);
+    free(p->source);
+    free(p->fns);
+    free(p->bufs);
+    free(p->bytes);
+    free(p->live);
+    free(p->values);
+    free(p);
+}
+
+const char *kiln_program_source(const kiln_program *p) { return p ? p->source : ""; }
+const char *kiln_program_library(const kiln_program *p) { return p && p->mod ? p->be->module_path(p->mod) : ""; }
+int kiln_program_kernel_count(const kiln_program *p) { return p ? (int)p->sp.nkernels : 0; }
+size_t kiln_program_arena_bytes(const kiln_program *p) { return p ? p->arena_used : 0; }
+
+char *kiln_program_kernels(const kiln_program *p) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (!p) return kiln_xstrdup("");
+    sch_appendf(&buf, &len, &cap, "%d kernels (backend %s, %s code, %d threads)\n", (int)p->sp.nkernels,
+                p->be->name, cg_isa_name(p->isa), rt_pool_threads(p->pool));
+    for (int32_t k = 0; k < p->sp.nkernels; k++) sch_kernel_print(&p->sp, k, &buf, &len, &cap);
+    return buf;
+}
+
+/* ---- run --------------------------------------------------------------- */
+
+/* sym_eval with our bound mask: graph variables are bound by kiln_bind_dim;
+ * loop variables never appear in what the host evaluates */
+static kiln_status load_values(kiln_program *p, uint8_t **bound_out) {
+    kiln_graph *g = p->g;
+    uint32_t n = sym_var_count(g->syms);
+    if (n > p->nvalues) {
+        p->values = kiln_xrealloc(p->values, ((size_t)n + 1) * sizeof *p->values);
+        p->nvalues = n;
+    }
+    uint8_t *bound = kiln_xcalloc((size_t)n + 1, 1);
+    for (uint32_t v = 0; v < n; v++) {
+        p->values[v] = v < g->ndim_values ? g->dim_values[v] : 0;
+        bound[v] = v < g->ndim_values ? g->dim_bound[v] : 0;
+    }
+    *bound_out = bound;
+    return KILN_OK;
+}
+
+static kiln_status eval_sym_b(kiln_program *p, const uint8_t *bound, sym_id s, int64_t *out, const char *what) {
+    uint32_t missing = 0;
+    kiln_graph *g = p->g;
+    if (sym_eval(g->syms, s, p->values, bound, out, &missing) == 0) return KILN_OK;
+    const char *nm = sym_var_name(g->syms, missing);
+    graph_run_error(g, KILN_ERR_UNBOUND, "kiln_run: unbound symbol '%s' (needed by %s)", nm ? nm : "?", what);
+    return KILN_ERR_UNBOUND;
+}
+
+static void touch(rt_live *l, int32_t k) {
+    if (l->first > l->last) {
+        l->first = l->last = k;
+        return;
+    }
+    if (k < l->first) l->first = k;
+    if (k > l->last) l->last = k;
+}
+
+static void touch_expr(const sch_program *sp, rt_live *live, int32_t id, int32_t k) {
+    if (id < 0) return;
+    const lx *x = &sp->lx[id];
+    if (x->kind == LX_LOAD) touch(&live[x->buf], k);
+    touch_expr(sp, live, x->a, k);
+    touch_expr(sp, live, x->b, k);
+}
+
+static void free_results(output_value *r, int32_t n) {
+    if (!r) return;
+    for (int32_t i = 0; i < n; i++) free(r[i].data);
+    free(r);
+}
+
+kiln_status kiln_run(kiln_program *p) {
+    if (!p) return KILN_ERR_INVALID;
+    kiln_graph *g = p->g;
+    if (g->build_failed) return g->status;
+    sch_program *sp = &p->sp;
+    uint8_t *bound = NULL;
+    kiln_status s = load_values(p, &bound);
+    char what[160];
+    output_value *res = NULL;
+
+    /* sizes */
+    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
+        const sch_buf *B = &sp->bufs[b];
+        int64_t numel = 0;
+        snprintf(what, sizeof what, "the size of buffer %d", (int)b);
+        s = eval_sym_b(p, bound, B->numel, &numel, what);
+        if (s != KILN_OK) break;
+        if (numel < 0) {
+            graph_run_error(g, KILN_ERR_SHAPE, "kiln_run: buffer %d has a negative size", (int)b);
+            s = KILN_ERR_SHAPE;
+            break;
+        }
+        size_t bytes = kiln_dtype_bytes(B->dtype, numel);
+        if (bytes == 0 && numel != 0) {
+            graph_run_error(g, KILN_ERR_SHAPE, "kiln_run: %lld elements of %s are not a whole number of blocks",
+                            (long long)numel, kiln_dtype_name(B->dtype));
+            s = KILN_ERR_SHAPE;
+            break;
+        }
+        p->bytes[b] = bytes;
+    }
+    /* the caller's buffers */
+    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
+        const sch_buf *B = &sp->bufs[b];
+        if (B->kind != SCH_BUF_INPUT && B->kind != SCH_BUF_STATE) continue;
+        const char *name = g->nodes[B->node].name;
+        const input_binding *bind = NULL;
+        for (int32_t i = 0; i < g->ninputs; i++)
+            if (strcmp(g->inputs[i].name, name) == 0) bind = &g->inputs[i];
+        if (!bind) {
+            graph_run_error(g, KILN_ERR_UNBOUND, "kiln_run: %s '%s' has no bound buffer",
+                            B->kind == SCH_BUF_STATE ? "state" : "input", name);
+            s = KILN_ERR_UNBOUND;
+        } else if (bind->bytes != p->bytes[b]) {
+            graph_run_error(g, KILN_ERR_INVALID, "kiln_run: %s '%s': expected %zu bytes, the bound buffer has %zu",
+                            B->kind == SCH_BUF_STATE ? "state" : "input", name, p->bytes[b], bind->bytes);
+            s = KILN_ERR_INVALID;
+        } else if (!bind->data && bind->bytes) {
+            graph_run_error(g, KILN_ERR_INVALID, "kiln_run: input '%s': NULL buffer", name);
+            s = KILN_ERR_INVALID;
+        } else {
+            p->bufs[b] = bind->data;
+        }
+    }
+    /* the arena: liveness over kernel indices */
+    if (s == KILN_OK) {
+        for (int32_t b = 0; b < sp->nbufs; b++) {
+            p->live[b].bytes = p->bytes[b];
+            p->live[b].first = 1;
+            p->live[b].last = 0;
+        }
+        for (int32_t k = 0; k < sp->nkernels; k++) {
+            const sch_kernel *K = &sp->kernels[k];
+            touch(&p->live[K->out_buf], k);
+            if (K->src_buf >= 0) touch(&p->live[K->src_buf], k);
+            touch_expr(sp, p->live, K->expr, k);
+        }
+        for (int32_t b = 0; b < sp->nbufs; b++) {
+            sch_buf_kind kk = sp->bufs[b].kind;
+            if (kk != SCH_BUF_NODE && kk != SCH_BUF_TEMP) {
+                p->live[b].first = 1;
+                p->live[b].last = 0;
+            }
+        }
+        size_t need = rt_memplan(p->live, sp->nbufs);
+        if (need > p->arena_cap) {
+            if (p->arena) p->be->dealloc(p->arena);
+            p->arena = p->be->alloc(need);
+            p->arena_cap = p->arena ? need : 0;
+            if (!p->arena) {
+                graph_run_error(g, KILN_ERR_NOMEM, "kiln_run: cannot allocate an arena of %zu bytes", need);
+                s = KILN_ERR_NOMEM;
+            }
+        }
+        p->arena_used = need;
+        for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
+            sch_buf_kind kk = sp->bufs[b].kind;
+            if (kk == SCH_BUF_NODE || kk == SCH_BUF_TEMP) p->bufs[b] = (char *)p->arena + p->live[b].offset;
+        }
+    }
+    /* results */
+    if (s == KILN_OK) {
+        res = kiln_xcalloc((size_t)g->noutputs + 1, sizeof *res);
+        res[g->noutputs].ndim = -1;
+        for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
+            const sch_buf *B = &sp->bufs[b];
+            if (B->kind != SCH_BUF_RESULT) continue;
+            output_value *r = &res[B->output];
+            const view *V = graph_tensor_view(g, g->outputs[B->output].tensor);
+            r->ndim = view_ndim(V);
+            for (int d = 0; d < r->ndim && s == KILN_OK; d++) {
+                snprintf(what, sizeof what, "the shape of output '%s'", g->outputs[B->output].name);
+                s = eval_sym_b(p, bound, view_shape(V)[d], &r->dims[d], what);
+            }
+            r->dtype = B->dtype;
+            r->bytes = p->bytes[b];
+            r->data = malloc(r->bytes ? r->bytes : 1);
+            if (!r->data) {
+                graph_run_error(g, KILN_ERR_NOMEM, "kiln_run: cannot allocate %zu bytes for output '%s'", r->bytes,
+                                g->outputs[B->output].name);
+                s = KILN_ERR_NOMEM;
+            }
+            p->bufs[b] = r->data;
+        }
+    }
+    /* kernels */
+    int nthreads = rt_pool_threads(p->pool);
+    for (int32_t k = 0; k < sp->nkernels && s == KILN_OK; k++) {
+        const sch_kernel *K = &sp->kernels[k];
+        if (K->kind == SCH_K_COPY) {
+            size_t n = p->bytes[K->src_buf] < p->bytes[K->out_buf] ? p->bytes[K->src_buf] : p->bytes[K->out_buf];
+            if (p->bufs[K->out_buf] != p->bufs[K->src_buf]) p->be->copy(p->bufs[K->out_buf], p->bufs[K->src_buf], n);
+            continue;
+        }
+        if (K->kind == SCH_K_QUANTIZE) {
+            kiln_dtype t = sp->bufs[K->out_buf].dtype;
+            int64_t numel = (int64_t)(p->bytes[K->src_buf] / sizeof(float));
+            if (quant_quantize(t, p->bufs[K->src_buf], p->bufs[K->out_buf], numel) != 0) {
+                graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_run: kiln has no %s encoder", kiln_dtype_name(t));
+                s = KILN_ERR_UNSUPPORTED;
+            }
+            continue;
+        }
+        int64_t outer = 1, inner = 1;
+        for (int d = 0; d < K->ndim && s == KILN_OK; d++) {
+            int64_t v = 0;
+            snprintf(what, sizeof what, "the loops of kernel %d", (int)k);
+            s = eval_sym_b(p, bound, K->dim[d], &v, what);
+            if (d + 1 < K->ndim) outer *= v;
+            else inner = v;
+        }
+        if (s != KILN_OK) break;
+        if (outer == 0 || (K->ndim > 0 && inner == 0)) continue;
+        int64_t work = outer * inner;
+        if (K->kind == SCH_K_REDUCE) {
+            int64_t rn = 0;
+            s = eval_sym_b(p, bound, K->rdim, &rn, "a reduction");
+            if (s != KILN_OK) break;
+            work *= rn > 0 ? rn : 1;
+        }
+        int64_t chunk = 0, items = outer;
+        int serial = K->kind == SCH_K_SCATTER || nthreads <= 1 || work < 32768;
+        if (!serial && outer < 4 * (int64_t)nthreads && inner >= 2048) {
+            /* few long rows: split rows into chunks so every thread has work */
+            int64_t per_row = (4 * (int64_t)nthreads + outer - 1) / outer;
+            chunk = (inner + per_row - 1) / per_row;
+            chunk = (chunk + 63) / 64 * 64;
+            items = outer * ((inner + chunk - 1) / chunk);
+        }
+        if (K->ndim == 0) items = 1;
+        int r = p->be->launch(p->pool, p->fns[k], p->bufs, p->values, items, chunk, serial);
+        if (r != 0) {
+            graph_run_error(g, KILN_ERR_RANGE, "kiln_run: a %s index is out of range (kernel %d, node %d)",
+                            K->kind == SCH_K_SCATTER ? "SCATTER" : "GATHER", (int)k, (int)K->root);
+            s = KILN_ERR_RANGE;
+        }
+    }
+    p->be->sync();
+    free(bound);
+    if (s != KILN_OK) {
+        free_results(res, g->noutputs);
+        interp_free_results(g);
+        return s;
+    }
+    interp_free_results(g);
+    g->results = res;
+    g->status = KILN_OK;
+    g->error[0] = 0;
+    return KILN_OK;
+}
