@@ -59,47 +59,109 @@ static sym_id sceil_div(sym_pool *p, sym_id a, int64_t k) {
     return sym_div(p, sym_add(p, a, sym_const(p, k - 1)), sym_const(p, k));
 }
 
-/* Flattens a product into a constant coefficient and its non-constant factors,
- * without creating nodes (the pool may be const). Returns 0 when the factor
- * list or coefficient gets too large to be worth comparing. */
-#define FLAT_MAX 32
-typedef struct flat_prod {
-    int64_t coef;
+/* Deciding "s == a * b" on a const pool, where no product node may be built:
+ * both sides are expanded into polynomials over the pool's atoms (any node
+ * that is not CONST, ADD or MUL) and compared term by term. Equal polynomials
+ * are equal values, so a 1 is always right; a 0 may just mean "too big to
+ * expand here". Coefficients wrap modulo 2^64 like sym.c's ring arithmetic,
+ * which keeps ring identities exact. */
+#define POLY_TERMS 24
+#define POLY_ATOMS 8
+typedef struct poly_term {
+    uint64_t coef;
     int n;
-    sym_id f[FLAT_MAX];
-} flat_prod;
-
-static int flatten_into(const sym_pool *p, sym_id s, flat_prod *fp) {
-    const sym_node *nd = sym_get(p, s);
-    if (nd->kind == SYM_MUL) return flatten_into(p, nd->a, fp) && flatten_into(p, nd->b, fp);
-    if (nd->kind == SYM_CONST) {
-        int64_t c = nd->c, lim = INT64_C(1) << 31;
-        if (c > lim || c < -lim || fp->coef > lim || fp->coef < -lim) return 0;
-        fp->coef *= c;
-        return 1;
-    }
-    if (fp->n == FLAT_MAX) return 0;
-    fp->f[fp->n++] = s;
-    return 1;
-}
+    sym_id atom[POLY_ATOMS]; /* sorted */
+} poly_term;
+typedef struct poly {
+    int n;
+    poly_term t[POLY_TERMS];
+} poly;
 
 static int cmp_id(const void *a, const void *b) {
     sym_id x = *(const sym_id *)a, y = *(const sym_id *)b;
     return (x > y) - (x < y);
 }
 
-/* 1 if s is provably a * b, judged on the const pool by comparing flattened
- * factor multisets: sound (equal multisets mean equal products), though it
- * misses products the simplifier rewrote into sums */
+static int cmp_term(const void *a, const void *b) {
+    const poly_term *x = a, *y = b;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    for (int i = 0; i < x->n; i++)
+        if (x->atom[i] != y->atom[i]) return x->atom[i] < y->atom[i] ? -1 : 1;
+    return 0;
+}
+
+/* sorts terms and merges equal monomials, dropping zero coefficients */
+static void poly_norm(poly *q) {
+    for (int i = 0; i < q->n; i++) qsort(q->t[i].atom, (size_t)q->t[i].n, sizeof(sym_id), cmp_id);
+    qsort(q->t, (size_t)q->n, sizeof q->t[0], cmp_term);
+    int w = 0;
+    for (int i = 0; i < q->n; i++) {
+        if (w > 0 && cmp_term(&q->t[w - 1], &q->t[i]) == 0) q->t[w - 1].coef += q->t[i].coef;
+        else q->t[w++] = q->t[i];
+    }
+    int k = 0;
+    for (int i = 0; i < w; i++)
+        if (q->t[i].coef != 0) q->t[k++] = q->t[i];
+    q->n = k;
+}
+
+static int poly_push(poly *q, uint64_t coef, int n, const sym_id *atoms) {
+    if (q->n == POLY_TERMS || n > POLY_ATOMS) return 0;
+    poly_term *t = &q->t[q->n++];
+    t->coef = coef;
+    t->n = n;
+    if (n) memcpy(t->atom, atoms, (size_t)n * sizeof(sym_id));
+    return 1;
+}
+
+/* appends x * y to out */
+static int poly_mul_into(poly *out, const poly *x, const poly *y) {
+    for (int i = 0; i < x->n; i++)
+        for (int j = 0; j < y->n; j++) {
+            sym_id at[2 * POLY_ATOMS];
+            int n = x->t[i].n + y->t[j].n;
+            if (n > POLY_ATOMS) return 0;
+            memcpy(at, x->t[i].atom, (size_t)x->t[i].n * sizeof(sym_id));
+            memcpy(at + x->t[i].n, y->t[j].atom, (size_t)y->t[j].n * sizeof(sym_id));
+            if (!poly_push(out, x->t[i].coef * y->t[j].coef, n, at)) return 0;
+        }
+    return 1;
+}
+
+/* appends the terms of s to q (not normalised); sums recurse without
+ * temporaries, only products need their two factors expanded apart */
+static int poly_acc(const sym_pool *p, sym_id s, poly *q, int depth) {
+    const sym_node *nd = sym_get(p, s);
+    if (depth > 256) return 0;
+    switch (nd->kind) {
+    case SYM_CONST: return poly_push(q, (uint64_t)nd->c, 0, NULL);
+    case SYM_ADD: return poly_acc(p, nd->a, q, depth + 1) && poly_acc(p, nd->b, q, depth + 1);
+    case SYM_MUL: {
+        poly x, y;
+        x.n = y.n = 0;
+        if (!poly_acc(p, nd->a, &x, depth + 1) || !poly_acc(p, nd->b, &y, depth + 1)) return 0;
+        poly_norm(&x);
+        poly_norm(&y);
+        return poly_mul_into(q, &x, &y);
+    }
+    default: return poly_push(q, 1, 1, &s);
+    }
+}
+
+/* 1 if s is provably a * b, without creating nodes */
 static int is_product_const_pool(const sym_pool *p, sym_id s, sym_id a, sym_id b) {
-    flat_prod x = {1, 0, {0}}, y = {1, 0, {0}};
-    if (!flatten_into(p, s, &x) || !flatten_into(p, a, &y) || !flatten_into(p, b, &y)) return 0;
-    if (x.coef != y.coef) return 0;
-    if (x.coef == 0) return 1;
-    if (x.n != y.n) return 0;
-    qsort(x.f, (size_t)x.n, sizeof x.f[0], cmp_id);
-    qsort(y.f, (size_t)y.n, sizeof y.f[0], cmp_id);
-    return memcmp(x.f, y.f, (size_t)x.n * sizeof x.f[0]) == 0;
+    poly x, y, z, ab;
+    x.n = y.n = z.n = ab.n = 0;
+    if (!poly_acc(p, s, &x, 0) || !poly_acc(p, a, &y, 0) || !poly_acc(p, b, &z, 0)) return 0;
+    poly_norm(&x);
+    poly_norm(&y);
+    poly_norm(&z);
+    if (!poly_mul_into(&ab, &y, &z)) return 0;
+    poly_norm(&ab);
+    if (ab.n != x.n) return 0;
+    for (int i = 0; i < x.n; i++)
+        if (cmp_term(&x.t[i], &ab.t[i]) != 0 || x.t[i].coef != ab.t[i].coef) return 0;
+    return 1;
 }
 
 /* ---- layer helpers ----------------------------------------------------------- */
@@ -148,8 +210,8 @@ static void layer_identity(view_layer *L, sym_pool *p, int ndim, const sym_id *s
 
 /* 1 if the layer is the row-major layout of its shape (any offset), unmasked.
  * Size-1 axes may carry any stride: they are only ever indexed at 0. With a
- * mutable pool products are built and compared by id; with a const one the
- * flattened-factor comparison is used. */
+ * mutable pool products are built and compared by id; with a const one they
+ * are compared as expanded polynomials. */
 static int layer_rowmajor(const view_layer *L, const sym_pool *cp, sym_pool *mp) {
     if (L->masked) {
         for (int d = 0; d < L->ndim; d++)
@@ -476,6 +538,11 @@ int view_window(view *out, const view *in, sym_pool *p, int axis, int64_t size, 
 
 /* ---- symbolic and numeric evaluation --------------------------------------- */
 
+/* The index expressions are taken to lie in [0, shape) (index variables bound
+ * by the shape, or anything the caller knows to be in range): mask bounds
+ * equal to 0 or to the shape are therefore skipped, and unravelling uses no
+ * modulo on the leading axis, which is what lets bounded index variables
+ * collapse (8*i0 + i1)/8 back to i0. */
 void view_expr(const view *v, sym_pool *p, const sym_id *idx, sym_id *offset, sym_id *valid) {
     KILN_ASSERT(v->nlayers >= 1 && v->nlayers <= VIEW_MAX_LAYERS);
     sym_id cur[KILN_MAX_DIMS];

@@ -30,6 +30,18 @@
 
 static unsigned program_tag_counter;
 
+static sym_id numel_of(sym_pool *sp, int ndim, const sym_id *shape);
+
+/* tensor t reads its whole node densely in row-major order (perhaps under
+ * another shape): its bytes are the node's bytes */
+static int reads_whole(kiln_graph *g, kiln_tensor t) {
+    const tensor *T = graph_tensor(g, t);
+    const view *V = &g->views[T->view];
+    const node *m = graph_node(g, T->node);
+    return view_is_identity(V, g->syms) &&
+           numel_of(g->syms, view_ndim(V), view_shape(V)) == numel_of(g->syms, m->ndim, m->shape);
+}
+
 static int32_t add_buf(sch_program *p, sch_buf_kind kind, kiln_dtype dt, sym_id numel, int32_t node_id) {
     KILN_GROW(p->bufs, p->cap_bufs, p->nbufs + 1);
     sch_buf *b = &p->bufs[p->nbufs];
@@ -102,7 +114,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
     memset(p, 0, sizeof *p);
     p->g = g;
     p->tag = __atomic_add_fetch(&program_tag_counter, 1u, __ATOMIC_RELAXED);
-    if (g->build_failed || g->status != KILN_OK) {
+    if (g->build_failed) {
         snprintf(err, errcap, "the graph has a builder error: %s", g->error);
         return g->status != KILN_OK ? g->status : KILN_ERR_INVALID;
     }
@@ -131,7 +143,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
         if (m->op == OP_INPUT && m->is_state) chain_state[i] = i;
         if (m->op != OP_SCATTER) continue;
         const tensor *st = graph_tensor(g, m->src[0]);
-        if (!view_is_identity(&g->views[st->view], sp)) continue;
+        if (!reads_whole(g, m->src[0])) continue;
         int32_t s = chain_state[st->node];
         if (s < 0) continue;
         chain_state[i] = s;
@@ -180,7 +192,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
         if (m->op == OP_SCATTER) {
             const tensor *st = graph_tensor(g, m->src[0]);
             int32_t sb = p->node_buf[st->node];
-            if (sb >= 0 && view_is_identity(&g->views[st->view], sp) && uses[st->node] == 1 &&
+            if (sb >= 0 && reads_whole(g, m->src[0]) && uses[st->node] == 1 &&
                 (p->bufs[sb].kind == SCH_BUF_STATE || p->bufs[sb].kind == SCH_BUF_NODE)) {
                 p->node_buf[i] = sb; /* in place */
                 continue;
@@ -194,7 +206,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
         const tensor *T = graph_tensor(g, g->outputs[o].tensor);
         int32_t b = p->node_buf[T->node];
         if (b < 0 || p->bufs[b].kind != SCH_BUF_NODE || p->bufs[b].node != T->node) continue;
-        if (!view_is_identity(&g->views[T->view], sp)) continue;
+        if (!reads_whole(g, g->outputs[o].tensor)) continue;
         p->bufs[b].kind = SCH_BUF_RESULT;
         p->bufs[b].output = o;
         out_direct[o] = 1;
@@ -283,7 +295,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
         p->bufs[rb].output = o;
         if (kiln_dtype_is_block(m->dtype)) {
             int32_t nb = p->node_buf[T->node];
-            if (nb >= 0 && view_is_identity(V, sp)) {
+            if (nb >= 0 && reads_whole(g, t)) {
                 sch_kernel *k = add_kernel(p, SCH_K_COPY, -1, rb);
                 k->src_buf = nb;
             } else {

@@ -112,8 +112,12 @@ int32_t lx_tensor(sch_program *p, sch_kernel *k, kiln_tensor t, const sym_id *id
     int64_t cv;
     int identity = view_is_identity(V, sp);
     if (identity) {
-        off = sch_rowmajor(sp, m->ndim, m->shape, idx);
+        /* row-major over the view's own shape, which may be a reshape of the
+         * node's: coordinates carry over only when the shapes are equal */
+        off = sch_rowmajor(sp, view_ndim(V), view_shape(V), idx);
         valid = sym_const(sp, 1);
+        if (view_ndim(V) != m->ndim) identity = 0;
+        for (int d = 0; identity && d < m->ndim; d++) identity = view_shape(V)[d] == m->shape[d];
     } else {
         view_expr(V, sp, idx, &off, &valid);
     }

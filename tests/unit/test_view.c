@@ -724,6 +724,25 @@ static void test_identity(void) {
     view_identity(&v, p, 3, s4);
     CHECK(view_is_identity(&v, p), "symbolic identity");
     CHECK(v.layer[0].stride[0] == sym_mul(p, seq, K(p, 64)), "stride0 is seq*64");
+    /* strides that are sums once expanded: (b, pos+1, 64) has stride 64*pos + 64 */
+    sym_id pos = sym_var(p, "pos", 0, 4096);
+    sym_id s5[3] = {b, sym_add(p, pos, K(p, 1)), K(p, 64)};
+    view_identity(&v, p, 3, s5);
+    CHECK(view_is_identity(&v, p), "identity with stride (pos+1)*64");
+    t = v;
+    t.layer[0].stride[0] = sym_mul(p, pos, K(p, 64));
+    CHECK(!view_is_identity(&t, p), "stride 64*pos is not (pos+1)*64");
+    t.layer[0].stride[0] = sym_add(p, sym_mul(p, pos, K(p, 64)), K(p, 128));
+    CHECK(!view_is_identity(&t, p), "stride 64*pos+128 is not (pos+1)*64");
+    t.layer[0].stride[0] = sym_mul(p, sym_add(p, pos, K(p, 1)), K(p, 64));
+    CHECK(view_is_identity(&t, p), "stride rebuilt as (pos+1)*64 is");
+    view_slice(&t, &v, p, 1, K(p, 1), s5[1], 1);
+    CHECK(!view_is_identity(&t, p), "slice of it is not");
+    view_slice(&t, &v, p, 2, K(p, 0), K(p, 32), 1);
+    CHECK(!view_is_identity(&t, p), "inner slice of it is not");
+    sym_id s6[2] = {sym_mul(p, b, s5[1]), K(p, 64)};
+    view_reshape(&t, &v, p, 2, s6);
+    CHECK(t.nlayers == 1 && view_is_identity(&t, p), "flattened leading axes still identity");
     sym_pool_free(p);
     CASE_END();
 }

@@ -1,0 +1,522 @@
+/* test_compile.c — compiled graphs (kiln_compile/kiln_run, the CPU backend)
+ * against the reference interpreter, op by op and dtype by dtype, plus the
+ * runtime's promises: symbolic sizes rebound without recompiling, state
+ * updated in place by SCATTER, range errors, missing bindings, and the two
+ * compiler errors (no compiler: names KILN_CC; compiler failure: its message
+ * and the kept source path).
+ *
+ * The oracle is always kiln_eval_reference on the same graph and inputs. The
+ * scalar code path is checked bit-exactly (it follows the interpreter's
+ * arithmetic op by op; NaN matches NaN); the vector path (the machine's best
+ * ISA) only reorders float SUM accumulation, so it is compared with a
+ * relative tolerance of 1e-5 (f32) / one f16 or bf16 ulp.
+ * Kernel objects go to a private cache dir under /tmp so tests never touch
+ * the user's cache.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dtype.h"
+#include "kiln.h"
+#include "kiln_compile.h"
+#include "quant.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static double urand(double lo, double hi) { return lo + (hi - lo) * (double)(rnd() >> 11) / 9007199254740992.0; }
+
+/* a random buffer of n elements of scalar dtype t in [lo, hi] (ints rounded) */
+static void *rand_buf(kiln_dtype t, int64_t n, double lo, double hi) {
+    size_t bytes = kiln_dtype_bytes(t, n);
+    void *b = malloc(bytes ? bytes : 1);
+    for (int64_t i = 0; i < n; i++) {
+        double v = urand(lo, hi);
+        if (!kiln_dtype_is_float(t)) v = floor(v);
+        dtype_store(t, b, i, v);
+    }
+    return b;
+}
+
+/* compare two dense buffers of dtype t: exact (vector == 0) or within the
+ * vector path's tolerance; writes the first difference into why */
+static int close_enough(kiln_dtype t, const void *ref, const void *got, size_t bytes, int exact, char *why,
+                        size_t cap) {
+    if (kiln_dtype_is_block(t) || !kiln_dtype_is_float(t)) {
+        if (memcmp(ref, got, bytes) == 0) return 1;
+        for (size_t i = 0; i < bytes; i++) {
+            if (((const uint8_t *)ref)[i] != ((const uint8_t *)got)[i]) {
+                snprintf(why, cap, "byte %zu differs", i);
+                break;
+            }
+        }
+        return 0;
+    }
+    int64_t n = (int64_t)(bytes / (t == KILN_F32 ? 4 : 2));
+    double tol = t == KILN_F32 ? 1e-5 : t == KILN_F16 ? 1e-3 : 8e-3;
+    for (int64_t i = 0; i < n; i++) {
+        double a = dtype_load(t, ref, i), b = dtype_load(t, got, i);
+        if (isnan(a) && isnan(b)) continue;
+        if (a == b) continue;
+        if (!exact && !isinf(a) && fabs(a - b) <= tol * (1.0 + fabs(a))) continue;
+        snprintf(why, cap, "element %lld: reference %.9g, compiled %.9g", (long long)i, a, b);
+        return 0;
+    }
+    return 1;
+}
+
+/* an output to compare: its name and dtype */
+typedef struct ocase {
+    const char *name;
+    kiln_dtype dtype;
+} ocase;
+
+static int compare_run(kiln_graph *g, const ocase *outs, int nout, int vector, char *why, size_t cap) {
+    void *ref[16], *got[16];
+    size_t bytes[16];
+    int ok = 1;
+    kiln_status s = kiln_eval_reference(g);
+    if (s != KILN_OK) {
+        snprintf(why, cap, "reference failed: %s", kiln_graph_error(g));
+        return 0;
+    }
+    for (int o = 0; o < nout; o++) {
+        int nd;
+        int64_t dims[KILN_MAX_DIMS], n = 1;
+        kiln_output_shape(g, outs[o].name, &nd, dims);
+        for (int d = 0; d < nd; d++) n *= dims[d];
+        bytes[o] = kiln_dtype_bytes(outs[o].dtype, n);
+        ref[o] = malloc(bytes[o] + 1);
+        got[o] = malloc(bytes[o] + 1);
+        memset(got[o], 0xAB, bytes[o] + 1);
+        if (kiln_read_output(g, outs[o].name, ref[o], bytes[o]) != KILN_OK) {
+            snprintf(why, cap, "reading reference '%s': %s", outs[o].name, kiln_graph_error(g));
+            ok = 0;
+        }
+    }
+    kiln_compile_options opt = kiln_compile_defaults();
+    opt.vector = vector ? 0 : -1;
+    kiln_status st;
+    kiln_program *p = ok ? kiln_compile(g, &opt, &st) : NULL;
+    if (ok && !p) {
+        snprintf(why, cap, "compile failed: %s", kiln_graph_error(g));
+        ok = 0;
+    }
+    if (ok && kiln_run(p) != KILN_OK) {
+        snprintf(why, cap, "run failed: %s", kiln_graph_error(g));
+        ok = 0;
+    }
+    for (int o = 0; o < nout && ok; o++) {
+        if (kiln_read_output(g, outs[o].name, got[o], bytes[o]) != KILN_OK) {
+            snprintf(why, cap, "reading '%s': %s", outs[o].name, kiln_graph_error(g));
+            ok = 0;
+            break;
+        }
+        char w[200] = "";
+        if (!close_enough(outs[o].dtype, ref[o], got[o], bytes[o], !vector, w, sizeof w)) {
+            snprintf(why, cap, "output '%s' (%s code): %s", outs[o].name, vector ? "vector" : "scalar", w);
+            ok = 0;
+        }
+    }
+    kiln_program_free(p);
+    for (int o = 0; o < nout; o++) {
+        free(ref[o]);
+        free(got[o]);
+    }
+    return ok;
+}
+
+/* both code paths */
+static int compare_both(kiln_graph *g, const ocase *outs, int nout, char *why, size_t cap) {
+    return compare_run(g, outs, nout, 0, why, cap) && compare_run(g, outs, nout, 1, why, cap);
+}
+
+static const kiln_dtype float_types[3] = {KILN_F32, KILN_F16, KILN_BF16};
+static const kiln_dtype all_types[5] = {KILN_F32, KILN_F16, KILN_BF16, KILN_I32, KILN_U8};
+
+static void test_unary(void) {
+    kiln_tensor (*fn[5])(kiln_graph *, kiln_tensor) = {kiln_exp2, kiln_log2, kiln_sin, kiln_sqrt, kiln_recip};
+    const char *names[5] = {"exp2", "log2", "sin", "sqrt", "recip"};
+    for (int k = 0; k < 5; k++) {
+        for (int ti = 0; ti < 3; ti++) {
+            char cname[64], why[300] = "";
+            kiln_dtype t = float_types[ti];
+            snprintf(cname, sizeof cname, "compile_%s_%s", names[k], kiln_dtype_name(t));
+            CASE_BEGIN(cname);
+            kiln_graph *g = kiln_graph_new();
+            kiln_tensor x = kiln_input(g, "x", t, "n, 37");
+            /* a transposed read: the kernel walks its input non-contiguously */
+            kiln_output(g, fn[k](g, x), "y");
+            kiln_output(g, fn[k](g, kiln_transpose(g, x, 0, 1)), "yt");
+            CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+            void *xb = rand_buf(t, 5 * 37, k == 1 || k == 3 ? -0.5 : -4.0, 6.0);
+            kiln_bind_dim(g, "n", 5);
+            kiln_bind_input(g, "x", xb, kiln_dtype_bytes(t, 5 * 37));
+            ocase outs[2] = {{"y", t}, {"yt", t}};
+            CHECK(compare_both(g, outs, 2, why, sizeof why), "%s", why);
+            free(xb);
+            kiln_graph_free(g);
+            CASE_END();
+        }
+    }
+}
+
+static void test_binary(void) {
+    kiln_tensor (*fn[4])(kiln_graph *, kiln_tensor, kiln_tensor) = {kiln_add, kiln_mul, kiln_mod, kiln_lt};
+    const char *names[4] = {"add", "mul", "mod", "lt"};
+    for (int k = 0; k < 4; k++) {
+        for (int ti = 0; ti < 5; ti++) {
+            char cname[64], why[300] = "";
+            kiln_dtype t = all_types[ti];
+            snprintf(cname, sizeof cname, "compile_%s_%s", names[k], kiln_dtype_name(t));
+            CASE_BEGIN(cname);
+            kiln_graph *g = kiln_graph_new();
+            kiln_tensor a = kiln_input(g, "a", t, "n, 19");
+            kiln_tensor b = kiln_input(g, "b", t, "19");
+            kiln_output(g, fn[k](g, a, b), "y");                       /* broadcast b over rows */
+            kiln_output(g, fn[k](g, kiln_flip(g, a, 1), b), "yf");     /* a flipped view */
+            CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+            /* ints: large values so that i32 MUL wraps and u8 ADD/MUL wrap;
+             * b contains zeros (MOD by zero is 0) */
+            double lo = t == KILN_U8 ? 0 : t == KILN_I32 ? -70000 : -3, hi = t == KILN_U8 ? 255 : t == KILN_I32 ? 70000 : 3;
+            void *ab = rand_buf(t, 4 * 19, lo, hi);
+            void *bb = rand_buf(t, 19, t == KILN_U8 ? 0 : lo / 10, hi / 10);
+            dtype_store(t, bb, 3, 0.0);
+            kiln_bind_dim(g, "n", 4);
+            kiln_bind_input(g, "a", ab, kiln_dtype_bytes(t, 4 * 19));
+            kiln_bind_input(g, "b", bb, kiln_dtype_bytes(t, 19));
+            ocase outs[2] = {{"y", t}, {"yf", t}};
+            CHECK(compare_both(g, outs, 2, why, sizeof why), "%s", why);
+            free(ab);
+            free(bb);
+            kiln_graph_free(g);
+            CASE_END();
+        }
+    }
+}
+
+static void test_reduce(void) {
+    for (int k = 0; k < 2; k++) {
+        for (int ti = 0; ti < 5; ti++) {
+            for (int axis = 0; axis < 3; axis++) {
+                char cname[64], why[300] = "";
+                kiln_dtype t = all_types[ti];
+                snprintf(cname, sizeof cname, "compile_%s_%s_axis%d", k ? "max" : "sum", kiln_dtype_name(t), axis);
+                CASE_BEGIN(cname);
+                kiln_graph *g = kiln_graph_new();
+                kiln_tensor x = kiln_input(g, "x", t, "3, n, 70");
+                kiln_output(g, k ? kiln_max(g, x, axis) : kiln_sum(g, x, axis), "y");
+                /* a reduction that absorbs an elementwise producer and feeds a consumer */
+                kiln_tensor sq = kiln_mul(g, x, x);
+                kiln_tensor r = k ? kiln_max(g, sq, axis) : kiln_sum(g, sq, axis);
+                kiln_output(g, kiln_add(g, r, r), "z");
+                CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+                void *xb = rand_buf(t, 3 * 6 * 70, t == KILN_U8 ? 0 : -100, 100);
+                kiln_bind_dim(g, "n", 6);
+                kiln_bind_input(g, "x", xb, kiln_dtype_bytes(t, 3 * 6 * 70));
+                ocase outs[2] = {{"y", t}, {"z", t}};
+                CHECK(compare_both(g, outs, 2, why, sizeof why), "%s", why);
+                free(xb);
+                kiln_graph_free(g);
+                CASE_END();
+            }
+        }
+    }
+    CASE_BEGIN("compile_max_nan_and_empty");
+    {
+        char why[300] = "";
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, "4, n");
+        kiln_output(g, kiln_max(g, x, 1), "m");
+        kiln_output(g, kiln_sum(g, x, 1), "s");
+        float xb[4 * 40];
+        for (int i = 0; i < 160; i++) xb[i] = (float)urand(-5, 5);
+        xb[45] = NAN;
+        kiln_bind_dim(g, "n", 40);
+        kiln_bind_input(g, "x", xb, sizeof xb);
+        ocase outs[2] = {{"m", KILN_F32}, {"s", KILN_F32}};
+        CHECK(compare_both(g, outs, 2, why, sizeof why), "%s", why);
+        kiln_bind_dim(g, "n", 0); /* an empty axis: MAX -inf, SUM 0 */
+        kiln_bind_input(g, "x", xb, 0);
+        CHECK(compare_both(g, outs, 2, why, sizeof why), "empty: %s", why);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+}
+
+static void test_cast(void) {
+    for (int a = 0; a < 5; a++) {
+        for (int b = 0; b < 5; b++) {
+            if (a == b) continue;
+            char cname[64], why[300] = "";
+            kiln_dtype from = all_types[a], to = all_types[b];
+            snprintf(cname, sizeof cname, "compile_cast_%s_%s", kiln_dtype_name(from), kiln_dtype_name(to));
+            CASE_BEGIN(cname);
+            kiln_graph *g = kiln_graph_new();
+            kiln_tensor x = kiln_input(g, "x", from, "n");
+            kiln_output(g, kiln_cast(g, x, to), "y");
+            void *xb = rand_buf(from, 300, from == KILN_U8 ? 0 : -400, 400);
+            if (kiln_dtype_is_float(from)) {
+                dtype_store(from, xb, 0, NAN);
+                dtype_store(from, xb, 1, 1e30);
+                dtype_store(from, xb, 2, -3.75);
+            }
+            kiln_bind_dim(g, "n", 300);
+            kiln_bind_input(g, "x", xb, kiln_dtype_bytes(from, 300));
+            ocase outs[1] = {{"y", to}};
+            CHECK(compare_both(g, outs, 1, why, sizeof why), "%s", why);
+            free(xb);
+            kiln_graph_free(g);
+            CASE_END();
+        }
+    }
+    const kiln_dtype blocks[4] = {KILN_Q8_0, KILN_Q4_0, KILN_Q4_K, KILN_Q6_K};
+    for (int k = 0; k < 4; k++) {
+        char cname[64], why[300] = "";
+        kiln_dtype bt = blocks[k];
+        snprintf(cname, sizeof cname, "compile_cast_%s", kiln_dtype_name(bt));
+        CASE_BEGIN(cname);
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor w = kiln_input(g, "w", bt, "rows, 512");
+        kiln_tensor ids = kiln_input(g, "ids", KILN_I32, "3");
+        kiln_output(g, kiln_cast(g, w, KILN_F32), "deq");                          /* dequantise */
+        kiln_output(g, kiln_cast(g, kiln_transpose(g, w, 0, 1), KILN_F16), "deqt"); /* through a view */
+        kiln_output(g, kiln_embedding(g, w, ids), "emb");                           /* gathered rows */
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, "2, 512");
+        kiln_output(g, kiln_cast(g, kiln_mul(g, x, x), bt), "q");                   /* quantise */
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        float *src = rand_buf(KILN_F32, 4 * 512, -2, 2);
+        size_t wb = kiln_dtype_bytes(bt, 4 * 512);
+        void *wq = malloc(wb);
+        quant_quantize(bt, src, wq, 4 * 512);
+        int32_t idv[3] = {3, 0, 2};
+        kiln_bind_dim(g, "rows", 4);
+        kiln_bind_input(g, "w", wq, wb);
+        kiln_bind_input(g, "ids", idv, sizeof idv);
+        kiln_bind_input(g, "x", src, 2 * 512 * sizeof(float));
+        kiln_dtype et = kiln_tensor_dtype(g, kiln_embedding(g, w, ids));
+        ocase outs[4] = {{"deq", KILN_F32}, {"deqt", KILN_F16}, {"emb", et}, {"q", bt}};
+        CHECK(compare_both(g, outs, 4, why, sizeof why), "%s", why);
+        free(src);
+        free(wq);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+}
+
+static void test_data_ops(void) {
+    char why[300] = "";
+    CASE_BEGIN("compile_gather_iota_const_contiguous");
+    {
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor table = kiln_input(g, "t", KILN_F32, "10, d");
+        kiln_tensor idx = kiln_input(g, "i", KILN_I32, "n, 2");
+        kiln_tensor gth = kiln_gather(g, table, idx);
+        kiln_output(g, gth, "g");
+        kiln_sym shp[2] = {kiln_sym_parse(g, "n"), kiln_sym_parse(g, "d")};
+        kiln_tensor io = kiln_iota(g, KILN_F32, 2, shp, 1);
+        kiln_tensor c = kiln_const(g, 0.25, KILN_F32);
+        kiln_output(g, kiln_add(g, kiln_mul(g, io, c), kiln_sum(g, gth, 1)), "io");
+        kiln_tensor padded = kiln_pad(g, table, 1, kiln_sym_int(g, 2), kiln_sym_int(g, 3));
+        kiln_output(g, kiln_contiguous(g, kiln_flip(g, padded, 0)), "pad");
+        kiln_output(g, kiln_window(g, kiln_reshape_str(g, table, "10*d"), 0, 3, 2, 2), "win");
+        kiln_output(g, kiln_slice(g, table, 0, kiln_sym_int(g, 1), kiln_sym_int(g, 9), 3), "sl");
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        void *tb = rand_buf(KILN_F32, 10 * 6, -1, 1);
+        int32_t iv[8] = {9, 0, 3, 3, 7, 1, 2, 8};
+        kiln_bind_dim(g, "d", 6);
+        kiln_bind_dim(g, "n", 4);
+        kiln_bind_input(g, "t", tb, 60 * sizeof(float));
+        kiln_bind_input(g, "i", iv, sizeof iv);
+        ocase outs[5] = {{"g", KILN_F32}, {"io", KILN_F32}, {"pad", KILN_F32}, {"win", KILN_F32}, {"sl", KILN_F32}};
+        CHECK(compare_both(g, outs, 5, why, sizeof why), "%s", why);
+        /* an index out of range is KILN_ERR_RANGE, not a crash */
+        kiln_program *p = kiln_compile(g, NULL, NULL);
+        CHECK(p != NULL, "%s", kiln_graph_error(g));
+        iv[3] = 10;
+        CHECK(p && kiln_run(p) == KILN_ERR_RANGE, "out-of-range gather: %s", kiln_graph_error(g));
+        iv[3] = -1;
+        CHECK(p && kiln_run(p) == KILN_ERR_RANGE, "negative gather: %s", kiln_graph_error(g));
+        iv[3] = 3;
+        CHECK(p && kiln_run(p) == KILN_OK, "after fixing: %s", kiln_graph_error(g));
+        kiln_program_free(p);
+        free(tb);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+
+    CASE_BEGIN("compile_scatter_state_in_place");
+    {
+        /* a KV-cache update: cache (ctx, 8) rows pos..pos+seq replaced; the
+         * attention-like consumer reads the updated cache */
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor cache = kiln_state(g, "cache", KILN_F32, "16, 8");
+        kiln_tensor kv = kiln_input(g, "kv", KILN_F32, "seq, 8");
+        kiln_tensor rows = kiln_input(g, "rows", KILN_I32, "seq");
+        kiln_tensor upd = kiln_scatter(g, cache, rows, kiln_mul(g, kv, kv));
+        kiln_output(g, kiln_sum(g, upd, 1), "rowsum");
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        float c_ref[128], c_got[128], kvb[3 * 8];
+        for (int i = 0; i < 128; i++) c_ref[i] = c_got[i] = (float)i;
+        for (int i = 0; i < 24; i++) kvb[i] = (float)urand(-2, 2);
+        int32_t rv[3] = {5, 6, 5}; /* repeated row: the later one wins */
+        kiln_bind_dim(g, "seq", 3);
+        kiln_bind_input(g, "kv", kvb, sizeof kvb);
+        kiln_bind_input(g, "rows", rv, sizeof rv);
+        kiln_bind_input(g, "cache", c_ref, sizeof c_ref);
+        float s_ref[16], s_got[16];
+        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+        kiln_read_output(g, "rowsum", s_ref, sizeof s_ref);
+        kiln_bind_input(g, "cache", c_got, sizeof c_got);
+        kiln_program *p = kiln_compile(g, NULL, NULL);
+        CHECK(p != NULL, "%s", kiln_graph_error(g));
+        CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+        kiln_read_output(g, "rowsum", s_got, sizeof s_got);
+        CHECK(memcmp(c_ref, c_got, sizeof c_ref) == 0, "state buffers differ after the update");
+        for (int i = 0; i < 16; i++) CHECK(fabsf(s_ref[i] - s_got[i]) <= 1e-5f * (1 + fabsf(s_ref[i])), "row %d", i);
+        /* the cache really was written (row 5 holds the second kv row squared) */
+        CHECK(c_got[5 * 8] == kvb[16] * kvb[16], "row 5: %g", (double)c_got[5 * 8]);
+        /* the arena holds no copy of the 16x8 state: the scatter is in place */
+        CHECK(p && kiln_program_arena_bytes(p) < 16 * 8 * sizeof(float), "arena %zu bytes",
+              p ? kiln_program_arena_bytes(p) : 0);
+        kiln_program_free(p);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+}
+
+static void test_symbolic_rebind(void) {
+    CASE_BEGIN("compile_rebind_sizes_without_recompiling");
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, "seq, dim");
+    kiln_output(g, kiln_softmax(g, x, -1), "sm");
+    kiln_output(g, kiln_rmsnorm(g, x, KILN_NONE, 1e-6), "rms");
+    kiln_program *p = kiln_compile(g, NULL, NULL);
+    CHECK(p != NULL, "%s", kiln_graph_error(g));
+    const char *lib = p ? kiln_program_library(p) : "";
+    for (int round = 0; round < 4 && p; round++) {
+        int64_t seq = 1 + (int64_t)(rnd() % 9), dim = 1 + (int64_t)(rnd() % 3000);
+        float *xb = rand_buf(KILN_F32, seq * dim, -8, 8);
+        float *r1 = malloc((size_t)(seq * dim) * 4), *r2 = malloc((size_t)(seq * dim) * 4);
+        kiln_bind_dim(g, "seq", seq);
+        kiln_bind_dim(g, "dim", dim);
+        kiln_bind_input(g, "x", xb, (size_t)(seq * dim) * 4);
+        const char *names[2] = {"sm", "rms"};
+        for (int o = 0; o < 2; o++) {
+            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+            kiln_read_output(g, names[o], r1, (size_t)(seq * dim) * 4);
+            CHECK(kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+            kiln_read_output(g, names[o], r2, (size_t)(seq * dim) * 4);
+            char why[200] = "";
+            CHECK(close_enough(KILN_F32, r1, r2, (size_t)(seq * dim) * 4, 0, why, sizeof why), "%s seq=%lld dim=%lld: %s",
+                  names[o], (long long)seq, (long long)dim, why);
+        }
+        CHECK(strcmp(lib, kiln_program_library(p)) == 0, "the program was rebuilt");
+        free(xb);
+        free(r1);
+        free(r2);
+    }
+    /* an unbound size is an error, not a crash */
+    kiln_graph *g2 = kiln_graph_new();
+    kiln_output(g2, kiln_exp2(g2, kiln_input(g2, "x", KILN_F32, "k")), "y");
+    kiln_program *p2 = kiln_compile(g2, NULL, NULL);
+    CHECK(p2 && kiln_run(p2) == KILN_ERR_UNBOUND, "unbound: %s", kiln_graph_error(g2));
+    float one = 1;
+    kiln_bind_dim(g2, "k", 1);
+    CHECK(p2 && kiln_run(p2) == KILN_ERR_UNBOUND, "no buffer: %s", kiln_graph_error(g2));
+    kiln_bind_input(g2, "x", &one, 2);
+    CHECK(p2 && kiln_run(p2) == KILN_ERR_INVALID, "wrong size: %s", kiln_graph_error(g2));
+    kiln_program_free(p2);
+    kiln_graph_free(g2);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
+static void test_compiler_errors(void) {
+    CASE_BEGIN("compile_error_no_compiler");
+    {
+        const char *old = getenv("KILN_CC");
+        char *saved = old ? strdup(old) : NULL;
+        setenv("KILN_CC", "/nonexistent/kiln-no-such-cc", 1);
+        kiln_graph *g = kiln_graph_new();
+        kiln_output(g, kiln_sin(g, kiln_input(g, "x", KILN_F32, "3")), "y");
+        kiln_status st = KILN_OK;
+        kiln_program *p = kiln_compile(g, NULL, &st);
+        CHECK(p == NULL && st != KILN_OK, "compiled without a compiler");
+        CHECK(strstr(kiln_graph_error(g), "KILN_CC") != NULL, "message: %s", kiln_graph_error(g));
+        kiln_program_free(p);
+        kiln_graph_free(g);
+        if (saved) setenv("KILN_CC", saved, 1);
+        else unsetenv("KILN_CC");
+        free(saved);
+    }
+    CASE_END();
+    CASE_BEGIN("compile_error_compiler_fails");
+    {
+        const char *old = getenv("KILN_CC");
+        char *saved = old ? strdup(old) : NULL;
+        /* a compiler that exists but fails on every file */
+        setenv("KILN_CC", "cc -include /nonexistent/kiln-missing-header.h", 1);
+        kiln_graph *g = kiln_graph_new();
+        kiln_output(g, kiln_sin(g, kiln_input(g, "x", KILN_F32, "3")), "y");
+        kiln_status st = KILN_OK;
+        kiln_program *p = kiln_compile(g, NULL, &st);
+        CHECK(p == NULL && st == KILN_ERR_IO, "status %d", (int)st);
+        const char *msg = kiln_graph_error(g);
+        CHECK(strstr(msg, "kiln-missing-header.h") != NULL, "no compiler message: %s", msg);
+        const char *kept = strstr(msg, "source kept at ");
+        CHECK(kept != NULL, "no source path: %s", msg);
+        if (kept) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s", kept + strlen("source kept at "));
+            path[strcspn(path, "\n ")] = 0;
+            CHECK(access(path, R_OK) == 0, "kept source %s is missing", path);
+        }
+        kiln_program_free(p);
+        kiln_graph_free(g);
+        if (saved) setenv("KILN_CC", saved, 1);
+        else unsetenv("KILN_CC");
+        free(saved);
+    }
+    CASE_END();
+    CASE_BEGIN("compile_explain_kernels_and_source");
+    {
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, "n, 16");
+        kiln_output(g, kiln_softmax(g, x, 1), "y");
+        kiln_program *p = kiln_compile(g, NULL, NULL);
+        CHECK(p != NULL, "%s", kiln_graph_error(g));
+        char *k = p ? kiln_program_kernels(p) : NULL;
+        CHECK(k && strstr(k, "reduce") && strstr(k, "MAX") && strstr(k, "EXP2"), "kernels: %s", k ? k : "");
+        CHECK(p && strstr(kiln_program_source(p), "int kiln_k0(") != NULL, "no kernel function in the source");
+        CHECK(p && kiln_program_kernel_count(p) >= 3, "softmax in fewer than 3 kernels");
+        free(k);
+        kiln_program_free(p);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+}
+
+int main(void) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "/tmp/kiln-test-cache-%ld", (long)getuid());
+    setenv("XDG_CACHE_HOME", dir, 1);
+    test_unary();
+    test_binary();
+    test_reduce();
+    test_cast();
+    test_data_ops();
+    test_symbolic_rebind();
+    test_compiler_errors();
+    return check_exit();
+}
