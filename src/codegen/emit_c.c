@@ -459,42 +459,61 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_pool *sp, sym_id
     }
 }
 
-/* the reduce loop with 4 vector accumulators, then a scalar tail */
+/* the reduce loop: MAX keeps 4 float vector accumulators (max is exact in
+ * any order; a NaN anywhere makes the result NaN, as in the interpreter);
+ * SUM widens each float vector to double and keeps 4 double accumulators,
+ * so the result differs from the interpreter's sequential double sum only
+ * in the last bits of a double — almost always invisible after rounding to
+ * f32. A scalar tail finishes the row. */
 static void emit_vec_reduce(emitter *e, const sch_kernel *k, int w512) {
     sym_pool *sp = e->p->g->syms;
     int W = w512 ? 16 : 8;
     const char *pre = w512 ? "_mm512" : "_mm256";
     const char *vt = w512 ? "__m512" : "__m256";
+    const char *dt = w512 ? "__m512d" : "__m256d";
     int is_sum = k->red_op == OP_SUM;
     OUT("      const int64_t rn = ");
     out_sym(e, k->rdim);
     OUT(";\n");
-    OUT("      %s va0 = %s_set1_ps(%s), va1 = va0, va2 = va0, va3 = va0;\n", vt, pre, is_sum ? "0.0f" : "-INFINITY");
-    OUT("      int anynan = 0;\n      int64_t r = 0;\n");
-    const char *op = is_sum ? "add" : "max";
-    OUT("      for (; r + %d <= rn; r += %d) {\n", 4 * W, 4 * W);
-    for (int u = 0; u < 4; u++) {
-        OUT("        { const int64_t rb = r + %d; (void)rb;\n", u * W);
-        OUT("          int64_t r_save = r; { int64_t r = rb; (void)r_save;\n");
-        OUT("          %s x = ", vt);
+    if (is_sum) OUT("      %s da0 = %s_setzero_pd(), da1 = da0, da2 = da0, da3 = da0;\n", dt, pre);
+    else OUT("      %s va0 = %s_set1_ps(-INFINITY), va1 = va0, va2 = va0, va3 = va0;\n", vt, pre);
+    OUT("      int anynan = 0; (void)anynan;\n      int64_t r0 = 0;\n");
+    int unroll = is_sum ? 2 : 4;
+    OUT("      for (; r0 + %d <= rn; r0 += %d) {\n", unroll * W, unroll * W);
+    for (int u = 0; u < unroll; u++) {
+        OUT("        { const int64_t r = r0 + %d;\n", u * W);
+        OUT("          const %s x = ", vt);
         emit_vec_expr(e, k->expr, w512, sp, k->rvar);
         OUT(";\n");
-        if (!is_sum) {
+        if (is_sum) {
+            if (w512) {
+                OUT("          da%d = _mm512_add_pd(da%d, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));\n", 2 * u, 2 * u);
+                OUT("          da%d = _mm512_add_pd(da%d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))); }\n",
+                    2 * u + 1, 2 * u + 1);
+            } else {
+                OUT("          da%d = _mm256_add_pd(da%d, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));\n", 2 * u, 2 * u);
+                OUT("          da%d = _mm256_add_pd(da%d, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))); }\n", 2 * u + 1,
+                    2 * u + 1);
+            }
+        } else {
             if (w512) OUT("          anynan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0;\n");
             else OUT("          anynan |= _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0;\n");
+            OUT("          va%d = %s_max_ps(va%d, x); }\n", u, pre, u);
         }
-        OUT("          va%d = %s_%s_ps(va%d, x); } }\n", u, pre, op, u);
     }
     OUT("      }\n");
-    OUT("      va0 = %s_%s_ps(%s_%s_ps(va0, va1), %s_%s_ps(va2, va3));\n", pre, op, pre, op, pre, op);
-    OUT("      float lanes[%d]; %s_storeu_ps(lanes, va0);\n", W, pre);
     if (is_sum) {
-        OUT("      double acc = 0.0; for (int q = 0; q < %d; q++) acc += (double)lanes[q];\n", W);
+        int DW = W / 2;
+        OUT("      da0 = %s_add_pd(%s_add_pd(da0, da1), %s_add_pd(da2, da3));\n", pre, pre, pre);
+        OUT("      double lanes[%d]; %s_storeu_pd(lanes, da0);\n", DW, pre);
+        OUT("      double acc = 0.0; for (int q = 0; q < %d; q++) acc += lanes[q];\n", DW);
     } else {
+        OUT("      va0 = %s_max_ps(%s_max_ps(va0, va1), %s_max_ps(va2, va3));\n", pre, pre, pre);
+        OUT("      float lanes[%d]; %s_storeu_ps(lanes, va0);\n", W, pre);
         OUT("      float acc = -INFINITY; for (int q = 0; q < %d; q++) acc = kfmax(acc, lanes[q]);\n", W);
         OUT("      if (anynan) acc = NAN;\n");
     }
-    OUT("      for (; r < rn; r++) {\n");
+    OUT("      for (int64_t r = r0; r < rn; r++) {\n");
     emit_lx(e, k->expr, 8);
     if (is_sum) OUT("        acc += (double)t%d;\n", k->expr);
     else OUT("        acc = kfmax(acc, t%d);\n", k->expr);

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #define EXPAND_CAP 256u
-#define PARSE_MAX_DEPTH 200
+#define PARSE_MAX_DEPTH 256
 #define EMPTY UINT32_MAX
 
 typedef struct sym_varinfo {
@@ -240,9 +240,14 @@ static sym_id intern(sym_pool *p, sym_kind k, int64_t c, sym_id a, sym_id b) {
         i = (i + 1) & mask;
     }
     KILN_ASSERT(p->n < UINT32_MAX - 1);
-    KILN_GROW(p->nodes, p->cap, p->n + 1);
-    p->lo = kiln_xrealloc(p->lo, (size_t)p->cap * sizeof(int64_t));
-    p->hi = kiln_xrealloc(p->hi, (size_t)p->cap * sizeof(int64_t));
+    if (p->n + 1 > p->cap) {
+        uint32_t ncap = p->cap ? p->cap * 2 : 256;
+        if (ncap < p->cap) ncap = UINT32_MAX; /* ids stop below UINT32_MAX anyway */
+        p->nodes = kiln_xrealloc(p->nodes, (size_t)ncap * sizeof(sym_node));
+        p->lo = kiln_xrealloc(p->lo, (size_t)ncap * sizeof(int64_t));
+        p->hi = kiln_xrealloc(p->hi, (size_t)ncap * sizeof(int64_t));
+        p->cap = ncap;
+    }
     sym_id id = p->n++;
     sym_node *nd = &p->nodes[id];
     nd->kind = k, nd->c = c, nd->a = a, nd->b = b;
@@ -542,19 +547,22 @@ static void poly_of_factors(sym_pool *p, const sym_id *ids, uint32_t nids, int64
     free(f.v);
 }
 
-/* P += k * s */
+/* P += k * s. Sums are left-deep, so walking the left spine in a loop keeps
+ * the recursion depth independent of the number of terms. */
 static void to_poly(sym_pool *p, sym_id s, int64_t k, poly *P) {
-    const sym_node *nd = N(p, s);
-    switch (nd->kind) {
-    case SYM_CONST: P->c0 = wadd(P->c0, wmul(k, nd->c)); break;
-    case SYM_ADD: {
-        sym_id a = nd->a, b = nd->b;
-        to_poly(p, a, k, P);
-        to_poly(p, b, k, P);
-        break;
-    }
-    case SYM_MUL: poly_of_factors(p, &s, 1, k, P); break;
-    default: poly_push(P, k, s); break;
+    for (;;) {
+        const sym_node *nd = N(p, s);
+        switch (nd->kind) {
+        case SYM_CONST: P->c0 = wadd(P->c0, wmul(k, nd->c)); return;
+        case SYM_ADD: {
+            sym_id a = nd->a;
+            to_poly(p, nd->b, k, P);
+            s = a;
+            continue;
+        }
+        case SYM_MUL: poly_of_factors(p, &s, 1, k, P); return;
+        default: poly_push(P, k, s); return;
+        }
     }
 }
 
@@ -1018,6 +1026,21 @@ static sym_id rebuild(sym_pool *p, sym_id s, const sym_id *map, uint32_t nvars, 
     if (got != EMPTY) return got;
     sym_kind k = nd->kind;
     sym_id a0 = nd->a, b0 = nd->b;
+    if (k == SYM_ADD) {
+        /* a whole left-deep sum at once: no recursion along the spine */
+        poly P = {0};
+        sym_id cur = s;
+        while (N(p, cur)->kind == SYM_ADD && (cur == s || im_get(memo, cur) == EMPTY)) {
+            sym_id right = N(p, cur)->b, left = N(p, cur)->a;
+            to_poly(p, rebuild(p, right, map, nvars, memo), 1, &P);
+            cur = left;
+        }
+        to_poly(p, rebuild(p, cur, map, nvars, memo), 1, &P);
+        sym_id r = poly_build(p, &P);
+        poly_free(&P);
+        im_put(memo, s, r);
+        return r;
+    }
     sym_id a = rebuild(p, a0, map, nvars, memo);
     sym_id b = rebuild(p, b0, map, nvars, memo);
     sym_id r;
@@ -1075,6 +1098,18 @@ static int eval_rec(const sym_pool *p, sym_id s, const int64_t *values, const ui
         *out = values[v];
         return 0;
     }
+    case SYM_ADD: {
+        /* left-deep sums iterate along the spine */
+        int64_t acc = 0;
+        while (N(p, s)->kind == SYM_ADD) {
+            if (eval_rec(p, N(p, s)->b, values, bound, &b, missing) < 0) return -1;
+            acc = wadd(acc, b);
+            s = N(p, s)->a;
+        }
+        if (eval_rec(p, s, values, bound, &a, missing) < 0) return -1;
+        *out = wadd(acc, a);
+        return 0;
+    }
     default: break;
     }
     if (eval_rec(p, nd->a, values, bound, &a, missing) < 0) return -1;
@@ -1125,6 +1160,30 @@ static void w_i64(writer *w, int64_t v) {
     w_str(w, tmp);
 }
 
+static void print_rec(const sym_pool *p, sym_id s, writer *w);
+
+/* the " + b" part of a sum; a + (-k)*m and a + (-k) read better as minus */
+static void print_add_tail(const sym_pool *p, const sym_node *nd, writer *w) {
+    const sym_node *b = N(p, nd->b);
+    int64_t k;
+    if (b->kind == SYM_CONST && b->c < 0 && b->c != INT64_MIN) {
+        w_str(w, " - ");
+        w_i64(w, -b->c);
+    } else if (b->kind == SYM_MUL && sym_is_const(p, b->b, &k) && k < 0 && k != INT64_MIN) {
+        w_str(w, " - ");
+        if (k != -1) w_str(w, "(");
+        print_rec(p, b->a, w);
+        if (k != -1) {
+            w_str(w, " * ");
+            w_i64(w, -k);
+            w_str(w, ")");
+        }
+    } else {
+        w_str(w, " + ");
+        print_rec(p, nd->b, w);
+    }
+}
+
 static void print_rec(const sym_pool *p, sym_id s, writer *w) {
     const sym_node *nd = N(p, s);
     const char *op = NULL;
@@ -1141,33 +1200,21 @@ static void print_rec(const sym_pool *p, sym_id s, writer *w) {
         w_str(w, ")");
         return;
     case SYM_ADD: {
-        /* a + (-k)*m and a + (-k) read better as subtraction */
-        const sym_node *b = N(p, nd->b);
-        int64_t k;
-        if (b->kind == SYM_CONST && b->c < 0 && b->c != INT64_MIN) {
-            w_str(w, "(");
-            print_rec(p, nd->a, w);
-            w_str(w, " - ");
-            w_i64(w, -b->c);
-            w_str(w, ")");
-            return;
+        /* a left-deep sum prints flat, "(t0 + t1 - t2 + t3)": + and - are
+         * left-associative, so this parses back to the same sum, and neither
+         * printing nor parsing recurses along the spine */
+        idvec spine = {0};
+        sym_id cur = s;
+        while (N(p, cur)->kind == SYM_ADD) {
+            iv_push(&spine, cur);
+            cur = N(p, cur)->a;
         }
-        if (b->kind == SYM_MUL && sym_is_const(p, b->b, &k) && k < 0 && k != INT64_MIN) {
-            w_str(w, "(");
-            print_rec(p, nd->a, w);
-            w_str(w, " - ");
-            if (k != -1) w_str(w, "(");
-            print_rec(p, b->a, w);
-            if (k != -1) {
-                w_str(w, " * ");
-                w_i64(w, -k);
-                w_str(w, ")");
-            }
-            w_str(w, ")");
-            return;
-        }
-        op = " + ";
-        break;
+        w_str(w, "(");
+        print_rec(p, cur, w);
+        for (uint32_t i = spine.n; i-- > 0;) print_add_tail(p, N(p, spine.v[i]), w);
+        w_str(w, ")");
+        free(spine.v);
+        return;
     }
     case SYM_MUL: op = " * "; break;
     case SYM_DIV: op = " / "; break;
@@ -1323,8 +1370,13 @@ static sym_id parse_term(parser *ps) {
     return ps->failed ? SYM_NONE : a;
 }
 
+/* terms accumulate in one polynomial, so a long flat sum costs O(n log n) */
 static sym_id parse_sum(parser *ps) {
     sym_id a = parse_term(ps);
+    if (ps->failed) return SYM_NONE;
+    poly P = {0};
+    to_poly(ps->p, a, 1, &P);
+    int nterms = 1;
     while (!ps->failed) {
         skip_ws(ps);
         char c = ps->s[ps->pos];
@@ -1332,9 +1384,12 @@ static sym_id parse_sum(parser *ps) {
         ps->pos++;
         sym_id b = parse_term(ps);
         if (ps->failed) break;
-        a = c == '+' ? sym_add(ps->p, a, b) : sym_sub(ps->p, a, b);
+        to_poly(ps->p, b, c == '+' ? 1 : -1, &P);
+        nterms++;
     }
-    return ps->failed ? SYM_NONE : a;
+    sym_id r = ps->failed ? SYM_NONE : nterms == 1 ? a : poly_build(ps->p, &P);
+    poly_free(&P);
+    return r;
 }
 
 static sym_id parse_cmp(parser *ps) {

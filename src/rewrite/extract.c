@@ -52,11 +52,11 @@ void eg_extract_best(egraph *eg, eg_cost_fn f, void *ctx, eg_id *choice, double 
     }
 }
 
-static uint32_t term_add(eg_terms *ts, eg_id node, const uint32_t *kids, int nk) {
+static uint32_t term_add(eg_terms *ts, eg_id nid, const uint32_t *kids, int nk) {
     KILN_GROW(ts->t, ts->cap, ts->n + 1);
     eg_term *t = &ts->t[ts->n];
     memset(t, 0, sizeof *t);
-    t->node = node;
+    t->node = nid;
     for (int i = 0; i < nk; i++) t->kids[i] = kids[i];
     return ts->n++;
 }
@@ -103,8 +103,8 @@ typedef struct kbest {
     uint32_t *len;
 } kbest;
 
-static uint64_t ent_hash(eg_id node, const uint32_t *kid, int nk) {
-    uint64_t h = kiln_hash_mix(0x12345, node);
+static uint64_t ent_hash(eg_id nid, const uint32_t *kid, int nk) {
+    uint64_t h = kiln_hash_mix(0x12345, nid);
     for (int i = 0; i < nk; i++) h = kiln_hash_mix(h, kid[i]);
     return h;
 }
@@ -117,12 +117,12 @@ static void khash_insert(kbest *kb, uint32_t id) {
 }
 
 /* the entry for (node, kids), created if new */
-static uint32_t kentry_get(kbest *kb, eg_id node, const uint32_t *kid, double cost) {
-    int nk = kb->eg->nodes[node].nkids;
-    uint32_t j = (uint32_t)ent_hash(node, kid, nk) & (kb->hcap - 1);
+static uint32_t kentry_get(kbest *kb, eg_id nid, const uint32_t *kid, double cost) {
+    int nk = kb->eg->nodes[nid].nkids;
+    uint32_t j = (uint32_t)ent_hash(nid, kid, nk) & (kb->hcap - 1);
     while (kb->hash[j] != UINT32_MAX) {
         const kentry *e = &kb->e[kb->hash[j]];
-        int same = e->node == node;
+        int same = e->node == nid;
         for (int i = 0; same && i < nk; i++) same = e->kid[i] == kid[i];
         if (same) return kb->hash[j];
         j = (j + 1) & (kb->hcap - 1);
@@ -131,7 +131,7 @@ static uint32_t kentry_get(kbest *kb, eg_id node, const uint32_t *kid, double co
     kentry *e = &kb->e[kb->ne];
     memset(e, 0, sizeof *e);
     e->cost = cost;
-    e->node = node;
+    e->node = nid;
     for (int i = 0; i < nk; i++) e->kid[i] = kid[i];
     uint32_t id = kb->ne++;
     if ((uint64_t)kb->ne * 2 > kb->hcap) {

@@ -14,6 +14,7 @@ per dtype: f32 1e-6 relative, f16 2e-3 (one ulp is 1e-3), bf16 1e-2 (one ulp is
 4e-3); integers exact.
 """
 import os
+import re
 import sys
 
 import numpy as np
@@ -1128,6 +1129,69 @@ def e_cast_bad_dtype():
     expect_builder_error(g, g.cast(x, 99), (ERR_INVALID, ERR_DTYPE))
 
 
+# ---------------------------------------------------------------- text forms
+
+def x_text():
+    """kiln_graph_text: one line per node naming op, dtype, shape and operands;
+    a transposed operand carries its view; outputs are marked"""
+    g = Graph()
+    x = g.input("xq", F32, "seq, 8")
+    w = g.input("wk", F16, "8, seq")
+    y = g.add(x, g.cast(g.transpose(w, 0, 1), F32))
+    s = g.sum(y, 1)
+    g.output(s, "total")
+    assert g.status() == OK, g.error()
+    text = g.text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("%")]
+    ops = [ln.split()[2] for ln in lines]
+    assert ops == ["INPUT", "INPUT", "CAST", "ADD", "SUM"], "ops %s in\n%s" % (ops, text)
+    assert '"xq"' in lines[0] and "f32 (seq, 8)" in lines[0], lines[0]
+    assert '"wk"' in lines[1] and "f16 (8, seq)" in lines[1], lines[1]
+    assert lines[2].startswith("%2 = CAST f32 (seq, 8) %1[view:"), "transposed operand without its view: " + lines[2]
+    assert lines[3].startswith("%3 = ADD f32 (seq, 8) %0 %2"), lines[3]
+    assert "[view" not in lines[3], "identity operands shown with a view: " + lines[3]
+    assert lines[4].startswith("%4 = SUM f32 (seq) %3") and '"total"' in lines[4], lines[4]
+    assert re.search(r'^output "total" = %4', text, re.M), "no output line in\n" + text
+
+
+def x_dot():
+    g = Graph()
+    x = g.input("x", F32, "3, 4")
+    y = g.exp2(g.transpose(x, 0, 1))
+    g.output(y, "y")
+    d = g.dot()
+    assert d.startswith("digraph") and d.rstrip().endswith("}"), d[:100]
+    nodes = re.findall(r"^\s*(n\d+) \[label=", d, re.M)
+    assert nodes == ["n0", "n1"], "nodes %s" % nodes
+    edges = re.findall(r"^\s*(n\d+) -> (\w+)(.*);$", d, re.M)
+    assert ("n0", "n1") in [(a, b) for a, b, _ in edges], "no edge n0 -> n1: %s" % edges
+    lab = [rest for a, b, rest in edges if (a, b) == ("n0", "n1")][0]
+    assert "label=" in lab and "(4, 3)" in lab, "transposed edge not labelled with its view: %r" % lab
+    assert ("n1", "out0") in [(a, b) for a, b, _ in edges], "output not drawn"
+    assert "label=" not in [rest for a, b, rest in edges if (a, b) == ("n1", "out0")][0], "identity edge labelled"
+
+
+def x_text_error_and_null():
+    g = Graph()
+    a = g.input("a", F32, "2")
+    g.add(a, g.input("b", F32, "3"))  # builder error
+    text = g.text()
+    assert text is not None and "error" in text.lower() and "%0 = INPUT" in text, text
+    assert g.lib.kiln_graph_text(None) is None and g.lib.kiln_graph_dot(None) is None, "NULL graph"
+
+
+def x_text_names_quoted():
+    """DOT labels escape quotes and backslashes in user names"""
+    g = Graph()
+    x = g.input('we"ird\\name', F32, "2")
+    g.output(g.sqrt(x), "o")
+    d = g.dot()
+    assert 'we\\"ird' in d, "quote not escaped: " + d
+    bare = d.replace("\\\\", "").replace('\\"', "")  # drop escaped backslashes, then escaped quotes
+    assert bare.count('"') % 2 == 0, "unbalanced quotes"
+    assert 'ird\\\\name' in d, "backslash not escaped: " + d
+
+
 # ---------------------------------------------------------------- the list
 
 def main():
@@ -1221,6 +1285,10 @@ def main():
                      ("output of KILN_NONE", e_output_none), ("read unknown output", e_read_unknown_output),
                      ("cast to bad dtype", e_cast_bad_dtype)):
         case("error: " + name, fn)
+    case("graph text", x_text)
+    case("graph dot", x_dot)
+    case("graph text with error, NULL graph", x_text_error_and_null)
+    case("graph dot escapes names", x_text_names_quoted)
     suite.finish()
 
 

@@ -70,6 +70,7 @@ static void test_table(void) {
     CHECK(kiln_dtype_bytes(KILN_Q4_0, 96) == 54, "q4_0 three blocks");
     CHECK(kiln_dtype_bytes(KILN_Q4_K, 512) == 288, "q4_k two blocks");
     CHECK(kiln_dtype_bytes(KILN_Q6_K, 256) == 210, "q6_k one block");
+    CHECK(kiln_dtype_bytes(KILN_Q5_0, 64) == 44, "q5_0 two blocks");
     CHECK(kiln_dtype_bytes(KILN_Q8_0, 33) == 0, "q8_0 partial block");
     CHECK(kiln_dtype_bytes(KILN_Q4_K, 32) == 0, "q4_k partial block");
     CHECK(kiln_dtype_bytes(KILN_Q6_K, 255) == 0, "q6_k partial block");
@@ -77,7 +78,7 @@ static void test_table(void) {
     CHECK(kiln_dtype_bytes(KILN_Q8_0, -32) == 0, "negative n block");
     CHECK(kiln_dtype_bytes(KILN_F32, INT64_MAX) == 0, "overflowing n");
     CHECK(kiln_dtype_bytes((kiln_dtype)99, 4) == 0, "bad dtype");
-    const char *names[KILN_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "u8", "q8_0", "q4_0", "q4_k", "q6_k"};
+    const char *names[KILN_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "u8", "q8_0", "q4_0", "q4_k", "q6_k", "q5_0"};
     for (int t = 0; t < KILN_DTYPE_COUNT; t++) {
         CHECK(strcmp(kiln_dtype_name((kiln_dtype)t), names[t]) == 0, "name %d", t);
         CHECK(kiln_dtype_is_float((kiln_dtype)t) == (t <= KILN_BF16), "is_float %d", t);

@@ -373,6 +373,19 @@ static void canonical(void) {
     CHECK(sym_div(p, isj, st) == C(0), "(i + s*j)/(s*t)");
     CHECK(sym_div(p, sym_mod(p, x, s), s) == C(0), "(x%%s)/s");
     CHECK(sym_div(p, k, C(5)) == C(0) && sym_mod(p, k, C(5)) == k, "k < 5");
+    /* unravelling a merged index, as views do: l = i0*(s1*s2) + i1*s2 + i2 */
+    sym_id s1 = sym_var(p, "s1", 1, 512), s2 = sym_var(p, "s2", 1, 512);
+    sym_id u0 = sym_var_bounded(p, "u0", s), u1 = sym_var_bounded(p, "u1", s1), u2 = sym_var_bounded(p, "u2", s2);
+    sym_id lin = sym_add(p, sym_add(p, sym_mul(p, u0, sym_mul(p, s1, s2)), sym_mul(p, u1, s2)), u2);
+    CHECK(sym_div(p, lin, sym_mul(p, s2, s1)) == u0, "l / (s1*s2)");
+    CHECK(sym_mod(p, sym_div(p, lin, s2), s1) == u1, "(l / s2) %% s1");
+    CHECK(sym_mod(p, lin, s2) == u2, "l %% s2");
+    CHECK(sym_mod(p, lin, sym_mul(p, s1, s2)) == sym_add(p, sym_mul(p, u1, s2), u2), "l %% (s1*s2)");
+    sym_id w1 = sym_var_bounded(p, "w1", C(3)), w2 = sym_var_bounded(p, "w2", C(4));
+    sym_id clin = sym_add(p, sym_add(p, sym_mul(p, u0, C(12)), sym_mul(p, w1, C(4))), w2);
+    CHECK(sym_div(p, clin, C(12)) == u0 && sym_mod(p, sym_div(p, clin, C(4)), C(3)) == w1 &&
+              sym_mod(p, clin, C(4)) == w2,
+          "constant-size unravel");
     /* i is not known to be < t: must stay a division */
     sym_id keep = sym_div(p, sym_add(p, i, sym_mul(p, t, j)), t);
     CHECK(sym_get(p, keep)->kind != SYM_VAR, "(i + t*j)/t must not simplify to a variable");
@@ -536,9 +549,71 @@ static void print_parse(void) {
     deep[L] = '\0';
     sym_id longname = sym_parse(p, deep, err, sizeof err);
     CHECK(longname != SYM_NONE && sym_get(p, longname)->kind == SYM_VAR, "long name");
+    /* a flat sum of 60000 distinct variables: parse, print, eval, simplify */
+    size_t cap = 60000 * 10, at = 0;
+    char *flat = malloc(cap);
+    for (int q = 0; q < 60000; q++) at += (size_t)snprintf(flat + at, cap - at, "%sw%d", q ? (q % 3 ? "+" : "-") : "", q);
+    sym_id fs = sym_parse(p, flat, err, sizeof err);
+    CHECK(fs != SYM_NONE, "flat sum: %s", err);
+    if (fs != SYM_NONE) {
+        int len = sym_print(p, fs, NULL, 0);
+        char *back = malloc((size_t)len + 1);
+        sym_print(p, fs, back, (size_t)len + 1);
+        CHECK(sym_parse(p, back, err, sizeof err) == fs, "flat sum round trip");
+        CHECK(sym_simplify(p, fs) == fs, "flat sum simplify");
+        int64_t *wv = calloc(sym_var_count(p), sizeof(int64_t));
+        int64_t sum_want = 0, got = 0;
+        for (int q = 0; q < 60000; q++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "w%d", q);
+            int vn = sym_find_var(p, nm);
+            if (vn >= 0) wv[vn] = q;
+            sum_want += (q == 0 || q % 3) ? q : -q;
+        }
+        CHECK(sym_eval(p, fs, wv, NULL, &got, NULL) == 0 && got == sum_want, "flat sum eval");
+        free(wv);
+        free(back);
+    }
+    free(flat);
     free(deep);
     CASE_END();
     sym_pool_free(p);
+}
+
+/* products too large to distribute stay factored, and stay correct */
+static void expansion_cap(void) {
+    CASE_BEGIN("canonical_large_product");
+    sym_pool *p = sym_pool_new();
+    sym_id X = sym_const(p, 1), Y = sym_const(p, -2);
+    char nm[16];
+    for (int q = 0; q < 20; q++) {
+        snprintf(nm, sizeof nm, "x%d", q);
+        X = sym_add(p, X, sym_mul(p, sym_var(p, nm, -5, 5), sym_const(p, q + 1)));
+        snprintf(nm, sizeof nm, "y%d", q);
+        Y = sym_add(p, Y, sym_var(p, nm, 0, 9));
+    }
+    sym_id XY = sym_mul(p, X, Y), YX = sym_mul(p, Y, X);
+    CHECK(XY == YX, "commutes");
+    CHECK(sym_simplify(p, XY) == XY, "idempotent");
+    sym_id small = sym_mul(p, sym_add(p, sym_var(p, "x0", 0, 0), sym_const(p, 1)), sym_var(p, "y0", 0, 0));
+    CHECK(sym_get(p, small)->kind == SYM_ADD, "small products still distribute");
+    int64_t vals[40];
+    for (int t = 0; t < 50; t++) {
+        int64_t x = 1, y = -2;
+        for (int q = 0; q < 20; q++) {
+            vals[2 * q] = rint_in(-5, 5);
+            vals[2 * q + 1] = rint_in(0, 9);
+            x += vals[2 * q] * (q + 1);
+            y += vals[2 * q + 1];
+        }
+        int64_t got = 0;
+        CHECK(sym_eval(p, XY, vals, NULL, &got, NULL) == 0 && got == x * y, "eval %lld vs %lld", (long long)got,
+              (long long)(x * y));
+        sym_id sq = sym_mul(p, XY, sym_const(p, 3));
+        CHECK(sym_eval(p, sym_sub(p, sq, XY), vals, NULL, &got, NULL) == 0 && got == 2 * x * y, "2xy");
+    }
+    sym_pool_free(p);
+    CASE_END();
 }
 
 /* ----------------------------------------------------------- performance */
@@ -583,6 +658,7 @@ int main(void) {
     pool_api();
     print_parse();
     random_runs();
+    expansion_cap();
     performance();
     return check_exit();
 }
