@@ -61,4 +61,4 @@ run: all
 	@sh tools/run_default.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-clang

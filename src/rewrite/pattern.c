@@ -47,7 +47,7 @@ static void skip_ws(parser *p) {
 static int atom(parser *p, char *buf, size_t cap) {
     skip_ws(p);
     size_t n = 0;
-    while (p->s[p->i] && !isspace((unsigned char)p->s[p->i]) && !strchr("()[]", p->s[p->i])) {
+    while (p->s[p->i] && !isspace((unsigned char)p->s[p->i]) && !strchr("()[],", p->s[p->i])) {
         if (n + 1 < cap) buf[n++] = p->s[p->i];
         p->i++;
     }

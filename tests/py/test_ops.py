@@ -22,8 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kiln_ctypes import (  # noqa: E402
     BF16, ERR_DTYPE, ERR_INVALID, ERR_RANGE, ERR_SHAPE, ERR_UNBOUND, F16, F32, I32, NONE, OK,
-    Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, U8, BLOCK_LAYOUT, DTYPE_NAMES, STATUS_NAMES, Graph, Suite, assert_close,
-    assert_equal, from_bf16, round_to, to_bf16, to_storage,
+    Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, U8, BLOCK_LAYOUT, DTYPE_NAMES, LIB_PATH, STATUS_NAMES, Graph, Suite,
+    assert_close, assert_equal, from_bf16, load, round_to, to_bf16, to_storage,
 )
 
 FLOATS = (F32, F16, BF16)
@@ -1129,6 +1129,88 @@ def e_cast_bad_dtype():
     expect_builder_error(g, g.cast(x, 99), (ERR_INVALID, ERR_DTYPE))
 
 
+# ---------------------------------------------------------------- odds and ends
+
+def m_sum_empty():
+    """SUM over an empty axis is 0 (the identity), the other axis kept"""
+    g = Graph()
+    x = g.slice(feed(g, "x", F32, rand((3, 4), F32)), 1, 2, 2, 1)  # (3, 0)
+    got = finish(g, g.sum(x, 1), F32)
+    assert_equal(got, np.zeros(3), "sum of (3, 0) over axis 1")
+
+
+def m_sum_long():
+    g = Graph()
+    v = rand((4097,), F32, -1, 1)
+    got = finish(g, g.sum(feed(g, "x", F32, v), 0), F32)
+    assert_close(got, np.array(v.sum()), 0, 1e-6 * np.abs(v).sum(), "sum of 4097 f32")
+
+
+def m_lt_nan():
+    g = Graph()
+    a = np.array([np.nan, 1.0, np.nan, -np.inf])
+    b = np.array([1.0, np.nan, np.nan, 0.0])
+    got = finish(g, g.lt(feed(g, "a", F32, a), feed(g, "b", F32, b)), F32)
+    assert_equal(got, np.array([0.0, 0.0, 0.0, 1.0]), "lt with NaN")
+
+
+def m_scalars():
+    """0-d inputs: binary op of two scalars, and a scalar broadcast into a reduce"""
+    g = Graph()
+    a = feed(g, "a", F32, np.array(2.5))
+    b = feed(g, "b", F32, np.array(-4.0))
+    got = finish(g, g.mul(a, b), F32)
+    assert got.shape == () and got == -10.0, "2.5 * -4 = %r" % (got,)
+
+
+def m_gather_scatter_views():
+    """index and value operands that are views (flipped, transposed)"""
+    g = Graph()
+    table = rand((6, 2), F32)
+    idx = np.array([4, 0, 5], dtype=np.float64)
+    y = g.gather(feed(g, "t", F32, table), g.flip(feed(g, "i", I32, idx), 0))
+    got = finish(g, y, F32)
+    assert_equal(got, table[idx[::-1].astype(np.int64)], "gather by flipped idx")
+    g = Graph()
+    st = np.zeros((5, 3), dtype=np.float32)
+    s = g.state("s", F32, "5, 3")
+    g.bind("s", st)
+    vals = rand((3, 2), F32)  # transposed below to (2, 3)
+    y = g.scatter(s, feed(g, "i", I32, [3, 1]), g.transpose(feed(g, "v", F32, vals), 0, 1))
+    got = finish(g, y, F32)
+    want = np.zeros((5, 3))
+    want[[3, 1]] = vals.T
+    assert_equal(got, want, "scatter of transposed values")
+    assert_equal(st, want.astype(np.float32), "state buffer")
+
+
+def m_two_outputs_one_tensor():
+    g = Graph()
+    v = rand((2, 3), F32)
+    y = g.exp2(feed(g, "x", F32, v))
+    assert g.output(y, "a") == OK and g.output(g.transpose(y, 0, 1), "b") == OK, g.error()
+    g.run()
+    want = np.exp2(v).astype(np.float32)
+    assert_close(g.values("a"), want, 1e-6, 0, "output a")
+    assert_close(g.values("b"), want.T, 1e-6, 0, "output b (transposed)")
+
+
+def m_tensor_info():
+    g = Graph()
+    x = g.input("x", BF16, "seq, 2*seq, 8")
+    assert g.ndim(x) == 3, "ndim %d" % g.ndim(x)
+    assert g.tensor_dtype(x) == BF16, "dtype"
+    assert g.sym_const_value(g.dim(x, 2)) == 8 and g.sym_const_value(g.dim(x, -1)) == 8, "last dim"
+    assert g.dim(x, -3) == g.dim(x, 0) and g.sym_str(g.dim(x, 0)) == "seq", "first dim %r" % g.sym_str(g.dim(x, 0))
+    assert g.sym_const_value(g.dim(x, 1)) is None, "2*seq is not constant"
+    y = g.window(x, 2, 3, 2, 1)
+    assert g.ndim(y) == 4 and g.sym_const_value(g.dim(y, 2)) == 3 and g.sym_const_value(g.dim(y, 3)) == 3, g.shape_str(y)
+    s = g.sum(y, 1)
+    assert g.ndim(s) == 3 and g.dim(s, 0) == g.dim(x, 0), g.shape_str(s)
+    assert g.shape_str(g.unsqueeze(x, 0)).startswith("(1, seq, "), g.shape_str(g.unsqueeze(x, 0))
+    assert g.status() == OK, g.error()
+
+
 # ---------------------------------------------------------------- text forms
 
 def x_text():
@@ -1195,6 +1277,11 @@ def x_text_names_quoted():
 # ---------------------------------------------------------------- the list
 
 def main():
+    try:  # one clear failure instead of one per case when the library is unusable
+        load()
+    except OSError as e:
+        print("FAIL load %s: %s" % (LIB_PATH, e))
+        sys.exit(1)
     shapes_small = [(7,), (3, 5), (2, 1, 3)]
     for t in ALL:
         for shape in ((5,), (2, 3, 1)):
@@ -1285,6 +1372,11 @@ def main():
                      ("output of KILN_NONE", e_output_none), ("read unknown output", e_read_unknown_output),
                      ("cast to bad dtype", e_cast_bad_dtype)):
         case("error: " + name, fn)
+    for name, fn in (("sum over empty axis", m_sum_empty), ("sum of 4097 values", m_sum_long),
+                     ("lt with NaN", m_lt_nan), ("scalar inputs", m_scalars),
+                     ("gather/scatter operands as views", m_gather_scatter_views),
+                     ("two outputs of one tensor", m_two_outputs_one_tensor), ("tensor info", m_tensor_info)):
+        case(name, fn)
     case("graph text", x_text)
     case("graph dot", x_dot)
     case("graph text with error, NULL graph", x_text_error_and_null)

@@ -166,7 +166,17 @@ def t_make_run_script():
     assert "pending" in r.stdout, "the demo does not say the runner is pending"
 
 
+def t_links():
+    """every relative link in the README points at a file of the repository"""
+    text = open(README, encoding="utf-8").read()
+    links = [l for l in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:", l) and not l.startswith("#")]
+    assert links, "no relative links found (the README should link DESIGN.md)"
+    missing = [l for l in links if not os.path.exists(os.path.join(REPO, l.split("#")[0]))]
+    assert not missing, "README links to missing files: %s" % missing
+
+
 suite.case("README C example compiles, runs, matches numpy", t_example)
+suite.case("README relative links resolve", t_links)
 suite.case("kiln graph --list", t_graph_list)
 suite.case("kiln graph --example softmax", t_graph_text, "softmax", ("INPUT", "EXP2", "SUM", "MAX", "RECIP"))
 suite.case("kiln graph --example attention", t_graph_text, "attention", ("INPUT", "MUL", "SUM", "EXP2", "LT"))
