@@ -216,6 +216,15 @@ kiln_status kiln_eval_reference(kiln_graph *g);
 kiln_status kiln_output_shape(const kiln_graph *g, const char *name, int *ndim, int64_t dims[KILN_MAX_DIMS]);
 kiln_status kiln_read_output(const kiln_graph *g, const char *name, void *dst, size_t bytes);
 
+/* ---- the rewrite stage (e-graph) ---------------------------------------- */
+/* graph -> e-graph -> equality saturation -> cheapest extraction: a new,
+ * equivalent graph with the same inputs and outputs, carrying g's bindings.
+ * NULL on error (message in g). Free it with kiln_graph_free. */
+kiln_graph *kiln_graph_optimize(kiln_graph *g);
+/* the e-graph run on g as text (json = 0) or JSON: classes, nodes,
+ * iterations, time, stop reason, firing counts per rule; malloc'd */
+char *kiln_graph_egraph_report(kiln_graph *g, int json);
+
 /* ---- text forms ---------------------------------------------------------- */
 /* the graph as readable text / as Graphviz DOT; returned string is malloc'd */
 char *kiln_graph_text(const kiln_graph *g);

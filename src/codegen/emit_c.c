@@ -34,6 +34,22 @@ const char *cg_isa_name(cg_isa isa) {
     return "?";
 }
 
+int cg_dtype_supported(kiln_dtype t) {
+    switch (t) {
+    case KILN_F32:
+    case KILN_F16:
+    case KILN_BF16:
+    case KILN_I32:
+    case KILN_U8:
+    case KILN_Q8_0:
+    case KILN_Q4_0:
+    case KILN_Q4_K:
+    case KILN_Q6_K:
+    case KILN_Q5_0: return 1;
+    default: return 0;
+    }
+}
+
 const char *cg_isa_cflags(cg_isa isa) {
     switch (isa) {
     case CG_ISA_SCALAR: return "";
@@ -126,6 +142,11 @@ static const char *prelude =
     "KI float kdq_q4_0(const uint8_t *b, int64_t i) { const uint8_t *k = b + (i / 32) * 18; int j = (int)(i % 32);\n"
     "  float d = kh2f((uint16_t)(k[0] | (k[1] << 8))); int q = j < 16 ? (k[2 + j] & 15) : (k[2 + j - 16] >> 4);\n"
     "  return d * (float)(q - 8); }\n"
+    "KI float kdq_q5_0(const uint8_t *b, int64_t i) { const uint8_t *k = b + (i / 32) * 22; int j = (int)(i % 32);\n"
+    "  float d = kh2f((uint16_t)(k[0] | (k[1] << 8)));\n"
+    "  uint32_t qh = (uint32_t)k[2] | ((uint32_t)k[3] << 8) | ((uint32_t)k[4] << 16) | ((uint32_t)k[5] << 24);\n"
+    "  int q = j < 16 ? (int)((k[6 + j] & 0x0fu) | ((qh >> j) & 1u) << 4) : (int)((k[6 + j - 16] >> 4) | ((qh >> j) & 1u) << 4);\n"
+    "  return d * (float)(q - 16); }\n"
     "KI float kdq_q4_k(const uint8_t *b, int64_t i) { const uint8_t *k = b + (i / 256) * 144; int e = (int)(i % 256);\n"
     "  float d = kh2f((uint16_t)(k[0] | (k[1] << 8))), dmin = kh2f((uint16_t)(k[2] | (k[3] << 8)));\n"
     "  const uint8_t *s = k + 4, *qs = k + 16; int sb = e / 32, j = e % 32, sc, m;\n"
@@ -188,6 +209,7 @@ static void emit_load(emitter *e, const lx *x) {
     case KILN_Q4_0: OUT("kdq_q4_0(b%d, ", x->buf); break;
     case KILN_Q4_K: OUT("kdq_q4_k(b%d, ", x->buf); break;
     case KILN_Q6_K: OUT("kdq_q6_k(b%d, ", x->buf); break;
+    case KILN_Q5_0: OUT("kdq_q5_0(b%d, ", x->buf); break;
     default: KILN_ASSERT(0 && "bad dtype");
     }
     out_sym(e, x->s);

@@ -30,6 +30,8 @@ typedef struct cg_options {
 /* the whole translation unit (malloc'd) */
 char *cg_emit_c(const sch_program *p, const cg_options *opt);
 const char *cg_isa_name(cg_isa isa);
+/* 1 when the emitter can load/store this dtype */
+int cg_dtype_supported(kiln_dtype t);
 /* extra compiler flags the ISA needs ("" for scalar) */
 const char *cg_isa_cflags(cg_isa isa);
 

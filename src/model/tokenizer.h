@@ -113,6 +113,12 @@ int tok_token_type(const tokenizer *t, int32_t id);
 int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                int32_t *out, int cap);
 
+/* BPE only, for tests and debugging: run the pre-tokenizer alone over text
+ * (no special-token cutting) and write the end byte offset of each piece to
+ * ends (at most cap). Returns the number of pieces, or -1 for an SPM tokenizer
+ * or a text too long to count in an int. */
+int tok_pretokenize(const tokenizer *t, const char *text, size_t len, int32_t *ends, int cap);
+
 /* The bytes of one token (SPM "▁" -> ' ', byte tokens -> that byte, BPE
  * alphabet -> bytes); control tokens are empty unless special. Writes at most
  * cap bytes, returns the full length, or -1 if id is out of range. Raw bytes:
@@ -129,7 +135,7 @@ long tok_decode(const tokenizer *t, const int32_t *ids, int n, int special, char
  * add_space_prefix space is dropped); 0 when continuing after a prompt. */
 tok_stream *tok_stream_new(const tokenizer *t, int special, int at_start);
 void tok_stream_free(tok_stream *s);
-/* Push one id. On success returns 0 and sets *text/*len to the newly complete
+/* Push one id. On success returns 0 and sets *text and *len to the newly complete
  * UTF-8 (valid until the next call on s; may be empty). An out-of-range id
  * returns -1, changes nothing and sets *len = 0. */
 int tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len);

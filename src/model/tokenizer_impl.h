@@ -82,5 +82,10 @@ void tok_bpe_encode_fragment(const tokenizer *t, const char *s, size_t n, tok_ou
  * returns its length. The inverse: the byte of code point cp, or -1. */
 int tok_bpe_byte_char(unsigned b, char out[2]);
 int tok_bpe_char_byte(uint32_t cp);
+/* class of a code point for the pre-tokenizers: 0 other, 1 letter (\p{L}),
+ * 2 number (\p{N}), 3 whitespace (\s) */
+int tok_unicode_class(uint32_t cp);
+/* rank of the BPE merge "a b", or -1 */
+int32_t tok_bpe_merge_rank(const tokenizer *t, const char *a, size_t na, const char *b, size_t nb);
 
 #endif

@@ -155,6 +155,15 @@ eg_id eg_lookup(egraph *eg, const eg_node *n) {
 
 /* ---- analysis ----------------------------------------------------------------- */
 
+/* equal up to the rounding that reassociating folded constants may cause */
+static int consts_agree(double a, double b) {
+    if (a != a || b != b) return a != a && b != b;
+    if (a == b) return 1;
+    double m = a < 0 ? -a : a, n = b < 0 ? -b : b;
+    double d = a - b < 0 ? b - a : a - b;
+    return d <= 1e-4 * (m > n ? m : n);
+}
+
 /* merge src into dst; returns 1 if dst gained information. Shapes and
  * dtypes of equal classes must agree; a disagreement means an unsound rule,
  * which is counted (tests assert none) rather than crashing. */
@@ -176,7 +185,7 @@ static int data_merge(egraph *eg, eg_data *dst, const eg_data *src) {
             dst->has_const = 1;
             dst->cval = src->cval;
             changed = 1;
-        } else if (memcmp(&dst->cval, &src->cval, sizeof(double)) != 0 && !(dst->cval != dst->cval && src->cval != src->cval)) {
+        } else if (!consts_agree(dst->cval, src->cval)) {
             eg->analysis_conflicts++;
         }
     }

@@ -42,11 +42,11 @@ char *eg_report_text(const eg_kiln *ek, const eg_run_report *rep) {
     if (ek && ek->eg->analysis_conflicts)
         sb_printf(&b, "WARNING: %u analysis conflicts (an unsound rule merged different shapes or constants)\n",
                   ek->eg->analysis_conflicts);
-    sb_printf(&b, "%-20s %10s %10s %5s\n", "rule", "matches", "applied", "bans");
+    sb_printf(&b, "%-20s %10s %10s %5s %9s\n", "rule", "matches", "applied", "bans", "conflicts");
     for (uint32_t r = 0; r < rep->nrules; r++) {
         const eg_rule_stats *st = &rep->rules[r];
-        sb_printf(&b, "%-20s %10llu %10llu %5u\n", rep->rs->rules[r].def.name, (unsigned long long)st->matches,
-                  (unsigned long long)st->applied, st->bans);
+        sb_printf(&b, "%-20s %10llu %10llu %5u %9u\n", rep->rs->rules[r].def.name, (unsigned long long)st->matches,
+                  (unsigned long long)st->applied, st->bans, st->conflicts);
     }
     if (!b.s) sb_printf(&b, "%s", "");
     return b.s;
@@ -73,8 +73,8 @@ char *eg_report_json(const eg_kiln *ek, const eg_run_report *rep) {
         const eg_rule_stats *st = &rep->rules[r];
         sb_printf(&b, "%s{\"name\": ", r ? ", " : "");
         json_str(&b, rep->rs->rules[r].def.name);
-        sb_printf(&b, ", \"matches\": %llu, \"applied\": %llu, \"bans\": %u}", (unsigned long long)st->matches,
-                  (unsigned long long)st->applied, st->bans);
+        sb_printf(&b, ", \"matches\": %llu, \"applied\": %llu, \"bans\": %u, \"conflicts\": %u}",
+                  (unsigned long long)st->matches, (unsigned long long)st->applied, st->bans, st->conflicts);
     }
     sb_printf(&b, "]}\n");
     return b.s;

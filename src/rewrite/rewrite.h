@@ -197,6 +197,7 @@ typedef struct eg_limits {
 typedef struct eg_rule_stats {
     uint64_t matches, applied; /* applied: matches whose union changed the e-graph */
     uint32_t bans, banned_until, threshold, ban_len;
+    uint32_t conflicts; /* unions of this rule that merged different shapes/constants: unsound */
 } eg_rule_stats;
 
 typedef struct eg_run_report {
@@ -230,5 +231,21 @@ int eg_terms_from_choice(egraph *eg, const eg_id *choice, const eg_id *roots, ui
  * cheapest first; returns how many were found (<= k), each in out[i] */
 uint32_t eg_extract_topk(egraph *eg, eg_cost_fn f, void *ctx, const eg_id *roots, uint32_t nroots, uint32_t k,
                          eg_terms *out);
+
+/* ---- the pipeline step and repeated blocks (blocks.c) ------------------------------ */
+/* graph -> e-graph -> saturate -> best extraction -> a new graph (NULL + message on error) */
+kiln_graph *eg_optimize_graph(const kiln_graph *g, const eg_ruleset *rs, const eg_limits *lim, eg_run_report *rep,
+                              char *err, size_t cap);
+/* structure hash of a graph with digits dropped from input names: blocks that
+ * differ only in their weights' layer numbers hash alike */
+uint64_t eg_graph_signature(const kiln_graph *g);
+typedef struct eg_block_cache eg_block_cache;
+eg_block_cache *eg_block_cache_new(const eg_ruleset *rs, const eg_limits *lim);
+void eg_block_cache_free(eg_block_cache *c);
+/* the optimised form of block g; takes ownership of g. *hit says whether an
+ * identical block's saturation was reused (then rep, if given, is zeroed) */
+kiln_graph *eg_block_cache_optimize(eg_block_cache *c, kiln_graph *g, int *hit, eg_run_report *rep, char *err,
+                                    size_t cap);
+void eg_block_cache_stats(const eg_block_cache *c, uint32_t *hits, uint32_t *misses);
 
 #endif

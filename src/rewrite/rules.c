@@ -6,7 +6,9 @@
  * each one on random values. Reassociation and distribution are accepted
  * (they only move rounding); identities that fail for inf/NaN or negative
  * inputs (x*0 = 0, sqrt(x)^2 = x, exp2(log2 x) = x) are not rules, or carry a
- * condition that excludes those inputs. A view is pushed through an op only
+ * condition that excludes those inputs. No rule may turn finite values into
+ * inf or NaN: exp2(a+b) -> exp2(a)*exp2(b) did, on attention's large finite
+ * mask values, and is therefore not a rule. A view is pushed through an op only
  * when the op maps the padding value 0 to 0, or the view has no padding.
  */
 #include <string.h>
@@ -28,16 +30,16 @@ const eg_rule_def eg_default_rules[] = {
      "a comparison is 0 or 1, never inf/NaN, so times 0 is 0 (general x*0 is not: inf*0 = NaN)"},
     {"neg-neg", "(MUL (MUL ?x ?m) ?n)", "?x", "const_eq ?m -1, const_eq ?n -1", "-(-x) = x exactly"},
     {"add-self", "(ADD ?x ?x)", "(MUL ?x (FULL 2 ?x))", "float ?x", "x + x = 2x exactly in binary floating point"},
-    {"distribute", "(MUL ?a (ADD ?b ?c))", "(ADD (MUL ?a ?b) (MUL ?a ?c))", "float ?a",
-     "distribution moves rounding only"},
-    {"factor", "(ADD (MUL ?a ?b) (MUL ?a ?c))", "(MUL ?a (ADD ?b ?c))", "float ?a", "factoring, distribution reversed"},
+    {"distribute", "(MUL ?a (ADD ?b ?c))", "(ADD (MUL ?a ?b) (MUL ?a ?c))", "float ?a, finite ?a",
+     "distribution by a finite constant moves rounding only (inf*(b+c) -> inf*b + inf*c turns -inf into NaN)"},
+    {"factor", "(ADD (MUL ?a ?b) (MUL ?a ?c))", "(MUL ?a (ADD ?b ?c))", "float ?a, finite ?a",
+     "factoring out a finite constant, distribution reversed"},
     {"mul-const-merge", "(MUL (MUL ?x ?c) ?d)", "(MUL ?x (MUL ?c ?d))", "const ?c, const ?d",
      "gather constant factors so they fold, even while mul-assoc is banned"},
     {"add-const-merge", "(ADD (ADD ?x ?c) ?d)", "(ADD ?x (ADD ?c ?d))", "const ?c, const ?d",
      "gather constant terms so they fold"},
     {"exp2-mul", "(MUL (EXP2 ?a) (EXP2 ?b))", "(EXP2 (ADD ?a ?b))", "",
-     "2^a * 2^b = 2^(a+b) (up to rounding, away from overflow)"},
-    {"exp2-split", "(EXP2 (ADD ?a ?b))", "(MUL (EXP2 ?a) (EXP2 ?b))", "", "2^(a+b) = 2^a * 2^b, the other way"},
+     "2^a * 2^b = 2^(a+b); never the other way: splitting turns a large finite exponent into inf * 0"},
     {"log2-exp2", "(LOG2 (EXP2 ?x))", "?x", "", "log2 inverts exp2 (where 2^x neither overflows nor underflows)"},
     {"recip-recip", "(RECIP (RECIP ?x))", "?x", "", "1/(1/x) = x, also for 0 and inf"},
     {"recip-mul", "(RECIP (MUL ?a ?b))", "(MUL (RECIP ?a) (RECIP ?b))", "", "1/(ab) = (1/a)(1/b)"},

@@ -133,7 +133,9 @@ eg_stop eg_run(eg_kiln *ek, const eg_ruleset *rs, const eg_limits *lim_in, eg_ru
             if (start[r] > end) end = start[r];
             for (uint32_t i = start[r]; i < end; i++) {
                 eg_id rhs = eg_rule_apply(ek, &rs->rules[r], &m[i]);
+                uint32_t conflicts = eg->analysis_conflicts;
                 if (rhs != EG_NONE && eg_union(eg, m[i].root, rhs)) rep->rules[r].applied++;
+                rep->rules[r].conflicts += eg->analysis_conflicts - conflicts;
                 if (eg->nlive_nodes > lim.max_nodes) {
                     over = 1;
                     break;

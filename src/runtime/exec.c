@@ -84,6 +84,15 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         kiln_program_free(p);
         return NULL;
     }
+    for (int32_t b = 0; b < p->sp.nbufs; b++) {
+        if (!cg_dtype_supported(p->sp.bufs[b].dtype)) {
+            graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: the code generator has no support for dtype %s",
+                            kiln_dtype_name(p->sp.bufs[b].dtype));
+            if (st) *st = KILN_ERR_UNSUPPORTED;
+            kiln_program_free(p);
+            return NULL;
+        }
+    }
     for (int32_t k = 0; k < p->sp.nkernels; k++) {
         if (!be->supports(&p->sp, k)) {
             graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: backend %s cannot run kernel %d", be->name, k);

@@ -46,9 +46,11 @@ static void *worker_main(void *arg) {
     rt_pool *p = ((worker_arg *)arg)->p;
     int index = ((worker_arg *)arg)->index;
     free(arg);
+    /* every worker exists before the first job is published (rt_pool_new
+     * returns only after creating them), so generation 0 is "nothing run
+     * yet" even for a worker that is scheduled late */
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
-    seen = p->generation;
     for (;;) {
         while (p->generation == seen && !p->stop) pthread_cond_wait(&p->work, &p->mu);
         if (p->stop) break;

@@ -203,6 +203,8 @@ SIGNATURES = {
     "kiln_output_shape": (_st, [_c_graph, _str, _ints, ctypes.POINTER(_i64)]),
     "kiln_read_output": (_st, [_c_graph, _str, _vp, _size]),
     # the returned strings are malloc'd: keep the pointer to free it
+    "kiln_graph_optimize": (_c_graph, [_c_graph]),
+    "kiln_graph_egraph_report": (_vp, [_c_graph, _i]),
     "kiln_graph_text": (_vp, [_c_graph]),
     "kiln_graph_dot": (_vp, [_c_graph]),
 }
@@ -327,6 +329,26 @@ def from_storage(a, t):
 
 
 # ---------------------------------------------------------------- Graph
+
+def _egraph_compare(name, t, got, want):
+    """outputs of a graph and of its extracted equivalent agree within rounding:
+    rewrites reassociate and refactor, so floats get a tolerance per dtype;
+    integers and raw bytes must be equal"""
+    if t == F32 or (t is None and got.dtype == np.float32):
+        ok = np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)
+    elif t == F16 or (t is None and got.dtype == np.float16):
+        ok = np.allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2, atol=2e-3, equal_nan=True)
+    elif t == BF16:
+        a, b = from_bf16(got), from_bf16(want)
+        ok = np.allclose(a, b, rtol=6e-2, atol=3e-2, equal_nan=True)  # 2 ulps at magnitude 2
+    else:  # integers, and the bytes of block formats
+        ok = np.array_equal(got, want)
+    if not ok:
+        diff = np.argwhere(~np.isclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-3, equal_nan=True))
+        raise KilnError(ERR_INVALID, "extracted graph differs on %s (first at %s: %s vs %s)" % (
+            name, diff[0].tolist() if len(diff) else "?", got[tuple(diff[0])] if len(diff) else "?",
+            want[tuple(diff[0])] if len(diff) else "?"))
+
 
 class Graph:
     def __init__(self):
@@ -601,11 +623,53 @@ class Graph:
     def eval_reference(self):
         return self.lib.kiln_eval_reference(self.ptr)
 
-    def run(self):
+    def run(self, check_egraph=None):
+        """evaluate with the reference interpreter. Unless KILN_CHECK_EGRAPH=0,
+        the graph also goes through the rewrite stage (graph -> e-graph ->
+        extraction, kiln_graph_optimize) and the extracted graph, evaluated
+        from the same inputs and initial state, must give the same outputs and
+        final state within rounding; a mismatch raises KilnError."""
+        if check_egraph is None:
+            check_egraph = os.environ.get("KILN_CHECK_EGRAPH", "1") != "0"
+        before = {k: v.copy() for k, v in self._keep.items()} if check_egraph else None
         s = self.lib.kiln_eval_reference(self.ptr)
         if s != OK:
             raise KilnError(s, self.error())
+        if check_egraph:
+            self._check_extracted(before)
         return s
+
+    def _check_extracted(self, before):
+        names = list(self._out_dtype.keys())
+        want = {n: self.result(n) for n in names}
+        state_after = {k: v.copy() for k, v in self._keep.items()}
+        for k, v in self._keep.items():       # the same initial state
+            v[...] = before[k]
+        opt = self.lib.kiln_graph_optimize(self.ptr)
+        if not opt:
+            raise KilnError(self.status(), "egraph pipeline: " + self.error())
+        try:
+            s = self.lib.kiln_eval_reference(opt)
+            if s != OK:
+                raise KilnError(s, "extracted graph failed: " + self.lib.kiln_graph_error(opt).decode())
+            for n in names:
+                t = self._out_dtype[n]
+                nd = ctypes.c_int(0)
+                dims = (ctypes.c_int64 * MAX_DIMS)()
+                self.lib.kiln_output_shape(opt, n.encode(), ctypes.byref(nd), dims)
+                shape = tuple(int(dims[i]) for i in range(nd.value))
+                same = shape[:-1] == want[n].shape[:-1] if t in BLOCK_FORMATS else shape == want[n].shape
+                if not same:
+                    raise KilnError(ERR_INVALID, "extracted graph: output %s shape %s vs %s" % (n, shape, want[n].shape))
+                got = np.zeros_like(want[n])
+                self.lib.kiln_read_output(opt, n.encode(), ctypes.c_void_p(got.ctypes.data), got.nbytes)
+                _egraph_compare(n, t, got, want[n])
+            for k, v in self._keep.items():
+                _egraph_compare("state " + k, None, v, state_after[k])
+        finally:
+            self.lib.kiln_graph_free(opt)
+            for k, v in self._keep.items():
+                v[...] = state_after[k]
 
     def output_shape(self, name):
         nd = ctypes.c_int(0)

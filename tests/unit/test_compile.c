@@ -25,6 +25,7 @@
 #include "kiln.h"
 #include "kiln_compile.h"
 #include "quant.h"
+#include "threadpool.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 static uint64_t rnd(void) {
@@ -279,8 +280,8 @@ static void test_cast(void) {
             CASE_END();
         }
     }
-    const kiln_dtype blocks[4] = {KILN_Q8_0, KILN_Q4_0, KILN_Q4_K, KILN_Q6_K};
-    for (int k = 0; k < 4; k++) {
+    const kiln_dtype blocks[5] = {KILN_Q8_0, KILN_Q4_0, KILN_Q4_K, KILN_Q6_K, KILN_Q5_0};
+    for (int k = 0; k < 5; k++) {
         char cname[64], why[300] = "";
         kiln_dtype bt = blocks[k];
         snprintf(cname, sizeof cname, "compile_cast_%s", kiln_dtype_name(bt));
@@ -507,6 +508,51 @@ static void test_compiler_errors(void) {
     CASE_END();
 }
 
+static long pool_total;
+static int pool_add(void *ctx, int64_t lo, int64_t hi) {
+    (void)ctx;
+    __atomic_add_fetch(&pool_total, (long)(hi - lo), __ATOMIC_RELAXED);
+    return lo == 0 ? 2 : 0; /* the results of the pieces are OR-ed */
+}
+
+static void test_threads(void) {
+    CASE_BEGIN("compile_threadpool_every_item_once");
+    {
+        /* jobs published right after creation must not be missed by a worker
+         * that starts late (that was a deadlock) */
+        int bad = 0;
+        for (int i = 0; i < 300 && !bad; i++) {
+            rt_pool *p = rt_pool_new(1 + i % 6);
+            for (int j = 0; j < 4; j++) {
+                pool_total = 0;
+                int r = rt_pool_run(p, 997 + j, 0, pool_add, NULL);
+                if (pool_total != 997 + j || r != 2) bad = 1;
+            }
+            rt_pool_free(p);
+        }
+        CHECK(!bad, "items lost, repeated or results not combined (total %ld)", pool_total);
+    }
+    CASE_END();
+    CASE_BEGIN("compile_multithreaded_large");
+    {
+        char why[300] = "";
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, "rows, 1000");
+        kiln_output(g, kiln_softmax(g, x, 1), "sm");
+        kiln_output(g, kiln_sum(g, kiln_reshape_str(g, x, "rows*1000"), 0), "total");
+        kiln_output(g, kiln_mul(g, kiln_transpose(g, x, 0, 1), kiln_const(g, 3.0, KILN_F32)), "t3");
+        float *xb = rand_buf(KILN_F32, 300 * 1000, -5, 5);
+        kiln_bind_dim(g, "rows", 300);
+        kiln_bind_input(g, "x", xb, 300 * 1000 * sizeof(float));
+        ocase outs[3] = {{"sm", KILN_F32}, {"total", KILN_F32}, {"t3", KILN_F32}};
+        /* both paths, on the machine's cores (the pool is used above 32K items of work) */
+        CHECK(compare_both(g, outs, 3, why, sizeof why), "%s", why);
+        free(xb);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+}
+
 int main(void) {
     char dir[256];
     snprintf(dir, sizeof dir, "/tmp/kiln-test-cache-%ld", (long)getuid());
@@ -518,5 +564,6 @@ int main(void) {
     test_data_ops();
     test_symbolic_rebind();
     test_compiler_errors();
+    test_threads();
     return check_exit();
 }

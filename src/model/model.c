@@ -1,0 +1,147 @@
+/* model.c — load a GGUF language model into a graph with bound weights and a
+ * zeroed KV cache, and run it one call at a time.
+ *
+ * Invariants: see model.h. Weight inputs are bound to pointers into the
+ * gguf_file; kiln_bind_input takes a non-const pointer, but inputs that are
+ * not states are only read, so the read-only mapping is never written.
+ */
+#include "model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+
+struct model {
+    gguf_file *file;
+    kiln_graph *g;
+    arch_hparams hp;
+    int64_t n_ctx;
+    kiln_dtype kv_dtype;
+    int nstates;
+    void **states; /* cache.k.L, cache.v.L for each layer, in that order */
+    size_t *state_bytes;
+    char err[512];
+};
+
+static kiln_status mfail(char *err, size_t cap, kiln_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && cap) vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+model_options model_default_options(void) {
+    model_options o = {0, KILN_F32, 0};
+    return o;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    kiln_graph_free(m->g);
+    gguf_close(m->file);
+    for (int i = 0; i < m->nstates; i++) free(m->states[i]);
+    free(m->states);
+    free(m->state_bytes);
+    free(m);
+}
+
+/* bind every weight input of the graph to its tensor's bytes */
+static void bind_weights(model *m) {
+    for (int64_t i = 0; i < gguf_tensor_count(m->file); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->file, i);
+        kiln_status s = kiln_bind_input(m->g, t->name, (void *)(uintptr_t)t->data, (size_t)t->bytes);
+        if (s == KILN_OK) continue;
+        /* tensors the architecture does not use (e.g. rope_freqs in a file
+         * whose graph ignores it) are not inputs: skip them */
+        kiln_graph_clear_error(m->g);
+    }
+}
+
+kiln_status model_load_ex(const char *path, const model_options *opt, model **out, char *err, size_t cap) {
+    if (err && cap) err[0] = 0;
+    if (!out) return KILN_ERR_INVALID;
+    *out = NULL;
+    model_options o = opt ? *opt : model_default_options();
+    if (o.n_ctx < 0 || (o.kv_dtype != KILN_F32 && o.kv_dtype != KILN_F16))
+        return mfail(err, cap, KILN_ERR_INVALID, "model: n_ctx %lld must be >= 0 and the cache f32 or f16",
+                     (long long)o.n_ctx);
+    model *m = kiln_xcalloc(1, sizeof *m);
+    kiln_status s = gguf_open(path, o.gguf_flags & GGUF_OPEN_READ, &m->file, err, cap);
+    if (s) {
+        model_free(m);
+        return s;
+    }
+    if ((s = arch_read_hparams(m->file, &m->hp, err, cap))) {
+        model_free(m);
+        return s;
+    }
+    m->n_ctx = o.n_ctx ? o.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    m->kv_dtype = o.kv_dtype;
+    m->g = kiln_graph_new();
+    if ((s = arch_build(m->g, m->file, &m->hp, m->n_ctx, m->kv_dtype, err, cap))) {
+        model_free(m);
+        return s;
+    }
+    bind_weights(m);
+    m->nstates = (int)(2 * m->hp.n_layer);
+    m->states = kiln_xcalloc((size_t)m->nstates, sizeof *m->states);
+    m->state_bytes = kiln_xcalloc((size_t)m->nstates, sizeof *m->state_bytes);
+    for (int i = 0; i < m->nstates && !s; i++) {
+        int64_t hd = i % 2 ? m->hp.head_dim_v : m->hp.head_dim_k;
+        size_t bytes = kiln_dtype_bytes(m->kv_dtype, m->n_ctx * m->hp.n_head_kv * hd);
+        char name[64];
+        snprintf(name, sizeof name, "cache.%c.%d", i % 2 ? 'v' : 'k', i / 2);
+        m->states[i] = kiln_xcalloc(bytes ? bytes : 1, 1);
+        m->state_bytes[i] = bytes;
+        s = kiln_bind_input(m->g, name, m->states[i], bytes);
+        if (s) mfail(err, cap, s, "model: binding %s: %s", name, kiln_graph_error(m->g));
+    }
+    if (s) {
+        model_free(m);
+        return s;
+    }
+    *out = m;
+    return KILN_OK;
+}
+
+kiln_status model_load(const char *path, model **out, char *err, size_t cap) {
+    return model_load_ex(path, NULL, out, err, cap);
+}
+
+/* the one place a forward pass is evaluated */
+static kiln_status model_eval(model *m) { return kiln_eval_reference(m->g); }
+
+kiln_status model_forward(model *m, const int32_t *tokens, int n, int pos, float *logits_out) {
+    if (!m) return KILN_ERR_INVALID;
+    m->err[0] = 0;
+    if (!tokens || !logits_out || n < 1 || pos < 0 || (int64_t)pos + n > m->n_ctx)
+        return mfail(m->err, sizeof m->err, KILN_ERR_RANGE,
+                     "model_forward: %d tokens at position %d do not fit the context of %lld", n, pos,
+                     (long long)m->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return mfail(m->err, sizeof m->err, KILN_ERR_RANGE, "model_forward: token %d (id %d) is outside [0, %lld)",
+                         i, tokens[i], (long long)m->hp.n_vocab);
+    kiln_status s = kiln_bind_dim(m->g, "seq", n);
+    if (!s) s = kiln_bind_dim(m->g, "pos", pos);
+    if (!s) s = kiln_bind_input(m->g, "tokens", (void *)(uintptr_t)tokens, (size_t)n * sizeof(int32_t));
+    if (!s) s = model_eval(m);
+    if (!s) s = kiln_read_output(m->g, "logits", logits_out, (size_t)m->hp.n_vocab * sizeof(float));
+    if (s) mfail(m->err, sizeof m->err, s, "model_forward: %s", kiln_graph_error(m->g));
+    return s;
+}
+
+void model_reset(model *m) {
+    for (int i = 0; i < m->nstates; i++) memset(m->states[i], 0, m->state_bytes[i]);
+}
+
+const char *model_error(const model *m) { return m ? m->err : "no model"; }
+const arch_hparams *model_hparams(const model *m) { return &m->hp; }
+int64_t model_n_vocab(const model *m) { return m->hp.n_vocab; }
+int64_t model_n_ctx(const model *m) { return m->n_ctx; }
+gguf_file *model_gguf(model *m) { return m->file; }
+kiln_graph *model_graph(model *m) { return m->g; }

@@ -1,0 +1,55 @@
+/* model.h — a language model: a GGUF file, the forward graph built from its
+ * metadata (arch.h), the weights bound in place from the file's bytes, and
+ * the KV cache as state buffers.
+ *
+ * Invariants:
+ *  - Weights are never copied: every weight input of the graph is bound to
+ *    its tensor's bytes in the (mapped or read) file, which stays open until
+ *    model_free.
+ *  - The KV cache (n_ctx rows per layer) starts zeroed and is updated in
+ *    place by every model_forward; positions already written stay valid, so
+ *    a caller runs a prefill at pos 0 and then decode steps at pos n, n+1, ...
+ *    model_reset forgets everything.
+ *  - All evaluation goes through model_eval (model.c): today the reference
+ *    interpreter, the compiled program once the compiler lands.
+ */
+#ifndef KILN_MODEL_H
+#define KILN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arch.h"
+#include "gguf.h"
+#include "kiln.h"
+
+typedef struct model model;
+
+typedef struct model_options {
+    int64_t n_ctx;        /* cache rows; 0 = min(training context, 4096) */
+    kiln_dtype kv_dtype;  /* KILN_F32 (default) or KILN_F16 */
+    unsigned gguf_flags;  /* GGUF_OPEN_READ to read the file into memory instead of mapping it */
+} model_options;
+
+model_options model_default_options(void);
+
+/* open path, check it, build the graph and bind the weights and the cache */
+kiln_status model_load(const char *path, model **out, char *err, size_t cap);
+kiln_status model_load_ex(const char *path, const model_options *opt, model **out, char *err, size_t cap);
+void model_free(model *m);
+
+/* run n tokens at positions pos .. pos+n-1 (after the cache holds 0 .. pos-1)
+ * and write the logits of the last one (n_vocab floats). Errors (bad token id,
+ * n or pos out of range) leave the cache as it was; the message is in
+ * model_error. */
+kiln_status model_forward(model *m, const int32_t *tokens, int n, int pos, float *logits_out);
+void model_reset(model *m);
+const char *model_error(const model *m);
+
+const arch_hparams *model_hparams(const model *m);
+int64_t model_n_vocab(const model *m);
+int64_t model_n_ctx(const model *m);
+gguf_file *model_gguf(model *m);    /* for the tokenizer's metadata */
+kiln_graph *model_graph(model *m);  /* for the compiler and `kiln explain` */
+
+#endif

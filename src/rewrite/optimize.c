@@ -1,0 +1,74 @@
+/* optimize.c — the public face of the rewrite stage: kiln_graph_optimize runs
+ * graph -> e-graph -> saturation -> best extraction and returns a new graph
+ * with the same inputs and outputs, carrying over the source graph's
+ * run-time bindings so that it can be evaluated at once. This is the first
+ * step of every compilation; `kiln explain --egraph` reports on the same run.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "graph.h"
+#include "kiln.h"
+#include "rewrite.h"
+
+static const eg_ruleset *default_rules(void) {
+    static eg_ruleset *rs;
+    if (!rs) rs = eg_ruleset_default(); /* built once; rules are immutable data */
+    return rs;
+}
+
+/* the source's bound dimensions and input buffers, by name, where dst has them */
+static void copy_bindings(const kiln_graph *src, kiln_graph *dst) {
+    for (uint32_t v = 0; v < src->ndim_values; v++) {
+        if (!src->dim_bound[v]) continue;
+        const char *name = sym_var_name(src->syms, v);
+        if (sym_find_var(dst->syms, name) >= 0) kiln_bind_dim(dst, name, src->dim_values[v]);
+    }
+    for (int32_t i = 0; i < src->ninputs; i++) {
+        for (int32_t n = 0; n < dst->nnodes; n++) {
+            if (dst->nodes[n].op == OP_INPUT && strcmp(dst->nodes[n].name, src->inputs[i].name) == 0) {
+                kiln_bind_input(dst, src->inputs[i].name, src->inputs[i].data, src->inputs[i].bytes);
+                break;
+            }
+        }
+    }
+    kiln_graph_clear_error(dst); /* a name the optimised graph dropped is not an error */
+}
+
+/* the limits of the compile-time rewrite step: enough iterations for the rule
+ * families to reach their fixpoints on model blocks, bounded so that a graph
+ * whose associativity space explodes stops in well under a second */
+static const eg_limits compile_limits = {.max_iters = 10, .max_nodes = 50000, .max_seconds = 1.0};
+
+kiln_graph *kiln_graph_optimize(kiln_graph *g) {
+    if (!g) return NULL;
+    if (g->build_failed) return NULL;
+    char err[512];
+    eg_run_report rep;
+    memset(&rep, 0, sizeof rep);
+    kiln_graph *out = eg_optimize_graph(g, default_rules(), &compile_limits, &rep, err, sizeof err);
+    eg_report_free(&rep);
+    if (!out) {
+        graph_run_error(g, KILN_ERR_INVALID, "optimize: %s", err);
+        return NULL;
+    }
+    copy_bindings(g, out);
+    return out;
+}
+
+char *kiln_graph_egraph_report(kiln_graph *g, int json) {
+    if (!g || g->build_failed) return NULL;
+    char err[512];
+    eg_kiln *ek = ek_from_graph(g, err, sizeof err);
+    if (!ek) {
+        graph_run_error(g, KILN_ERR_INVALID, "e-graph: %s", err);
+        return NULL;
+    }
+    eg_run_report rep;
+    memset(&rep, 0, sizeof rep);
+    eg_run(ek, default_rules(), &compile_limits, &rep);
+    char *text = json ? eg_report_json(ek, &rep) : eg_report_text(ek, &rep);
+    eg_report_free(&rep);
+    ek_free(ek);
+    return text;
+}
