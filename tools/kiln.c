@@ -3,7 +3,9 @@
  *   kiln graph --example NAME [--dot]   build an example graph through the public
  *                                       API and print it as text (or DOT)
  *   kiln graph --list                   the example names
- *   kiln run | bench | tune | explain | device
+ *   kiln explain --example NAME [--graph] [--egraph] [--optimized] [--json]
+ *                                       what the rewrite stage did to a graph
+ *   kiln run | bench | tune | device
  *                                       not implemented yet: say so, exit 2
  *   kiln --help | --version
  *
@@ -81,7 +83,9 @@ static void usage(FILE *f) {
             "  run     -m MODEL.gguf -p PROMPT   generate text      (not implemented yet)\n"
             "  bench   -m MODEL.gguf             benchmark          (not implemented yet)\n"
             "  tune    -m MODEL.gguf             search schedules   (not implemented yet)\n"
-            "  explain -m MODEL.gguf             show decisions     (not implemented yet)\n"
+            "  explain --example NAME [--graph] [--egraph] [--optimized] [--json]\n"
+            "                                show what the compiler decided (e-graph run,\n"
+            "                                extracted graph); models: not implemented yet\n"
             "  device                            hardware info      (not implemented yet)\n"
             "\n"
             "options:\n"
@@ -97,6 +101,46 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 /* ---- graph -------------------------------------------------------------- */
+
+/* the named example graph, or NULL with *rc set (2 unknown name, 1 build error) */
+static kiln_graph *build_example(const char *cmd, const char *name, int *rc) {
+    const struct example *ex = NULL;
+    for (size_t i = 0; i < NEXAMPLES; i++)
+        if (strcmp(examples[i].name, name) == 0) ex = &examples[i];
+    if (!ex) {
+        fprintf(stderr, "kiln: %s: unknown example '%s'; the examples are:", cmd, name);
+        for (size_t i = 0; i < NEXAMPLES; i++) fprintf(stderr, " %s", examples[i].name);
+        fprintf(stderr, "\n");
+        *rc = 2;
+        return NULL;
+    }
+    kiln_graph *g = kiln_graph_new();
+    if (!g) {
+        fprintf(stderr, "kiln: out of memory\n");
+        *rc = 1;
+        return NULL;
+    }
+    ex->build(g);
+    if (kiln_graph_status(g) != KILN_OK) {
+        fprintf(stderr, "kiln: %s: building '%s' failed: %s: %s\n", cmd, name,
+                kiln_status_name(kiln_graph_status(g)), kiln_graph_error(g));
+        kiln_graph_free(g);
+        *rc = 1;
+        return NULL;
+    }
+    return g;
+}
+
+/* print a malloc'd string and free it; 1 if it is NULL */
+static int put_text(const char *cmd, const char *what, char *text) {
+    if (!text) {
+        fprintf(stderr, "kiln: %s: could not produce the %s\n", cmd, what);
+        return 1;
+    }
+    fputs(text, stdout);
+    free(text);
+    return 0;
+}
 
 static int cmd_graph(int argc, char **argv) {
     const char *name = NULL;
@@ -125,36 +169,75 @@ static int cmd_graph(int argc, char **argv) {
     }
     if (!name) return usage_error("graph: %s", "which graph? use --example NAME or --list");
 
-    const struct example *ex = NULL;
-    for (size_t i = 0; i < NEXAMPLES; i++)
-        if (strcmp(examples[i].name, name) == 0) ex = &examples[i];
-    if (!ex) {
-        fprintf(stderr, "kiln: graph: unknown example '%s'; the examples are:", name);
-        for (size_t i = 0; i < NEXAMPLES; i++) fprintf(stderr, " %s", examples[i].name);
-        fprintf(stderr, "\n");
-        return 2;
-    }
-
-    kiln_graph *g = kiln_graph_new();
-    if (!g) {
-        fprintf(stderr, "kiln: out of memory\n");
-        return 1;
-    }
-    ex->build(g);
-    if (kiln_graph_status(g) != KILN_OK) {
-        fprintf(stderr, "kiln: graph: building '%s' failed: %s: %s\n", name,
-                kiln_status_name(kiln_graph_status(g)), kiln_graph_error(g));
-        kiln_graph_free(g);
-        return 1;
-    }
-    char *text = dot ? kiln_graph_dot(g) : kiln_graph_text(g);
     int rc = 0;
+    kiln_graph *g = build_example("graph", name, &rc);
+    if (!g) return rc;
+    char *text = dot ? kiln_graph_dot(g) : kiln_graph_text(g);
     if (!text) {
         fprintf(stderr, "kiln: graph: could not print the graph\n");
         rc = 1;
     } else {
         fputs(text, stdout);
         free(text);
+    }
+    kiln_graph_free(g);
+    if (fflush(stdout) != 0) rc = 1;
+    return rc;
+}
+
+/* ---- explain ------------------------------------------------------------ */
+
+static int cmd_explain(int argc, char **argv) {
+    const char *name = NULL;
+    int show_graph = 0, show_egraph = 0, show_opt = 0, json = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--example") == 0) {
+            if (i + 1 >= argc) return usage_error("explain: %s needs a name", a);
+            name = argv[++i];
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            fprintf(stderr, "kiln explain: models are not supported yet (GGUF loading is issue 6); use --example NAME\n");
+            return 2;
+        } else if (strcmp(a, "--graph") == 0) {
+            show_graph = 1;
+        } else if (strcmp(a, "--egraph") == 0) {
+            show_egraph = 1;
+        } else if (strcmp(a, "--optimized") == 0) {
+            show_opt = 1;
+        } else if (strcmp(a, "--json") == 0) {
+            json = 1;
+        } else if (strcmp(a, "--kernels") == 0 || strcmp(a, "--source") == 0) {
+            fprintf(stderr, "kiln explain: %s needs the compiler (issue 4), which is not built in yet\n", a);
+            return 2;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            printf("usage: kiln explain --example NAME [--graph] [--egraph] [--optimized] [--json]\n"
+                   "  --graph      the graph as built\n"
+                   "  --egraph     the e-graph run: classes, nodes, iterations, time, stop reason, rule firings\n"
+                   "  --optimized  the graph extracted after saturation\n"
+                   "  --json       the e-graph report as JSON\n"
+                   "with no selection, --egraph is shown\n");
+            return 0;
+        } else {
+            return usage_error("explain: unknown option '%s'", a);
+        }
+    }
+    if (!name) return usage_error("explain: %s", "which graph? use --example NAME (see 'kiln graph --list')");
+    if (!show_graph && !show_opt) show_egraph = 1;
+    if (json && (show_graph || show_opt)) return usage_error("explain: %s", "--json goes with --egraph alone");
+    int rc = 0;
+    kiln_graph *g = build_example("explain", name, &rc);
+    if (!g) return rc;
+    if (show_graph) rc |= put_text("explain", "graph text", kiln_graph_text(g));
+    if (show_egraph) rc |= put_text("explain", "e-graph report", kiln_graph_egraph_report(g, json));
+    if (show_opt) {
+        kiln_graph *o = kiln_graph_optimize(g);
+        if (!o) {
+            fprintf(stderr, "kiln explain: optimising failed: %s\n", kiln_graph_error(g));
+            rc = 1;
+        } else {
+            rc |= put_text("explain", "extracted graph", kiln_graph_text(o));
+            kiln_graph_free(o);
+        }
     }
     kiln_graph_free(g);
     if (fflush(stdout) != 0) rc = 1;
@@ -186,7 +269,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "graph") == 0) return cmd_graph(argc - 2, argv + 2);
-    static const char *const pending[] = {"run", "bench", "tune", "explain", "device"};
+    if (strcmp(cmd, "explain") == 0) return cmd_explain(argc - 2, argv + 2);
+    static const char *const pending[] = {"run", "bench", "tune", "device"};
     for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
         if (strcmp(cmd, pending[i]) == 0) return not_yet(cmd);
     if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);

@@ -175,7 +175,35 @@ def t_links():
     assert not missing, "README links to missing files: %s" % missing
 
 
+def t_explain_egraph(name):
+    r = kiln("explain", "--example", name, "--egraph")
+    assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr)
+    assert re.search(r"e-graph: \d+ classes, \d+ nodes", r.stdout), r.stdout[:300]
+    assert re.search(r"stopped: (saturated|iteration limit|node limit|time limit|\w+)", r.stdout), r.stdout[:300]
+    fired = [ln for ln in r.stdout.splitlines() if re.match(r"^[a-z0-9-]+\s+\d+\s+[1-9]\d*\s", ln)]
+    assert fired, "no rule fired on %s:\n%s" % (name, r.stdout[:800])
+    j = kiln("explain", "--example", name, "--egraph", "--json")
+    assert j.returncode == 0, j.stderr
+    import json
+    d = json.loads(j.stdout)
+    assert d["classes"] > 0 and d["nodes"] >= d["classes"] and d["stop"], d
+    assert len(d["rules"]) >= 40 and all({"name", "matches", "applied"} <= set(x) for x in d["rules"]), d["rules"][:2]
+
+
+def t_explain_optimized():
+    r = kiln("explain", "--example", "softmax", "--optimized")
+    assert r.returncode == 0, r.stderr
+    assert "INPUT" in r.stdout and "EXP2" in r.stdout and 'output "probs"' in r.stdout, r.stdout
+    bad = kiln("explain", "--example", "softmax", "--bogus")
+    assert bad.returncode == 2 and "unknown option" in bad.stderr, bad.stderr
+    nomodel = kiln("explain", "-m", "x.gguf")
+    assert nomodel.returncode == 2 and nomodel.stderr, nomodel.stderr
+
+
 suite.case("README C example compiles, runs, matches numpy", t_example)
+suite.case("kiln explain --egraph softmax", t_explain_egraph, "softmax")
+suite.case("kiln explain --egraph attention", t_explain_egraph, "attention")
+suite.case("kiln explain --optimized and errors", t_explain_optimized)
 suite.case("README relative links resolve", t_links)
 suite.case("kiln graph --list", t_graph_list)
 suite.case("kiln graph --example softmax", t_graph_text, "softmax", ("INPUT", "EXP2", "SUM", "MAX", "RECIP"))
