@@ -4,8 +4,9 @@
  *                                       API and print it as text (or DOT)
  *   kiln graph --list                   the example names
  *   kiln explain --example NAME [--graph] [--egraph] [--optimized] [--json]
- *                                       what the rewrite stage did to a graph
- *   kiln run | bench | tune | device
+ *                [--kernels] [--source]  what the compiler decided for a graph
+ *   kiln device [--json]                hardware fingerprint and measured peaks
+ *   kiln run | bench | tune
  *                                       not implemented yet: say so, exit 2
  *   kiln --help | --version
  *
@@ -17,8 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kiln.h"
+#include "kiln_compile.h"
 
 #define KILN_CLI_VERSION "0.1.0-dev"
 
@@ -83,10 +86,11 @@ static void usage(FILE *f) {
             "  run     -m MODEL.gguf -p PROMPT   generate text      (not implemented yet)\n"
             "  bench   -m MODEL.gguf             benchmark          (not implemented yet)\n"
             "  tune    -m MODEL.gguf             search schedules   (not implemented yet)\n"
-            "  explain --example NAME [--graph] [--egraph] [--optimized] [--json]\n"
+            "  explain --example NAME [--graph] [--egraph] [--optimized] [--json] [--kernels] [--source]\n"
             "                                show what the compiler decided (e-graph run,\n"
-            "                                extracted graph); models: not implemented yet\n"
-            "  device                            hardware info      (not implemented yet)\n"
+            "                                extracted graph, kernels, generated C);\n"
+            "                                models: not implemented yet\n"
+            "  device [--json]               hardware fingerprint and measured peaks\n"
             "\n"
             "options:\n"
             "  -h, --help      this text\n"
@@ -189,7 +193,7 @@ static int cmd_graph(int argc, char **argv) {
 
 static int cmd_explain(int argc, char **argv) {
     const char *name = NULL;
-    int show_graph = 0, show_egraph = 0, show_opt = 0, json = 0;
+    int show_graph = 0, show_egraph = 0, show_opt = 0, json = 0, show_kernels = 0, show_source = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--example") == 0) {
@@ -206,15 +210,18 @@ static int cmd_explain(int argc, char **argv) {
             show_opt = 1;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
-        } else if (strcmp(a, "--kernels") == 0 || strcmp(a, "--source") == 0) {
-            fprintf(stderr, "kiln explain: %s needs the compiler (issue 4), which is not built in yet\n", a);
-            return 2;
+        } else if (strcmp(a, "--kernels") == 0) {
+            show_kernels = 1;
+        } else if (strcmp(a, "--source") == 0) {
+            show_source = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             printf("usage: kiln explain --example NAME [--graph] [--egraph] [--optimized] [--json]\n"
                    "  --graph      the graph as built\n"
                    "  --egraph     the e-graph run: classes, nodes, iterations, time, stop reason, rule firings\n"
                    "  --optimized  the graph extracted after saturation\n"
                    "  --json       the e-graph report as JSON\n"
+                   "  --kernels    the compiled kernels: inputs, outputs, fused ops, loop nests\n"
+                   "  --source     the generated C\n"
                    "with no selection, --egraph is shown\n");
             return 0;
         } else {
@@ -222,8 +229,8 @@ static int cmd_explain(int argc, char **argv) {
         }
     }
     if (!name) return usage_error("explain: %s", "which graph? use --example NAME (see 'kiln graph --list')");
-    if (!show_graph && !show_opt) show_egraph = 1;
-    if (json && (show_graph || show_opt)) return usage_error("explain: %s", "--json goes with --egraph alone");
+    if (!show_graph && !show_opt && !show_kernels && !show_source) show_egraph = 1;
+    if (json && (show_graph || show_opt || show_kernels || show_source)) return usage_error("explain: %s", "--json goes with --egraph alone");
     int rc = 0;
     kiln_graph *g = build_example("explain", name, &rc);
     if (!g) return rc;
@@ -239,9 +246,42 @@ static int cmd_explain(int argc, char **argv) {
             kiln_graph_free(o);
         }
     }
+    if (show_kernels || show_source) {
+        kiln_status st = KILN_OK;
+        kiln_program *p = kiln_compile(g, NULL, &st);
+        if (!p) {
+            fprintf(stderr, "kiln explain: compiling failed: %s: %s\n", kiln_status_name(st), kiln_graph_error(g));
+            rc = 1;
+        } else {
+            if (show_kernels) rc |= put_text("explain", "kernel list", kiln_program_kernels(p));
+            if (show_source) {
+                const char *src = kiln_program_source(p);
+                if (src) fputs(src, stdout);
+                else rc = 1;
+            }
+            kiln_program_free(p);
+        }
+    }
     kiln_graph_free(g);
     if (fflush(stdout) != 0) rc = 1;
     return rc;
+}
+
+/* ---- device ------------------------------------------------------------- */
+
+static int cmd_device(int argc, char **argv) {
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("usage: kiln device [--json]\n"
+                   "the hardware fingerprint (CPU, ISA flags, cores, caches, compiler) and measured\n"
+                   "peaks (read bandwidth per thread count, FP32 FMA, int8 dot product)\n");
+            return 0;
+        } else return usage_error("device: unknown option '%s'", argv[i]);
+    }
+    if (!json && isatty(2)) fprintf(stderr, "kiln device: measuring peaks (a few seconds) ...\n");
+    return put_text("device", "device report", kiln_device_report(json));
 }
 
 /* ---- commands that do not exist yet ------------------------------------- */
@@ -270,7 +310,8 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "graph") == 0) return cmd_graph(argc - 2, argv + 2);
     if (strcmp(cmd, "explain") == 0) return cmd_explain(argc - 2, argv + 2);
-    static const char *const pending[] = {"run", "bench", "tune", "device"};
+    if (strcmp(cmd, "device") == 0) return cmd_device(argc - 2, argv + 2);
+    static const char *const pending[] = {"run", "bench", "tune"};
     for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
         if (strcmp(cmd, pending[i]) == 0) return not_yet(cmd);
     if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);

@@ -17,6 +17,7 @@
 const op_info op_table[OP_COUNT] = {
 #define X(name, arity, flags) {#name, arity, flags},
 #include "ops.def"
+#include "compound.def"
 #undef X
 };
 

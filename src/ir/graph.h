@@ -16,14 +16,25 @@
 #include "sym.h"
 #include "view.h"
 
+/* the primitives of ops.def, then the compound ops of compound.def (only the
+ * rewriter creates those; see compound.def and compound.h) */
 typedef enum op_kind {
 #define X(name, arity, flags) OP_##name,
 #include "ops.def"
+#include "compound.def"
 #undef X
     OP_COUNT
 } op_kind;
 
-enum { OPF_LEAF = 1, OPF_UNARY = 2, OPF_BINARY = 4, OPF_REDUCE = 8, OPF_DATA = 16, OPF_LAYOUT = 32 };
+/* ops [0, OP_PRIM_COUNT) are the primitives */
+enum {
+    OP_PRIM_COUNT = 0
+#define X(name, arity, flags) +1
+#include "ops.def"
+#undef X
+};
+
+enum { OPF_LEAF = 1, OPF_UNARY = 2, OPF_BINARY = 4, OPF_REDUCE = 8, OPF_DATA = 16, OPF_LAYOUT = 32, OPF_COMPOUND = 64 };
 
 typedef struct op_info {
     const char *name;
