@@ -13,10 +13,12 @@
 #include <string.h>
 
 #include "base.h"
+#include "kiln_compile.h"
 
 struct model {
     gguf_file *file;
     kiln_graph *g;
+    kiln_program *prog; /* NULL: the reference interpreter runs the graph */
     arch_hparams hp;
     int64_t n_ctx;
     kiln_dtype kv_dtype;
@@ -35,12 +37,13 @@ static kiln_status mfail(char *err, size_t cap, kiln_status s, const char *fmt, 
 }
 
 model_options model_default_options(void) {
-    model_options o = {0, KILN_F32, 0};
+    model_options o = {0, KILN_F32, 0, 0, 0};
     return o;
 }
 
 void model_free(model *m) {
     if (!m) return;
+    kiln_program_free(m->prog); /* before its graph */
     kiln_graph_free(m->g);
     gguf_close(m->file);
     for (int i = 0; i < m->nstates; i++) free(m->states[i]);
@@ -100,6 +103,15 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
         s = kiln_bind_input(m->g, name, m->states[i], bytes);
         if (s) mfail(err, cap, s, "model: binding %s: %s", name, kiln_graph_error(m->g));
     }
+    if (!s && o.compiled) {
+        kiln_compile_options co = kiln_compile_defaults();
+        co.threads = o.threads;
+        m->prog = kiln_compile(m->g, &co, &s);
+        if (!m->prog) {
+            if (!s) s = KILN_ERR_INVALID;
+            mfail(err, cap, s, "model: compiling the %s graph failed: %s", m->hp.name, kiln_graph_error(m->g));
+        }
+    }
     if (s) {
         model_free(m);
         return s;
@@ -113,7 +125,7 @@ kiln_status model_load(const char *path, model **out, char *err, size_t cap) {
 }
 
 /* the one place a forward pass is evaluated */
-static kiln_status model_eval(model *m) { return kiln_eval_reference(m->g); }
+static kiln_status model_eval(model *m) { return m->prog ? kiln_run(m->prog) : kiln_eval_reference(m->g); }
 
 kiln_status model_forward(model *m, const int32_t *tokens, int n, int pos, float *logits_out) {
     if (!m) return KILN_ERR_INVALID;
@@ -145,3 +157,4 @@ int64_t model_n_vocab(const model *m) { return m->hp.n_vocab; }
 int64_t model_n_ctx(const model *m) { return m->n_ctx; }
 gguf_file *model_gguf(model *m) { return m->file; }
 kiln_graph *model_graph(model *m) { return m->g; }
+int model_is_compiled(const model *m) { return m->prog != NULL; }

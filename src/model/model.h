@@ -10,8 +10,9 @@
  *    place by every model_forward; positions already written stay valid, so
  *    a caller runs a prefill at pos 0 and then decode steps at pos n, n+1, ...
  *    model_reset forgets everything.
- *  - All evaluation goes through model_eval (model.c): today the reference
- *    interpreter, the compiled program once the compiler lands.
+ *  - All evaluation goes through model_eval (model.c): the compiled program
+ *    when the options ask for one (kiln_compile at load), else the
+ *    reference interpreter.
  */
 #ifndef KILN_MODEL_H
 #define KILN_MODEL_H
@@ -29,6 +30,8 @@ typedef struct model_options {
     int64_t n_ctx;        /* cache rows; 0 = min(training context, 4096) */
     kiln_dtype kv_dtype;  /* KILN_F32 (default) or KILN_F16 */
     unsigned gguf_flags;  /* GGUF_OPEN_READ to read the file into memory instead of mapping it */
+    int compiled;         /* 1: compile the graph at load and run the program; 0: reference interpreter */
+    int threads;          /* compiled: worker threads (0 = all cores) */
 } model_options;
 
 model_options model_default_options(void);
@@ -51,5 +54,6 @@ int64_t model_n_vocab(const model *m);
 int64_t model_n_ctx(const model *m);
 gguf_file *model_gguf(model *m);    /* for the tokenizer's metadata */
 kiln_graph *model_graph(model *m);  /* for the compiler and `kiln explain` */
+int model_is_compiled(const model *m);
 
 #endif

@@ -31,6 +31,7 @@ _SIGS = {
     "gguf_writer_add_tensor": (_st, [_vp, _cp, ctypes.c_uint32, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), _vp, ctypes.c_uint64]),
     "gguf_writer_add_tensor_f32": (_st, [_vp, _cp, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), _vp]),
     "gguf_writer_write": (_st, [_vp, _cp]),
+    "model_load_ex": (_st, [_cp, _vp, ctypes.POINTER(_vp), _cp, ctypes.c_size_t]),
     "model_load": (_st, [_cp, ctypes.POINTER(_vp), _cp, ctypes.c_size_t]),
     "model_free": (None, [_vp]),
     "model_forward": (_st, [_vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]),
@@ -38,6 +39,7 @@ _SIGS = {
     "model_error": (_cp, [_vp]),
     "model_n_vocab": (ctypes.c_int64, [_vp]),
     "model_n_ctx": (ctypes.c_int64, [_vp]),
+    "model_is_compiled": (ctypes.c_int, [_vp]),
 }
 
 _dll = None
@@ -124,18 +126,30 @@ class Writer:
             pass
 
 
-class Model:
-    """model_load / model_forward"""
+class ModelOptions(ctypes.Structure):
+    """model_options (src/model/model.h)"""
+    _fields_ = [("n_ctx", ctypes.c_int64), ("kv_dtype", ctypes.c_int), ("gguf_flags", ctypes.c_uint),
+                ("compiled", ctypes.c_int), ("threads", ctypes.c_int)]
 
-    def __init__(self, path):
+
+class Model:
+    """model_load / model_load_ex / model_forward"""
+
+    def __init__(self, path, n_ctx=None, kv_dtype=None, gguf_flags=None, compiled=False, threads=0):
         self.d = dll()
         self.m = ctypes.c_void_p()
         err = ctypes.create_string_buffer(1024)
-        st = self.d.model_load(str(path).encode(), ctypes.byref(self.m), err, 1024)
+        if n_ctx is None and kv_dtype is None and gguf_flags is None and not compiled:
+            st = self.d.model_load(str(path).encode(), ctypes.byref(self.m), err, 1024)
+        else:
+            o = ModelOptions(n_ctx or 0, kc.F32 if kv_dtype is None else kv_dtype, gguf_flags or 0,
+                             1 if compiled else 0, threads)
+            st = self.d.model_load_ex(str(path).encode(), ctypes.byref(o), ctypes.byref(self.m), err, 1024)
         if st != kc.OK:
             raise kc.KilnError(st, err.value.decode())
         self.n_vocab = self.d.model_n_vocab(self.m)
         self.n_ctx = self.d.model_n_ctx(self.m)
+        self.compiled = bool(self.d.model_is_compiled(self.m))
 
     def forward(self, tokens, pos):
         toks = np.ascontiguousarray(tokens, dtype=np.int32)
@@ -167,7 +181,7 @@ def tiny_config(arch, **kw):
     """hyper-parameters of a tiny model of the given architecture"""
     c = dict(arch=arch, n_vocab=96, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, head_dim=16, n_ff=96,
              n_ctx=64, eps=1e-5, rope_base=10000.0, tied=False, rope_scale=None, sliding_window=None,
-             swa_pattern=None)
+             swa_pattern=None, rope_freqs=False)
     if arch == "gemma3":
         c.update(n_head_kv=1, head_dim=32, eps=1e-6, rope_base=1e6, tied=True, sliding_window=4, swa_pattern=2)
     if arch == "qwen3":
@@ -180,6 +194,8 @@ def tensor_list(c):
     """(name, shape) of every weight, kiln order (outermost first)"""
     d, hd, hq, hkv, ff = c["n_embd"], c["head_dim"], c["n_head"], c["n_head_kv"], c["n_ff"]
     ts = [("token_embd.weight", (c["n_vocab"], d)), ("output_norm.weight", (d,))]
+    if c["rope_freqs"]:
+        ts.append(("rope_freqs.weight", (hd // 2,)))
     if not c["tied"]:
         ts.append(("output.weight", (c["n_vocab"], d)))
     for i in range(c["n_layer"]):
@@ -224,7 +240,9 @@ def write_random_model(path, c, dtypes, seed=0):
         w.scalar(a + ".attention.sliding_window_pattern", T_U32, c["swa_pattern"])
     w.array("tokenizer.ggml.tokens", T_STR, ["<t%d>" % i for i in range(c["n_vocab"])])
     for name, shape in tensor_list(c):
-        if name.endswith("norm.weight"):
+        if name == "rope_freqs.weight":
+            v = np.exp(rng.uniform(0.0, 3.0, shape))  # divisors 1 .. 20, as Llama 3.1's grow to 8
+        elif name.endswith("norm.weight"):
             v = 1.0 + 0.2 * rng.standard_normal(shape)
         elif name.endswith(".bias"):
             v = 0.1 * rng.standard_normal(shape)

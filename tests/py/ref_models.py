@@ -7,7 +7,8 @@ reader nor its block decoders are involved.
 Facts used:
   - rmsnorm(x) = x / sqrt(mean(x^2) + eps) * w  (GGUF files of gemma already
     store gemma's (1 + w) multiplier)
-  - rope: angle(p, j) = (p / linear_scale) * base^(-2j/d); llama rotates
+  - rope: angle(p, j) = (p / linear_scale) * base^(-2j/d) / rope_freqs[j]
+    (rope_freqs.weight when present, else 1); llama rotates
     adjacent pairs (2j, 2j+1), qwen2/qwen3/gemma3 the halves (j, j + d/2)
   - attention: causal, grouped-query (query head h reads kv head
     h // (n_head / n_head_kv)), scores scaled by 1/sqrt(head_dim); gemma3's
@@ -66,6 +67,8 @@ class RefModel:
         T, _, d = x.shape
         p = np.arange(T, dtype=np.float64) / scale
         theta = base ** (-2.0 * np.arange(d // 2) / d)
+        if "rope_freqs.weight" in self.w:  # Llama 3.1+: per-pair frequency divisors
+            theta = theta / self.w["rope_freqs.weight"]
         ang = p[:, None] * theta[None, :]
         c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         if self.neox:

@@ -9,6 +9,7 @@ kiln's side is read through kiln_gguf_dump_json (src/model/gguf.h), whose
 strings escape every byte that is not printable ASCII as \\u00XX.
 """
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -277,6 +278,7 @@ def main():
     s.case("truncated_and_flipped_files", truncated_and_flipped_files, isolate=True)
     if os.path.exists(DEFAULT_MODEL) or os.environ.get("KILN_REQUIRE_DEFAULT_MODEL"):
         s.case("default_model_agrees_with_gguf_package", default_model_agrees, isolate=True)
+    shutil.rmtree(TMP, ignore_errors=True)
     s.finish()
 
 

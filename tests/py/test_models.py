@@ -10,6 +10,7 @@ the expected error is f32 rounding (~1e-6 relative); a wrong rope pairing,
 window, base, norm or head mapping gives errors of 1e-2 .. 1.
 """
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -97,6 +98,26 @@ def greedy_cached_vs_recomputed(arch, steps=32):
     full.free()
 
 
+def compiled_greedy_equals_reference(arch, steps=32):
+    """the compiled program (kiln_compile) and the reference interpreter give
+    the same 32 greedy tokens through the KV cache, with close logits"""
+    path, _ = model_file(arch, seed=13)
+    comp, interp = kg.Model(path, compiled=True), kg.Model(path)
+    if not comp.compiled or interp.compiled:
+        raise AssertionError("compiled flags: %s %s" % (comp.compiled, interp.compiled))
+    seq = list(PROMPT[:4])
+    lc, li = comp.forward(seq, 0), interp.forward(seq, 0)
+    for step in range(steps):
+        check_close(lc, li, "step %d compiled vs interpreter" % step)
+        tc, ti = int(np.argmax(lc)), int(np.argmax(li))
+        if tc != ti:
+            raise AssertionError("step %d: compiled chose %d, interpreter %d" % (step, tc, ti))
+        seq.append(tc)
+        lc, li = comp.forward([tc], len(seq) - 1), interp.forward([tc], len(seq) - 1)
+    comp.free()
+    interp.free()
+
+
 def kquants_and_rope_scaling():
     """a 256-wide llama with q4_k / q6_k / q5_0 / q4_0 weights and linear
     rope scaling (factor 4) against the reference"""
@@ -120,6 +141,30 @@ def kquants_and_rope_scaling():
     r, r0 = ref.last_logits(toks[:7]), plain.last_logits(toks[:7])
     if np.abs(r - r0).max() < 1e-2 * np.abs(r).max():
         raise AssertionError("rope scaling made no difference: the test would not see it")
+    m.free()
+
+
+def f16_cache_and_small_context():
+    """model_load_ex: an f16 KV cache agrees with the reference within f16
+    rounding, and n_ctx bounds the positions"""
+    path, _ = model_file("qwen2", seed=5)
+    m = kg.Model(path, n_ctx=10, kv_dtype=kc.F16, gguf_flags=kg.OPEN_READ)
+    ref = ref_models.RefModel(path)
+    if m.n_ctx != 10:
+        raise AssertionError("n_ctx %d" % m.n_ctx)
+    toks = PROMPT + DECODE
+    for got, want, what in ((m.forward(PROMPT, 0), ref.last_logits(PROMPT), "prefill"),
+                            (m.forward(DECODE[:1], 5), ref.last_logits(toks[:6]), "decode")):
+        err = np.abs(got - want).max() / np.abs(want).max()
+        if not 1e-7 < err < 5e-3:  # f16 rounds k and v: some error, but small
+            raise AssertionError("%s: relative error %g" % (what, err))
+    try:
+        m.forward([1] * 5, 6)
+    except kc.KilnError as e:
+        if e.status != kc.ERR_RANGE:
+            raise
+    else:
+        raise AssertionError("positions 6..10 accepted with n_ctx 10")
     m.free()
 
 
@@ -194,9 +239,14 @@ def main():
     s.case("llama_mha_vs_numpy", prefill_then_decode, "llama", n_head_kv=4, isolate=True)
     for arch in ("llama", "qwen2", "qwen3", "gemma3"):
         s.case("%s_greedy_32_cached_equals_recomputed" % arch, greedy_cached_vs_recomputed, arch, isolate=True)
+    for arch in ("llama", "qwen2", "qwen3", "gemma3"):
+        s.case("%s_compiled_greedy_32_equals_interpreter" % arch, compiled_greedy_equals_reference, arch, isolate=True)
     s.case("llama_kquants_rope_scaling_vs_numpy", kquants_and_rope_scaling, isolate=True)
+    s.case("llama_rope_freqs_vs_numpy", prefill_then_decode, "llama", rope_freqs=True, isolate=True)
+    s.case("f16_cache_and_small_context", f16_cache_and_small_context, isolate=True)
     s.case("model_forward_bad_inputs", bad_inputs, isolate=True)
     s.case("model_load_errors", load_errors, isolate=True)
+    shutil.rmtree(TMP, ignore_errors=True)
     s.finish()
 
 
