@@ -33,7 +33,7 @@ TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 .PHONY: all test test-asan run clean fuzz-graphs
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln
 
-$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/ir/ops.def)
+$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/ir/*.def)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

@@ -8,8 +8,14 @@
  * outputs end with `-> "name"`, and a final list maps each output name to its
  * tensor (with the view when the output itself is a view).
  *
+ * Compound ops (made only by the rewriter, src/ir/compound.def) print like
+ * primitives with their axis; since users never build them, the text form
+ * opens with a "# compound ..." comment giving the definition of each one the
+ * graph uses.
+ *
  * DOT form: one graph node per op, one edge per operand, labelled with the
- * view when it is not the identity; outputs are extra ellipse nodes.
+ * view when it is not the identity; outputs are extra ellipse nodes; compound
+ * nodes are shaded and carry their definition as a tooltip.
  *
  * Both only read the graph (also a graph with a builder error: what was built
  * is shown, and the error is printed as a comment). Strings are malloc'd and
@@ -19,6 +25,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "compound.h"
 #include "dtype.h"
 #include "graph.h"
 
@@ -152,6 +159,7 @@ static void sb_attr(strbuf *b, const node *n) {
         sb_printf(b, " axis %d", n->axis);
         break;
     default:
+        if (op_is_compound(n->op)) sb_printf(b, " axis %d", n->axis);
         break;
     }
 }
@@ -166,6 +174,11 @@ char *kiln_graph_text(const kiln_graph *g) {
     sb_printf(&b, "# kiln graph: %d nodes, %d outputs\n", (int)g->nnodes, (int)g->noutputs);
     if (g->status != KILN_OK)
         sb_printf(&b, "# error: %s: %s\n", kiln_status_name(g->status), g->error);
+    for (int op = OP_PRIM_COUNT; op < OP_COUNT; op++) {
+        int used = 0;
+        for (int32_t i = 0; i < g->nnodes && !used; i++) used = (int)g->nodes[i].op == op;
+        if (used) sb_printf(&b, "# compound %s\n", compound_definition((op_kind)op));
+    }
 
     for (int32_t i = 0; i < g->nnodes; i++) {
         const node *n = &g->nodes[i];
@@ -244,9 +257,16 @@ char *kiln_graph_dot(const kiln_graph *g) {
         const char *style = "";
         if (n->op == OP_INPUT) style = n->is_state ? ", style=filled, fillcolor=\"#f4e3c1\"" : ", style=filled, fillcolor=\"#dde8f4\"";
         else if (n->op == OP_CONST || n->op == OP_IOTA) style = ", style=filled, fillcolor=\"#eeeeee\"";
+        else if (op_is_compound(n->op)) style = ", style=filled, fillcolor=\"#e4d8f0\"";
         sb_printf(&b, "  n%d [label=\"", (int)i);
         sb_put_escaped(&b, tmp.s);
-        sb_printf(&b, "\"%s];\n", style);
+        sb_put(&b, "\"");
+        if (op_is_compound(n->op)) {
+            sb_put(&b, ", tooltip=\"");
+            sb_put_escaped(&b, compound_definition(n->op));
+            sb_put(&b, "\"");
+        }
+        sb_printf(&b, "%s];\n", style);
 
         int arity = (n->op >= 0 && n->op < OP_COUNT) ? op_table[n->op].arity : 0;
         for (int k = 0; k < arity && k < 3; k++) {

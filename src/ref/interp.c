@@ -51,6 +51,10 @@
  *    a window fitting its axis) are checked before the run (graph_run_checks):
  *    a failing one is KILN_ERR_RANGE.
  *
+ *  - Compound nodes (src/ir/compound.def, made only by the rewriter) are
+ *    evaluated as their primitive definition (compound_expand) run by this
+ *    interpreter: see eval_compound.
+ *
  * g->results has g->noutputs entries followed by a terminator whose ndim is
  * -1: outputs may be added after a run, and the count at run time must be
  * known to free and look up results safely.
@@ -64,6 +68,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "compound.h"
 #include "dtype.h"
 #include "graph.h"
 #include "quant.h"
@@ -709,6 +714,87 @@ static kiln_status eval_contiguous(ictx *c, int32_t id, nbuf *b) {
     return s;
 }
 
+/* ---- compound ops: evaluated as their primitive definitions -------------- */
+
+/* a tensor of sub on INPUT tensor `in` read through the evaluated view vn,
+ * with every size, stride, offset and mask a constant */
+static kiln_tensor sub_view(kiln_graph *sub, kiln_tensor in, const view_num *vn) {
+    view v;
+    memset(&v, 0, sizeof v);
+    v.nlayers = vn->nlayers;
+    for (int l = 0; l < vn->nlayers; l++) {
+        const view_num_layer *a = &vn->layer[l];
+        view_layer *L = &v.layer[l];
+        L->ndim = a->ndim;
+        L->offset = sym_const(sub->syms, a->offset);
+        L->masked = a->masked;
+        for (int d = 0; d < a->ndim; d++) {
+            L->shape[d] = sym_const(sub->syms, a->shape[d]);
+            L->stride[d] = sym_const(sub->syms, a->stride[d]);
+            L->mask_lo[d] = sym_const(sub->syms, a->masked ? a->mask_lo[d] : 0);
+            L->mask_hi[d] = a->masked ? sym_const(sub->syms, a->mask_hi[d]) : L->shape[d];
+        }
+    }
+    KILN_GROW(sub->views, sub->cap_views, sub->nviews + 1);
+    sub->views[sub->nviews] = v;
+    KILN_GROW(sub->tensors, sub->cap_tensors, sub->ntensors + 1);
+    sub->tensors[sub->ntensors].node = sub->tensors[in].node;
+    sub->tensors[sub->ntensors].view = sub->nviews++;
+    return sub->ntensors++;
+}
+
+/* A compound node (src/ir/compound.def) has no evaluator of its own: a small
+ * graph gets one INPUT per operand, bound to the operand's source buffer (no
+ * copy) and read through the operand's view, then compound_expand builds the
+ * op's primitive definition on them, and this interpreter runs it. So the
+ * node's value is its definition by construction. */
+static kiln_status eval_compound(ictx *c, int32_t id, nbuf *b) {
+    const node *n = &c->g->nodes[id];
+    char d[64];
+    kiln_graph *sub = kiln_graph_new();
+    kiln_tensor src[3] = {KILN_NONE, KILN_NONE, KILN_NONE};
+    kiln_status s = KILN_OK;
+    for (int k = 0; k < op_table[n->op].arity && s == KILN_OK; k++) {
+        operand o;
+        s = open_src(c, id, k, &o);
+        if (s != KILN_OK) break;
+        const nbuf *sb = o.src;
+        char name[16];
+        snprintf(name, sizeof name, "in%d", k);
+        kiln_sym dims[KILN_MAX_DIMS];
+        for (int i = 0; i < sb->ndim; i++) dims[i] = kiln_sym_int(sub, sb->dims[i]);
+        kiln_tensor in = kiln_input_dims(sub, name, o.dtype, sb->ndim, dims);
+        if (in == KILN_NONE) break;
+        kiln_bind_input(sub, name, sb->data, sb->bytes);
+        src[k] = sub_view(sub, in, &o.vn);
+    }
+    if (s == KILN_OK) {
+        kiln_output(sub, compound_expand(sub, n->op, src, n->axis), "out");
+        if (kiln_graph_status(sub) == KILN_OK) kiln_eval_reference(sub);
+        s = kiln_graph_status(sub);
+        if (s != KILN_OK)
+            graph_run_error(c->g, s, "%s (its definition): %s", node_desc(c->g, id, d, sizeof d), kiln_graph_error(sub));
+    }
+    if (s == KILN_OK) {
+        int nd = 0;
+        int64_t dims[KILN_MAX_DIMS];
+        kiln_output_shape(sub, "out", &nd, dims);
+        kiln_dtype dt = sub->nodes[sub->tensors[sub->outputs[0].tensor].node].dtype;
+        if (!same_dims(nd, dims, b->ndim, b->dims) || dt != n->dtype) {
+            char a1[200], a2[200];
+            dims_str(nd, dims, a1, sizeof a1);
+            dims_str(b->ndim, b->dims, a2, sizeof a2);
+            graph_run_error(c->g, KILN_ERR_SHAPE, "%s: its definition has shape %s (dtype %s), the node %s (%s)",
+                            node_desc(c->g, id, d, sizeof d), a1, kiln_dtype_name(dt), a2, kiln_dtype_name(n->dtype));
+            s = KILN_ERR_SHAPE;
+        } else {
+            s = kiln_read_output(sub, "out", b->data, b->bytes);
+        }
+    }
+    kiln_graph_free(sub);
+    return s;
+}
+
 static kiln_status eval_node(ictx *c, int32_t id) {
     const node *n = &c->g->nodes[id];
     nbuf *b = &c->bufs[id];
@@ -744,6 +830,10 @@ static kiln_status eval_node(ictx *c, int32_t id) {
     case OP_CAST: s = eval_cast(c, id, b); break;
     case OP_CONTIGUOUS: s = eval_contiguous(c, id, b); break;
     default:
+        if (op_is_compound(n->op)) {
+            s = eval_compound(c, id, b);
+            break;
+        }
         graph_run_error(c->g, KILN_ERR_UNSUPPORTED, "reference interpreter: op %d is unknown", (int)n->op);
         s = KILN_ERR_UNSUPPORTED;
     }

@@ -12,8 +12,10 @@
  * range). A VIEW term becomes a tensor on the same node with the view's layers
  * stacked on top of the operand's own (stacking is composition: the upper
  * view's layer-0 index unravels into the lower view's outer shape); when the
- * stack would be too deep the operand is made CONTIGUOUS first. CONTRACT is
- * expanded to its definition SUM_k(MUL(a, b)) until graphs can carry it.
+ * stack would be too deep the operand is made CONTIGUOUS first. Compound
+ * e-nodes (CONTRACT, SOFTMAX_ONLINE) become compound graph nodes
+ * (compound_build): the kernel layer sees them, the interpreter evaluates
+ * their definitions.
  */
 #include <string.h>
 
@@ -75,7 +77,9 @@ eg_kiln *ek_from_graph(const kiln_graph *g, char *err, size_t cap) {
         }
         case OP_SUM:
         case OP_MAX: arg = n->axis; break;
-        default: break;
+        default:
+            if (op_is_compound(n->op)) arg = n->axis; /* every compound op has an axis */
+            break;
         }
         eg_node e = eg_mk((uint16_t)n->op, (uint8_t)n->dtype, arg, arg2, arity, kids);
         ncls[i] = eg_add(ek->eg, &e);
@@ -218,8 +222,9 @@ static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
     case OP_CAST: return kiln_cast(g, k[0], (kiln_dtype)n->dtype);
     case OP_CONTIGUOUS: return kiln_contiguous(g, k[0]);
     case EG_OP_VIEW: return apply_view(c, k[0], &ek->views[n->arg]);
-    case EG_OP_CONTRACT: return kiln_sum(g, kiln_mul(g, k[0], k[1]), (int)n->arg);
-    default: return KILN_NONE;
+    default:
+        if (op_is_compound(n->op)) return compound_build(g, (op_kind)n->op, k, (int)n->arg);
+        return KILN_NONE;
     }
 }
 

@@ -21,14 +21,12 @@
 const char *eg_op_name(int op) {
     if (op >= 0 && op < OP_COUNT) return op_table[op].name;
     if (op == EG_OP_VIEW) return "VIEW";
-    if (op == EG_OP_CONTRACT) return "CONTRACT";
     return "?";
 }
 
 int eg_op_arity(int op) {
     if (op >= 0 && op < OP_COUNT) return op_table[op].arity;
     if (op == EG_OP_VIEW) return 1;
-    if (op == EG_OP_CONTRACT) return 2;
     return -1;
 }
 
@@ -207,13 +205,13 @@ static void ek_make(void *ctx, egraph *eg, const eg_node *n, eg_data *out) {
     }
     case OP_SUM:
     case OP_MAX:
-    case EG_OP_CONTRACT: {
+    case OP_CONTRACT: {
         int nd = 0;
         for (int i = 0; i < k0->ndim; i++)
             if (i != n->arg) out->shape[nd++] = k0->shape[i];
         out->ndim = (uint8_t)nd;
         int64_t len;
-        if (n->op != EG_OP_CONTRACT && k0->has_const && sym_is_const(ek->syms, k0->shape[n->arg], &len) && len >= 1) {
+        if (n->op != OP_CONTRACT && k0->has_const && sym_is_const(ek->syms, k0->shape[n->arg], &len) && len >= 1) {
             if (n->op == OP_MAX) {
                 out->has_const = 1;
                 out->cval = k0->cval;
@@ -305,7 +303,8 @@ eg_id ek_full(eg_kiln *ek, double value, kiln_dtype t, int ndim, const sym_id *s
     view v;
     sym_id ones[KILN_MAX_DIMS];
     for (int i = 0; i < ndim; i++) ones[i] = sym_const(ek->syms, 1);
-    view_identity(&v, ek->syms, 0, NULL);
+    sym_id none[1] = {0}; /* a 0-d shape: never read, but memcpy needs a pointer */
+    view_identity(&v, ek->syms, 0, none);
     int rc = view_reshape(&v, &v, ek->syms, ndim, ones);
     rc |= view_expand(&v, &v, ek->syms, shape);
     KILN_ASSERT(rc == 0); /* a broadcast scalar is one layer */
@@ -447,7 +446,10 @@ double ek_default_cost(void *ctx, egraph *eg, const eg_node *n) {
     case OP_SQRT: case OP_RECIP: case OP_MOD: return 1 + 2 * out;
     case OP_ADD: case OP_MUL: case OP_LT: case OP_CAST: return 1 + out;
     case OP_SUM: case OP_MAX: return 1 + out;     /* reads every operand element once */
-    case EG_OP_CONTRACT: return 1 + 1.5 * out;    /* one fused multiply-add per operand element */
+    case OP_CONTRACT: return 1 + 1.5 * out;       /* one fused multiply-add per operand element */
+    /* one streaming pass (running max and rescaled sum) and one writing pass,
+     * against five passes and four intermediates for the primitive chain */
+    case OP_SOFTMAX_ONLINE: return 1 + 6 * out;
     case OP_CONTIGUOUS: return 1 + 2 * out;       /* a read and a write per element */
     case OP_GATHER: case OP_SCATTER: return 1 + out;
     default: return 1 + out;

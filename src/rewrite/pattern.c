@@ -167,7 +167,7 @@ static uint32_t parse_expr(parser *p, eg_pattern *pat) {
         }
         pat->n[k].nkids = nk;
         if (!p->failed && nk != eg_op_arity(op)) perr(p, "wrong number of operands for", eg_op_name(op));
-        int needs_payload = op == OP_SUM || op == OP_MAX || op == EG_OP_CONTRACT || op == EG_OP_VIEW || op == OP_CAST ||
+        int needs_payload = op == OP_SUM || op == OP_MAX || op_is_compound(op) || op == EG_OP_VIEW || op == OP_CAST ||
                             op == OP_INPUT || op == OP_CONST || op == OP_IOTA;
         if (!p->failed && p->is_rhs && needs_payload && pat->n[k].pkind == 0)
             perr(p, "a built op needs its payload ([?k] or [N])", eg_op_name(op));

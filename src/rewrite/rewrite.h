@@ -3,17 +3,21 @@
  * as data, the runner with limits and backoff, extraction, and conversion
  * between kiln_graph and e-graph.
  *
- * E-node encoding of kiln ops (op code = op_kind, plus VIEW and CONTRACT):
+ * E-node encoding of kiln ops (op code = op_kind, the compound ops of
+ * src/ir/compound.def included, plus VIEW):
  *   every node: dtype = its result dtype
  *   INPUT  arg = index into ek->inputs            (no kids)
  *   CONST  arg = the double's bits                (no kids; a 0-d scalar)
  *   IOTA   arg = axis, arg2 = view id whose outer shape is the result shape
  *   SUM, MAX, CONTRACT  arg = reduced axis of the operand
+ *   SOFTMAX_ONLINE      arg = softmax axis; kids x and the scale c
  *   VIEW   arg = view id (ek->views), kid = the dense tensor it reads
  *   CAST   dtype = target dtype
  * A tensor read through a non-identity view is a VIEW e-node; an identity
- * view is no node at all. CONTRACT(a, b) over axis k means SUM_k(MUL(a, b)):
- * a compound node only the kernel layer sees; to graphs it is expanded back.
+ * view is no node at all. CONTRACT and SOFTMAX_ONLINE are compound nodes
+ * (defined by compound_expand in src/ir/compound.c) that only recognition
+ * rules create; extraction puts them into graphs as compound nodes for the
+ * kernel layer.
  *
  * Invariants: views and inputs are interned (equal view <=> equal id), so
  * e-node identity is structural; all sym ids live in ek->syms.
@@ -21,10 +25,11 @@
 #ifndef KILN_REWRITE_H
 #define KILN_REWRITE_H
 
+#include "compound.h"
 #include "egraph.h"
 #include "graph.h"
 
-enum { EG_OP_VIEW = OP_COUNT, EG_OP_CONTRACT, EG_OP_COUNT };
+enum { EG_OP_VIEW = OP_COUNT, EG_OP_COUNT };
 
 const char *eg_op_name(int op);
 int eg_op_arity(int op);
@@ -171,6 +176,9 @@ typedef struct eg_ruleset {
 extern const eg_rule_def eg_default_rules[];
 extern const uint32_t eg_default_rule_count;
 eg_apply_fn eg_applier_lookup(const char *name);
+/* the recognition appliers (recognize.c) */
+eg_id ek_recognize_onehot_gather(eg_kiln *ek, const eg_subst *s);
+eg_id ek_recognize_softmax(eg_kiln *ek, const eg_subst *s);
 /* compile a table; NULL and a message naming the bad rule on error */
 eg_ruleset *eg_ruleset_new(const eg_rule_def *defs, uint32_t n, char *err, size_t cap);
 eg_ruleset *eg_ruleset_default(void);

@@ -10,6 +10,10 @@
  * inf or NaN: exp2(a+b) -> exp2(a)*exp2(b) did, on attention's large finite
  * mask values, and is therefore not a rule. A view is pushed through an op only
  * when the op maps the padding value 0 to 0, or the view has no padding.
+ * One rule carries an assumption instead of a checkable condition:
+ * onehot-gather is exact for finite tables only (model weights are finite;
+ * a one-hot product with an inf/NaN entry elsewhere in the column is NaN).
+ * Recognition appliers live in recognize.c.
  */
 #include <string.h>
 
@@ -93,6 +97,12 @@ const eg_rule_def eg_default_rules[] = {
      "broadcast ?va, broadcast ?vb",
      "a sum over a product of two broadcast operands is a contraction (matmul family) by definition"},
     {"contract-comm", "(CONTRACT[?k] ?a ?b)", "(CONTRACT[?k] ?b ?a)", "", "the product inside commutes"},
+    {"onehot-gather", "(SUM[?k] (MUL (VIEW[?va] (CAST[?t] (LT (ADD (LT ?i ?x) (LT ?x ?i)) ?one))) (VIEW[?vb] ?tab)))",
+     "@onehot_gather", "const_eq ?one 1",
+     "a one-hot product picks one table row per id; exact for finite tables only (0 * inf = NaN), "
+     "ids outside [0, V) read an added zero row (see recognize.c)"},
+    {"softmax-online", "(MUL ?e (VIEW[?vr] (RECIP (VIEW[?vs] (SUM[?k] ?e)))))", "@softmax_online", "",
+     "kiln_softmax's chain exp2((x - max) c) / sum is SOFTMAX_ONLINE by that node's definition"},
 };
 const uint32_t eg_default_rule_count = sizeof eg_default_rules / sizeof eg_default_rules[0];
 
@@ -209,6 +219,7 @@ static const struct { const char *name; eg_apply_fn fn; } appliers[] = {
     {"view_compose", ap_view_compose},     {"sum_const_factor", ap_sum_const_factor},
     {"sum_broadcast", ap_sum_broadcast},   {"sum_swap", ap_sum_swap},         {"max_swap", ap_max_swap},
     {"sum_split", ap_sum_split},           {"reduce_size1", ap_reduce_size1},
+    {"onehot_gather", ek_recognize_onehot_gather}, {"softmax_online", ek_recognize_softmax},
 };
 
 eg_apply_fn eg_applier_lookup(const char *name) {

@@ -74,6 +74,15 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         if (st) *st = KILN_ERR_INVALID;
         return NULL;
     }
+    for (int32_t i = 0; i < g->nnodes; i++) {
+        if ((int)g->nodes[i].op >= (int)OP_PRIM_COUNT) {
+            /* compound nodes (from kiln_graph_optimize) have no kernels yet */
+            graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: node %d is the compound op %s, which the CPU backend cannot compile yet",
+                            (int)i, op_table[g->nodes[i].op].name);
+            if (st) *st = KILN_ERR_UNSUPPORTED;
+            return NULL;
+        }
+    }
     kiln_program *p = kiln_xcalloc(1, sizeof *p);
     p->g = g;
     p->be = be;

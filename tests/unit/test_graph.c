@@ -9,6 +9,7 @@
 #include "check.h"
 #include "graph.h"
 #include "kiln.h"
+#include "kiln_compile.h"
 
 static int contains(const char *s, const char *part) { return strstr(s, part) != NULL; }
 
@@ -173,7 +174,27 @@ static void test_text_forms(void) {
     CASE_END();
 }
 
+static void test_compile_rejects_compound(void) {
+    CASE_BEGIN("graph_compile_rejects_compound_ops_cleanly");
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, "4, 8");
+    kiln_output(g, kiln_softmax(g, x, 1), "p");
+    kiln_graph *o = kiln_graph_optimize(g);
+    CHECK(o != NULL, "optimize: %s", kiln_graph_error(g));
+    if (o) {
+        kiln_status st = KILN_OK;
+        kiln_program *p = kiln_compile(o, NULL, &st);
+        CHECK(p == NULL && st == KILN_ERR_UNSUPPORTED, "compiling a compound op must fail cleanly (st %d)", st);
+        CHECK(contains(kiln_graph_error(o), "SOFTMAX_ONLINE"), "%s", kiln_graph_error(o));
+        kiln_program_free(p);
+        kiln_graph_free(o);
+    }
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 int main(void) {
+    test_compile_rejects_compound();
     test_sticky_error();
     test_dtype_errors();
     test_bad_shapes_text();

@@ -24,17 +24,23 @@
 
 /* ---- witness language ------------------------------------------------------------
  * leaves: x y z (f32 3x4 in [-2,2]), p q (f32 3x4 in [0.25,2]), v (f32 4), m (f32 4x5),
- *         t (f32 2x3x4), w (f32 3x32), (c V) f32 3x4 filled with V
+ *         t (f32 2x3x4), w (f32 3x32), (c V) f32 3x4 filled with V,
+ *         ids (i32 3) and ids2 (i32 2x3) in [-1, 5], always holding -1 and 5 (outside
+ *         any one-hot of 4 or 5 classes)
  * ops:    exp2 log2 sin sqrt recip add mul mod lt (sum A e) (max A e) castf casti contig
  * views:  (T e) swap axes 0,1; (pad e) axis 0 by 1,1; (slice e) axis 1 [1:3]; (flip e) axis 0;
  *         (bc e) new axis 0 expanded to 5; (uq A e) new size-1 axis
- * nn:     (matmul a b) (softmax e) (rmsnorm e) (silu e) (neg e) */
+ * nn:     (matmul a b) (softmax e) (softmax0 e) (rmsnorm e) (silu e) (neg e)
+ *         (onehot V e): i32 ids e as a one-hot f32 over a new last axis of V classes
+ *         (kiln_eq of an iota and the ids, cast); (nsoftmax e): softmax without the
+ *         max shift (not a rule's input: the wrong-rule fixture's) */
 
 typedef struct leaf { const char *name; const char *shape; kiln_dtype t; double lo, hi; } leaf;
 static const leaf leaves[] = {
     {"x", "3, 4", KILN_F32, -2, 2},  {"y", "3, 4", KILN_F32, -2, 2},   {"z", "3, 4", KILN_F32, -2, 2},
     {"p", "3, 4", KILN_F32, 0.25, 2}, {"q", "3, 4", KILN_F32, 0.25, 2}, {"v", "4", KILN_F32, -2, 2},
     {"m", "4, 5", KILN_F32, -2, 2},  {"t", "2, 3, 4", KILN_F32, -2, 2}, {"w", "3, 32", KILN_F32, -2, 2},
+    {"ids", "3", KILN_I32, -1, 5},   {"ids2", "2, 3", KILN_I32, -1, 5},
 };
 #define NLEAVES (sizeof leaves / sizeof leaves[0])
 
@@ -91,6 +97,17 @@ static kiln_tensor expr(dsl *d) {
         word(d, num, sizeof num);
         kiln_sym dims[2] = {kiln_sym_int(g, 3), kiln_sym_int(g, 4)};
         r = kiln_full(g, atof(num), KILN_F32, 2, dims);
+    } else if (!strcmp(w, "onehot")) {
+        char num[32];
+        word(d, num, sizeof num);
+        kiln_tensor ids = expr(d);
+        int n = kiln_ndim(g, ids);
+        kiln_sym dims[KILN_MAX_DIMS];
+        for (int i = 0; i < n; i++) dims[i] = kiln_dim(g, ids, i);
+        dims[n] = kiln_sym_int(g, atoi(num));
+        kiln_tensor io = kiln_iota(g, KILN_I32, n + 1, dims, n);
+        kiln_tensor rep = kiln_expand(g, kiln_unsqueeze(g, ids, n), n + 1, dims);
+        r = kiln_cast(g, kiln_eq(g, io, rep), KILN_F32);
     } else if (!strcmp(w, "sum") || !strcmp(w, "max") || !strcmp(w, "uq")) {
         char num[32];
         word(d, num, sizeof num);
@@ -125,6 +142,11 @@ static kiln_tensor expr(dsl *d) {
             r = kiln_expand(g, u, n, dims);
         } else if (!strcmp(w, "matmul")) r = kiln_matmul(g, a, b);
         else if (!strcmp(w, "softmax")) r = kiln_softmax(g, a, -1);
+        else if (!strcmp(w, "softmax0")) r = kiln_softmax(g, a, 0);
+        else if (!strcmp(w, "nsoftmax")) {
+            kiln_tensor e = kiln_exp2(g, kiln_mul(g, a, kiln_const(g, 1.4426950408889634, KILN_F32)));
+            r = kiln_mul(g, e, kiln_recip(g, kiln_unsqueeze(g, kiln_sum(g, e, -1), -1)));
+        }
         else if (!strcmp(w, "rmsnorm")) r = kiln_rmsnorm(g, a, KILN_NONE, 1e-6);
         else if (!strcmp(w, "silu")) r = kiln_silu(g, a);
         else if (!strcmp(w, "neg")) r = kiln_neg(g, a);
@@ -155,13 +177,22 @@ static kiln_graph *witness_graph(const char *text) {
 
 /* ---- evaluation -------------------------------------------------------------------- */
 
-static float input_data[NLEAVES][512];
+static union {
+    float f[512];
+    int32_t i[512];
+} input_data[NLEAVES];
 
 static void make_inputs(unsigned seed) {
     srand(seed);
     for (size_t k = 0; k < NLEAVES; k++)
-        for (int i = 0; i < 512; i++)
-            input_data[k][i] = (float)(leaves[k].lo + (leaves[k].hi - leaves[k].lo) * rand() / (double)RAND_MAX);
+        for (int i = 0; i < 512; i++) {
+            if (leaves[k].t == KILN_I32) /* integers in [lo, hi], both ends always present */
+                input_data[k].i[i] = i == 0 ? (int32_t)leaves[k].lo
+                                   : i == 1 ? (int32_t)leaves[k].hi
+                                            : (int32_t)leaves[k].lo + rand() % (int32_t)(leaves[k].hi - leaves[k].lo + 1);
+            else
+                input_data[k].f[i] = (float)(leaves[k].lo + (leaves[k].hi - leaves[k].lo) * rand() / (double)RAND_MAX);
+        }
 }
 
 static size_t elems(const char *shape) {
@@ -179,7 +210,7 @@ static kiln_status bind_and_run(kiln_graph *g) {
         if (g->nodes[i].op != OP_INPUT) continue;
         for (size_t k = 0; k < NLEAVES; k++)
             if (strcmp(g->nodes[i].name, leaves[k].name) == 0)
-                kiln_bind_input(g, leaves[k].name, input_data[k], elems(leaves[k].shape) * sizeof(float));
+                kiln_bind_input(g, leaves[k].name, input_data[k].f, elems(leaves[k].shape) * sizeof(float));
     }
     return kiln_eval_reference(g);
 }
@@ -377,6 +408,8 @@ static const witness witnesses[] = {
     {"sum-add", {"(sum 1 (add x y))"}},
     {"contract", {"(matmul x m)", "(matmul (T m) (T x))"}},
     {"contract-comm", {"(matmul x m)"}},
+    {"onehot-gather", {"(matmul (onehot 4 ids) m)", "(matmul (onehot 5 ids) (T m))", "(matmul (onehot 4 ids2) m)"}},
+    {"softmax-online", {"(softmax x)", "(softmax (mul t (c 100)))", "(softmax0 (T x))"}},
 };
 #define NWIT (sizeof witnesses / sizeof witnesses[0])
 
@@ -567,7 +600,7 @@ int main(void) {
         printf("rules: %d checked, %d unsound\n", checked, unsound);
         CHECK(unsound == 0, "%d unsound rules", unsound);
         CHECK(unwitnessed == 0, "%d rules without a checked instance", unwitnessed);
-        CHECK(checked >= 40, "only %d rules checked", checked);
+        CHECK(checked >= 53, "only %d rules checked", checked);
     }
     CASE_END();
 
@@ -581,11 +614,20 @@ int main(void) {
              "not a rule: a large finite exponent splits into inf * 0 (attention masks)"},
             {"distribute-any", "(MUL ?a (ADD ?b ?c))", "(ADD (MUL ?a ?b) (MUL ?a ?c))", "float ?a",
              "not a rule: an infinite factor turns inf*(2x-1) into inf - inf = NaN (kiln_where's selector)"},
+            {"onehot-gather-naive",
+             "(SUM[?k] (MUL (VIEW[?va] (CAST[?t] (LT (ADD (LT ?i (VIEW[?vx] ?ids)) (LT (VIEW[?vx] ?ids) ?i)) ?one))) "
+             "(VIEW[?vb] ?tab)))",
+             "(GATHER ?tab ?ids)", "const_eq ?one 1",
+             "not a rule: an id outside [0, V) has an all-zero one-hot row, but GATHER fails on it"},
+            {"softmax-online-no-shift", "(MUL (EXP2 (MUL ?x ?c)) (VIEW[?vr] (RECIP (VIEW[?vs] (SUM[?k] (EXP2 (MUL ?x ?c)))))))",
+             "(SOFTMAX_ONLINE[?k] ?x ?c)", "const ?c",
+             "not a rule: without the max shift exp2 overflows and inf * (1/inf) is NaN where softmax is finite"},
         };
         const char *wit[] = {"(exp2 (add x y))", "(mul (recip (mul x (c 0))) (c 0))", "(pad (exp2 x))",
                              "(exp2 (add (mul x (c 100)) (mul (c -100) y)))",
-                             "(mul (c inf) (add (mul x (c 2)) (c -1)))"};
-        for (int i = 0; i < 5; i++) {
+                             "(mul (c inf) (add (mul x (c 2)) (c -1)))", "(matmul (onehot 4 ids) m)",
+                             "(nsoftmax (mul x (c 100)))"};
+        for (int i = 0; i < 7; i++) {
             eg_rule r;
             CHECK(eg_rule_compile(&wrong[i], &r, err, sizeof err) == 0, "%s", err);
             verdict v = check_rule_on(&r, rs, wit[i], 0);
