@@ -78,8 +78,14 @@ static kiln_graph *extract_graph(eg_kiln *ek, eg_terms *ts_out, char *err, size_
 
 kiln_graph *eg_optimize_graph(const kiln_graph *g, const eg_ruleset *rs, const eg_limits *lim, eg_run_report *rep,
                               char *err, size_t cap) {
+    return eg_optimize_graph_ex(g, rs, lim, 0, rep, err, cap);
+}
+
+kiln_graph *eg_optimize_graph_ex(const kiln_graph *g, const eg_ruleset *rs, const eg_limits *lim, int primitives_only,
+                                 eg_run_report *rep, char *err, size_t cap) {
     eg_kiln *ek = ek_from_graph(g, err, cap);
     if (!ek) return NULL;
+    ek->primitives_only = primitives_only;
     eg_run_report local;
     eg_run(ek, rs, lim, rep ? rep : &local);
     if (!rep) eg_report_free(&local);

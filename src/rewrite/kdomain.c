@@ -429,6 +429,7 @@ static double elements(const eg_kiln *ek, const eg_data *d) {
 
 double ek_default_cost(void *ctx, egraph *eg, const eg_node *n) {
     const eg_kiln *ek = ctx;
+    if (ek->primitives_only && (int)n->op >= (int)OP_PRIM_COUNT && (int)n->op < (int)OP_COUNT) return INFINITY;
     if (n->op == OP_INPUT || n->op == OP_CONST) return 1;
     if (n->op == EG_OP_VIEW) return 1; /* free movement, but not nothing: prefer fewer views */
     const eg_data *k0 = n->nkids ? eg_data_of(eg, n->kids[0]) : NULL;

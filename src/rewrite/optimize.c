@@ -18,7 +18,7 @@ static const eg_ruleset *default_rules(void) {
 }
 
 /* the source's bound dimensions and input buffers, by name, where dst has them */
-static void copy_bindings(const kiln_graph *src, kiln_graph *dst) {
+void eg_copy_bindings(const kiln_graph *src, kiln_graph *dst) {
     for (uint32_t v = 0; v < src->ndim_values; v++) {
         if (!src->dim_bound[v]) continue;
         const char *name = sym_var_name(src->syms, v);
@@ -40,19 +40,21 @@ static void copy_bindings(const kiln_graph *src, kiln_graph *dst) {
  * whose associativity space explodes stops in well under a second */
 static const eg_limits compile_limits = {.max_iters = 10, .max_nodes = 50000, .max_seconds = 1.0};
 
-kiln_graph *kiln_graph_optimize(kiln_graph *g) {
+kiln_graph *kiln_graph_optimize(kiln_graph *g) { return eg_optimize_for_backend(g, 0); }
+
+kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only) {
     if (!g) return NULL;
     if (g->build_failed) return NULL;
     char err[512];
     eg_run_report rep;
     memset(&rep, 0, sizeof rep);
-    kiln_graph *out = eg_optimize_graph(g, default_rules(), &compile_limits, &rep, err, sizeof err);
+    kiln_graph *out = eg_optimize_graph_ex(g, default_rules(), &compile_limits, primitives_only, &rep, err, sizeof err);
     eg_report_free(&rep);
     if (!out) {
         graph_run_error(g, KILN_ERR_INVALID, "optimize: %s", err);
         return NULL;
     }
-    copy_bindings(g, out);
+    eg_copy_bindings(g, out);
     return out;
 }
 

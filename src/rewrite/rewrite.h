@@ -57,6 +57,9 @@ typedef struct eg_kiln {
     eg_id *roots;
     char **root_names;
     uint32_t nroots, cap_roots;
+    /* extraction for a backend without compound kernels: compound nodes cost
+     * infinity, so every class falls back to its primitive form */
+    int primitives_only;
 } eg_kiln;
 
 eg_kiln *ek_new(sym_pool *syms);
@@ -244,6 +247,15 @@ uint32_t eg_extract_topk(egraph *eg, eg_cost_fn f, void *ctx, const eg_id *roots
 /* graph -> e-graph -> saturate -> best extraction -> a new graph (NULL + message on error) */
 kiln_graph *eg_optimize_graph(const kiln_graph *g, const eg_ruleset *rs, const eg_limits *lim, eg_run_report *rep,
                               char *err, size_t cap);
+/* the same, extracting primitives only when primitives_only is set */
+kiln_graph *eg_optimize_graph_ex(const kiln_graph *g, const eg_ruleset *rs, const eg_limits *lim, int primitives_only,
+                                 eg_run_report *rep, char *err, size_t cap);
+/* the compile step's rewrite: kiln_graph_optimize with primitive extraction
+ * (for backends without compound kernels) and g's bindings carried over;
+ * NULL with g's run error set on failure */
+kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only);
+/* copy g's bound dimensions and input buffers, by name, to dst */
+void eg_copy_bindings(const kiln_graph *g, kiln_graph *dst);
 /* structure hash of a graph with digits dropped from input names: blocks that
  * differ only in their weights' layer numbers hash alike */
 uint64_t eg_graph_signature(const kiln_graph *g);

@@ -10,6 +10,7 @@
 #include "graph.h"
 #include "kiln.h"
 #include "kiln_compile.h"
+#include "rewrite.h"
 
 static int contains(const char *s, const char *part) { return strstr(s, part) != NULL; }
 
@@ -193,7 +194,33 @@ static void test_compile_rejects_compound(void) {
     CASE_END();
 }
 
+static void test_primitive_extraction(void) {
+    CASE_BEGIN("graph_optimize_primitives_only_has_no_compound_ops");
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, "rows, 8");
+    kiln_output(g, kiln_softmax(g, x, 1), "p");
+    float xv[3 * 8], a[3 * 8], b[3 * 8];
+    for (int i = 0; i < 24; i++) xv[i] = (float)((i * 7) % 11) - 5.0f;
+    kiln_bind_dim(g, "rows", 3);
+    kiln_bind_input(g, "x", xv, sizeof xv);
+    kiln_graph *o = eg_optimize_for_backend(g, 1);
+    CHECK(o != NULL, "optimize: %s", kiln_graph_error(g));
+    if (o) {
+        int compound = 0;
+        for (int32_t i = 0; i < o->nnodes; i++) compound += (int)o->nodes[i].op >= (int)OP_PRIM_COUNT;
+        CHECK(compound == 0, "%d compound nodes in a primitives-only extraction", compound);
+        CHECK(kiln_eval_reference(g) == KILN_OK && kiln_read_output(g, "p", a, sizeof a) == KILN_OK, "ref");
+        CHECK(kiln_eval_reference(o) == KILN_OK && kiln_read_output(o, "p", b, sizeof b) == KILN_OK,
+              "extracted (bindings carried over): %s", kiln_graph_error(o));
+        for (int i = 0; i < 24; i++) CHECK(fabsf(a[i] - b[i]) <= 1e-6f * fabsf(a[i]) + 1e-7f, "p[%d] %g vs %g", i, (double)a[i], (double)b[i]);
+        kiln_graph_free(o);
+    }
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 int main(void) {
+    test_primitive_extraction();
     test_compile_rejects_compound();
     test_sticky_error();
     test_dtype_errors();
