@@ -8,10 +8,15 @@
  *   reduce      y = sum(x, last axis)              bytes = read x
  * "bytes" counts the minimum traffic (each input read once, each output
  * written once), so the fraction is of what an ideal kernel would reach.
- * Sizes: the input from 4 KiB to 256 MiB (x4 steps). Each point: one warm-up
- * run, then the median of `reps` timed runs (reps shrinks with size).
+ * Sizes: the input from 4 KiB to 256 MiB (x4 steps). Each point: `rounds`
+ * rounds of (one warm-up run, then `reps` timed runs; reps shrinks with
+ * size), the median of each round, and the table shows the median of the
+ * round medians with the lowest and highest round in brackets — the machine
+ * this runs on is shared and noisy, so one number alone means little. The
+ * device bandwidth is likewise the median of three `kiln device`
+ * measurements (before, half way, after).
  *
- * Usage: kernels [max_mib] [threads]    (defaults 256, all cores)
+ * Usage: kernels [max_mib] [threads] [rounds]    (defaults 256, all cores, 5)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +59,13 @@ static double device_bandwidth(void) {
 typedef enum { K_SOFTMAX, K_RMSNORM, K_CHAIN, K_REDUCE, K_COUNT } kind;
 static const char *names[K_COUNT] = {"softmax", "rmsnorm", "chain", "reduce"};
 
-static double run_one(kind k, int64_t n, int threads, double *gbs) {
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], cmp_d);
+    return v[n / 2];
+}
+
+/* the median of `rounds` round medians (s); gbs_lo, gbs_hi: the slowest and fastest round */
+static double run_one(kind k, int64_t n, int threads, int rounds, double *gbs, double *gbs_lo, double *gbs_hi) {
     const int64_t cols = 4096;
     int64_t rows = n / cols > 0 ? n / cols : 1;
     if (k == K_CHAIN) rows = 1;
@@ -85,17 +96,21 @@ static double run_one(kind k, int64_t n, int threads, double *gbs) {
         fprintf(stderr, "%s: compile failed: %s\n", names[k], kiln_graph_error(g));
     } else {
         int reps = m * 4 > (64 << 20) ? 5 : m * 4 > (1 << 20) ? 15 : 200;
-        double t[200];
-        kiln_run(p); /* warm-up: arena, page faults, caches */
-        for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
-            kiln_run(p);
-            t[r] = now_s() - t0;
+        double t[200], rm[64];
+        for (int rd = 0; rd < rounds; rd++) {
+            kiln_run(p); /* warm-up: arena, page faults, caches */
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                kiln_run(p);
+                t[r] = now_s() - t0;
+            }
+            rm[rd] = median(t, reps);
         }
-        qsort(t, (size_t)reps, sizeof t[0], cmp_d);
-        med = t[reps / 2];
+        med = median(rm, rounds); /* sorts rm */
         double bytes = (double)m * 4 * (k == K_REDUCE ? 1.0 : 2.0) + (k == K_REDUCE ? (double)rows * 4 : 0);
         *gbs = bytes / med / 1e9;
+        *gbs_lo = bytes / rm[rounds - 1] / 1e9;
+        *gbs_hi = bytes / rm[0] / 1e9;
     }
     kiln_program_free(p);
     kiln_graph_free(g);
@@ -107,20 +122,45 @@ static double run_one(kind k, int64_t n, int threads, double *gbs) {
 int main(int argc, char **argv) {
     int64_t max_mib = argc > 1 ? atoll(argv[1]) : 256;
     int threads = argc > 2 ? atoi(argv[2]) : 0;
+    int rounds = argc > 3 ? atoi(argv[3]) : 5;
+    if (rounds < 1) rounds = 1;
+    if (rounds > 64) rounds = 64;
+    double bws[3];
     printf("measuring the machine's read bandwidth (kiln device)...\n");
-    double bw = device_bandwidth();
-    printf("device read bandwidth: %.1f GB/s (all threads)\n\n", bw);
-    printf("%-8s %10s %12s %10s %9s\n", "kernel", "size", "time", "GB/s", "of bw");
+    bws[0] = device_bandwidth();
+    printf("device read bandwidth: %.1f GB/s (all threads; first of three measurements)\n\n", bws[0]);
+    /* rows are printed at the end, against the median bandwidth */
+    double res[K_COUNT][16][4];
+    int npts = 0;
     for (int k = 0; k < K_COUNT; k++) {
-        for (int64_t bytes = 4096; bytes <= max_mib * (1 << 20); bytes *= 4) {
-            double gbs = 0;
-            double t = run_one((kind)k, bytes / 4, threads, &gbs);
+        int i = 0;
+        for (int64_t bytes = 4096; bytes <= max_mib * (1 << 20) && i < 16; bytes *= 4, i++) {
+            double gbs = 0, lo = 0, hi = 0;
+            double t = run_one((kind)k, bytes / 4, threads, rounds, &gbs, &lo, &hi);
+            res[k][i][0] = t;
+            res[k][i][1] = gbs;
+            res[k][i][2] = lo;
+            res[k][i][3] = hi;
+            fprintf(stderr, ".");
+        }
+        npts = i;
+        if (k == K_COUNT / 2 - 1) bws[1] = device_bandwidth();
+    }
+    bws[2] = device_bandwidth();
+    fprintf(stderr, "\n");
+    double bw = median(bws, 3);
+    printf("device read bandwidth: %.1f GB/s (median of %.1f, %.1f, %.1f); %d rounds per point\n\n", bw, bws[0],
+           bws[1], bws[2], rounds);
+    printf("%-8s %10s %12s %10s %17s %9s\n", "kernel", "size", "time", "GB/s", "(rounds lo-hi)", "of bw");
+    for (int k = 0; k < K_COUNT; k++) {
+        int64_t bytes = 4096;
+        for (int i = 0; i < npts; i++, bytes *= 4) {
             char sz[32];
             if (bytes >= (1 << 20)) snprintf(sz, sizeof sz, "%lld MiB", (long long)(bytes >> 20));
             else snprintf(sz, sizeof sz, "%lld KiB", (long long)(bytes >> 10));
-            if (t < 0) continue;
-            printf("%-8s %10s %10.1f us %10.2f %8.0f%%\n", names[k], sz, t * 1e6, gbs, bw > 0 ? 100 * gbs / bw : 0);
-            fflush(stdout);
+            if (res[k][i][0] < 0) continue;
+            printf("%-8s %10s %10.1f us %10.2f    (%5.1f - %5.1f) %8.0f%%\n", names[k], sz, res[k][i][0] * 1e6,
+                   res[k][i][1], res[k][i][2], res[k][i][3], bw > 0 ? 100 * res[k][i][1] / bw : 0);
         }
     }
     return 0;

@@ -2,7 +2,7 @@
 # bench/kernels.sh — build and run bench/kernels.c (softmax, rmsnorm, a fused
 # elementwise chain and a plain reduction, 4 KiB .. 256 MiB) against the
 # bandwidth kiln measures for this machine.
-#   sh bench/kernels.sh [max_mib] [threads]
+#   sh bench/kernels.sh [max_mib] [threads] [rounds]   (defaults 256, all cores, 5)
 set -e
 cd "$(dirname "$0")/.."
 make -s WIP=1 build/libkiln.a

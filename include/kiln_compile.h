@@ -2,7 +2,9 @@
  * Include after kiln.h.
  *
  * kiln_compile cuts the graph into kernels (elementwise chains fused, each
- * reduction with its elementwise producers), generates one C translation unit
+ * reduction with its elementwise producers and, where that never repeats
+ * work, inside the kernel of its elementwise consumers: softmax and rmsnorm
+ * are one pass per row), generates one C translation unit
  * for the whole graph, compiles it with the system C compiler ($KILN_CC,
  * default "cc") into a shared object cached under $XDG_CACHE_HOME/kiln
  * (default ~/.cache/kiln) and loads it. The program is built once for every
@@ -14,6 +16,12 @@
  * kiln_eval_reference. State tensors (kiln_state) are updated in place in the
  * caller's buffer. Inputs are read in place from the caller's buffers (no
  * copies); they must stay valid during kiln_run.
+ *
+ * Environment knobs (for measuring, not needed in normal use): KILN_ISA =
+ * scalar|avx2|avx512 caps the code path; KILN_FUSE=0 keeps every reduction in
+ * a kernel of its own; KILN_STREAM_MIN = bytes from which outputs are written
+ * with non-temporal stores (default 8 MiB); KILN_PROFILE=1 prints the time
+ * per kernel to stderr when the program is freed.
  *
  * Invariants: a kiln_program keeps a pointer to its graph; the graph must
  * outlive the program and must not get new nodes after kiln_compile. Errors

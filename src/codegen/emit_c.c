@@ -7,13 +7,17 @@
  * order; a GUARD opens an `if` block so that nothing below it (loads, lets)
  * runs at masked-out positions, and a LET declares its index variable in the
  * enclosing block so that later index expressions (and a scatter's store)
- * can use it.
+ * can use it. A fused reduction (stage j, see loop.h) is a reduce loop whose
+ * result lands in the local s<j>, emitted before the innermost loop (per
+ * row) or at the top of its body (per point); LX_STAGE leaves read it.
  *
  * The vector path (AVX2 / AVX-512) is a different lowering of the same IR for
- * one shape of kernel: a f32 SUM/MAX whose operand is a load of a f32 buffer
- * (possibly after elementwise f32 ops) contiguous along the reduce axis, and
- * f32 MAP kernels contiguous along the last axis. Everything else takes the
- * scalar path, which is the reference-exact one. The generated TU is
+ * f32 expressions of ADD/MUL/LT/EXP2/RECIP/SQRT over constants, stage values
+ * and f32 loads contiguous or broadcast along the vectorised variable: every
+ * f32 SUM/MAX (a kernel's own or a stage's) whose operand is such an
+ * expression along the reduce variable, and f32 MAP kernels whose value is one
+ * along the last loop variable (with non-temporal stores when the runtime asks
+ * for them). Everything else takes the scalar path, the reference-exact one. The generated TU is
  * compiled with -fwrapv -ffp-contract=off so C's int64 index arithmetic wraps
  * like sym arithmetic and no multiply-add is fused behind our back.
  */
@@ -346,6 +350,10 @@ static void emit_lx(emitter *e, int32_t id, int ind) {
         OUT("}\n");
         return;
     }
+    case LX_STAGE:
+        indent(e, ind);
+        OUT("const %s t%d = s%d;\n", ctype(x->dtype), id, x->stage);
+        return;
     }
 }
 
@@ -367,10 +375,10 @@ static void out_store(emitter *e, kiln_dtype t, const char *val) {
     }
 }
 
-/* the loop header shared by all kernels: decodes work item w into the outer
- * loop variables and the chunk of the last dim; opens ndim scopes' worth of
- * braces that the caller closes with close_loops */
-static void open_loops(emitter *e, const sch_kernel *k) {
+/* the outer part of every kernel: decodes work item w into the outer loop
+ * variables i0..i{n-2} and the chunk [jlo, jhi) of the last dim. Opens one
+ * brace (the work-item loop) that close_outer closes. */
+static void open_outer(emitter *e, const sch_kernel *k) {
     if (k->ndim == 0) {
         OUT("  for (int64_t w = lo; w < hi; w++) {\n");
         return;
@@ -391,175 +399,307 @@ static void open_loops(emitter *e, const sch_kernel *k) {
         else OUT("    const int64_t i0 = o;\n");
     }
     OUT("    (void)o;\n");
-    OUT("    for (int64_t i%d = jlo; i%d < jhi; i%d++) {\n", n - 1, n - 1, n - 1);
 }
 
-static void close_loops(emitter *e, const sch_kernel *k) {
-    if (k->ndim > 0) OUT("    }\n");
-    OUT("  }\n");
-}
+static void close_outer(emitter *e) { OUT("  }\n"); }
 
 /* ---- vector path ------------------------------------------------------- */
 
-/* A reduce kernel fits the vector path when it is an f32 SUM/MAX of a tree of
- * f32 ADD/MUL/RECIP/SQRT/CONST over f32 loads whose offsets are affine in r
- * with coefficient 1 or 0 (contiguous or broadcast along the reduce axis). */
-static int vec_expr_ok(const sch_program *p, int32_t id, sym_id rvar, sym_pool *sp) {
+/* the shift of a load's offset when `var` grows by one (1: contiguous, 0:
+ * broadcast), or -1 when it is neither */
+static int64_t load_step(const sch_program *p, sym_id off, sym_id var) {
+    sym_pool *sp = p->g->syms;
+    const sym_node *rv = sym_get(sp, var);
+    uint32_t nv = sym_var_count(sp);
+    sym_id *map = kiln_xmalloc((size_t)nv * sizeof *map);
+    for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
+    map[rv->c] = sym_add(sp, var, sym_const(sp, 1));
+    sym_id shifted = sym_subst(sp, off, map, nv);
+    free(map);
+    int64_t c;
+    if (sym_is_const(sp, sym_sub(sp, shifted, off), &c) && (c == 0 || c == 1)) return c;
+    return -1;
+}
+
+/* an f32 expression the vector path can evaluate W lanes at a time along
+ * `var`: f32 ADD/MUL/LT/EXP2/RECIP/SQRT over constants, stage values and f32
+ * loads contiguous or broadcast along var */
+static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
     const lx *x = &p->lx[id];
     if (x->dtype != KILN_F32) return 0;
     switch (x->kind) {
-    case LX_CONST: return 1;
-    case LX_LOAD: {
-        if (p->bufs[x->buf].dtype != KILN_F32) return 0;
-        /* offset(r+1) - offset(r) must be 1 or 0 */
-        const sym_node *rv = sym_get(sp, rvar);
-        sym_id map_one[1];
-        (void)map_one;
-        uint32_t nv = sym_var_count(sp);
-        sym_id *map = kiln_xmalloc((size_t)nv * sizeof *map);
-        for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
-        map[rv->c] = sym_add(sp, rvar, sym_const(sp, 1));
-        sym_id shifted = sym_subst(sp, x->s, map, nv);
-        free(map);
-        sym_id diff = sym_sub(sp, shifted, x->s);
-        int64_t c;
-        return sym_is_const(sp, diff, &c) && (c == 1 || c == 0);
-    }
-    case LX_UNARY: return (x->op == OP_SQRT || x->op == OP_RECIP) && vec_expr_ok(p, x->a, rvar, sp);
+    case LX_CONST:
+    case LX_STAGE: return 1;
+    case LX_LOAD: return p->bufs[x->buf].dtype == KILN_F32 && load_step(p, x->s, var) >= 0;
+    case LX_UNARY:
+        return (x->op == OP_SQRT || x->op == OP_RECIP || x->op == OP_EXP2) && vec_expr_ok(p, x->a, var);
     case LX_BINARY:
-        return (x->op == OP_ADD || x->op == OP_MUL) && vec_expr_ok(p, x->a, rvar, sp) && vec_expr_ok(p, x->b, rvar, sp);
+        return (x->op == OP_ADD || x->op == OP_MUL || x->op == OP_LT) && vec_expr_ok(p, x->a, var) &&
+               vec_expr_ok(p, x->b, var);
     default: return 0;
     }
 }
 
-/* vector expression text for lane base r (a vector of W consecutive r) */
-static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_pool *sp, sym_id rvar) {
+/* vector expression text for W consecutive values of var (its C variable
+ * holds the first lane's value) */
+static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
     const lx *x = &e->p->lx[id];
     const char *pre = w512 ? "_mm512" : "_mm256";
     switch (x->kind) {
-    case LX_CONST: OUT("%s_set1_ps((float)%a)", pre, x->value); return;
-    case LX_LOAD: {
-        const sym_node *rv = sym_get(sp, rvar);
-        uint32_t nv = sym_var_count(sp);
-        sym_id *map = kiln_xmalloc((size_t)nv * sizeof *map);
-        for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
-        map[rv->c] = sym_add(sp, rvar, sym_const(sp, 1));
-        sym_id shifted = sym_subst(sp, x->s, map, nv);
-        free(map);
-        int64_t c = 0;
-        sym_is_const(sp, sym_sub(sp, shifted, x->s), &c);
-        if (c == 1) {
-            OUT("%s_loadu_ps(&b%d[", pre, x->buf);
-            out_sym(e, x->s);
-            OUT("])");
-        } else {
-            OUT("%s_set1_ps(b%d[", pre, x->buf);
-            out_sym(e, x->s);
-            OUT("])");
-        }
+    case LX_CONST: OUT("%s_set1_ps(", pre); emit_const(e, KILN_F32, x->value); OUT(")"); return;
+    case LX_STAGE: OUT("%s_set1_ps(s%d)", pre, x->stage); return;
+    case LX_LOAD:
+        OUT(load_step(e->p, x->s, var) == 1 ? "%s_loadu_ps(&b%d[" : "%s_set1_ps(b%d[", pre, x->buf);
+        out_sym(e, x->s);
+        OUT(load_step(e->p, x->s, var) == 1 ? "])" : "])");
         return;
-    }
     case LX_UNARY:
-        if (x->op == OP_SQRT) {
-            OUT("%s_sqrt_ps(", pre);
-            emit_vec_expr(e, x->a, w512, sp, rvar);
-            OUT(")");
-        } else {
-            OUT("%s_div_ps(%s_set1_ps(1.0f), ", pre, pre);
-            emit_vec_expr(e, x->a, w512, sp, rvar);
-            OUT(")");
-        }
+        if (x->op == OP_SQRT) OUT("%s_sqrt_ps(", pre);
+        else if (x->op == OP_EXP2) OUT("%s(", w512 ? "kexp2_16" : "kexp2_8");
+        else OUT("%s_div_ps(%s_set1_ps(1.0f), ", pre, pre);
+        emit_vec_expr(e, x->a, w512, var);
+        OUT(")");
         return;
     case LX_BINARY:
-        OUT("%s_%s_ps(", pre, x->op == OP_ADD ? "add" : "mul");
-        emit_vec_expr(e, x->a, w512, sp, rvar);
+        if (x->op == OP_LT) {
+            if (w512) OUT("_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(");
+            else OUT("_mm256_and_ps(_mm256_cmp_ps(");
+        } else {
+            OUT("%s_%s_ps(", pre, x->op == OP_ADD ? "add" : "mul");
+        }
+        emit_vec_expr(e, x->a, w512, var);
         OUT(", ");
-        emit_vec_expr(e, x->b, w512, sp, rvar);
-        OUT(")");
+        emit_vec_expr(e, x->b, w512, var);
+        if (x->op == OP_LT) OUT(", _CMP_LT_OQ), %s_set1_ps(1.0f))", pre);
+        else OUT(")");
         return;
     default: KILN_ASSERT(0 && "not vectorisable");
     }
 }
 
-/* the reduce loop: MAX keeps 4 float vector accumulators (max is exact in
- * any order; a NaN anywhere makes the result NaN, as in the interpreter);
- * SUM widens each float vector to double and keeps 4 double accumulators,
- * so the result differs from the interpreter's sequential double sum only
- * in the last bits of a double — almost always invisible after rounding to
- * f32. A scalar tail finishes the row. */
-static void emit_vec_reduce(emitter *e, const sch_kernel *k, int w512) {
-    sym_pool *sp = e->p->g->syms;
+/* the reduce loop over `rvar` as vectors: MAX keeps 4 float vector
+ * accumulators (max is exact in any order; a NaN anywhere makes the result
+ * NaN, as in the interpreter); SUM widens each float vector to double and
+ * keeps 4 double accumulators, so the result differs from the interpreter's
+ * sequential double sum only in the last bits of a double — almost always
+ * invisible after rounding to f32. A scalar tail finishes the row. Leaves the
+ * f32 result in `res`. */
+static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar, int32_t expr, const char *res,
+                            int w512, int ind) {
     int W = w512 ? 16 : 8;
     const char *pre = w512 ? "_mm512" : "_mm256";
     const char *vt = w512 ? "__m512" : "__m256";
     const char *dt = w512 ? "__m512d" : "__m256d";
-    int is_sum = k->red_op == OP_SUM;
-    OUT("      const int64_t rn = ");
-    out_sym(e, k->rdim);
+    int is_sum = red_op == OP_SUM;
+    char rn[32];
+    sch_rvar_name(e->p, rvar, rn, sizeof rn);
+    indent(e, ind);
+    OUT("float %s;\n", res);
+    indent(e, ind);
+    OUT("{ const int64_t rn = ");
+    out_sym(e, rdim);
     OUT(";\n");
-    if (is_sum) OUT("      %s da0 = %s_setzero_pd(), da1 = da0, da2 = da0, da3 = da0;\n", dt, pre);
-    else OUT("      %s va0 = %s_set1_ps(-INFINITY), va1 = va0, va2 = va0, va3 = va0;\n", vt, pre);
-    OUT("      int anynan = 0; (void)anynan;\n      int64_t r0 = 0;\n");
+    indent(e, ind);
+    if (is_sum) OUT("  %s da0 = %s_setzero_pd(), da1 = da0, da2 = da0, da3 = da0;\n", dt, pre);
+    else OUT("  %s va0 = %s_set1_ps(-INFINITY), va1 = va0, va2 = va0, va3 = va0;\n", vt, pre);
+    indent(e, ind);
+    OUT("  int anynan = 0; (void)anynan;\n");
+    indent(e, ind);
+    OUT("  int64_t r0 = 0;\n");
     int unroll = is_sum ? 2 : 4;
-    OUT("      for (; r0 + %d <= rn; r0 += %d) {\n", unroll * W, unroll * W);
+    indent(e, ind);
+    OUT("  for (; r0 + %d <= rn; r0 += %d) {\n", unroll * W, unroll * W);
     for (int u = 0; u < unroll; u++) {
-        OUT("        { const int64_t r = r0 + %d;\n", u * W);
-        OUT("          const %s x = ", vt);
-        emit_vec_expr(e, k->expr, w512, sp, k->rvar);
+        indent(e, ind);
+        OUT("    { const int64_t %s = r0 + %d;\n", rn, u * W);
+        indent(e, ind);
+        OUT("      const %s x = ", vt);
+        emit_vec_expr(e, expr, w512, rvar);
         OUT(";\n");
+        indent(e, ind);
         if (is_sum) {
-            if (w512) {
-                OUT("          da%d = _mm512_add_pd(da%d, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));\n", 2 * u, 2 * u);
-                OUT("          da%d = _mm512_add_pd(da%d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))); }\n",
-                    2 * u + 1, 2 * u + 1);
-            } else {
-                OUT("          da%d = _mm256_add_pd(da%d, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));\n", 2 * u, 2 * u);
-                OUT("          da%d = _mm256_add_pd(da%d, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))); }\n", 2 * u + 1,
-                    2 * u + 1);
-            }
+            if (w512)
+                OUT("      da%d = _mm512_add_pd(da%d, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));\n"
+                    "%*s      da%d = _mm512_add_pd(da%d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd("
+                    "_mm512_castps_pd(x), 1)))); }\n",
+                    2 * u, 2 * u, ind, "", 2 * u + 1, 2 * u + 1);
+            else
+                OUT("      da%d = _mm256_add_pd(da%d, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));\n"
+                    "%*s      da%d = _mm256_add_pd(da%d, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))); }\n",
+                    2 * u, 2 * u, ind, "", 2 * u + 1, 2 * u + 1);
         } else {
-            if (w512) OUT("          anynan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0;\n");
-            else OUT("          anynan |= _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0;\n");
-            OUT("          va%d = %s_max_ps(va%d, x); }\n", u, pre, u);
+            if (w512) OUT("      anynan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0;\n");
+            else OUT("      anynan |= _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0;\n");
+            indent(e, ind);
+            OUT("      va%d = %s_max_ps(va%d, x); }\n", u, pre, u);
         }
     }
-    OUT("      }\n");
+    indent(e, ind);
+    OUT("  }\n");
+    indent(e, ind);
     if (is_sum) {
         int DW = W / 2;
-        OUT("      da0 = %s_add_pd(%s_add_pd(da0, da1), %s_add_pd(da2, da3));\n", pre, pre, pre);
-        OUT("      double lanes[%d]; %s_storeu_pd(lanes, da0);\n", DW, pre);
-        OUT("      double acc = 0.0; for (int q = 0; q < %d; q++) acc += lanes[q];\n", DW);
+        OUT("  da0 = %s_add_pd(%s_add_pd(da0, da1), %s_add_pd(da2, da3));\n", pre, pre, pre);
+        indent(e, ind);
+        OUT("  double lanes[%d]; %s_storeu_pd(lanes, da0);\n", DW, pre);
+        indent(e, ind);
+        OUT("  double acc = 0.0; for (int q = 0; q < %d; q++) acc += lanes[q];\n", DW);
     } else {
-        OUT("      va0 = %s_max_ps(%s_max_ps(va0, va1), %s_max_ps(va2, va3));\n", pre, pre, pre);
-        OUT("      float lanes[%d]; %s_storeu_ps(lanes, va0);\n", W, pre);
-        OUT("      float acc = -INFINITY; for (int q = 0; q < %d; q++) acc = kfmax(acc, lanes[q]);\n", W);
-        OUT("      if (anynan) acc = NAN;\n");
+        OUT("  va0 = %s_max_ps(%s_max_ps(va0, va1), %s_max_ps(va2, va3));\n", pre, pre, pre);
+        indent(e, ind);
+        OUT("  float lanes[%d]; %s_storeu_ps(lanes, va0);\n", W, pre);
+        indent(e, ind);
+        OUT("  float acc = -INFINITY; for (int q = 0; q < %d; q++) acc = kfmax(acc, lanes[q]);\n", W);
+        indent(e, ind);
+        OUT("  if (anynan) acc = NAN;\n");
     }
-    OUT("      for (int64_t r = r0; r < rn; r++) {\n");
-    emit_lx(e, k->expr, 8);
-    if (is_sum) OUT("        acc += (double)t%d;\n", k->expr);
-    else OUT("        acc = kfmax(acc, t%d);\n", k->expr);
-    OUT("      }\n");
+    indent(e, ind);
+    OUT("  for (int64_t %s = r0; %s < rn; %s++) {\n", rn, rn, rn);
+    emit_lx(e, expr, ind + 4);
+    indent(e, ind);
+    if (is_sum) OUT("    acc += (double)t%d;\n", expr);
+    else OUT("    acc = kfmax(acc, t%d);\n", expr);
+    indent(e, ind);
+    OUT("  }\n");
+    indent(e, ind);
+    OUT("  %s = (float)acc; }\n", res);
 }
 
-/* an f32 MAP whose every load is contiguous (or broadcast) along the last
- * loop variable, vectorised over that variable */
+/* ---- kernels ----------------------------------------------------------- */
+
+/* a reduction of expr over rvar in [0, rdim) into a new local `res` holding
+ * the value in dtype vt's representation (as a stored-then-loaded value:
+ * float sums rounded from the double accumulator, integer sums wrapped) */
+static void emit_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar, int32_t expr, const char *res, int ind) {
+    kiln_dtype vt = e->p->lx[expr].dtype;
+    if (e->opt->isa != CG_ISA_SCALAR && vt == KILN_F32 && vec_expr_ok(e->p, expr, rvar)) {
+        emit_vec_reduce(e, red_op, rdim, rvar, expr, res, e->opt->isa == CG_ISA_AVX512, ind);
+        return;
+    }
+    char rn[32];
+    sch_rvar_name(e->p, rvar, rn, sizeof rn);
+    int is_float = !is_intdt(vt);
+    indent(e, ind);
+    OUT("%s %s;\n", ctype(vt), res);
+    indent(e, ind);
+    if (red_op == OP_SUM) OUT(is_float ? "{ double acc = 0.0;\n" : "{ uint64_t acc = 0;\n");
+    else if (is_float) OUT("{ float acc = -INFINITY;\n");
+    else OUT("{ int64_t acc = %s;\n", vt == KILN_I32 ? "-2147483648LL" : "0");
+    indent(e, ind);
+    OUT("  const int64_t rn = ");
+    out_sym(e, rdim);
+    OUT(";\n");
+    indent(e, ind);
+    OUT("  for (int64_t %s = 0; %s < rn; %s++) {\n", rn, rn, rn);
+    emit_lx(e, expr, ind + 4);
+    indent(e, ind + 4);
+    if (red_op == OP_SUM) OUT(is_float ? "acc += (double)t%d;\n" : "acc += (uint64_t)t%d;\n", expr);
+    else if (is_float) OUT("if (t%d != t%d) { acc = t%d; break; }\n%*sif (t%d > acc) acc = t%d;\n", expr, expr, expr,
+                           ind + 4, "", expr, expr);
+    else OUT("if (t%d > acc) acc = t%d;\n", expr, expr);
+    indent(e, ind);
+    OUT("  }\n");
+    indent(e, ind);
+    if (red_op == OP_SUM && is_float)
+        OUT("  %s = %s; }\n", res, vt == KILN_F16 ? "kd16(acc)" : vt == KILN_BF16 ? "kdbf(acc)" : "(float)acc");
+    else if (red_op == OP_SUM) OUT("  %s = %s(acc); }\n", res, vt == KILN_I32 ? "kw32" : "kwu8");
+    else OUT("  %s = acc; }\n", res);
+}
+
+static void emit_stages(emitter *e, const sch_kernel *k, int row, int ind) {
+    for (int32_t i = 0; i < k->nstages; i++) {
+        const sch_stage *st = &k->stages[i];
+        if (st->row != row) continue;
+        char res[32];
+        snprintf(res, sizeof res, "s%d", (int)i);
+        indent(e, ind);
+        OUT("/* s%d: fused %s#%d */\n", (int)i, op_table[e->p->g->nodes[st->node].op].name, st->node);
+        emit_reduce(e, st->red_op, st->rdim, st->rvar, st->expr, res, ind);
+    }
+}
+
+/* the scalar body at one domain point: elementwise stages, then the value
+ * and its store */
+static void emit_point(emitter *e, const sch_kernel *k, int ind) {
+    const sch_program *p = e->p;
+    kiln_dtype ot = p->bufs[k->out_buf].dtype;
+    emit_stages(e, k, 0, ind);
+    char val[32];
+    if (k->kind == SCH_K_REDUCE) {
+        emit_reduce(e, k->red_op, k->rdim, k->rvar, k->expr, "red", ind);
+        snprintf(val, sizeof val, "red");
+    } else {
+        emit_lx(e, k->expr, ind);
+        snprintf(val, sizeof val, "t%d", k->expr);
+    }
+    indent(e, ind);
+    if (k->kind == SCH_K_SCATTER) {
+        const sym_node *sn = sym_get(p->g->syms, p->lx[k->expr].s);
+        const sch_var *sv = sch_var_lookup(p, (uint32_t)sn->c);
+        OUT("if (g%d_ok) out[", sv->index);
+    } else {
+        OUT("out[");
+    }
+    out_sym(e, k->store_off);
+    OUT("] = ");
+    out_store(e, ot, val);
+    OUT(";\n");
+}
+
+/* an f32 MAP whose value is vectorisable along the last loop variable and
+ * that has no per-element stages */
 static int vec_map_ok(const sch_program *p, const sch_kernel *k) {
     if (k->kind != SCH_K_MAP || k->ndim == 0 || p->bufs[k->out_buf].dtype != KILN_F32) return 0;
-    sym_pool *sp = p->g->syms;
-    if (!vec_expr_ok(p, k->expr, k->var[k->ndim - 1], sp)) return 0;
-    /* the store must be contiguous too: the row-major offset always is */
-    return 1;
+    for (int32_t i = 0; i < k->nstages; i++)
+        if (!k->stages[i].row) return 0;
+    /* the store is row-major over the domain, so contiguous along it too */
+    return vec_expr_ok(p, k->expr, k->var[k->ndim - 1]);
+}
+
+/* one row [jlo, jhi) of a vectorised MAP: with flags bit 0 (the runtime
+ * asks for it on outputs too large to stay in cache) the stores are
+ * non-temporal, after a scalar head up to 64-byte alignment */
+static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
+    int w512 = e->opt->isa == CG_ISA_AVX512;
+    int W = w512 ? 16 : 8;
+    const char *pre = w512 ? "_mm512" : "_mm256";
+    int n = k->ndim;
+    sym_id lv = k->var[n - 1];
+    OUT("    int64_t i%d = jlo;\n", n - 1);
+    OUT("    if (flags & 1) {\n");
+    OUT("      for (; i%d < jhi && ((uintptr_t)&out[", n - 1);
+    out_sym(e, k->store_off);
+    OUT("] & %d) != 0; i%d++) {\n", W * 4 - 1, n - 1);
+    emit_point(e, k, 8);
+    OUT("      }\n");
+    OUT("      for (; i%d + %d <= jhi; i%d += %d)\n        %s_stream_ps(&out[", n - 1, W, n - 1, W, pre);
+    out_sym(e, k->store_off);
+    OUT("], ");
+    emit_vec_expr(e, k->expr, w512, lv);
+    OUT(");\n    }\n");
+    OUT("    for (; i%d + %d <= jhi; i%d += %d)\n      %s_storeu_ps(&out[", n - 1, W, n - 1, W, pre);
+    out_sym(e, k->store_off);
+    OUT("], ");
+    emit_vec_expr(e, k->expr, w512, lv);
+    OUT(");\n");
+    OUT("    for (; i%d < jhi; i%d++) {\n", n - 1, n - 1);
+    emit_point(e, k, 6);
+    OUT("    }\n");
+}
+
+static void collect_kernel_bufs(const sch_program *p, const sch_kernel *k, uint8_t *used) {
+    collect_bufs(p, k->expr, used);
+    for (int32_t i = 0; i < k->nstages; i++) collect_bufs(p, k->stages[i].expr, used);
 }
 
 static void emit_kernel(emitter *e, int32_t kid) {
     const sch_program *p = e->p;
     const sch_kernel *k = &p->kernels[kid];
-    sym_pool *sp = p->g->syms;
-    OUT("int kiln_k%d(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk) {\n", kid);
-    OUT("  int kerr = 0; (void)v; (void)chunk;\n");
+    OUT("int kiln_k%d(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n",
+        kid);
+    OUT("  int kerr = 0; (void)v; (void)chunk; (void)flags;\n");
     uint8_t *used = kiln_xcalloc((size_t)p->nbufs + 1, 1);
-    collect_bufs(p, k->expr, used);
+    collect_kernel_bufs(p, k, used);
     for (int32_t b = 0; b < p->nbufs; b++) {
         if (!used[b] || b == k->out_buf) continue;
         kiln_dtype t = p->bufs[b].dtype;
@@ -572,85 +712,56 @@ static void emit_kernel(emitter *e, int32_t kid) {
     else
         OUT("  %s *restrict out = (%s *)B[%d];\n", storage_ctype(ot), storage_ctype(ot), k->out_buf);
     free(used);
-    kiln_dtype vt = p->lx[k->expr].dtype;
-    int w512 = e->opt->isa == CG_ISA_AVX512;
-    int vec = e->opt->isa != CG_ISA_SCALAR;
-    if (k->kind == SCH_K_REDUCE && vec && vt == KILN_F32 && ot == KILN_F32 && vec_expr_ok(p, k->expr, k->rvar, sp)) {
-        open_loops(e, k);
-        emit_vec_reduce(e, k, w512);
-        OUT("      out[");
-        out_sym(e, k->store_off);
-        OUT("] = (float)acc;\n");
-        close_loops(e, k);
-    } else if (k->kind == SCH_K_REDUCE) {
-        open_loops(e, k);
-        int is_float = !is_intdt(vt);
-        if (k->red_op == OP_SUM) OUT(is_float ? "      double acc = 0.0;\n" : "      uint64_t acc = 0;\n");
-        else if (is_float) OUT("      float acc = -INFINITY;\n");
-        else OUT("      int64_t acc = %s;\n", vt == KILN_I32 ? "-2147483648LL" : "0");
-        OUT("      const int64_t rn = ");
-        out_sym(e, k->rdim);
-        OUT(";\n      for (int64_t r = 0; r < rn; r++) {\n");
-        emit_lx(e, k->expr, 8);
-        if (k->red_op == OP_SUM) OUT(is_float ? "        acc += (double)t%d;\n" : "        acc += (uint64_t)t%d;\n", k->expr);
-        else if (is_float) OUT("        if (t%d != t%d) { acc = t%d; break; }\n        if (t%d > acc) acc = t%d;\n", k->expr, k->expr, k->expr, k->expr, k->expr);
-        else OUT("        if (t%d > acc) acc = t%d;\n", k->expr, k->expr);
-        OUT("      }\n");
-        char val[64];
-        if (k->red_op == OP_SUM && is_float) {
-            const char *conv = vt == KILN_F16 ? "kd16(acc)" : vt == KILN_BF16 ? "kdbf(acc)" : "(float)acc";
-            snprintf(val, sizeof val, "%s", conv);
-        } else if (k->red_op == OP_SUM) {
-            snprintf(val, sizeof val, "%s(acc)", vt == KILN_I32 ? "kw32" : "kwu8");
-        } else {
-            snprintf(val, sizeof val, "acc");
-        }
-        OUT("      out[");
-        out_sym(e, k->store_off);
-        OUT("] = ");
-        out_store(e, ot, val);
-        OUT(";\n");
-        close_loops(e, k);
-    } else if (k->kind == SCH_K_MAP && vec && vec_map_ok(p, k)) {
-        /* rows of the last dim: vector body over [jlo, jhi) in W-lanes, scalar tail */
-        int W = w512 ? 16 : 8;
-        const char *pre = w512 ? "_mm512" : "_mm256";
-        int n = k->ndim;
-        open_loops(e, k);
-        /* open_loops opened the scalar loop over i{n-1}; run the vector part as
-         * a first pass by stepping in W inside it */
-        OUT("      if (i%d + %d <= jhi) {\n", n - 1, W);
-        OUT("        ");
-        OUT("%s_storeu_ps(&out[", pre);
-        out_sym(e, k->store_off);
-        OUT("], ");
-        emit_vec_expr(e, k->expr, w512, sp, k->var[n - 1]);
-        OUT(");\n        i%d += %d - 1; continue;\n      }\n", n - 1, W);
-        emit_lx(e, k->expr, 6);
-        OUT("      out[");
-        out_sym(e, k->store_off);
-        OUT("] = t%d;\n", k->expr);
-        close_loops(e, k);
+    int vec_map = e->opt->isa != CG_ISA_SCALAR && vec_map_ok(p, k);
+    open_outer(e, k);
+    emit_stages(e, k, 1, 4);
+    if (vec_map) {
+        emit_vec_map_row(e, k);
+    } else if (k->ndim == 0) {
+        emit_point(e, k, 4);
     } else {
-        open_loops(e, k);
-        emit_lx(e, k->expr, 6);
-        char val[32];
-        snprintf(val, sizeof val, "t%d", k->expr);
-        if (k->kind == SCH_K_SCATTER) {
-            const sym_node *sn = sym_get(sp, p->lx[k->expr].s);
-            const sch_var *sv = sch_var_lookup(p, (uint32_t)sn->c);
-            OUT("      if (g%d_ok) out[", sv->index);
-        } else {
-            OUT("      out[");
-        }
-        out_sym(e, k->store_off);
-        OUT("] = ");
-        out_store(e, ot, val);
-        OUT(";\n");
-        close_loops(e, k);
+        int n = k->ndim;
+        OUT("    for (int64_t i%d = jlo; i%d < jhi; i%d++) {\n", n - 1, n - 1, n - 1);
+        emit_point(e, k, 6);
+        OUT("    }\n");
     }
+    close_outer(e);
+    if (vec_map) OUT("  if (flags & 1) _mm_sfence();\n");
     OUT("  return kerr;\n}\n\n");
 }
+
+/* vector exp2 (2^x for f32 lanes): x = n + f with n = round(x), |f| <= 1/2,
+ * 2^f by its degree-7 Taylor polynomial in Horner form with fused
+ * multiply-adds (truncation error below 1e-8 relative), then scaled by 2^n
+ * (AVX-512: scalef; AVX2: two exact power-of-two factors, so subnormal
+ * results are rounded once). x is clamped to [-160, 160] first: beyond that
+ * the result is 0 or +inf either way; NaN lanes return x. Max error 2 ulp
+ * (tests/unit/test_compile.c measures it over a sweep of the whole range). */
+static const char *vec_prelude =
+    "#define KEXP2_POLY(P, F, f) P(P(P(P(P(P(P(F(1.525273380405984e-05f), f, F(1.5403530393381608e-04f)), f, "
+    "F(1.3333558146428443e-03f)), f, F(9.618129107628477e-03f)), f, F(5.550410866482158e-02f)), f, "
+    "F(2.402265069591007e-01f)), f, F(6.931471805599453e-01f)), f, F(1.0f))\n"
+    "#ifdef __AVX512F__\n"
+    "KI __m512 kfma16(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }\n"
+    "KI __m512 kexp2_16(__m512 x) {\n"
+    "  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-160.0f)), _mm512_set1_ps(160.0f));\n"
+    "  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
+    "  const __m512 f = _mm512_sub_ps(xc, n);\n"
+    "  const __m512 p = KEXP2_POLY(kfma16, _mm512_set1_ps, f);\n"
+    "  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_scalef_ps(p, n), x);\n"
+    "}\n"
+    "#endif\n"
+    "KI __m256 kfma8(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }\n"
+    "KI __m256 kexp2_8(__m256 x) {\n"
+    "  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-160.0f)), _mm256_set1_ps(160.0f));\n"
+    "  const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
+    "  const __m256 f = _mm256_sub_ps(xc, n);\n"
+    "  const __m256 p = KEXP2_POLY(kfma8, _mm256_set1_ps, f);\n"
+    "  const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);\n"
+    "  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));\n"
+    "  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));\n"
+    "  return _mm256_blendv_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));\n"
+    "}\n\n";
 
 char *cg_emit_c(const sch_program *p, const cg_options *opt) {
     emitter e0, *e = &e0;
@@ -658,7 +769,7 @@ char *cg_emit_c(const sch_program *p, const cg_options *opt) {
     e->p = p;
     e->opt = opt;
     OUT("%s", prelude);
-    if (opt->isa != CG_ISA_SCALAR) OUT("#include <immintrin.h>\n\n");
+    if (opt->isa != CG_ISA_SCALAR) OUT("#include <immintrin.h>\n%s", vec_prelude);
     for (int32_t k = 0; k < p->nkernels; k++) {
         sch_kernel_kind kk = p->kernels[k].kind;
         if (kk == SCH_K_QUANTIZE || kk == SCH_K_COPY) continue;

@@ -1,20 +1,27 @@
 /* emit_c.h — C source for a kernelized program (one translation unit).
  *
  * Every MAP/REDUCE/SCATTER kernel k becomes
- *     int kiln_k<k>(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk)
+ *     int kiln_k<k>(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk,
+ *                   int64_t flags)
  * B: every buffer of the program by id; v: the values of the graph's sym
  * variables (by variable number); [lo, hi): the work items this call does.
  * A kernel's work items are its outer rows (the product of all domain dims but
  * the last) times ceil(last dim / chunk) chunks of the last dim (chunk <= 0:
  * one chunk), so a thread pool can split rows and, for few long rows, chunks
- * of a row. Returns 0, or 1 when a GATHER/SCATTER index was out of range.
+ * of a row. flags bit 0 asks for non-temporal stores (an output too large to
+ * stay in cache; only vectorised maps use it). Fused reductions (stages, see
+ * loop.h) are computed per row before the innermost loop, or per point.
+ * Returns 0, or 1 when a GATHER/SCATTER index was out of range.
  * QUANTIZE and COPY kernels are host steps and have no function.
  *
  * Numerics follow the reference interpreter's contract (src/ref/interp.c)
  * operation by operation: f32 arithmetic rounded to the node dtype after each
  * op, wrapping i32/u8 arithmetic, double accumulation of float sums (the
- * scalar path), NaN-propagating MAX. The vector paths (AVX2 / AVX-512,
- * chosen by cg_options.isa) only change the order of float SUM accumulation.
+ * scalar path), NaN-propagating MAX; libm for EXP2/LOG2/SIN. The scalar path
+ * is bit-exact with the interpreter. The vector paths (AVX2 / AVX-512, chosen
+ * by cg_options.isa) differ in two places only: float SUM accumulation order
+ * (double accumulators per lane), and EXP2, a polynomial with at most 2 ulp
+ * error instead of libm's exp2f (see vec_prelude in emit_c.c).
  */
 #ifndef KILN_CODEGEN_EMIT_C_H
 #define KILN_CODEGEN_EMIT_C_H

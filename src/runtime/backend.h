@@ -20,7 +20,8 @@
 typedef struct rt_module rt_module; /* loaded code */
 
 /* the ABI of a generated kernel function (see emit_c.h) */
-typedef int (*rt_kernel_fn)(void *const *bufs, const int64_t *vars, int64_t lo, int64_t hi, int64_t chunk);
+typedef int (*rt_kernel_fn)(void *const *bufs, const int64_t *vars, int64_t lo, int64_t hi, int64_t chunk,
+                            int64_t flags);
 
 typedef struct rt_backend {
     const char *name;
@@ -41,7 +42,7 @@ typedef struct rt_backend {
     void (*copy)(void *dst, const void *src, size_t bytes);
     /* run fn over n work items; returns the OR of the kernel's results */
     int (*launch)(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n,
-                  int64_t chunk, int serial);
+                  int64_t chunk, int64_t flags, int serial);
     void (*sync)(void);
 } rt_backend;
 

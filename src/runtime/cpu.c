@@ -301,18 +301,18 @@ typedef struct launch_ctx {
     rt_kernel_fn fn;
     void *const *bufs;
     const int64_t *vars;
-    int64_t chunk;
+    int64_t chunk, flags;
 } launch_ctx;
 
 static int launch_piece(void *ctx, int64_t lo, int64_t hi) {
     const launch_ctx *c = ctx;
-    return c->fn(c->bufs, c->vars, lo, hi, c->chunk);
+    return c->fn(c->bufs, c->vars, lo, hi, c->chunk, c->flags);
 }
 
 static int cpu_launch(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n, int64_t chunk,
-                      int serial) {
-    launch_ctx c = {fn, bufs, vars, chunk};
-    if (serial || !pool) return fn(bufs, vars, 0, n, chunk);
+                      int64_t flags, int serial) {
+    launch_ctx c = {fn, bufs, vars, chunk, flags};
+    if (serial || !pool) return fn(bufs, vars, 0, n, chunk, flags);
     return rt_pool_run(pool, n, 0, launch_piece, &c);
 }
 

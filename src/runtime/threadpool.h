@@ -3,8 +3,9 @@
  * does the first piece itself. Kernels are launched through it.
  *
  * Invariants: one job at a time per pool (rt_pool_run is not reentrant and
- * must be called from one thread at a time); workers sleep on a condition
- * variable between jobs and exit only in rt_pool_free.
+ * must be called from one thread at a time); between jobs workers wait by
+ * yielding spins for about 0.1 ms, then sleep on a condition variable; they
+ * exit only in rt_pool_free.
  */
 #ifndef KILN_RUNTIME_THREADPOOL_H
 #define KILN_RUNTIME_THREADPOOL_H

@@ -1,15 +1,28 @@
 /* kernelize.c — cut a graph into kernels (the loop IR of loop.h).
  *
- * Which nodes get a buffer of their own ("materialised"):
- *  - inputs and states (the caller's buffers), reductions, scatters, casts
- *    into a block format (they are quantised by a host step);
- *  - any other node read by more than one consumer (a node read once is
- *    recomputed inside its consumer at the coordinates the consumer's view
- *    asks for — that is the fusion: elementwise chains, views, gathers and
- *    casts all fold into the kernel that finally stores);
- *  - constants and iotas never (they cost nothing to recompute).
- * A reduction therefore absorbs its elementwise producers, and its consumers
- * read its (small) buffer. Outputs read through an identity view write
+ * Which nodes get a buffer of their own ("materialised"), decided from the
+ * consumers backwards (decide_materialised):
+ *  - inputs and states (the caller's buffers), scatters, casts into a block
+ *    format (they are quantised by a host step): always;
+ *  - constants and iotas: never (they cost nothing to recompute);
+ *  - any other node belongs to the kernel of its consumers when they are all
+ *    in one kernel: it is recomputed inside that kernel at the coordinates
+ *    each read asks for (the fusion: elementwise chains, views, gathers and
+ *    casts fold into the kernel that finally stores), as long as that makes
+ *    at most SCH_MAX_COPIES copies of it; consumers in different kernels, or
+ *    more copies, give it a buffer;
+ *  - a reduction (SUM/MAX) fuses the same way, as a stage of its consumers'
+ *    kernel (see loop.h): softmax becomes one kernel with per-row max and
+ *    sum stages, rmsnorm one kernel with a per-row sum of squares. Outputs,
+ *    and reductions read by a scatter or a quantising cast, keep a buffer.
+ *    A fused reduction must be evaluated exactly as often as it has
+ *    elements (once per row of its consumer, or once per point): fusion
+ *    must never multiply work (a column sum read along rows, a total read by
+ *    every row). check_stages verifies that on the built kernels; a
+ *    reduction that fails gets a buffer and the program is rebuilt (each
+ *    round adds buffers, so this ends).
+ * A reduction with a buffer is its own REDUCE kernel, absorbing its
+ * elementwise producers. Outputs read through an identity view write
  * straight into the caller-visible result buffer; others get a copy kernel.
  *
  * State (KV cache) semantics: a SCATTER whose state operand is read by nothing
@@ -23,6 +36,7 @@
  * need are computed.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base.h"
@@ -110,7 +124,78 @@ static void add_quantize(sch_program *p, int32_t n, int32_t out_buf, int mode, k
     q->src_buf = temp;
 }
 
-kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errcap) {
+
+/* the most copies of one node's expression that fusion may create in the
+ * kernels' trees (a node read several times by one kernel is recomputed at
+ * each read; more reads than this and it gets a buffer) */
+#define SCH_MAX_COPIES 4
+
+/* which nodes get a buffer (see the top of this file). Decided from the
+ * consumers backwards: each node not materialised belongs to the kernel of
+ * its consumers ("root": a materialised node, or nn + o for output o's copy
+ * kernel), so a node is inlined when all its consumers are in one kernel and
+ * it would not be copied more than SCH_MAX_COPIES times. */
+static void decide_materialised(kiln_graph *g, const int32_t *needed, const uint8_t *force, int32_t *mat) {
+    int32_t nn = g->nnodes;
+    int32_t *root = kiln_xmalloc(((size_t)nn + 1) * sizeof *root);
+    int64_t *copies = kiln_xcalloc((size_t)nn + 1, sizeof *copies);
+    int32_t *uroot = kiln_xmalloc(((size_t)nn + 1) * sizeof *uroot); /* the root seen so far, -2: none, -3: several */
+    int8_t *is_out = kiln_xcalloc((size_t)nn + 1, 1);
+    for (int32_t i = 0; i < nn; i++) {
+        uroot[i] = -2;
+        root[i] = -1;
+        mat[i] = 0;
+    }
+    for (int32_t o = 0; o < g->noutputs; o++) {
+        int32_t n = graph_tensor(g, g->outputs[o].tensor)->node;
+        is_out[n] = 1;
+        uroot[n] = uroot[n] == -2 || uroot[n] == nn + o ? nn + o : -3;
+        copies[n] += 1;
+    }
+    for (int32_t i = nn - 1; i >= 0; i--) {
+        if (!needed[i]) continue;
+        const node *m = &g->nodes[i];
+        int fixed = -1; /* 1: always a buffer, 0: never */
+        switch (m->op) {
+        case OP_INPUT:
+        case OP_SCATTER: fixed = 1; break;
+        case OP_CONST:
+        case OP_IOTA: fixed = 0; break;
+        case OP_CAST: if (kiln_dtype_is_block(m->dtype)) fixed = 1; break;
+        default: break;
+        }
+        if (fixed < 0) {
+            int32_t r = uroot[i];
+            int inl = r >= 0 && copies[i] <= SCH_MAX_COPIES && !force[i];
+            if (inl && (m->op == OP_SUM || m->op == OP_MAX)) {
+                /* a reduction fuses as a stage of a map or reduce kernel */
+                if (is_out[i]) inl = 0;
+                else if (r < nn) {
+                    const node *rn = &g->nodes[r];
+                    inl = rn->op != OP_SCATTER && !kiln_dtype_is_block(rn->dtype);
+                } else {
+                    inl = !kiln_dtype_is_block(graph_node(g, graph_tensor(g, g->outputs[r - nn].tensor)->node)->dtype);
+                }
+            }
+            fixed = !inl;
+        }
+        mat[i] = fixed;
+        root[i] = mat[i] ? i : uroot[i];
+        if (m->op == OP_CONST || m->op == OP_IOTA) continue;
+        int64_t mine = mat[i] ? 1 : copies[i];
+        for (int a = 0; a < op_table[m->op].arity; a++) {
+            int32_t s = graph_tensor(g, m->src[a])->node;
+            uroot[s] = uroot[s] == -2 || uroot[s] == root[i] ? root[i] : -3;
+            copies[s] += mine;
+        }
+    }
+    free(root);
+    free(copies);
+    free(uroot);
+    free(is_out);
+}
+
+static kiln_status build(kiln_graph *g, sch_program *p, const uint8_t *force, char *err, size_t errcap) {
     memset(p, 0, sizeof *p);
     p->g = g;
     p->tag = __atomic_add_fetch(&program_tag_counter, 1u, __ATOMIC_RELAXED);
@@ -165,21 +250,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
     }
     for (int32_t i = 0; i < g->noutputs; i++) uses[graph_tensor(g, g->outputs[i].tensor)->node]++;
 
-    for (int32_t i = 0; i < nn; i++) {
-        if (!needed[i]) continue;
-        const node *m = &g->nodes[i];
-        switch (m->op) {
-        case OP_INPUT:
-        case OP_SUM:
-        case OP_MAX:
-        case OP_SCATTER: mat[i] = 1; break;
-        case OP_CONST:
-        case OP_IOTA: mat[i] = 0; break;
-        case OP_CAST: mat[i] = kiln_dtype_is_block(m->dtype) || uses[i] > 1; break;
-        default: mat[i] = uses[i] > 1; break;
-        }
-    }
-
+    decide_materialised(g, needed, force, mat);
     /* buffers */
     for (int32_t i = 0; i < nn; i++) {
         if (!needed[i] || !mat[i]) continue;
@@ -329,9 +400,79 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
     return KILN_OK;
 }
 
+/* 1 when sym s only uses kernel k's loop variables among the program's own
+ * variables (graph size variables are fine); *last set when it uses k's
+ * last loop variable */
+static int coord_ok(const sch_program *p, const sch_kernel *k, sym_id s, int *last) {
+    const sym_node *n = sym_get(p->g->syms, s);
+    switch (n->kind) {
+    case SYM_CONST: return 1;
+    case SYM_VAR: {
+        const sch_var *v = sch_var_lookup(p, (uint32_t)n->c);
+        if (!v) return 1;
+        for (int d = 0; d < k->ndim; d++) {
+            if (k->var[d] != s) continue;
+            if (d == k->ndim - 1) *last = 1;
+            return 1;
+        }
+        return 0;
+    }
+    default: return coord_ok(p, k, n->a, last) && coord_ok(p, k, n->b, last);
+    }
+}
+
+/* classify every stage as per row or per element; mark in force[] each
+ * reduction whose stage would be evaluated more often than the reduction has
+ * elements, at coordinates the kernel cannot hoist it to, or that is only
+ * read under a guard (its coordinates might be out of range). Returns the
+ * number of newly forced nodes. */
+static int check_stages(sch_program *p, uint8_t *force) {
+    sym_pool *sp = p->g->syms;
+    int nbad = 0;
+    for (int32_t ki = 0; ki < p->nkernels; ki++) {
+        sch_kernel *k = &p->kernels[ki];
+        for (int32_t i = 0; i < k->nstages; i++) {
+            sch_stage *st = &k->stages[i];
+            const node *m = graph_node(p->g, st->node);
+            int ok = !st->guarded, last = 0;
+            for (int d = 0; d < st->ncoord && ok; d++) ok = coord_ok(p, k, st->coord[d], &last);
+            if (ok) {
+                st->row = k->ndim > 0 && !last;
+                int upto = st->row ? k->ndim - 1 : k->ndim;
+                sym_id evals = numel_of(sp, upto, k->dim);
+                ok = evals == numel_of(sp, m->ndim, m->shape);
+            }
+            if (!ok && !force[st->node]) {
+                force[st->node] = 1;
+                nbad++;
+            }
+        }
+    }
+    return nbad;
+}
+
+kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errcap) {
+    uint8_t *force = kiln_xcalloc((size_t)g->nnodes + 1, 1);
+    /* KILN_FUSE=0 keeps every reduction in a kernel of its own (to compare) */
+    const char *fz = getenv("KILN_FUSE");
+    if (fz && strcmp(fz, "0") == 0)
+        for (int32_t i = 0; i < g->nnodes; i++) force[i] = g->nodes[i].op == OP_SUM || g->nodes[i].op == OP_MAX;
+    kiln_status s;
+    for (;;) {
+        s = build(g, p, force, err, errcap);
+        if (s != KILN_OK || check_stages(p, force) == 0) break;
+        sch_program_free(p);
+    }
+    free(force);
+    return s;
+}
+
 void sch_program_free(sch_program *p) {
     if (!p) return;
-    for (int32_t i = 0; i < p->nkernels; i++) free(p->kernels[i].fused);
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        free(p->kernels[i].fused);
+        free(p->kernels[i].stages);
+    }
     free(p->kernels);
     free(p->bufs);
     free(p->lx);

@@ -50,6 +50,7 @@ int32_t lx_new(sch_program *p, lx_kind k, kiln_dtype dt) {
     e->a = e->b = -1;
     e->s = e->s2 = SYM_NONE;
     e->buf = -1;
+    e->stage = -1;
     return p->nlx++;
 }
 
@@ -122,6 +123,8 @@ int32_t lx_tensor(sch_program *p, sch_kernel *k, kiln_tensor t, const sym_id *id
         view_expr(V, sp, idx, &off, &valid);
     }
     if (sym_is_const(sp, valid, &cv) && cv == 0) return lx_const(p, m->dtype, 0.0);
+    int guarded = !(sym_is_const(sp, valid, &cv) && cv != 0);
+    p->guard_depth += guarded;
     int32_t e;
     if (p->node_buf[T->node] >= 0) {
         e = lx_new(p, LX_LOAD, m->dtype);
@@ -144,11 +147,60 @@ int32_t lx_tensor(sch_program *p, sch_kernel *k, kiln_tensor t, const sym_id *id
         }
         e = lx_node(p, k, T->node, c);
     }
+    p->guard_depth -= guarded;
     if (sym_is_const(sp, valid, &cv) && cv != 0) return e;
     int32_t gd = lx_new(p, LX_GUARD, m->dtype);
     p->lx[gd].a = e;
     p->lx[gd].s = valid;
     return gd;
+}
+
+/* the stage computing reduction n at coordinates c in kernel k: an existing
+ * one with the same key, or a new one appended after the stages its own
+ * expression needs */
+static int32_t stage_for(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c) {
+    kiln_graph *g = p->g;
+    const node *m = graph_node(g, n);
+    for (int32_t i = 0; i < k->nstages; i++) {
+        const sch_stage *st = &k->stages[i];
+        if (st->node != n) continue;
+        int same = 1;
+        for (int d = 0; d < m->ndim && same; d++) same = st->coord[d] == c[d];
+        if (same) {
+            /* an unguarded read proves the coordinates are in range */
+            if (p->guard_depth == 0) k->stages[i].guarded = 0;
+            return i;
+        }
+    }
+    int guarded = p->guard_depth > 0;
+    const view *V = graph_tensor_view(g, m->src[0]);
+    sym_id rdim = view_shape(V)[m->axis];
+    sym_id rvar = sch_new_var(p, SCH_VAR_REDUCE, ++p->nstage_vars, rdim);
+    sym_id cc[KILN_MAX_DIMS];
+    for (int d = 0, j = 0; d < view_ndim(V); d++) cc[d] = d == m->axis ? rvar : c[j++];
+    int32_t ex = lx_tensor(p, k, m->src[0], cc);
+    KILN_GROW(k->stages, k->cap_stages, k->nstages + 1);
+    sch_stage *st = &k->stages[k->nstages];
+    memset(st, 0, sizeof *st);
+    st->node = n;
+    st->red_op = m->op;
+    st->dtype = m->dtype;
+    st->rdim = rdim;
+    st->rvar = rvar;
+    st->expr = ex;
+    st->ncoord = m->ndim;
+    for (int d = 0; d < m->ndim; d++) st->coord[d] = c[d];
+    st->row = 0;
+    st->guarded = guarded;
+    return k->nstages++;
+}
+
+void sch_rvar_name(const sch_program *p, sym_id rvar, char *buf, size_t cap) {
+    const sym_node *n = sym_get(p->g->syms, rvar);
+    const sch_var *v = n->kind == SYM_VAR ? sch_var_lookup(p, (uint32_t)n->c) : NULL;
+    KILN_ASSERT(v && v->role == SCH_VAR_REDUCE);
+    if (v->index == 0) snprintf(buf, cap, "r");
+    else snprintf(buf, cap, "r%d", v->index);
 }
 
 int32_t lx_node(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c) {
@@ -193,6 +245,13 @@ int32_t lx_node(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c) {
         return e;
     }
     case OP_CONTIGUOUS: return lx_tensor(p, k, m->src[0], c);
+    case OP_SUM:
+    case OP_MAX: {
+        int32_t st = stage_for(p, k, n, c);
+        e = lx_new(p, LX_STAGE, m->dtype);
+        p->lx[e].stage = st;
+        return e;
+    }
     case OP_GATHER: {
         kiln_tensor table = m->src[0], idx = m->src[1];
         int ni = view_ndim(graph_tensor_view(g, idx));
@@ -237,7 +296,8 @@ static void print_sym_rec(const sch_program *p, sym_id s, int c_mode, char **buf
         } else if (v->role == SCH_VAR_LOOP) {
             sch_appendf(buf, len, cap, "i%d", v->index);
         } else if (v->role == SCH_VAR_REDUCE) {
-            sch_appendf(buf, len, cap, "r");
+            if (v->index == 0) sch_appendf(buf, len, cap, "r");
+            else sch_appendf(buf, len, cap, "r%d", v->index);
         } else {
             sch_appendf(buf, len, cap, "g%d", v->index);
         }
@@ -334,6 +394,7 @@ static void print_lx(const sch_program *p, int32_t id, char **buf, size_t *len, 
         sch_appendf(buf, len, cap, ") in ");
         print_lx(p, e->b, buf, len, cap);
         break;
+    case LX_STAGE: sch_appendf(buf, len, cap, "s%d", e->stage); break;
     }
 }
 
@@ -370,6 +431,19 @@ static void collect_loads(const sch_program *p, int32_t id, int32_t *seen, int32
     collect_loads(p, e->b, seen, nseen);
 }
 
+static void print_stage(const sch_program *p, const sch_kernel *k, int32_t i, int ind, char **buf, size_t *len,
+                        size_t *cap) {
+    const sch_stage *st = &k->stages[i];
+    char rn[32];
+    sch_rvar_name(p, st->rvar, rn, sizeof rn);
+    sch_appendf(buf, len, cap, "%*ss%d = %s over %s in [0, ", ind, "", (int)i, st->red_op == OP_SUM ? "sum" : "max", rn);
+    print_text_sym(p, st->rdim, buf, len, cap);
+    sch_appendf(buf, len, cap, ") of ");
+    print_lx(p, st->expr, buf, len, cap);
+    sch_appendf(buf, len, cap, "   (fused %s#%d, per %s)\n", op_table[p->g->nodes[st->node].op].name, st->node,
+                st->row ? "row" : "element");
+}
+
 void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len, size_t *cap) {
     const sch_kernel *k = &p->kernels[kid];
     static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
@@ -382,6 +456,7 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
     int32_t nseen = 0;
     if (k->kind == SCH_K_QUANTIZE || k->kind == SCH_K_COPY) seen[nseen++] = k->src_buf;
     else collect_loads(p, k->expr, seen, &nseen);
+    for (int32_t i = 0; i < k->nstages; i++) collect_loads(p, k->stages[i].expr, seen, &nseen);
     for (int32_t i = 0; i < nseen; i++) {
         sch_appendf(buf, len, cap, " ");
         print_buf(p, seen[i], buf, len, cap);
@@ -397,10 +472,15 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
     }
     int ind = 2;
     for (int d = 0; d < k->ndim; d++, ind += 2) {
+        if (d == k->ndim - 1)
+            for (int32_t i = 0; i < k->nstages; i++)
+                if (k->stages[i].row) print_stage(p, k, i, ind, buf, len, cap);
         sch_appendf(buf, len, cap, "%*sfor i%d in [0, ", ind, "", d);
         print_text_sym(p, k->dim[d], buf, len, cap);
         sch_appendf(buf, len, cap, ")%s\n", d == 0 && k->kind != SCH_K_SCATTER ? "  (parallel)" : "");
     }
+    for (int32_t i = 0; i < k->nstages; i++)
+        if (!k->stages[i].row) print_stage(p, k, i, ind, buf, len, cap);
     if (k->kind == SCH_K_REDUCE) {
         sch_appendf(buf, len, cap, "%*sacc = %s\n", ind, "", k->red_op == OP_SUM ? "0" : "-inf");
         sch_appendf(buf, len, cap, "%*sfor r in [0, ", ind, "");

@@ -22,6 +22,22 @@
  * ids than their users; every lx in a kernel tree is used exactly once (a
  * tree, not a DAG), so the emitter may evaluate each in place. Values of
  * block-format dtype are dequantised floats; only CAST reads them.
+ *
+ * Fused reductions (stages): a reduction that kernelize did not give a buffer
+ * is computed inside the kernel that consumes it, as a stage: its own reduce
+ * loop (own reduce variable, own expression tree) whose scalar result the
+ * kernel's trees read through LX_STAGE leaves. A stage is keyed by (node,
+ * coordinates), so every read of the same reduction value in one kernel
+ * shares one computation. A stage's coordinates only use the kernel's loop
+ * variables; a "row" stage does not depend on the last loop variable and is
+ * evaluated once per outer row, before the innermost loop (softmax: max and
+ * sum per row, then the scaled exponentials — the row stays in cache, so the
+ * input is read from memory once); an "element" stage is evaluated per
+ * domain point. Stages are listed in evaluation order (a stage may read
+ * earlier ones). kernelize only keeps stages that are evaluated exactly as
+ * many times as the reduction has elements, so fusing never repeats work,
+ * and none that are read only under a GUARD (a stage is computed
+ * unconditionally, so its coordinates must always be in range).
  */
 #ifndef KILN_SCHED_LOOP_H
 #define KILN_SCHED_LOOP_H
@@ -55,7 +71,8 @@ typedef enum lx_kind {
     LX_BINARY,    /* op(a, b) */
     LX_CAST,      /* a converted to dtype */
     LX_GUARD,     /* s ? a : 0 (a evaluated only when s holds) */
-    LX_LET        /* var s := integer value of a, 0 <= s < s2 (else a range error); then b */
+    LX_LET,       /* var s := integer value of a, 0 <= s < s2 (else a range error); then b */
+    LX_STAGE      /* the value of stage `stage` of the enclosing kernel (a leaf) */
 } lx_kind;
 
 typedef struct lx {
@@ -65,8 +82,22 @@ typedef struct lx {
     int32_t a, b;
     sym_id s, s2;
     int32_t buf;
+    int32_t stage;
     double value;
 } lx;
+
+/* a reduction fused into its consumer kernel (see the top of this file) */
+typedef struct sch_stage {
+    int32_t node;       /* the SUM/MAX node it computes */
+    op_kind red_op;
+    kiln_dtype dtype;   /* of the value (the node's dtype) */
+    sym_id rdim, rvar;
+    int32_t expr;       /* the reduced value at reduce position rvar */
+    int ncoord;
+    sym_id coord[KILN_MAX_DIMS]; /* the node coordinates it is computed at */
+    int row;            /* 1: once per outer row; 0: per domain point */
+    int guarded;        /* only read under a GUARD: its coordinates may be out of range */
+} sch_stage;
 
 typedef enum sch_kernel_kind {
     SCH_K_MAP = 0, /* out[row-major domain index] = expr */
@@ -90,6 +121,8 @@ typedef struct sch_kernel {
     sym_id store_off;
     int32_t *fused; /* nodes computed inside this kernel (for explain) */
     int32_t nfused, cap_fused;
+    sch_stage *stages; /* fused reductions, in evaluation order */
+    int32_t nstages, cap_stages;
 } sch_kernel;
 
 /* how the emitter names a variable of the sym pool inside a kernel */
@@ -97,7 +130,8 @@ typedef enum sch_var_role { SCH_VAR_LOOP = 0, SCH_VAR_REDUCE, SCH_VAR_LET } sch_
 typedef struct sch_var {
     uint32_t var; /* variable number in the graph's sym pool */
     sch_var_role role;
-    int index;    /* LOOP: depth; LET: program-wide number */
+    int index;    /* LOOP: depth; LET: program-wide number; REDUCE: 0 for a kernel's
+                     own reduction, a program-wide number >= 1 for a stage's */
 } sch_var;
 
 typedef struct sch_program {
@@ -112,6 +146,8 @@ typedef struct sch_program {
     int32_t nvars, cap_vars;
     int32_t *node_buf; /* per node: its buffer, or -1 when computed inline */
     int32_t nlets;
+    int32_t nstage_vars;
+    int guard_depth;   /* while building: how many GUARDs enclose the tree being built */
     unsigned tag;      /* makes this program's variable names unique in the pool */
     /* state write-back: state input node -> buffer holding its final value */
     int32_t *state_final; /* per node (only INPUT state nodes meaningful), -1 none */
@@ -126,6 +162,8 @@ sym_id sch_new_var(sch_program *p, sch_var_role role, int index, sym_id bound);
 int32_t lx_tensor(sch_program *p, sch_kernel *k, kiln_tensor t, const sym_id *idx);
 /* the value of node n at coordinates c of its own shape */
 int32_t lx_node(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c);
+/* the C name of a reduce variable ("r" or "r<n>") */
+void sch_rvar_name(const sch_program *p, sym_id rvar, char *buf, size_t cap);
 /* row-major linear index of coordinates c in shape */
 sym_id sch_rowmajor(sym_pool *sp, int ndim, const sym_id *shape, const sym_id *c);
 const sch_var *sch_var_lookup(const sch_program *p, uint32_t var);

@@ -7,7 +7,8 @@ How: Graph.run (the reference run the suites call) is wrapped: after the
 reference run it keeps every output, compiles the graph, runs the program
 and checks each output against the reference — integers and block formats
 bit-exactly, floats within 1e-6 (f32) / 1e-3 (f16) / 8e-3 (bf16) relative
-(the vector path may sum in another order) plus an absolute slack of the
+(the vector path may sum in another order, and its EXP2 is a polynomial
+within 2 ulp of libm's) plus an absolute slack of the
 same factor times the output's largest magnitude. The compiled results are
 left in the graph, so each suite's own numpy check then also judges the
 compiled output. Case names get a "compiled_" prefix.

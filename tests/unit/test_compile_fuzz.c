@@ -10,7 +10,7 @@
  * compiled program — scalar code (compared bit-exactly, NaN == NaN) and, on
  * every KILN_FUZZ_VECTOR_EVERY-th batch (default 3), the machine's vector
  * code (float results within 1e-6 relative; the vector path only reorders
- * double-precision sums) — then the sizes are rebound (n up to 80, so rows
+ * double-precision sums and computes EXP2 by a polynomial within 2 ulp) — then the sizes are rebound (n up to 80, so rows
  * reach the vector loops) and both run again without recompiling. State
  * tensors are compared after each run.
  *
