@@ -28,9 +28,12 @@
 #include "interp.h"
 #include "memplan.h"
 #include "quant.h"
+#include "rewrite.h"
 
 struct kiln_program {
-    kiln_graph *g;
+    kiln_graph *g;    /* what the kernels compute: the e-graph's extraction of user */
+    kiln_graph *user; /* the caller's graph: bindings come from it, results go to it */
+    int compiling;    /* set while kiln_compile runs: errors on g are copied to user on free */
     const rt_backend *be;
     sch_program sp;
     char *source;
@@ -116,11 +119,31 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         }
     }
     kiln_program *p = kiln_xcalloc(1, sizeof *p);
+    p->user = g;
     p->g = g;
     p->be = be;
+    p->compiling = 1;
+    /* the first step of compiling: graph -> e-graph -> saturation -> extraction
+     * (primitives only: this backend has no compound kernels yet) */
+    const char *eg_env = getenv("KILN_EGRAPH");
+    if (!(eg_env && strcmp(eg_env, "0") == 0)) {
+        kiln_graph *work = eg_optimize_for_backend(g, 1);
+        if (!work) {
+            if (st) *st = g->status != KILN_OK ? g->status : KILN_ERR_INVALID;
+            kiln_program_free(p);
+            return NULL;
+        }
+        int same_outputs = work->noutputs == g->noutputs;
+        for (int32_t i = 0; same_outputs && i < g->noutputs; i++)
+            same_outputs = strcmp(work->outputs[i].name, g->outputs[i].name) == 0;
+        if (same_outputs) p->g = work;
+        else kiln_graph_free(work); /* results are matched by position: keep the graph as given */
+        g = p->g;
+    }
     s = sch_kernelize(g, &p->sp, err, sizeof err);
     if (s != KILN_OK) {
         if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);
+        if (p->user != g) graph_run_error(p->user, s, "kiln_compile: %s", err);
         if (st) *st = s;
         kiln_program_free(p);
         return NULL;
@@ -182,6 +205,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->bufs = kiln_xcalloc((size_t)nb, sizeof *p->bufs);
     p->bytes = kiln_xcalloc((size_t)nb, sizeof *p->bytes);
     p->live = kiln_xcalloc((size_t)nb, sizeof *p->live);
+    p->compiling = 0;
     return p;
 }
 
@@ -201,6 +225,10 @@ void kiln_program_free(kiln_program *p) {
     free(p->bytes);
     free(p->live);
     free(p->values);
+    if (p->g && p->g != p->user) {
+        if (p->compiling && p->g->status != KILN_OK) graph_run_error(p->user, p->g->status, "%s", p->g->error);
+        kiln_graph_free(p->g);
+    }
     free(p);
 }
 
@@ -271,7 +299,31 @@ static void free_results(output_value *r, int32_t n) {
     free(r);
 }
 
+static kiln_status run_work(kiln_program *p);
+
 kiln_status kiln_run(kiln_program *p) {
+    if (!p) return KILN_ERR_INVALID;
+    if (p->g == p->user) return run_work(p);
+    kiln_graph *user = p->user, *work = p->g;
+    if (user->build_failed) return user->status;
+    eg_copy_bindings(user, work);
+    /* hand the previous results back so that their buffers are reused */
+    interp_free_results(work);
+    work->results = user->results;
+    user->results = NULL;
+    kiln_status s = run_work(p);
+    if (s != KILN_OK) {
+        graph_run_error(user, s, "%s", work->error);
+        return s;
+    }
+    user->results = work->results; /* outputs correspond by position (checked at compile) */
+    work->results = NULL;
+    user->status = KILN_OK;
+    user->error[0] = 0;
+    return KILN_OK;
+}
+
+static kiln_status run_work(kiln_program *p) {
     if (!p) return KILN_ERR_INVALID;
     kiln_graph *g = p->g;
     if (g->build_failed) return g->status;
