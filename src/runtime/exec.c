@@ -301,11 +301,31 @@ static void free_results(output_value *r, int32_t n) {
 
 static kiln_status run_work(kiln_program *p);
 
+/* the conditions the builder could not prove (a symbolic slice's stop <=
+ * size, ...), checked on the caller's graph under its bindings: compiled code
+ * must never read past a buffer because of a bad binding */
+static kiln_status check_user_conditions(kiln_graph *user) {
+    if (user->nchecks == 0) return KILN_OK;
+    uint32_t n = sym_var_count(user->syms);
+    int64_t *values = kiln_xcalloc((size_t)n + 1, sizeof *values);
+    uint8_t *bound = kiln_xcalloc((size_t)n + 1, 1);
+    for (uint32_t v = 0; v < n && v < user->ndim_values; v++) {
+        values[v] = user->dim_values[v];
+        bound[v] = user->dim_bound[v];
+    }
+    kiln_status s = graph_run_checks(user, values, bound);
+    free(values);
+    free(bound);
+    return s;
+}
+
 kiln_status kiln_run(kiln_program *p) {
     if (!p) return KILN_ERR_INVALID;
+    if (p->user->build_failed) return p->user->status;
+    kiln_status cs = check_user_conditions(p->user);
+    if (cs != KILN_OK) return cs;
     if (p->g == p->user) return run_work(p);
     kiln_graph *user = p->user, *work = p->g;
-    if (user->build_failed) return user->status;
     eg_copy_bindings(user, work);
     /* hand the previous results back so that their buffers are reused */
     interp_free_results(work);

@@ -219,7 +219,34 @@ static void test_primitive_extraction(void) {
     CASE_END();
 }
 
+static void test_compiled_checks_conditions(void) {
+    CASE_BEGIN("graph_compiled_run_checks_symbolic_slice_bounds");
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor c = kiln_input(g, "cache", KILN_F32, "8, 2");
+    kiln_sym pos = kiln_sym_var(g, "pos"), seq = kiln_sym_var(g, "seq");
+    kiln_output(g, kiln_sum(g, kiln_slice(g, c, 0, kiln_sym_int(g, 0), kiln_sym_add(g, pos, seq), 1), 0), "t");
+    float cv[16], t[2];
+    for (int i = 0; i < 16; i++) cv[i] = 1.0f;
+    kiln_bind_input(g, "cache", cv, sizeof cv);
+    kiln_status st = KILN_OK;
+    kiln_program *p = kiln_compile(g, NULL, &st);
+    CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+    if (p) {
+        kiln_bind_dim(g, "pos", 5);
+        kiln_bind_dim(g, "seq", 3);
+        CHECK(kiln_run(p) == KILN_OK && kiln_read_output(g, "t", t, sizeof t) == KILN_OK && t[0] == 8.0f,
+              "in range: %s", kiln_graph_error(g));
+        kiln_bind_dim(g, "seq", 400000);
+        CHECK(kiln_run(p) == KILN_ERR_RANGE, "a stop past the end must be a range error, not a read past the buffer");
+        CHECK(contains(kiln_graph_error(g), "seq=400000"), "%s", kiln_graph_error(g));
+        kiln_program_free(p);
+    }
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 int main(void) {
+    test_compiled_checks_conditions();
     test_primitive_extraction();
     test_compile_rejects_compound();
     test_sticky_error();
