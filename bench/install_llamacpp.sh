@@ -1,0 +1,114 @@
+#!/bin/sh
+# bench/install_llamacpp.sh — build llama.cpp as a benchmark peer, from PyPI.
+#
+# llama.cpp is the peer kiln's LLM numbers are compared against (DESIGN.md 10).
+# This machine reaches PyPI but not GitHub, so the source comes from the
+# `llama-cpp-python` source distribution, which vendors a pinned llama.cpp in
+# vendor/llama.cpp. We build only llama.cpp's own tools from it (nothing of it
+# is copied into kiln): llama-bench, llama-simple, llama-tokenize and
+# llama-completion, CPU only, tuned for this CPU (GGML_NATIVE), Release, no
+# network code (no CURL/OpenSSL), static so the binaries do not depend on the
+# build tree. llama-cli pulls in the whole server; set WITH_CLI=1 to build it.
+#
+# AMX is compiled out (-mno-amx-*) although this CPU has it: in the pinned
+# llama.cpp, ggml's AMX matmul dies with SIGSEGV at its first ldtilecfg here
+# (upstream issue ggml-org/llama.cpp#20824; the tile config is built on the
+# stack and optimised away, see PR #26954), on every model we tried. Without
+# AMX, llama.cpp takes its AVX-512 VNNI paths with weight repacking, its best
+# working setting on this machine. LLAMA_AMX=1 keeps AMX (for a fixed pin).
+#
+# Everything lands in bench/.peers/llama.cpp (gitignored):
+#   src/     the vendored llama.cpp source      build/  cmake build tree
+#   bin/     the binaries                       VERSION the pin, printed on every run
+# Idempotent: when VERSION matches the pin and every binary exists, it only
+# prints the version. Rebuild with FORCE=1.
+#
+# Environment: LLAMA_CPP_PYTHON_VERSION (the pin), JOBS (default: nproc),
+# WITH_CLI=1, FORCE=1.
+set -eu
+
+PIN=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+here=$(cd "$(dirname "$0")/.." && pwd)
+peer="$here/bench/.peers/llama.cpp"
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+WITH_CLI=${WITH_CLI:-0}
+LLAMA_AMX=${LLAMA_AMX:-0}
+if [ "$LLAMA_AMX" = 1 ]; then xflags=""; amx="AMX on"; else xflags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; amx="AMX off"; fi
+targets="llama-bench llama-simple llama-tokenize llama-completion"
+[ "$WITH_CLI" = 1 ] && targets="$targets llama-cli"
+
+die() { echo "install_llamacpp.sh: $*" >&2; exit 1; }
+
+built() {
+    [ -f "$peer/VERSION" ] || return 1
+    grep -q "^llama-cpp-python $PIN\$" "$peer/VERSION" || return 1
+    grep -q "$amx" "$peer/VERSION" || return 1
+    for t in $targets; do [ -x "$peer/bin/$t" ] || return 1; done
+    return 0
+}
+
+if [ "${FORCE:-0}" != 1 ] && built; then
+    sed 's/^/llama.cpp peer: /' "$peer/VERSION"
+    echo "llama.cpp peer: $peer/bin (already built; FORCE=1 rebuilds)"
+    exit 0
+fi
+
+for tool in python3 cmake c++ cc tar; do
+    command -v "$tool" >/dev/null 2>&1 || die "'$tool' is required (apt-get install cmake g++ python3-pip)"
+done
+
+mkdir -p "$peer"
+dl="$peer/download"
+rm -rf "${dl:?}" "${peer:?}/src" "${peer:?}/build" "${peer:?}/bin" "${peer:?}/VERSION"
+mkdir -p "$dl"
+echo "llama.cpp peer: downloading the llama-cpp-python $PIN source distribution from PyPI ..."
+python3 -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
+    -d "$dl" "llama-cpp-python==$PIN" || die "pip could not download llama-cpp-python==$PIN (is PyPI reachable?)"
+sdist=$(ls "$dl"/llama_cpp_python-*.tar.gz 2>/dev/null | head -n 1)
+[ -n "$sdist" ] || die "no llama_cpp_python-*.tar.gz in $dl"
+tar -xzf "$sdist" -C "$dl"
+top=$(ls -d "$dl"/llama_cpp_python-*/ | head -n 1)
+[ -f "$top/vendor/llama.cpp/CMakeLists.txt" ] || die "$sdist carries no vendor/llama.cpp"
+
+# The sdist has no .git; llama-cpp-python's CHANGELOG names the llama.cpp
+# commit each release vendors ("update llama.cpp to ggml-org/llama.cpp@HASH").
+commit=$(awk -v v="[$PIN]" '
+    $1 == "##" && $2 == v { insec = 1; next }
+    $1 == "##" && insec { exit }
+    insec && match($0, /llama\.cpp@[0-9a-f]+/) { print substr($0, RSTART + 10, RLENGTH - 10); exit }
+' "$top/CHANGELOG.md" 2>/dev/null || true)
+[ -n "$commit" ] || commit=unknown
+
+mv "$top/vendor/llama.cpp" "$peer/src"
+rm -rf "$dl"
+
+echo "llama.cpp peer: building $targets with $JOBS jobs (llama.cpp $commit) ..."
+start=$(date +%s)
+# The source sits inside kiln's git tree: keep llama.cpp's build-info from
+# reporting kiln's commit as its own.
+GIT_CEILING_DIRECTORIES="$peer" cmake -S "$peer/src" -B "$peer/build" \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DCMAKE_C_FLAGS="$xflags" -DCMAKE_CXX_FLAGS="$xflags" \
+    -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON \
+    -DLLAMA_BUILD_SERVER="$([ "$WITH_CLI" = 1 ] && echo ON || echo OFF)" -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DLLAMA_BUILD_COMMIT="$commit" -DLLAMA_BUILD_NUMBER=0 \
+    >"$peer/cmake-configure.log" 2>&1 || { tail -n 30 "$peer/cmake-configure.log" >&2; die "cmake configure failed (log: $peer/cmake-configure.log)"; }
+# shellcheck disable=SC2086
+cmake --build "$peer/build" --config Release -j "$JOBS" --target $targets \
+    >"$peer/cmake-build.log" 2>&1 || { tail -n 30 "$peer/cmake-build.log" >&2; die "build failed (log: $peer/cmake-build.log)"; }
+secs=$(( $(date +%s) - start ))
+
+mkdir -p "$peer/bin"
+for t in $targets; do
+    [ -x "$peer/build/bin/$t" ] || die "the build produced no $t"
+    cp "$peer/build/bin/$t" "$peer/bin/$t"
+done
+{
+    echo "llama-cpp-python $PIN"
+    echo "llama.cpp commit $commit"
+    echo "built with $(c++ --version | head -n 1), $JOBS jobs, ${secs}s, flags: GGML_NATIVE=ON Release static, $amx"
+} >"$peer/VERSION"
+sed 's/^/llama.cpp peer: /' "$peer/VERSION"
+echo "llama.cpp peer: $peer/bin"
