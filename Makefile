@@ -30,7 +30,7 @@ endif
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-asan run clean fuzz-graphs
+.PHONY: all test test-asan run clean fuzz-graphs fuzz
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln
 
 $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/ir/*.def)
@@ -63,6 +63,17 @@ run: all
 # compiled vs interpreted on N random graphs (default 500), vector paths on every batch
 fuzz-graphs: $(BUILD)/tests/test_compile_fuzz
 	KILN_FUZZ_GRAPHS=$(or $(N),500) KILN_FUZZ_VECTOR_EVERY=1 $(BUILD)/tests/test_compile_fuzz
+
+# libFuzzer on the GGUF reader (clang), seeded with tiny models kiln's writer makes
+FUZZ_SECONDS ?= 60
+FUZZ_SRC = $(filter-out src/runtime/% src/codegen/% src/sched/%,$(LIB_SRC))
+fuzz: $(BUILD)/libkiln.so
+	@mkdir -p $(BUILD)/fuzz-corpus
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn -Isrc/rewrite \
+	    tests/fuzz/fuzz_gguf.c $(LIB_SRC) -lm -ldl -lpthread -o $(BUILD)/fuzz_gguf
+	KILN_LIB=$(BUILD)/libkiln.so python3 tests/fuzz/make_corpus.py $(BUILD)/fuzz-corpus
+	$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 $(BUILD)/fuzz-corpus
 
 clean:
 	rm -rf build build-asan build-clang
