@@ -1043,18 +1043,8 @@ static sym_id rebuild(sym_pool *p, sym_id s, const sym_id *map, uint32_t nvars, 
     }
     sym_id a = rebuild(p, a0, map, nvars, memo);
     sym_id b = rebuild(p, b0, map, nvars, memo);
-    sym_id r;
-    switch (k) {
-    case SYM_ADD: r = sym_add(p, a, b); break;
-    case SYM_MUL: r = sym_mul(p, a, b); break;
-    case SYM_DIV: r = sym_div(p, a, b); break;
-    case SYM_MOD: r = sym_mod(p, a, b); break;
-    case SYM_MIN: r = sym_min(p, a, b); break;
-    case SYM_MAX: r = sym_max(p, a, b); break;
-    case SYM_LT: r = sym_lt(p, a, b); break;
-    case SYM_AND: r = sym_and(p, a, b); break;
-    default: r = s; break;
-    }
+    sym_id r = sym_build(p, k, a, b);
+    if (r == SYM_NONE) r = s;
     im_put(memo, s, r);
     return r;
 }
@@ -1423,4 +1413,18 @@ sym_id sym_parse(sym_pool *p, const char *text, char *err, size_t errcap) {
         return SYM_NONE;
     }
     return r;
+}
+
+sym_id sym_build(sym_pool *p, sym_kind k, sym_id a, sym_id b) {
+    switch (k) {
+    case SYM_ADD: return sym_add(p, a, b);
+    case SYM_MUL: return sym_mul(p, a, b);
+    case SYM_DIV: return sym_div(p, a, b);
+    case SYM_MOD: return sym_mod(p, a, b);
+    case SYM_MIN: return sym_min(p, a, b);
+    case SYM_MAX: return sym_max(p, a, b);
+    case SYM_LT: return sym_lt(p, a, b);
+    case SYM_AND: return sym_and(p, a, b);
+    default: return SYM_NONE;
+    }
 }

@@ -74,6 +74,8 @@ sym_id sym_lt(sym_pool *p, sym_id a, sym_id b);
 sym_id sym_le(sym_pool *p, sym_id a, sym_id b); /* a < b + 1 */
 sym_id sym_and(sym_pool *p, sym_id a, sym_id b);
 
+/* the smart constructor of binary kind k (ADD .. AND); SYM_NONE for others */
+sym_id sym_build(sym_pool *p, sym_kind k, sym_id a, sym_id b);
 /* a node exactly as given, without simplification (for tests) */
 sym_id sym_raw(sym_pool *p, sym_kind k, sym_id a, sym_id b);
 /* rebuild s through the smart constructors */

@@ -118,15 +118,7 @@ static sym_id tr(tctx *c, sym_id s) {
         r = sym_var(p, sym_var_name(c->ek->syms, (uint32_t)n->c), lo, hi);
         break;
     }
-    case SYM_ADD: r = sym_add(p, a, b); break;
-    case SYM_MUL: r = sym_mul(p, a, b); break;
-    case SYM_DIV: r = sym_div(p, a, b); break;
-    case SYM_MOD: r = sym_mod(p, a, b); break;
-    case SYM_MIN: r = sym_min(p, a, b); break;
-    case SYM_MAX: r = sym_max(p, a, b); break;
-    case SYM_LT: r = sym_lt(p, a, b); break;
-    case SYM_AND: r = sym_and(p, a, b); break;
-    default: r = SYM_NONE; break;
+    default: r = sym_build(p, n->kind, a, b); break;
     }
     return c->smap[s] = r;
 }
