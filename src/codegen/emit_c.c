@@ -22,6 +22,7 @@
  * like sym arithmetic and no multiply-add is fused behind our back.
  */
 #include "emit_c.h"
+#include "emit_contract.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -770,10 +771,12 @@ char *cg_emit_c(const sch_program *p, const cg_options *opt) {
     e->opt = opt;
     OUT("%s", prelude);
     if (opt->isa != CG_ISA_SCALAR) OUT("#include <immintrin.h>\n%s", vec_prelude);
+    cg_emit_contract_prelude(p, opt->isa, &e->s, &e->len, &e->cap);
     for (int32_t k = 0; k < p->nkernels; k++) {
         sch_kernel_kind kk = p->kernels[k].kind;
         if (kk == SCH_K_QUANTIZE || kk == SCH_K_COPY) continue;
-        emit_kernel(e, k);
+        if (cg_contract_emittable(p, &p->kernels[k], opt->isa)) cg_emit_contract_kernel(p, k, &e->s, &e->len, &e->cap);
+        else emit_kernel(e, k);
     }
     return e->s;
 }

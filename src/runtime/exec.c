@@ -29,6 +29,8 @@
 #include "memplan.h"
 #include "quant.h"
 #include "rewrite.h"
+#include "contract.h"
+#include "../codegen/emit_contract.h"
 
 struct kiln_program {
     kiln_graph *g;    /* what the kernels compute: the e-graph's extraction of user */
@@ -343,6 +345,32 @@ kiln_status kiln_run(kiln_program *p) {
     return KILN_OK;
 }
 
+/* a contraction kernel's work items: (batch point, run of nc rows of B), see
+ * emit_contract.c */
+static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bound, int nthreads) {
+    const sch_kernel *K = &p->sp.kernels[k];
+    const sch_contract *c = K->contract;
+    int64_t nbatch = 1, m = 1, n = 1, rn = 0;
+    kiln_status s = KILN_OK;
+    for (int d = 0; d < K->ndim && s == KILN_OK; d++) {
+        int64_t v = 0;
+        s = eval_sym_b(p, bound, K->dim[d], &v, "the loops of a contraction");
+        if (d == c->mdim) m = v;
+        else if (d == c->ndim) n = v;
+        else nbatch *= v;
+    }
+    if (s == KILN_OK) s = eval_sym_b(p, bound, K->rdim, &rn, "a contraction");
+    if (s != KILN_OK) return s;
+    const sch_contract_sched *sc = &c->sched[m <= SCH_SMALL_M ? 0 : 1];
+    int64_t chunk = sch_contract_chunk(sc, n, nbatch, nthreads);
+    int64_t items = nbatch * ((n + chunk - 1) / chunk);
+    int serial = nthreads <= 1 || m * n * (rn > 0 ? rn : 1) < 32768;
+    double t0 = p->prof ? mono_s() : 0;
+    int r = p->be->launch(p->pool, p->fns[k], p->bufs, p->values, items, chunk, 0, serial);
+    if (p->prof) p->prof[k] += mono_s() - t0;
+    return r == 0 ? KILN_OK : KILN_ERR_RANGE;
+}
+
 static kiln_status run_work(kiln_program *p) {
     if (!p) return KILN_ERR_INVALID;
     kiln_graph *g = p->g;
@@ -499,6 +527,10 @@ static kiln_status run_work(kiln_program *p) {
         }
         if (s != KILN_OK) break;
         if (outer == 0 || (K->ndim > 0 && inner == 0)) continue;
+        if (cg_contract_emittable(sp, K, p->isa)) {
+            s = launch_contract(p, k, bound, nthreads);
+            continue;
+        }
         int64_t work = outer * inner;
         if (K->kind == SCH_K_REDUCE) {
             int64_t rn = 0;

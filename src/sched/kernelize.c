@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "contract.h"
 #include "loop.h"
 
 static unsigned program_tag_counter;
@@ -460,7 +461,8 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
     kiln_status s;
     for (;;) {
         s = build(g, p, force, err, errcap);
-        if (s != KILN_OK || check_stages(p, force) == 0) break;
+        if (s != KILN_OK) break;
+        if (check_stages(p, force) == 0 && sch_contract_analyse(p, force) == 0) break;
         sch_program_free(p);
     }
     free(force);
@@ -472,6 +474,7 @@ void sch_program_free(sch_program *p) {
     for (int32_t i = 0; i < p->nkernels; i++) {
         free(p->kernels[i].fused);
         free(p->kernels[i].stages);
+        free(p->kernels[i].contract);
     }
     free(p->kernels);
     free(p->bufs);

@@ -51,6 +51,7 @@ int32_t lx_new(sch_program *p, lx_kind k, kiln_dtype dt) {
     e->s = e->s2 = SYM_NONE;
     e->buf = -1;
     e->stage = -1;
+    e->node = -1;
     return p->nlx++;
 }
 
@@ -130,6 +131,7 @@ int32_t lx_tensor(sch_program *p, sch_kernel *k, kiln_tensor t, const sym_id *id
         e = lx_new(p, LX_LOAD, m->dtype);
         p->lx[e].buf = p->node_buf[T->node];
         p->lx[e].s = off;
+        p->lx[e].node = T->node;
     } else if (identity) {
         e = lx_node(p, k, T->node, idx);
     } else {
@@ -203,7 +205,16 @@ void sch_rvar_name(const sch_program *p, sym_id rvar, char *buf, size_t cap) {
     else snprintf(buf, cap, "r%d", v->index);
 }
 
+static int32_t lx_node_tree(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c);
+
+/* the tree of node n at c, tagged with n (the outermost node wins) */
 int32_t lx_node(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c) {
+    int32_t e = lx_node_tree(p, k, n, c);
+    if (p->lx[e].kind != LX_CONST) p->lx[e].node = n;
+    return e;
+}
+
+static int32_t lx_node_tree(sch_program *p, sch_kernel *k, int32_t n, const sym_id *c) {
     kiln_graph *g = p->g;
     const node *m = graph_node(g, n);
     int32_t e;
@@ -466,6 +477,18 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
     for (int32_t i = 0; i < k->nfused; i++)
         sch_appendf(buf, len, cap, " %s#%d", op_table[p->g->nodes[k->fused[i]].op].name, k->fused[i]);
     sch_appendf(buf, len, cap, "\n");
+    if (k->contract) {
+        const sch_contract *c = k->contract;
+        sch_appendf(buf, len, cap, "  contraction %s: A b%d (f32), B b%d (%s), m = %s%d, n = i%d; schedules:", c->key,
+                    c->a_buf, c->b_buf, kiln_dtype_name(p->bufs[c->b_buf].dtype), c->mdim < 0 ? "none" : "i",
+                    c->mdim < 0 ? 0 : c->mdim, c->ndim);
+        for (int b = 0; b < 2; b++) {
+            const sch_contract_sched *s = &c->sched[b];
+            sch_appendf(buf, len, cap, " [%s] mr=%d nr=%d nc=%d mc=%d arith=%s", b ? "M>4" : "M<=4", s->mr, s->nr,
+                        s->nc, s->mc, s->arith == SCH_ARITH_I8 ? "i8 (approximate)" : "f32");
+        }
+        sch_appendf(buf, len, cap, "\n");
+    }
     if (k->kind == SCH_K_QUANTIZE || k->kind == SCH_K_COPY) {
         sch_appendf(buf, len, cap, "  b%d = %s(b%d)\n", k->out_buf, kinds[k->kind], k->src_buf);
         return;

@@ -83,6 +83,7 @@ typedef struct lx {
     sym_id s, s2;
     int32_t buf;
     int32_t stage;
+    int32_t node;     /* the graph node whose value this tree computes (-1: none) */
     double value;
 } lx;
 
@@ -107,6 +108,35 @@ typedef enum sch_kernel_kind {
     SCH_K_COPY     /* host step: out = src_buf, bytes */
 } sch_kernel_kind;
 
+/* A contraction schedule (the CPU micro-kernel family, see contract.h):
+ * register tile mr x nr (rows of A x rows of B), B rows per work item nc (the
+ * thread split; 0 = chosen at run time from N and the thread count), A rows
+ * per cache block mc, and the arithmetic. */
+typedef enum sch_arith {
+    SCH_ARITH_F32 = 0, /* dequantise B to f32, multiply-add in f32 */
+    SCH_ARITH_I8       /* quantise A rows to int8 per 32, integer dot products (an approximation) */
+} sch_arith;
+
+typedef struct sch_contract_sched {
+    int mr, nr, nc, mc;
+    sch_arith arith;
+} sch_contract_sched;
+
+/* A REDUCE kernel that is a contraction: out[..., m, ..., n, ...] = sum over r
+ * of A[a_base + r] * B[b_base + r], A an f32 buffer, B a buffer of any float
+ * or block dtype, where a_base depends on the m loop variable but not on n,
+ * and b_base on n but not on m (every other loop variable is a batch loop).
+ * Set by kernelize (contract.c); only the CPU backend uses it: other
+ * backends emit the kernel's generic expression. */
+#define SCH_SMALL_M 4 /* sched[0] serves M <= SCH_SMALL_M (decode), sched[1] larger M */
+typedef struct sch_contract {
+    int32_t a_buf, b_buf;
+    sym_id a_base, b_base; /* the operands' offsets at r = 0 */
+    int mdim, ndim;        /* domain positions of m (-1: none, M = 1) and n */
+    sch_contract_sched sched[2];
+    char key[32];          /* tuning key: hash of the kernel's shape-free structure */
+} sch_contract;
+
 typedef struct sch_kernel {
     sch_kernel_kind kind;
     int32_t root;    /* the node it computes (-1 for output copies) */
@@ -123,6 +153,7 @@ typedef struct sch_kernel {
     int32_t nfused, cap_fused;
     sch_stage *stages; /* fused reductions, in evaluation order */
     int32_t nstages, cap_stages;
+    sch_contract *contract; /* REDUCE only: non-NULL when it is a contraction */
 } sch_kernel;
 
 /* how the emitter names a variable of the sym pool inside a kernel */

@@ -1,0 +1,314 @@
+/* emit_contract.c — the CPU contraction micro-kernel family (AVX-512).
+ *
+ * For a kernel annotated by contract.c (out[.., m, .., n, ..] = sum over r of
+ * A[a_base + r] * B[b_base + r]) it emits kiln_k<id> with the usual kernel
+ * ABI. Work items are (batch point, run of nc rows of B): the thread pool
+ * splits B's rows, and every item does all M rows of A for its B rows, in
+ * blocks of mc rows (A's block stays in L2 while B's rows stream by). The
+ * inner step is an mr x nr register tile computed by a tile function
+ * kct_<dtype>_<mr>x<nr>: per 32-element chunk of r, each of the nr B rows is
+ * dequantised once into two 16-lane f32 registers, then multiplied into the
+ * mr x nr accumulators with fused multiply-adds; the 16 lanes of each
+ * accumulator are summed at the end. Edge tiles repeat the last row and
+ * discard it, so one tile function per (dtype, mr, nr) serves all sizes.
+ *
+ * Two schedules are emitted per kernel and chosen at run time by M: sched[0]
+ * for M <= SCH_SMALL_M (decode), sched[1] for larger M (prefill).
+ *
+ * Numerics: f32 products accumulated in f32 lanes (the vector path's
+ * contract: the order of float sums differs from the reference's; the error
+ * is that of a K-term f32 sum). Block-format rows are dequantised exactly as
+ * the scalar kdq_* functions do, one block at a time. A B row that is not
+ * block-aligned, or K not a multiple of 32 for a block format, falls back to
+ * scalar dequantisation per element (correct, slow, never taken by models).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base.h"
+#include "contract.h"
+#include "dtype.h"
+#include "emit_contract.h"
+
+#define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
+
+int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa) {
+    if (!k->contract || isa != CG_ISA_AVX512) return 0;
+    kiln_dtype t = p->bufs[k->contract->b_buf].dtype;
+    switch (t) {
+    case KILN_F32:
+    case KILN_F16:
+    case KILN_BF16:
+    case KILN_Q8_0:
+    case KILN_Q4_0:
+    case KILN_Q5_0:
+    case KILN_Q4_K:
+    case KILN_Q6_K: break;
+    default: return 0;
+    }
+    for (int b = 0; b < 2; b++) {
+        const sch_contract_sched *sc = &k->contract->sched[b];
+        if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
+        if (sc->arith != SCH_ARITH_F32) return 0;
+    }
+    return 1;
+}
+
+/* dequantisers: 32 elements (chunk c of a row) into two 16-lane registers */
+static const char *contract_prelude =
+    "KI float kc_h(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }\n"
+    "KI void kcv_f32(const void *row, int64_t c, __m512 *w0, __m512 *w1) {\n"
+    "  const float *r = (const float *)row + 32 * c; *w0 = _mm512_loadu_ps(r); *w1 = _mm512_loadu_ps(r + 16); }\n"
+    "KI void kcv_f16(const void *row, int64_t c, __m512 *w0, __m512 *w1) {\n"
+    "  const uint16_t *r = (const uint16_t *)row + 32 * c;\n"
+    "  *w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)r));\n"
+    "  *w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + 16))); }\n"
+    "KI __m512 kc_bf16x16(const uint16_t *r) {\n"
+    "  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)r)), 16)); }\n"
+    "KI void kcv_bf16(const void *row, int64_t c, __m512 *w0, __m512 *w1) {\n"
+    "  const uint16_t *r = (const uint16_t *)row + 32 * c; *w0 = kc_bf16x16(r); *w1 = kc_bf16x16(r + 16); }\n"
+    "KI void kcv_q8_0(const void *row, int64_t c, __m512 *w0, __m512 *w1) {\n"
+    "  const uint8_t *b = (const uint8_t *)row + 34 * c; const __m512 d = _mm512_set1_ps(kc_h(b));\n"
+    "  *w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)))), d);\n"
+    "  *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)))), d); }\n"
+    "KI void kcv_q4_0(const void *row, int64_t c, __m512 *w0, __m512 *w1) {\n"
+    "  const uint8_t *b = (const uint8_t *)row + 18 * c; const __m512 d = _mm512_set1_ps(kc_h(b));\n"
+    "  const __m128i q = _mm_loadu_si128((const __m128i *)(b + 2)), m4 = _mm_set1_epi8(15);\n"
+    "  const __m512i e8 = _mm512_set1_epi32(8);\n"
+    "  const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(q, m4)), e8);\n"
+    "  const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), m4)), e8);\n"
+    "  *w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)); *w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)); }\n"
+    "KI void kcv_q5_0(const void *row, int64_t c, __m512 *w0, __m512 *w1) {\n"
+    "  const uint8_t *b = (const uint8_t *)row + 22 * c; const __m512 d = _mm512_set1_ps(kc_h(b));\n"
+    "  uint32_t qh; memcpy(&qh, b + 2, 4);\n"
+    "  const __m128i q = _mm_loadu_si128((const __m128i *)(b + 6)), m4 = _mm_set1_epi8(15);\n"
+    "  const __m512i e16 = _mm512_set1_epi32(16);\n"
+    "  __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, m4));\n"
+    "  __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), m4));\n"
+    "  lo = _mm512_mask_add_epi32(lo, (__mmask16)(qh & 0xffffu), lo, e16);\n"
+    "  hi = _mm512_mask_add_epi32(hi, (__mmask16)(qh >> 16), hi, e16);\n"
+    "  *w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, e16)));\n"
+    "  *w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, e16))); }\n"
+    "KI void kcv_q4_k(const void *row, int64_t c, __m512 *w0, __m512 *w1) {\n"
+    "  const uint8_t *k = (const uint8_t *)row + 144 * (c / 8); const int sb = (int)(c % 8);\n"
+    "  const float d = kc_h(k), dmin = kc_h(k + 2); const uint8_t *s = k + 4; int sc, m;\n"
+    "  if (sb < 4) { sc = s[sb] & 63; m = s[sb + 4] & 63; }\n"
+    "  else { sc = (s[sb + 4] & 0x0f) | ((s[sb - 4] >> 6) << 4); m = (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4); }\n"
+    "  const __m512 ds = _mm512_set1_ps(d * (float)sc), dm = _mm512_set1_ps(dmin * (float)m);\n"
+    "  const uint8_t *q = k + 16 + 32 * (sb / 2); const __m128i m4 = _mm_set1_epi8(15);\n"
+    "  __m128i q0 = _mm_loadu_si128((const __m128i *)q), q1 = _mm_loadu_si128((const __m128i *)(q + 16));\n"
+    "  if (sb & 1) { q0 = _mm_srli_epi16(q0, 4); q1 = _mm_srli_epi16(q1, 4); }\n"
+    "  q0 = _mm_and_si128(q0, m4); q1 = _mm_and_si128(q1, m4);\n"
+    "  *w0 = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q0))), dm);\n"
+    "  *w1 = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q1))), dm); }\n"
+    "KI void kcv_q6_k(const void *row, int64_t c, __m512 *w0, __m512 *w1) {\n"
+    "  const uint8_t *k = (const uint8_t *)row + 210 * (c / 8); const int ch = (int)(c % 8), h = ch / 4, t = ch % 4;\n"
+    "  const float d = kc_h(k + 208); const int8_t *sc = (const int8_t *)(k + 192) + 2 * ch;\n"
+    "  const uint8_t *ql = k + 64 * h + 32 * (t & 1), *qh = k + 128 + 32 * h; const __m128i m4 = _mm_set1_epi8(15), m2 = _mm_set1_epi8(3);\n"
+    "  for (int half = 0; half < 2; half++) {\n"
+    "    __m128i lo = _mm_loadu_si128((const __m128i *)(ql + 16 * half)), hb = _mm_loadu_si128((const __m128i *)(qh + 16 * half));\n"
+    "    if (t >= 2) lo = _mm_srli_epi16(lo, 4);\n"
+    "    lo = _mm_and_si128(lo, m4); hb = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(2 * t)), m2);\n"
+    "    const __m128i q = _mm_or_si128(lo, _mm_slli_epi16(hb, 4));\n"
+    "    const __m512i qi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(q), _mm512_set1_epi32(32));\n"
+    "    const __m512 v = _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[half]), _mm512_cvtepi32_ps(qi));\n"
+    "    if (half == 0) *w0 = v; else *w1 = v; } }\n";
+
+static const char *dt_tag(kiln_dtype t) {
+    switch (t) {
+    case KILN_F32: return "f32";
+    case KILN_F16: return "f16";
+    case KILN_BF16: return "bf16";
+    case KILN_Q8_0: return "q8_0";
+    case KILN_Q4_0: return "q4_0";
+    case KILN_Q5_0: return "q5_0";
+    case KILN_Q4_K: return "q4_k";
+    case KILN_Q6_K: return "q6_k";
+    default: return "?";
+    }
+}
+
+/* elements per block and bytes per block of B's dtype (1 and the element
+ * size for float formats) */
+static void dt_block(kiln_dtype t, int *elems, int *bytes) {
+    switch (t) {
+    case KILN_F32: *elems = 1; *bytes = 4; return;
+    case KILN_F16:
+    case KILN_BF16: *elems = 1; *bytes = 2; return;
+    case KILN_Q8_0: *elems = 32; *bytes = 34; return;
+    case KILN_Q4_0: *elems = 32; *bytes = 18; return;
+    case KILN_Q5_0: *elems = 32; *bytes = 22; return;
+    case KILN_Q4_K: *elems = 256; *bytes = 144; return;
+    case KILN_Q6_K: *elems = 256; *bytes = 210; return;
+    default: *elems = 1; *bytes = 4; return;
+    }
+}
+
+/* the tile function kct_<dt>_<mr>x<nr>(a rows, B rows, full 32-chunks,
+ * tail elements (float formats only), results [mr][nr]) */
+static void emit_tile(kiln_dtype t, int mr, int nr, char **s, size_t *len, size_t *cap) {
+    const char *tag = dt_tag(t);
+    OUT("static void kct_%s_%dx%d(const float *const *a, const void *const *w, int64_t nch, int64_t tail, float *res) {\n",
+        tag, mr, nr);
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
+    OUT("  for (int64_t c = 0; c < nch; c++) {\n");
+    for (int j = 0; j < nr; j++) OUT("    __m512 u%d, v%d; kcv_%s(w[%d], c, &u%d, &v%d);\n", j, j, tag, j, j, j);
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m512 x = _mm512_loadu_ps(a[%d] + 32 * c), y = _mm512_loadu_ps(a[%d] + 32 * c + 16);\n", i, i);
+        for (int j = 0; j < nr; j++)
+            OUT("      c%d_%d = _mm512_fmadd_ps(x, u%d, c%d_%d); c%d_%d = _mm512_fmadd_ps(y, v%d, c%d_%d);\n", i, j, j, i,
+                j, i, j, j, i, j);
+        OUT("    }\n");
+    }
+    OUT("  }\n");
+    if (t == KILN_F32 || t == KILN_F16 || t == KILN_BF16) {
+        /* the last K % 32 elements, masked (float formats have no blocks) */
+        OUT("  if (tail > 0) {\n");
+        OUT("    const __mmask16 k0 = (__mmask16)(tail >= 16 ? 0xffffu : (1u << tail) - 1u);\n");
+        OUT("    const __mmask16 k1 = (__mmask16)(tail <= 16 ? 0u : (1u << (tail - 16)) - 1u);\n");
+        for (int j = 0; j < nr; j++) {
+            if (t == KILN_F32)
+                OUT("    const float *r%d = (const float *)w[%d] + 32 * nch;\n"
+                    "    const __m512 u%d = _mm512_maskz_loadu_ps(k0, r%d), v%d = _mm512_maskz_loadu_ps(k1, r%d + 16);\n",
+                    j, j, j, j, j, j);
+            else if (t == KILN_F16)
+                OUT("    const uint16_t *r%d = (const uint16_t *)w[%d] + 32 * nch;\n"
+                    "    const __m512 u%d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k0, r%d));\n"
+                    "    const __m512 v%d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k1, r%d + 16));\n",
+                    j, j, j, j, j, j);
+            else
+                OUT("    const uint16_t *r%d = (const uint16_t *)w[%d] + 32 * nch;\n"
+                    "    const __m512 u%d = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k0, r%d)), 16));\n"
+                    "    const __m512 v%d = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k1, r%d + 16)), 16));\n",
+                    j, j, j, j, j, j);
+        }
+        for (int i = 0; i < mr; i++) {
+            OUT("    { const __m512 x = _mm512_maskz_loadu_ps(k0, a[%d] + 32 * nch), y = _mm512_maskz_loadu_ps(k1, a[%d] + 32 * nch + 16);\n",
+                i, i);
+            for (int j = 0; j < nr; j++)
+                OUT("      c%d_%d = _mm512_fmadd_ps(x, u%d, c%d_%d); c%d_%d = _mm512_fmadd_ps(y, v%d, c%d_%d);\n", i, j, j,
+                    i, j, i, j, j, i, j);
+            OUT("    }\n");
+        }
+        OUT("  }\n");
+    } else {
+        OUT("  (void)tail;\n");
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("  res[%d] = _mm512_reduce_add_ps(c%d_%d);\n", i * nr + j, i, j);
+    OUT("}\n\n");
+}
+
+void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t *len, size_t *cap) {
+    int any = 0;
+    for (int32_t k = 0; k < p->nkernels && !any; k++) any = cg_contract_emittable(p, &p->kernels[k], isa);
+    if (!any) return;
+    OUT("%s\n", contract_prelude);
+    /* one tile function per distinct (dtype, mr, nr) */
+    int done[16][9][17];
+    memset(done, 0, sizeof done);
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        const sch_kernel *K = &p->kernels[k];
+        if (!cg_contract_emittable(p, K, isa)) continue;
+        kiln_dtype t = p->bufs[K->contract->b_buf].dtype;
+        for (int b = 0; b < 2; b++) {
+            const sch_contract_sched *sc = &K->contract->sched[b];
+            int di = (int)t & 15;
+            if (done[di][sc->mr][sc->nr]) continue;
+            done[di][sc->mr][sc->nr] = 1;
+            emit_tile(t, sc->mr, sc->nr, s, len, cap);
+        }
+    }
+}
+
+static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
+    sch_print_sym(p, x, s, len, cap);
+}
+
+/* the loops of one schedule over this item's rows [n0, n1) and all of M */
+static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                          size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    int be, bb;
+    dt_block(t, &be, &bb);
+    int mr = sc->mr, nr = sc->nr;
+    int is_float = be == 1;
+    OUT("      for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
+    OUT("        const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
+    OUT("        for (int64_t nn = n0; nn < n1; nn += %d) {\n", nr);
+    OUT("          const void *wr[%d]; int64_t wo[%d]; int fast = %s;\n", nr, nr, is_float ? "1" : "K % 32 == 0");
+    OUT("          for (int j = 0; j < %d; j++) {\n", nr);
+    OUT("            const int64_t i%d = nn + j < n1 ? nn + j : n1 - 1;\n", c->ndim);
+    OUT("            const int64_t bo = ");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(";\n            wo[j] = bo;\n");
+    if (is_float) OUT("            wr[j] = (const char *)W + bo * %d;\n", bb);
+    else
+        OUT("            wr[j] = (const char *)W + (bo / %d) * %d; if (bo %% %d != 0) fast = 0;\n", be, bb, be);
+    OUT("          }\n");
+    OUT("          for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
+    OUT("            const float *ar[%d];\n", mr);
+    OUT("            for (int i = 0; i < %d; i++) {\n", mr);
+    if (c->mdim >= 0) OUT("              const int64_t i%d = mm + i < m1 ? mm + i : m1 - 1;\n", c->mdim);
+    OUT("              ar[i] = A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT(");\n            }\n");
+    OUT("            float res[%d];\n", mr * nr);
+    OUT("            if (fast) kct_%s_%dx%d(ar, wr, K / 32, K %% 32, res);\n", dt_tag(t), mr, nr);
+    OUT("            else for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) {\n", mr, nr);
+    OUT("              float acc = 0.0f;\n");
+    if (t == KILN_F32) OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * W[wo[j] + r];\n");
+    else if (t == KILN_F16) OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * kh2f(W[wo[j] + r]);\n");
+    else if (t == KILN_BF16) OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * kbf2f(W[wo[j] + r]);\n");
+    else OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * kdq_%s(W, wo[j] + r);\n", dt_tag(t));
+    OUT("              res[i * %d + j] = acc;\n            }\n", nr);
+    OUT("            for (int i = 0; i < %d; i++) {\n", mr);
+    OUT("              if (mm + i >= m1) break;\n");
+    if (c->mdim >= 0) OUT("              const int64_t i%d = mm + i;\n", c->mdim);
+    OUT("              for (int j = 0; j < %d && nn + j < n1; j++) {\n", nr);
+    OUT("                const int64_t i%d = nn + j;\n", c->ndim);
+    OUT("                out[");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT("] = res[i * %d + j];\n", nr);
+    OUT("              }\n            }\n          }\n        }\n      }\n");
+}
+
+void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap) {
+    const sch_kernel *k = &p->kernels[kid];
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    const char *wt = t == KILN_F32 ? "float" : (t == KILN_F16 || t == KILN_BF16) ? "uint16_t" : "uint8_t";
+    OUT("int kiln_k%d(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", kid);
+    OUT("  (void)v; (void)flags;\n");
+    OUT("  const float *restrict A = (const float *)B[%d];\n", c->a_buf);
+    OUT("  const %s *restrict W = (const %s *)B[%d];\n", wt, wt, c->b_buf);
+    OUT("  float *restrict out = (float *)B[%d];\n", k->out_buf);
+    for (int d = 0; d < k->ndim; d++) {
+        OUT("  const int64_t d%d = ", d);
+        out_sym(p, k->dim[d], s, len, cap);
+        OUT(";\n");
+    }
+    OUT("  const int64_t K = ");
+    out_sym(p, k->rdim, s, len, cap);
+    OUT(";\n");
+    if (c->mdim >= 0) OUT("  const int64_t M = d%d;\n", c->mdim);
+    else OUT("  const int64_t M = 1;\n");
+    OUT("  const int64_t N = d%d;\n", c->ndim);
+    OUT("  const int64_t nc = chunk > 0 ? chunk : (N > 0 ? N : 1);\n");
+    OUT("  const int64_t ntiles = (N + nc - 1) / nc > 0 ? (N + nc - 1) / nc : 1;\n");
+    OUT("  for (int64_t w = lo; w < hi; w++) {\n");
+    OUT("    int64_t o = w / ntiles;\n");
+    OUT("    const int64_t n0 = (w %% ntiles) * nc, n1 = n0 + nc < N ? n0 + nc : N;\n");
+    for (int d = k->ndim - 1; d >= 0; d--) {
+        if (d == c->mdim || d == c->ndim) continue;
+        OUT("    const int64_t i%d = o %% d%d; o /= d%d;\n", d, d, d);
+    }
+    OUT("    (void)o;\n");
+    OUT("    if (M <= %d) {\n", SCH_SMALL_M);
+    emit_schedule(p, k, &c->sched[0], s, len, cap);
+    OUT("    } else {\n");
+    emit_schedule(p, k, &c->sched[1], s, len, cap);
+    OUT("    }\n  }\n  return 0;\n}\n\n");
+}

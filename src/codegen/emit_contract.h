@@ -1,0 +1,17 @@
+/* emit_contract.h — C for contraction kernels (the CPU micro-kernel family);
+ * see emit_contract.c. Used by emit_c.c. */
+#ifndef KILN_CODEGEN_EMIT_CONTRACT_H
+#define KILN_CODEGEN_EMIT_CONTRACT_H
+
+#include <stddef.h>
+
+#include "emit_c.h"
+
+/* 1 when kernel k is a contraction this ISA has a micro-kernel for */
+int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa);
+/* the dequantisers and tile functions the program's contractions use */
+void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t *len, size_t *cap);
+/* kiln_k<kid> for a contraction kernel */
+void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap);
+
+#endif

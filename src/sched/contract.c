@@ -1,0 +1,253 @@
+/* contract.c — find the contractions among a program's kernels.
+ *
+ * A contraction is a SUM over r of MUL(a, b) where the two operands vary
+ * along different loop variables: some loop variable (m) moves only a, some
+ * other (n) moves only b. That is every matmul, batched matmul and
+ * matrix-vector product, whatever views the graph reads them through, and
+ * no other reduction (rmsnorm's sum of x*x has no such pair of variables).
+ *
+ * A contraction gets the CPU micro-kernel family (emit_contract.c) when both
+ * operands are plain loads contiguous along r: a = A[a_base + r] from an f32
+ * buffer, b = B[b_base + r] from a float or block-format buffer (through its
+ * dequantising CAST). Where an operand is not — an elementwise chain fused
+ * into it (gelu before the down projection), a cast from f16 — recomputing it
+ * inside the reduction would repeat its work N (or M) times, so the node it
+ * computes is given a buffer instead (a pass of M*K work before M*N*K) and
+ * kernelize rebuilds. A contraction fused as a stage into another kernel
+ * (a bias add) is given its own kernel the same way.
+ *
+ * Invariants: a kernel is annotated only when the analysis proves the form
+ * above; everything else stays the generic reduction it was.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+#include "contract.h"
+#include "dtype.h"
+
+/* bit d set when sym s uses kernel k's loop variable d */
+static unsigned sym_loop_mask(const sch_program *p, const sch_kernel *k, sym_id s) {
+    if (s == SYM_NONE) return 0;
+    const sym_node *n = sym_get(p->g->syms, s);
+    switch (n->kind) {
+    case SYM_CONST: return 0;
+    case SYM_VAR:
+        for (int d = 0; d < k->ndim; d++)
+            if (k->var[d] == s) return 1u << d;
+        return 0;
+    default: return sym_loop_mask(p, k, n->a) | sym_loop_mask(p, k, n->b);
+    }
+}
+
+/* bit d set when the tree id reads loop variable d anywhere (offsets,
+ * guards, indices, stage coordinates) */
+static unsigned lx_loop_mask(const sch_program *p, const sch_kernel *k, int32_t id) {
+    if (id < 0) return 0;
+    const lx *x = &p->lx[id];
+    unsigned m = sym_loop_mask(p, k, x->s) | sym_loop_mask(p, k, x->s2);
+    if (x->kind == LX_STAGE) {
+        const sch_stage *st = &k->stages[x->stage];
+        for (int c = 0; c < st->ncoord; c++) m |= sym_loop_mask(p, k, st->coord[c]);
+        m |= lx_loop_mask(p, k, st->expr);
+    }
+    return m | lx_loop_mask(p, k, x->a) | lx_loop_mask(p, k, x->b);
+}
+
+/* 1 when sym s uses variable v */
+static int sym_uses(const sym_pool *sp, sym_id s, sym_id v) {
+    if (s == SYM_NONE) return 0;
+    if (s == v) return 1;
+    const sym_node *n = sym_get(sp, s);
+    if (n->kind == SYM_CONST || n->kind == SYM_VAR) return 0;
+    return sym_uses(sp, n->a, v) || sym_uses(sp, n->b, v);
+}
+
+/* the offset of `off` at r = 0 when off = base + r exactly, else SYM_NONE */
+static sym_id unit_base(sym_pool *sp, sym_id off, sym_id r) {
+    uint32_t nv = sym_var_count(sp);
+    sym_id *map = kiln_xmalloc(((size_t)nv + 1) * sizeof *map);
+    for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
+    map[sym_get(sp, r)->c] = sym_const(sp, 0);
+    sym_id base = sym_subst(sp, off, map, nv);
+    free(map);
+    if (sym_uses(sp, base, r)) return SYM_NONE;
+    int64_t c;
+    if (!sym_is_const(sp, sym_sub(sp, off, sym_add(sp, base, r)), &c) || c != 0) return SYM_NONE;
+    return base;
+}
+
+/* the load an operand tree reduces to — LOAD, or CAST to f32 of a LOAD of a
+ * float or block dtype — or -1 */
+static int32_t operand_load(const sch_program *p, int32_t id) {
+    const lx *x = &p->lx[id];
+    if (x->dtype != KILN_F32) return -1;
+    if (x->kind == LX_LOAD) return p->bufs[x->buf].dtype == KILN_F32 ? id : -1;
+    if (x->kind != LX_CAST) return -1;
+    const lx *y = &p->lx[x->a];
+    if (y->kind != LX_LOAD) return -1;
+    kiln_dtype t = p->bufs[y->buf].dtype;
+    return (t == KILN_F16 || t == KILN_BF16 || kiln_dtype_is_block(t)) ? x->a : -1;
+}
+
+/* the graph node an operand computes, if giving it a buffer is possible */
+static int32_t forcible_node(const sch_program *p, int32_t id) {
+    const lx *x = &p->lx[id];
+    if (x->kind == LX_GUARD) return -1; /* a masked view of something: the view is the problem */
+    if (x->node < 0 || p->node_buf[x->node] >= 0) return -1;
+    const node *m = graph_node(p->g, x->node);
+    if (m->op == OP_INPUT || m->op == OP_CONST || m->op == OP_IOTA) return -1;
+    return x->node;
+}
+
+/* the loop variables each side of a MUL depends on; 1 when the pair is a
+ * contraction (each side has a variable of its own) */
+static int contraction_sides(const sch_program *p, const sch_kernel *k, int32_t mul, unsigned *ma, unsigned *mb) {
+    const lx *x = &p->lx[mul];
+    if (x->kind != LX_BINARY || x->op != OP_MUL || x->dtype != KILN_F32) return 0;
+    *ma = lx_loop_mask(p, k, x->a);
+    *mb = lx_loop_mask(p, k, x->b);
+    return (*ma & ~*mb) != 0 && (*mb & ~*ma) != 0;
+}
+
+static uint64_t fnv_step(uint64_t h, uint64_t v) {
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xffu;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype) {
+    sch_contract_sched s;
+    memset(&s, 0, sizeof s);
+    s.arith = SCH_ARITH_F32;
+    s.mc = 64;
+    if (large_m) {
+        s.mr = 4;
+        s.nr = 4;
+    } else {
+        s.mr = 1;
+        s.nr = kiln_dtype_is_block(b_dtype) ? 4 : 8;
+    }
+    return s;
+}
+
+/* annotate kernel ki if it is a contraction with direct operands; else
+ * force what would make it one. Returns the number of nodes forced. */
+static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
+    sch_kernel *k = &p->kernels[ki];
+    int forced = 0;
+    /* contractions fused as stages: give them a kernel of their own */
+    for (int32_t i = 0; i < k->nstages; i++) {
+        const sch_stage *st = &k->stages[i];
+        unsigned ma, mb;
+        if (st->red_op != OP_SUM || force[st->node]) continue;
+        /* the stage's own variables are not loop variables of k; what matters
+         * is whether its operands differ in the kernel's loops */
+        if (contraction_sides(p, k, st->expr, &ma, &mb)) {
+            force[st->node] = 1;
+            forced++;
+        }
+    }
+    if (k->kind != SCH_K_REDUCE || k->red_op != OP_SUM || k->ndim == 0) return forced;
+    if (p->bufs[k->out_buf].dtype != KILN_F32 || k->nstages > 0) return forced;
+    unsigned ma, mb;
+    if (!contraction_sides(p, k, k->expr, &ma, &mb)) return forced;
+    const lx *mul = &p->lx[k->expr];
+    int32_t side[2] = {mul->a, mul->b};
+    int32_t ld[2] = {operand_load(p, side[0]), operand_load(p, side[1])};
+    for (int s = 0; s < 2; s++) {
+        if (ld[s] >= 0) continue;
+        int32_t n = forcible_node(p, side[s]);
+        if (n >= 0 && !force[n]) {
+            force[n] = 1;
+            forced++;
+        }
+    }
+    if (ld[0] < 0 || ld[1] < 0) return forced;
+    sym_pool *sp = p->g->syms;
+    sym_id base[2] = {unit_base(sp, p->lx[ld[0]].s, k->rvar), unit_base(sp, p->lx[ld[1]].s, k->rvar)};
+    if (base[0] == SYM_NONE || base[1] == SYM_NONE) return forced;
+    /* B: the side that is not f32 if one is, else the one moving with the
+     * last loop variable (stores along n are then contiguous) */
+    int bs;
+    kiln_dtype t0 = p->bufs[p->lx[ld[0]].buf].dtype, t1 = p->bufs[p->lx[ld[1]].buf].dtype;
+    if (t0 != KILN_F32 && t1 != KILN_F32) return forced; /* A must be f32 */
+    if (t0 != KILN_F32) bs = 0;
+    else if (t1 != KILN_F32) bs = 1;
+    else bs = ((mb & ~ma) >> (k->ndim - 1)) & 1u ? 1 : ((ma & ~mb) >> (k->ndim - 1)) & 1u ? 0 : 1;
+    unsigned only_a = bs ? ma & ~mb : mb & ~ma, only_b = bs ? mb & ~ma : ma & ~mb;
+    sym_id abase = base[1 - bs], bbase = base[bs];
+    /* n: the last loop variable only B's base uses; m: the last only A's
+     * base uses (a variable the operand uses only inside a guard does not
+     * count: a guarded operand is not a plain load, so there is none) */
+    int nd = -1, md = -1;
+    for (int d = k->ndim - 1; d >= 0; d--) {
+        sym_id v = k->var[d];
+        int ua = sym_uses(sp, abase, v), ub = sym_uses(sp, bbase, v);
+        if (nd < 0 && ub && !ua && ((only_b >> d) & 1u)) nd = d;
+        else if (md < 0 && ua && !ub && ((only_a >> d) & 1u)) md = d;
+    }
+    if (nd < 0) return forced;
+    sch_contract *c = kiln_xcalloc(1, sizeof *c);
+    c->a_buf = p->lx[ld[1 - bs]].buf;
+    c->b_buf = p->lx[ld[bs]].buf;
+    c->a_base = abase;
+    c->b_base = bbase;
+    c->mdim = md;
+    c->ndim = nd;
+    kiln_dtype bt = p->bufs[c->b_buf].dtype;
+    c->sched[0] = sch_contract_default(0, bt);
+    c->sched[1] = sch_contract_default(1, bt);
+    /* the tuning key: what the kernel does, not its sizes — operand dtypes,
+     * loop count and roles, whether sizes are symbolic */
+    uint64_t h = 1469598103934665603ull;
+    h = fnv_step(h, (uint64_t)bt);
+    h = fnv_step(h, (uint64_t)k->ndim);
+    h = fnv_step(h, (uint64_t)(md + 1) << 8 | (uint64_t)nd);
+    int64_t cv;
+    h = fnv_step(h, (uint64_t)sym_is_const(sp, k->rdim, &cv));
+    snprintf(c->key, sizeof c->key, "contract-%s-%016llx", kiln_dtype_name(bt), (unsigned long long)h);
+    k->contract = c;
+    return forced;
+}
+
+int sch_contract_analyse(sch_program *p, uint8_t *force) {
+    const char *env = getenv("KILN_CONTRACT");
+    if (env && strcmp(env, "0") == 0) return 0;
+    int forced = 0;
+    for (int32_t k = 0; k < p->nkernels; k++) forced += analyse_kernel(p, k, force);
+    return forced;
+}
+
+int64_t sch_contract_chunk(const sch_contract_sched *s, int64_t n, int64_t nbatch, int nthreads) {
+    int64_t nr = s->nr > 0 ? s->nr : 1;
+    if (s->nc > 0) return (s->nc + nr - 1) / nr * nr;
+    /* about 8 items per thread, whole register tiles, at least 4 tiles each */
+    int64_t want = 8 * (int64_t)(nthreads > 0 ? nthreads : 1);
+    int64_t per_batch = nbatch >= want ? 1 : (want + nbatch - 1) / (nbatch > 0 ? nbatch : 1);
+    int64_t c = (n + per_batch - 1) / per_batch;
+    c = (c + nr - 1) / nr * nr;
+    if (c < 4 * nr) c = 4 * nr;
+    return c;
+}
+
+void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap) {
+    snprintf(buf, cap, "mr=%d nr=%d nc=%d mc=%d arith=%s", s->mr, s->nr, s->nc, s->mc,
+             s->arith == SCH_ARITH_I8 ? "i8" : "f32");
+}
+
+int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
+    char arith[16];
+    sch_contract_sched t;
+    memset(&t, 0, sizeof t);
+    if (sscanf(text, "mr=%d nr=%d nc=%d mc=%d arith=%15s", &t.mr, &t.nr, &t.nc, &t.mc, arith) != 5) return 0;
+    if (strcmp(arith, "f32") == 0) t.arith = SCH_ARITH_F32;
+    else if (strcmp(arith, "i8") == 0) t.arith = SCH_ARITH_I8;
+    else return 0;
+    if (t.mr < 1 || t.mr > 8 || t.nr < 1 || t.nr > 16 || t.mr * t.nr > 24 || t.nc < 0 || t.mc < 1) return 0;
+    *s = t;
+    return 1;
+}

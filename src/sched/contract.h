@@ -1,0 +1,28 @@
+/* contract.h — contractions: recognised in the loop IR (contract.c), emitted
+ * as a micro-kernel family by the CPU backend (codegen/emit_contract.c),
+ * their schedules searched (search.c). See sch_contract in loop.h. */
+#ifndef KILN_SCHED_CONTRACT_H
+#define KILN_SCHED_CONTRACT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loop.h"
+
+/* annotate the program's contraction kernels; mark in force[] the nodes that
+ * need a buffer for a contraction to get direct operands (see contract.c).
+ * Returns how many nodes it newly forced (0: the program is final).
+ * KILN_CONTRACT=0 turns recognition off (generic reductions only). */
+int sch_contract_analyse(sch_program *p, uint8_t *force);
+
+/* the default schedule for small (decode) or large M */
+sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype);
+
+/* B rows per work item for n rows and nbatch batch points on nthreads */
+int64_t sch_contract_chunk(const sch_contract_sched *s, int64_t n, int64_t nbatch, int nthreads);
+
+/* readable schedule text ("mr=4 nr=4 nc=0 mc=64 arith=f32") and back (1: ok) */
+void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap);
+int sch_contract_sched_parse(const char *text, sch_contract_sched *s);
+
+#endif

@@ -1,0 +1,251 @@
+/* test_contract.c — contractions: recognised by kernelize, compiled to the
+ * CPU micro-kernel family, and equal to the reference interpreter.
+ *
+ * Every weight dtype (f32, f16, bf16 and the five block formats) times
+ * decode and prefill row counts (both emitted schedules) times K with and
+ * without a tail; batched products through transposed views; fused
+ * elementwise operands (forced into buffers); attention. (Block-format rows
+ * that start mid-block cannot be built through the API — block axes cannot be
+ * sliced — so the micro-kernel's scalar fallback for them is not reached here.)
+ * Tolerance: the error of a K-term f32 sum (the vector path's contract).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kiln.h"
+#include "kiln_compile.h"
+#include "quant.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double urand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static float *rand_f32(int64_t n, double lo, double hi) {
+    float *x = malloc((size_t)n * sizeof *x + 1);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * urand());
+    return x;
+}
+
+/* weights of dtype t from f32 values (quantised or converted) */
+static void *make_weights(kiln_dtype t, const float *src, int64_t n, size_t *bytes) {
+    *bytes = kiln_dtype_bytes(t, n);
+    void *w = malloc(*bytes + 1);
+    if (kiln_dtype_is_block(t)) {
+        quant_quantize(t, src, w, n);
+    } else if (t == KILN_F32) {
+        memcpy(w, src, *bytes);
+    } else {
+        /* f16 / bf16 through the library's own cast: a tiny graph */
+        kiln_graph *g = kiln_graph_new();
+        char shape[32];
+        snprintf(shape, sizeof shape, "%lld", (long long)n);
+        kiln_output(g, kiln_cast(g, kiln_input(g, "x", KILN_F32, shape), t), "y");
+        kiln_bind_input(g, "x", (void *)src, (size_t)n * sizeof(float));
+        kiln_eval_reference(g);
+        kiln_read_output(g, "y", w, *bytes);
+        kiln_graph_free(g);
+    }
+    return w;
+}
+
+/* compile g, run it, compare output "y" with the reference; *contracted is
+ * set when the compiled program has a contraction kernel */
+static int compare_out(kiln_graph *g, const char *out, int64_t k_len, int *contracted, char *why, size_t cap) {
+    if (kiln_eval_reference(g) != KILN_OK) {
+        snprintf(why, cap, "reference: %s", kiln_graph_error(g));
+        return 0;
+    }
+    int nd;
+    int64_t dims[KILN_MAX_DIMS], n = 1;
+    kiln_output_shape(g, out, &nd, dims);
+    for (int d = 0; d < nd; d++) n *= dims[d];
+    float *ref = malloc((size_t)n * sizeof *ref + 1), *got = malloc((size_t)n * sizeof *got + 1);
+    kiln_read_output(g, out, ref, (size_t)n * sizeof *ref);
+    kiln_status st;
+    kiln_program *p = kiln_compile(g, NULL, &st);
+    int ok = p != NULL;
+    if (!p) snprintf(why, cap, "compile: %s", kiln_graph_error(g));
+    if (ok && kiln_run(p) != KILN_OK) {
+        snprintf(why, cap, "run: %s", kiln_graph_error(g));
+        ok = 0;
+    }
+    if (ok) {
+        char *text = kiln_program_kernels(p);
+        *contracted = strstr(text, "contraction") != NULL;
+        free(text);
+        kiln_read_output(g, out, got, (size_t)n * sizeof *got);
+        double tol_abs = 2e-6 * (double)k_len;
+        for (int64_t i = 0; i < n && ok; i++) {
+            double a = ref[i], b = got[i];
+            if (!(fabs(a - b) <= tol_abs + 1e-4 * fabs(a))) {
+                snprintf(why, cap, "element %lld: reference %.9g, compiled %.9g", (long long)i, a, b);
+                ok = 0;
+            }
+        }
+    }
+    kiln_program_free(p);
+    free(ref);
+    free(got);
+    return ok;
+}
+
+static int compare(kiln_graph *g, int64_t k_len, int *contracted, char *why, size_t cap) {
+    return compare_out(g, "y", k_len, contracted, why, cap);
+}
+
+static const kiln_dtype wtypes[8] = {KILN_F32, KILN_F16, KILN_BF16, KILN_Q8_0,
+                                     KILN_Q4_0, KILN_Q5_0, KILN_Q4_K, KILN_Q6_K};
+
+/* y = x (m, k) . w (n, k)^T for every dtype, decode and prefill m, k with a tail */
+static void test_linear(void) {
+    const int64_t ms[3] = {1, 3, 13}, ns[2] = {5, 37};
+    for (int ti = 0; ti < 8; ti++) {
+        kiln_dtype t = wtypes[ti];
+        int is_k = t == KILN_Q4_K || t == KILN_Q6_K;
+        int is_block = kiln_dtype_is_block(t);
+        const int64_t ks[2] = {is_k ? 256 : 64, is_k ? 512 : is_block ? 96 : 300};
+        for (int ki = 0; ki < 2; ki++) {
+            for (int ni = 0; ni < 2; ni++) {
+                int64_t K = ks[ki], N = ns[ni];
+                char name[96], why[300] = "";
+                snprintf(name, sizeof name, "contract_linear_%s_k%lld_n%lld", kiln_dtype_name(t), (long long)K,
+                         (long long)N);
+                CASE_BEGIN(name);
+                char wshape[64], xshape[64];
+                snprintf(wshape, sizeof wshape, "%lld, %lld", (long long)N, (long long)K);
+                snprintf(xshape, sizeof xshape, "m, %lld", (long long)K);
+                kiln_graph *g = kiln_graph_new();
+                kiln_tensor x = kiln_input(g, "x", KILN_F32, xshape);
+                kiln_tensor w = kiln_input(g, "w", t, wshape);
+                /* f16/bf16 weights are cast to f32 as the model builders do */
+                kiln_tensor wf32 = t == KILN_F16 || t == KILN_BF16 ? kiln_cast(g, w, KILN_F32) : w;
+                kiln_output(g, kiln_linear(g, x, wf32, KILN_NONE), "y");
+                /* and a plain vector times the matrix (no m loop at all) */
+                snprintf(xshape, sizeof xshape, "%lld", (long long)K);
+                kiln_tensor xv = kiln_input(g, "xv", KILN_F32, xshape);
+                kiln_output(g, kiln_linear(g, xv, wf32, KILN_NONE), "yv");
+                CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+                float *xvb = rand_f32(K, -1, 1);
+                kiln_bind_input(g, "xv", xvb, (size_t)K * sizeof(float));
+                float *wf = rand_f32(N * K, -1, 1);
+                size_t wbytes;
+                void *wb = make_weights(t, wf, N * K, &wbytes);
+                kiln_bind_input(g, "w", wb, wbytes);
+                for (int mi = 0; mi < 3; mi++) {
+                    float *xb = rand_f32(ms[mi] * K, -1, 1);
+                    kiln_bind_dim(g, "m", ms[mi]);
+                    kiln_bind_input(g, "x", xb, (size_t)(ms[mi] * K) * sizeof(float));
+                    int contracted = 0;
+                    CHECK(compare(g, K, &contracted, why, sizeof why), "m=%lld: %s", (long long)ms[mi], why);
+                    CHECK(contracted, "m=%lld: no contraction kernel", (long long)ms[mi]);
+                    CHECK(compare_out(g, "yv", K, &contracted, why, sizeof why), "vector: %s", why);
+                    free(xb);
+                }
+                free(xvb);
+                free(wf);
+                free(wb);
+                kiln_graph_free(g);
+                CASE_END();
+            }
+        }
+    }
+}
+
+/* batched products: (h, m, k) x transpose((h, n, k)) is a contraction with
+ * a batch loop; (h, m, k) x (h, k, n) reads B along a stride (generic) */
+static void test_batched(void) {
+    for (int transposed = 0; transposed < 2; transposed++) {
+        char why[300] = "";
+        CASE_BEGIN(transposed ? "contract_batched_transposed_b" : "contract_batched_strided_b");
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor a = kiln_input(g, "a", KILN_F32, "3, m, 40");
+        kiln_tensor b = transposed ? kiln_transpose(g, kiln_input(g, "b", KILN_F32, "3, 9, 40"), 1, 2)
+                                   : kiln_input(g, "b", KILN_F32, "3, 40, 9");
+        kiln_output(g, kiln_matmul(g, a, b), "y");
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        float *ab = rand_f32(3 * 7 * 40, -1, 1), *bb = rand_f32(3 * 9 * 40, -1, 1);
+        kiln_bind_dim(g, "m", 7);
+        kiln_bind_input(g, "a", ab, 3 * 7 * 40 * sizeof(float));
+        kiln_bind_input(g, "b", bb, 3 * 9 * 40 * sizeof(float));
+        int contracted = 0;
+        CHECK(compare(g, 40, &contracted, why, sizeof why), "%s", why);
+        if (transposed) CHECK(contracted, "no contraction kernel");
+        free(ab);
+        free(bb);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+}
+
+/* an elementwise chain feeding a contraction (gelu before a projection) and a
+ * bias added after it: the chain gets a buffer, the product a kernel */
+static void test_fused_operands(void) {
+    char why[300] = "";
+    CASE_BEGIN("contract_fused_operand_and_bias");
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 64");
+    kiln_tensor w1 = kiln_input(g, "w1", KILN_Q8_0, "96, 64");
+    kiln_tensor b1 = kiln_input(g, "b1", KILN_F32, "96");
+    kiln_tensor w2 = kiln_input(g, "w2", KILN_F32, "32, 96");
+    kiln_tensor h = kiln_gelu_tanh(g, kiln_linear(g, x, w1, b1));
+    kiln_output(g, kiln_linear(g, h, w2, KILN_NONE), "y");
+    CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float *xb = rand_f32(5 * 64, -1, 1), *w1f = rand_f32(96 * 64, -1, 1), *bb = rand_f32(96, -1, 1);
+    float *w2b = rand_f32(32 * 96, -1, 1);
+    size_t w1bytes;
+    void *w1b = make_weights(KILN_Q8_0, w1f, 96 * 64, &w1bytes);
+    kiln_bind_dim(g, "m", 5);
+    kiln_bind_input(g, "x", xb, 5 * 64 * sizeof(float));
+    kiln_bind_input(g, "w1", w1b, w1bytes);
+    kiln_bind_input(g, "b1", bb, 96 * sizeof(float));
+    kiln_bind_input(g, "w2", w2b, 32 * 96 * sizeof(float));
+    int contracted = 0;
+    CHECK(compare(g, 96, &contracted, why, sizeof why), "%s", why);
+    CHECK(contracted, "no contraction kernel");
+    free(xb);
+    free(w1f);
+    free(bb);
+    free(w2b);
+    free(w1b);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
+static void test_attention(void) {
+    char why[300] = "";
+    CASE_BEGIN("contract_attention_gqa");
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor q = kiln_input(g, "q", KILN_F32, "s, 4, 32");
+    kiln_tensor k = kiln_input(g, "k", KILN_F32, "t, 2, 32");
+    kiln_tensor v = kiln_input(g, "v", KILN_F32, "t, 2, 32");
+    kiln_output(g, kiln_attention(g, q, k, v, kiln_sym_parse(g, "t - s"), 0.17, 0), "y");
+    CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float *qb = rand_f32(5 * 4 * 32, -1, 1), *kb = rand_f32(11 * 2 * 32, -1, 1), *vb = rand_f32(11 * 2 * 32, -1, 1);
+    kiln_bind_dim(g, "s", 5);
+    kiln_bind_dim(g, "t", 11);
+    kiln_bind_input(g, "q", qb, 5 * 4 * 32 * sizeof(float));
+    kiln_bind_input(g, "k", kb, 11 * 2 * 32 * sizeof(float));
+    kiln_bind_input(g, "v", vb, 11 * 2 * 32 * sizeof(float));
+    int contracted = 0;
+    CHECK(compare(g, 32, &contracted, why, sizeof why), "%s", why);
+    free(qb);
+    free(kb);
+    free(vb);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
+int main(void) {
+    test_linear();
+    test_batched();
+    test_fused_operands();
+    test_attention();
+    return check_exit();
+}
