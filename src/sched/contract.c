@@ -102,13 +102,15 @@ static int32_t forcible_node(const sch_program *p, int32_t id) {
 }
 
 /* the loop variables each side of a MUL depends on; 1 when the pair is a
- * contraction (each side has a variable of its own) */
+ * contraction: some loop variable moves one side only (a matrix times a
+ * vector has one such variable, a matrix product two); a product whose
+ * sides move together (x*x in rmsnorm, a dot product per row) is not one */
 static int contraction_sides(const sch_program *p, const sch_kernel *k, int32_t mul, unsigned *ma, unsigned *mb) {
     const lx *x = &p->lx[mul];
     if (x->kind != LX_BINARY || x->op != OP_MUL || x->dtype != KILN_F32) return 0;
     *ma = lx_loop_mask(p, k, x->a);
     *mb = lx_loop_mask(p, k, x->b);
-    return (*ma & ~*mb) != 0 && (*mb & ~*ma) != 0;
+    return (*ma & ~*mb) != 0 || (*mb & ~*ma) != 0;
 }
 
 static uint64_t fnv_step(uint64_t h, uint64_t v) {
@@ -152,7 +154,7 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
         }
     }
     if (k->kind != SCH_K_REDUCE || k->red_op != OP_SUM || k->ndim == 0) return forced;
-    if (p->bufs[k->out_buf].dtype != KILN_F32 || k->nstages > 0) return forced;
+    if (p->bufs[k->out_buf].dtype != KILN_F32) return forced;
     unsigned ma, mb;
     if (!contraction_sides(p, k, k->expr, &ma, &mb)) return forced;
     const lx *mul = &p->lx[k->expr];
@@ -166,19 +168,24 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
             forced++;
         }
     }
-    if (ld[0] < 0 || ld[1] < 0) return forced;
+    if (ld[0] < 0 || ld[1] < 0 || k->nstages > 0) return forced;
     sym_pool *sp = p->g->syms;
     sym_id base[2] = {unit_base(sp, p->lx[ld[0]].s, k->rvar), unit_base(sp, p->lx[ld[1]].s, k->rvar)};
     if (base[0] == SYM_NONE || base[1] == SYM_NONE) return forced;
     /* B: the side that is not f32 if one is, else the one moving with the
-     * last loop variable (stores along n are then contiguous) */
+     * last loop variable (stores along n are then contiguous), else the one
+     * that has a loop variable of its own; B must have one (it gives n) */
     int bs;
     kiln_dtype t0 = p->bufs[p->lx[ld[0]].buf].dtype, t1 = p->bufs[p->lx[ld[1]].buf].dtype;
+    unsigned own0 = ma & ~mb, own1 = mb & ~ma, last = 1u << (k->ndim - 1);
     if (t0 != KILN_F32 && t1 != KILN_F32) return forced; /* A must be f32 */
     if (t0 != KILN_F32) bs = 0;
     else if (t1 != KILN_F32) bs = 1;
-    else bs = ((mb & ~ma) >> (k->ndim - 1)) & 1u ? 1 : ((ma & ~mb) >> (k->ndim - 1)) & 1u ? 0 : 1;
-    unsigned only_a = bs ? ma & ~mb : mb & ~ma, only_b = bs ? mb & ~ma : ma & ~mb;
+    else if (own1 & last) bs = 1;
+    else if (own0 & last) bs = 0;
+    else bs = own1 ? 1 : 0;
+    unsigned only_a = bs ? own0 : own1, only_b = bs ? own1 : own0;
+    if (!only_b) return forced;
     sym_id abase = base[1 - bs], bbase = base[bs];
     /* n: the last loop variable only B's base uses; m: the last only A's
      * base uses (a variable the operand uses only inside a guard does not
