@@ -10,7 +10,9 @@
  *                                       generate text with a GGUF language model
  *   kiln bench -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]
  *                                       prompt/generation throughput table
- *   kiln tune                           not implemented yet: say so, exit 2
+ *   kiln tune [--show [--json]] [--export F | --import F]
+ *             [-m MODEL.gguf [--budget S] [-t N]] | --space
+ *                                       the tuning DB's winners; tune a model
  *   kiln --help | --version
  *
  * Exit status: 0 success; 1 the library reported an error (bad model file,
@@ -40,6 +42,7 @@
 #include "sampler.h"
 #include "tokenizer.h"
 #include "tokenizer_gguf.h"
+#include "tunedb.h"
 
 #define KILN_CLI_VERSION "0.1.0-dev"
 
@@ -104,7 +107,9 @@ static void usage(FILE *f) {
             "  run     -m MODEL.gguf -p PROMPT   generate text (see 'kiln run --help')\n"
             "  bench   -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
             "                                prompt-processing and generation tokens/s\n"
-            "  tune    -m MODEL.gguf             search schedules   (not implemented yet)\n"
+            "  tune    [--show [--json]] [--export F | --import F] [-m MODEL.gguf [--budget S]]\n"
+            "                                the tuning DB's winning schedules; with -m, search\n"
+            "                                a model's kernels first\n"
             "  explain --example NAME [--graph] [--egraph] [--optimized] [--json] [--kernels] [--source]\n"
             "                                show what the compiler decided (e-graph run,\n"
             "                                extracted graph, kernels, generated C);\n"
@@ -1102,11 +1107,282 @@ static int cmd_bench(int argc, char **argv) {
     return rc;
 }
 
-/* ---- commands that do not exist yet ------------------------------------- */
+/* ---- tune --------------------------------------------------------------- */
 
-static int not_yet(const char *cmd) {
-    fprintf(stderr, "kiln %s: not implemented yet\n", cmd);
-    return 2;
+static void tune_help(void) {
+    printf("usage: kiln tune [--show [--json]] [--export FILE | --import FILE]\n"
+           "       kiln tune -m MODEL.gguf [--budget SECONDS] [-t N] [--json]\n"
+           "       kiln tune --space\n"
+           "the tuning DB: the winning schedule of every searched kernel, per hardware\n"
+           "fingerprint ($KILN_TUNEDB, else $XDG_CACHE_HOME/kiln/tune.db, else\n"
+           "~/.cache/kiln/tune.db). With no options, --show.\n"
+           "  --show                  the records: kernel key, shape bucket, schedule, time,\n"
+           "                          baseline, speedup, candidates tried, and whether the\n"
+           "                          record was made on this machine's fingerprint\n"
+           "  --json                  the records as a JSON array\n"
+           "  --export FILE           copy every valid record to FILE\n"
+           "  --import FILE           merge FILE's records into the DB (same fingerprint,\n"
+           "                          kernel and bucket: replaced)\n"
+           "  -m, --model FILE        compile the GGUF model with a schedule search, then show\n"
+           "  --budget SECONDS        the search's time budget (suffix s, m or h; default 60s)\n"
+           "  -t, --threads N         threads the kernels are tuned for (default: online cores)\n"
+           "  --space                 the schedule space of each kernel kind\n");
+}
+
+/* "60", "60s", "1.5m", "2h": seconds in [0, 1e7]; 0 on success */
+static int parse_budget(const char *s, double *out) {
+    char buf[64];
+    size_t n = s ? strlen(s) : 0;
+    if (!n || n >= sizeof buf) return -1;
+    memcpy(buf, s, n + 1);
+    double scale = 1;
+    char last = buf[n - 1];
+    if (last == 's' || last == 'm' || last == 'h') {
+        scale = last == 'h' ? 3600 : last == 'm' ? 60 : 1;
+        buf[n - 1] = 0;
+    }
+    double v;
+    if (parse_num(buf, 0, 1e7, &v)) return -1;
+    if (v * scale > 1e7) return -1;
+    *out = v * scale;
+    return 0;
+}
+
+/* "1.23 ms" */
+static void fmt_secs(double s, char *out, size_t cap) {
+    if (s <= 0) snprintf(out, cap, "-");
+    else if (s < 1e-6) snprintf(out, cap, "%.1f ns", s * 1e9);
+    else if (s < 1e-3) snprintf(out, cap, "%.2f us", s * 1e6);
+    else if (s < 1) snprintf(out, cap, "%.3f ms", s * 1e3);
+    else snprintf(out, cap, "%.3f s", s);
+}
+
+/* text for a table cell: control and non-ASCII bytes as \xHH (the DB keeps
+ * any bytes; the table must stay one line per record) */
+static void cell_text(const char *s, size_t maxlen, char *out, size_t cap) {
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)s; *c && n + 5 < cap && n < maxlen; c++) {
+        if (*c < 0x20 || *c >= 0x7f) n += (size_t)snprintf(out + n, cap - n, "\\x%02x", *c);
+        else out[n++] = (char)*c;
+    }
+    out[n] = 0;
+}
+
+typedef struct tune_row {
+    const sch_tune_record *r;
+    int here; /* made on this machine's fingerprint */
+} tune_row;
+
+/* this machine's records first, then by kernel key and bucket */
+static int tune_row_cmp(const void *pa, const void *pb) {
+    const tune_row *a = pa, *b = pb;
+    if (a->here != b->here) return b->here - a->here;
+    int c = strcmp(a->r->key, b->r->key);
+    if (c) return c;
+    c = strcmp(a->r->bucket, b->r->bucket);
+    return c ? c : strcmp(a->r->fingerprint, b->r->fingerprint);
+}
+
+#define TUNE_KEY_SHORT 12
+
+static int tune_show(int json) {
+    int n = 0, damaged = 0;
+    sch_tune_record *recs = sch_tunedb_load(&n, &damaged);
+    char *fp = kiln_device_fingerprint();
+    tune_row *rows = kiln_xcalloc((size_t)(n > 0 ? n : 1), sizeof *rows);
+    int nhere = 0;
+    for (int i = 0; i < n; i++) {
+        rows[i].r = &recs[i];
+        rows[i].here = fp && strcmp(recs[i].fingerprint, fp) == 0;
+        nhere += rows[i].here;
+    }
+    if (n > 1) qsort(rows, (size_t)n, sizeof *rows, tune_row_cmp);
+    const char *path = sch_tunedb_path();
+    if (json) {
+        printf("[");
+        for (int i = 0; i < n; i++) {
+            const sch_tune_record *r = rows[i].r;
+            printf("%s\n  {\"key\": ", i ? "," : "");
+            json_str(stdout, r->key, strlen(r->key));
+            printf(", \"bucket\": ");
+            json_str(stdout, r->bucket, strlen(r->bucket));
+            printf(", \"schedule\": ");
+            json_str(stdout, r->schedule, strlen(r->schedule));
+            printf(", \"best_s\": %.17g, \"base_s\": %.17g, ", r->best_s, r->base_s);
+            if (r->best_s > 0) printf("\"speedup\": %.6g, ", r->base_s / r->best_s);
+            else printf("\"speedup\": null, ");
+            printf("\"tried\": %d, \"rejected\": %d, \"date\": ", r->tried, r->rejected);
+            json_str(stdout, r->date, strlen(r->date));
+            printf(", \"ir_version\": %d, \"this_machine\": %s, \"fingerprint\": ", r->ir_version,
+                   rows[i].here ? "true" : "false");
+            json_str(stdout, r->fingerprint, strlen(r->fingerprint));
+            printf("}");
+        }
+        printf("%s]\n", n ? "\n" : "");
+    } else if (n) {
+        /* column widths from the contents, so that nothing is cut */
+        enum { NCOL = 8 };
+        static const char *const head[NCOL] = {"kernel", "bucket", "schedule", "time", "baseline", "speedup",
+                                                "tried", "here"};
+        size_t w[NCOL];
+        for (int c = 0; c < NCOL; c++) w[c] = strlen(head[c]);
+        char cell[NCOL][4 * SCH_TUNE_TEXT + 8];
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1) {
+                for (int c = 0; c < NCOL; c++) printf("| %-*s ", (int)w[c], head[c]);
+                printf("|\n");
+                for (int c = 0; c < NCOL; c++) {
+                    printf("|");
+                    for (size_t k = 0; k < w[c] + 2; k++) putchar('-');
+                }
+                printf("|\n");
+            }
+            for (int i = 0; i < n; i++) {
+                const sch_tune_record *r = rows[i].r;
+                cell_text(r->key, TUNE_KEY_SHORT, cell[0], sizeof cell[0]);
+                cell_text(r->bucket, SIZE_MAX, cell[1], sizeof cell[1]);
+                cell_text(r->schedule, SIZE_MAX, cell[2], sizeof cell[2]);
+                fmt_secs(r->best_s, cell[3], sizeof cell[3]);
+                fmt_secs(r->base_s, cell[4], sizeof cell[4]);
+                if (r->best_s > 0) snprintf(cell[5], sizeof cell[5], "%.2fx", r->base_s / r->best_s);
+                else snprintf(cell[5], sizeof cell[5], "-");
+                snprintf(cell[6], sizeof cell[6], "%d", r->tried);
+                snprintf(cell[7], sizeof cell[7], "%s", rows[i].here ? "yes" : "no");
+                for (int c = 0; c < NCOL; c++) {
+                    size_t len = strlen(cell[c]);
+                    if (pass == 0 && len > w[c]) w[c] = len;
+                    /* numbers right-aligned, text left-aligned */
+                    if (pass == 1) printf(c >= 3 && c <= 6 ? "| %*s " : "| %-*s ", (int)w[c], cell[c]);
+                }
+                if (pass == 1) printf("|\n");
+            }
+        }
+    }
+    if (n) fprintf(stderr, "kiln tune: %d record%s in %s, %d for this machine\n", n, n == 1 ? "" : "s", path, nhere);
+    else fprintf(stderr, "kiln tune: no records in %s\n", path[0] ? path : "(no path: set KILN_TUNEDB or HOME)");
+    free(rows);
+    free(recs);
+    free(fp);
+    return fflush(stdout) != 0 ? 1 : 0;
+}
+
+/* compile the model with a schedule search of budget seconds */
+static int tune_model(const char *path, double budget, int threads) {
+    double load_s = 0;
+    /* loaded for the interpreter, so that the one compile is the searched one below */
+    model *m = load_model("tune", path, 0, 0, 1, threads, &load_s);
+    if (!m) return 1;
+    kiln_compile_options co = kiln_compile_defaults();
+    co.threads = threads;
+    co.search_budget = budget;
+    char what[128];
+    snprintf(what, sizeof what, "kiln tune: searching schedules (budget %g s)", budget);
+    ticker tk;
+    double t0 = now_s();
+    ticker_start(&tk, what);
+    kiln_status st = KILN_OK;
+    kiln_program *p = kiln_compile(model_graph(m), &co, &st);
+    ticker_stop(&tk);
+    int rc = 0;
+    if (!p) {
+        fprintf(stderr, "kiln tune: %s: compiling failed: %s: %s\n", path, kiln_status_name(st),
+                kiln_graph_error(model_graph(m)));
+        rc = 1;
+    } else {
+        fprintf(stderr, "kiln tune: %s: loaded in %.2f s; compiled %d kernels with a %g s search budget in %.2f s\n",
+                path, load_s, kiln_program_kernel_count(p), budget, now_s() - t0);
+        kiln_program_free(p);
+    }
+    model_free(m);
+    return rc;
+}
+
+static int cmd_tune(int argc, char **argv) {
+    const char *model_path = NULL, *export_path = NULL, *import_path = NULL;
+    int show = 0, json = 0, space = 0, budget_set = 0, threads_set = 0;
+    double budget = 60;
+    long long threads = online_cores();
+    for (int i = 0; i < argc; i++) {
+        char flag[64];
+        const char *a = argv[i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        size_t fl = eq ? (size_t)(eq - a) : strlen(a);
+        if (fl >= sizeof flag) return cmd_usage_error("tune", "unknown option '%s'", a);
+        memcpy(flag, a, fl);
+        flag[fl] = 0;
+#define IS(s) (strcmp(flag, s) == 0)
+        if (IS("-h") || IS("--help")) {
+            tune_help();
+            return 0;
+        }
+        if (IS("--show") || IS("--json") || IS("--space")) {
+            if (eq) return cmd_usage_error("tune", "%s takes no value", flag);
+            if (IS("--show")) show = 1;
+            else if (IS("--json")) json = 1;
+            else space = 1;
+            continue;
+        }
+        if (!(IS("-m") || IS("--model") || IS("--budget") || IS("--export") || IS("--import") || IS("-t") ||
+              IS("--threads")))
+            return cmd_usage_error("tune", "unknown option '%s'", a);
+        int missing = 0;
+        const char *v = opt_value(argc, argv, &i, eq, &missing);
+        if (missing) return cmd_usage_error("tune", "%s needs a value", flag);
+        if (!*v && !(IS("--budget") || IS("-t") || IS("--threads")))
+            return cmd_usage_error("tune", "%s needs a file name", flag);
+        if (IS("-m") || IS("--model")) model_path = v;
+        else if (IS("--export")) export_path = v;
+        else if (IS("--import")) import_path = v;
+        else if (IS("--budget")) {
+            if (parse_budget(v, &budget))
+                return cmd_usage_error("tune", "bad value '%s' for --budget: want seconds >= 0 (e.g. 60, 60s, 2m)", v);
+            budget_set = 1;
+        } else {
+            if (parse_int(v, 1, 1024, &threads))
+                return cmd_usage_error("tune", "bad value '%s' for %s: want an integer in 1..1024", v, flag);
+            threads_set = 1;
+        }
+#undef IS
+    }
+    if (space) {
+        if (show || json || model_path || export_path || import_path || budget_set || threads_set)
+            return cmd_usage_error("tune", "--space goes alone");
+        /* TODO(search): when the search module provides `char *sch_space_report(void)`
+         * (malloc'd text), replace the two lines below with
+         *     return put_text("tune", "schedule space", sch_space_report());
+         */
+        fprintf(stderr, "kiln tune --space: not available yet\n");
+        return 2;
+    }
+    if (export_path && import_path) return cmd_usage_error("tune", "give --export or --import, not both");
+    if ((budget_set || threads_set) && !model_path)
+        return cmd_usage_error("tune", "--budget and --threads go with -m MODEL.gguf");
+    /* the table is shown when asked for, after tuning, or when nothing else is asked */
+    if (model_path || (!export_path && !import_path)) show = 1;
+    if (json && !show) return cmd_usage_error("tune", "--json goes with --show");
+
+    char err[1024];
+    int n = 0;
+    /* the counts are results, but must not break the JSON that follows them */
+    FILE *note = json ? stderr : stdout;
+    if (import_path) {
+        kiln_status st = sch_tunedb_import(import_path, &n, err, sizeof err);
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln tune: %s\n", err);
+            return 1;
+        }
+        fprintf(note, "imported %d record%s from %s into %s\n", n, n == 1 ? "" : "s", import_path, sch_tunedb_path());
+    }
+    if (model_path && tune_model(model_path, budget, (int)threads)) return 1;
+    if (export_path) {
+        kiln_status st = sch_tunedb_export(export_path, &n, err, sizeof err);
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln tune: %s\n", err);
+            return 1;
+        }
+        fprintf(note, "exported %d record%s from %s to %s\n", n, n == 1 ? "" : "s", sch_tunedb_path(), export_path);
+    }
+    if (show) return tune_show(json);
+    return fflush(stdout) != 0 ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -1128,9 +1404,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "device") == 0) return cmd_device(argc - 2, argv + 2);
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
-    static const char *const pending[] = {"tune"};
-    for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
-        if (strcmp(cmd, pending[i]) == 0) return not_yet(cmd);
+    if (strcmp(cmd, "tune") == 0) return cmd_tune(argc - 2, argv + 2);
     if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
     return usage_error("unknown command '%s'", cmd);
 }
