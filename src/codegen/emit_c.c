@@ -693,11 +693,11 @@ static void collect_kernel_bufs(const sch_program *p, const sch_kernel *k, uint8
     for (int32_t i = 0; i < k->nstages; i++) collect_bufs(p, k->stages[i].expr, used);
 }
 
-static void emit_kernel(emitter *e, int32_t kid) {
+static void emit_kernel_as(emitter *e, int32_t kid, const char *name) {
     const sch_program *p = e->p;
     const sch_kernel *k = &p->kernels[kid];
-    OUT("int kiln_k%d(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n",
-        kid);
+    OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n",
+        name);
     OUT("  int kerr = 0; (void)v; (void)chunk; (void)flags;\n");
     uint8_t *used = kiln_xcalloc((size_t)p->nbufs + 1, 1);
     collect_kernel_bufs(p, k, used);
@@ -729,6 +729,12 @@ static void emit_kernel(emitter *e, int32_t kid) {
     close_outer(e);
     if (vec_map) OUT("  if (flags & 1) _mm_sfence();\n");
     OUT("  return kerr;\n}\n\n");
+}
+
+static void emit_kernel(emitter *e, int32_t kid) {
+    char name[32];
+    snprintf(name, sizeof name, "kiln_k%d", (int)kid);
+    emit_kernel_as(e, kid, name);
 }
 
 /* vector exp2 (2^x for f32 lanes): x = n + f with n = round(x), |f| <= 1/2,
@@ -763,6 +769,17 @@ static const char *vec_prelude =
     "  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));\n"
     "  return _mm256_blendv_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));\n"
     "}\n\n";
+
+char *cg_emit_c_generic_one(const sch_program *p, int32_t kid, const cg_options *opt, const char *name) {
+    emitter e0, *e = &e0;
+    memset(e, 0, sizeof *e);
+    e->p = p;
+    e->opt = opt;
+    OUT("%s", prelude);
+    if (opt->isa != CG_ISA_SCALAR) OUT("#include <immintrin.h>\n%s", vec_prelude);
+    emit_kernel_as(e, kid, name);
+    return e->s;
+}
 
 char *cg_emit_c(const sch_program *p, const cg_options *opt) {
     emitter e0, *e = &e0;

@@ -37,6 +37,9 @@ typedef struct cg_options {
 /* the whole translation unit (malloc'd) */
 char *cg_emit_c(const sch_program *p, const cg_options *opt);
 const char *cg_isa_name(cg_isa isa);
+/* a translation unit with the prelude and kernel kid as a generic loop nest
+ * (never the contraction micro-kernel) named `name`: the search's reference */
+char *cg_emit_c_generic_one(const sch_program *p, int32_t kid, const cg_options *opt, const char *name);
 /* 1 when the emitter can load/store this dtype */
 int cg_dtype_supported(kiln_dtype t);
 /* extra compiler flags the ISA needs ("" for scalar) */

@@ -200,6 +200,18 @@ static void emit_tile(kiln_dtype t, int mr, int nr, char **s, size_t *len, size_
     OUT("}\n\n");
 }
 
+void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
+    OUT("%s\n", contract_prelude);
+    int done[9][17];
+    memset(done, 0, sizeof done);
+    for (int i = 0; i < n; i++) {
+        const sch_contract_sched *sc = &scheds[i];
+        if (sc->mr < 1 || sc->mr > 8 || sc->nr < 1 || sc->nr > 16 || done[sc->mr][sc->nr]) continue;
+        done[sc->mr][sc->nr] = 1;
+        emit_tile(t, sc->mr, sc->nr, s, len, cap);
+    }
+}
+
 void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t *len, size_t *cap) {
     int any = 0;
     for (int32_t k = 0; k < p->nkernels && !any; k++) any = cg_contract_emittable(p, &p->kernels[k], isa);
@@ -276,11 +288,20 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
 }
 
 void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap) {
+    char name[32];
+    snprintf(name, sizeof name, "kiln_k%d", (int)kid);
+    cg_emit_contract_kernel_as(p, kid, name, NULL, 0, s, len, cap);
+}
+
+void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *name, const sch_contract_sched *over,
+                                int over_bucket, char **s, size_t *len, size_t *cap) {
     const sch_kernel *k = &p->kernels[kid];
     const sch_contract *c = k->contract;
     kiln_dtype t = p->bufs[c->b_buf].dtype;
+    sch_contract_sched sched[2] = {c->sched[0], c->sched[1]};
+    if (over) sched[over_bucket ? 1 : 0] = *over;
     const char *wt = t == KILN_F32 ? "float" : (t == KILN_F16 || t == KILN_BF16) ? "uint16_t" : "uint8_t";
-    OUT("int kiln_k%d(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", kid);
+    OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
     OUT("  (void)v; (void)flags;\n");
     OUT("  const float *restrict A = (const float *)B[%d];\n", c->a_buf);
     OUT("  const %s *restrict W = (const %s *)B[%d];\n", wt, wt, c->b_buf);
@@ -307,8 +328,8 @@ void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t
     }
     OUT("    (void)o;\n");
     OUT("    if (M <= %d) {\n", SCH_SMALL_M);
-    emit_schedule(p, k, &c->sched[0], s, len, cap);
+    emit_schedule(p, k, &sched[0], s, len, cap);
     OUT("    } else {\n");
-    emit_schedule(p, k, &c->sched[1], s, len, cap);
+    emit_schedule(p, k, &sched[1], s, len, cap);
     OUT("    }\n  }\n  return 0;\n}\n\n");
 }

@@ -14,4 +14,11 @@ void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t
 /* kiln_k<kid> for a contraction kernel */
 void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap);
 
+/* the same with another function name, and schedule `over` (when not
+ * NULL) in place of the annotation's schedule for bucket over_bucket */
+void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *name, const sch_contract_sched *over,
+                                int over_bucket, char **s, size_t *len, size_t *cap);
+/* the dequantisers and the tile functions for a list of schedules of B dtype t */
+void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap);
+
 #endif

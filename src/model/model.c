@@ -37,7 +37,7 @@ static kiln_status mfail(char *err, size_t cap, kiln_status s, const char *fmt, 
 }
 
 model_options model_default_options(void) {
-    model_options o = {0, KILN_F32, 0, 0, 0};
+    model_options o = {0, KILN_F32, 0, 0, 0, 0.0};
     return o;
 }
 
@@ -106,6 +106,7 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
     if (!s && o.compiled) {
         kiln_compile_options co = kiln_compile_defaults();
         co.threads = o.threads;
+        co.search_budget = o.search_budget;
         m->prog = kiln_compile(m->g, &co, &s);
         if (!m->prog) {
             if (!s) s = KILN_ERR_INVALID;

@@ -32,6 +32,7 @@ typedef struct model_options {
     unsigned gguf_flags;  /* GGUF_OPEN_READ to read the file into memory instead of mapping it */
     int compiled;         /* 1: compile the graph at load and run the program; 0: reference interpreter */
     int threads;          /* compiled: worker threads (0 = all cores) */
+    double search_budget; /* compiled: seconds of schedule search during the first runs (0: none) */
 } model_options;
 
 model_options model_default_options(void);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kiln_compile.h"
 #include "backend.h"
@@ -29,7 +30,11 @@
 #include "memplan.h"
 #include "quant.h"
 #include "rewrite.h"
+#include "gpu.h"
 #include "contract.h"
+#include "search.h"
+#include "tune.h"
+#include "tunedb.h"
 #include "../codegen/emit_contract.h"
 
 struct kiln_program {
@@ -41,6 +46,7 @@ struct kiln_program {
     char *source;
     rt_module *mod;
     rt_kernel_fn *fns; /* per kernel (NULL for host steps) */
+    rt_gpu_program *gpu; /* GPU backends: device code and buffers (gpu_exec.c); NULL on the CPU */
     rt_pool *pool;
     cg_isa isa;
     /* run state, kept between runs */
@@ -54,6 +60,15 @@ struct kiln_program {
     size_t stream_min; /* outputs of at least this many bytes get non-temporal stores */
     double *prof;      /* KILN_PROFILE: seconds per kernel, summed over runs (else NULL) */
     int64_t prof_runs;
+    /* schedule search (tune.c): per kernel and bucket, 1 once its schedule is
+     * final (from the DB or measured here); seeds from other machines */
+    double search_budget, search_spent;
+    char *fingerprint;
+    uint8_t *tuned;              /* [kernel * 2 + bucket] */
+    sch_contract_sched *seeds;   /* [kernel * 2 + bucket] */
+    uint8_t *has_seed;
+    int retune;                  /* schedules changed during a run: re-emit after it */
+    int inject_wrong;            /* KILN_TUNE_INJECT_WRONG: tests */
 };
 
 static double mono_s(void) {
@@ -84,10 +99,13 @@ static void print_profile(const kiln_program *p) {
     free(shown);
 }
 
+static kiln_status emit_and_load(kiln_program *p, char *err, size_t errcap);
+static void apply_tuning_db(kiln_program *p);
+
 kiln_compile_options kiln_compile_defaults(void) {
     kiln_compile_options o;
     memset(&o, 0, sizeof o);
-    o.backend = "cpu";
+    o.backend = NULL; /* $KILN_BACKEND, else "cpu" (rt_backend_find) */
     return o;
 }
 
@@ -102,7 +120,8 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     }
     const rt_backend *be = rt_backend_find(o.backend);
     if (!be) {
-        graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: unknown backend '%s' (available: cpu)", o.backend);
+        graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: unknown backend '%s' (available: cpu, opencl, cuda)",
+                        o.backend ? o.backend : getenv("KILN_BACKEND"));
         if (st) *st = KILN_ERR_UNSUPPORTED;
         return NULL;
     }
@@ -167,48 +186,91 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
             return NULL;
         }
     }
+    const rt_gpu_ops *gops = rt_gpu_find(be->name);
+    if (gops) {
+        /* GPU backends: gpu_exec.c emits, builds and later runs the program */
+        p->gpu = rt_gpu_program_new(gops, &p->sp, &p->source, &s, err, sizeof err);
+        if (!p->gpu) {
+            graph_run_error(g, s, "kiln_compile: %s", err);
+            if (p->user != g) graph_run_error(p->user, s, "kiln_compile: %s", err);
+            if (st) *st = s;
+            kiln_program_free(p);
+            return NULL;
+        }
+        p->pool = rt_pool_new(1);
+        p->compiling = 0;
+        return p;
+    }
     cg_options co;
     co.isa = o.vector < 0 ? CG_ISA_SCALAR : be->isa();
     p->isa = co.isa;
-    p->source = be->emit(&p->sp, &co);
-    s = be->compile(p->source, cg_isa_cflags(co.isa), &p->mod, err, sizeof err);
+    p->pool = rt_pool_new(o.threads);
+    p->search_budget = o.search_budget;
+    const char *inj = getenv("KILN_TUNE_INJECT_WRONG");
+    if (inj && inj[0]) p->inject_wrong = atoi(inj);
+    apply_tuning_db(p);
+    s = emit_and_load(p, err, sizeof err);
     if (s != KILN_OK) {
         graph_run_error(g, s, "kiln_compile: %s", err);
         if (st) *st = s;
         kiln_program_free(p);
         return NULL;
     }
-    p->fns = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->fns);
-    for (int32_t k = 0; k < p->sp.nkernels; k++) {
-        sch_kernel_kind kk = p->sp.kernels[k].kind;
-        if (kk == SCH_K_QUANTIZE || kk == SCH_K_COPY) continue;
-        char name[32];
-        snprintf(name, sizeof name, "kiln_k%d", k);
-        void *f = be->symbol(p->mod, name);
-        if (!f) {
-            graph_run_error(g, KILN_ERR_IO, "kiln_compile: kernel %s missing from %s", name, be->module_path(p->mod));
-            if (st) *st = KILN_ERR_IO;
-            kiln_program_free(p);
-            return NULL;
-        }
-        /* dlsym returns data pointers; POSIX guarantees the conversion */
-        memcpy(&p->fns[k], &f, sizeof f);
-    }
-    p->pool = rt_pool_new(o.threads);
-    /* beyond the caches' reach, stores that bypass them save the read of
-     * every written line (measured on the 2-core VM: 16 MiB copy 9 -> 26
-     * GB/s, 256 MiB 6.7 -> 10.8 GB/s; equal at 4 MiB) */
-    p->stream_min = (size_t)8 << 20;
-    const char *sm = getenv("KILN_STREAM_MIN");
-    if (sm && sm[0]) p->stream_min = (size_t)strtoull(sm, NULL, 10);
     const char *prof = getenv("KILN_PROFILE");
     if (prof && prof[0] && prof[0] != '0') p->prof = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof);
     int32_t nb = p->sp.nbufs + 1;
     p->bufs = kiln_xcalloc((size_t)nb, sizeof *p->bufs);
     p->bytes = kiln_xcalloc((size_t)nb, sizeof *p->bytes);
     p->live = kiln_xcalloc((size_t)nb, sizeof *p->live);
+    /* beyond the caches' reach, stores that bypass them save the read of
+     * every written line (measured on the 2-core VM: 16 MiB copy 9 -> 26
+     * GB/s, 256 MiB 6.7 -> 10.8 GB/s; equal at 4 MiB) */
+    p->stream_min = (size_t)8 << 20;
+    const char *sm = getenv("KILN_STREAM_MIN");
+    if (sm && sm[0]) p->stream_min = (size_t)strtoull(sm, NULL, 10);
     p->compiling = 0;
     return p;
+}
+
+/* emit the program, compile it, look up every kernel function (replacing a
+ * previous module, after a search changed schedules) */
+static kiln_status emit_and_load(kiln_program *p, char *err, size_t errcap) {
+    const rt_backend *be = p->be;
+    kiln_graph *g = p->g;
+    cg_options co;
+    co.isa = p->isa;
+    char *source = be->emit(&p->sp, &co);
+    rt_module *mod = NULL;
+    kiln_status s = be->compile(source, cg_isa_cflags(co.isa), &mod, err, errcap);
+    if (s != KILN_OK) {
+        free(source);
+        return s;
+    }
+    rt_kernel_fn *fns = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *fns);
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        sch_kernel_kind kk = p->sp.kernels[k].kind;
+        if (kk == SCH_K_QUANTIZE || kk == SCH_K_COPY) continue;
+        char name[32];
+        snprintf(name, sizeof name, "kiln_k%d", k);
+        void *f = be->symbol(mod, name);
+        if (!f) {
+            snprintf(err, errcap, "kernel %s missing from %s", name, be->module_path(mod));
+            (void)g;
+            be->module_free(mod);
+            free(fns);
+            free(source);
+            return KILN_ERR_IO;
+        }
+        /* dlsym returns data pointers; POSIX guarantees the conversion */
+        memcpy(&fns[k], &f, sizeof f);
+    }
+    if (p->mod) be->module_free(p->mod);
+    free(p->fns);
+    free(p->source);
+    p->mod = mod;
+    p->fns = fns;
+    p->source = source;
+    return KILN_OK;
 }
 
 void kiln_program_free(kiln_program *p) {
@@ -219,6 +281,11 @@ void kiln_program_free(kiln_program *p) {
     }
     if (p->pool) rt_pool_free(p->pool);
     if (p->mod) p->be->module_free(p->mod);
+    free(p->fingerprint);
+    free(p->tuned);
+    free(p->seeds);
+    free(p->has_seed);
+    rt_gpu_program_free(p->gpu);
     if (p->arena) p->be->dealloc(p->arena);
     sch_program_free(&p->sp);
     free(p->source);
@@ -345,6 +412,178 @@ kiln_status kiln_run(kiln_program *p) {
     return KILN_OK;
 }
 
+/* ---- schedule search ----------------------------------------------------- */
+
+/* the contraction's sizes: with values (a run) or, without, only when they
+ * are constants (m is then the bucket's representative, 1 or 64) */
+static int contract_shape(const kiln_program *p, int32_t k, const int64_t *values, int bucket,
+                          sch_contract_shape *sh) {
+    const sch_kernel *K = &p->sp.kernels[k];
+    const sch_contract *c = K->contract;
+    sym_pool *sp = p->g->syms;
+    memset(sh, 0, sizeof *sh);
+    sh->m = 1;
+    sh->n = 1;
+    sh->nbatch = 1;
+    sh->b_dtype = p->sp.bufs[c->b_buf].dtype;
+    sh->nthreads = rt_pool_threads(p->pool);
+    for (int d = 0; d < K->ndim; d++) {
+        int64_t v = 0;
+        if (values ? sym_eval(sp, K->dim[d], values, NULL, &v, NULL) != 0 : !sym_is_const(sp, K->dim[d], &v)) {
+            if (d == c->mdim && !values) continue;
+            return 0;
+        }
+        if (d == c->mdim) sh->m = v;
+        else if (d == c->ndim) sh->n = v;
+        else sh->nbatch *= v;
+    }
+    if (!values && c->mdim >= 0) sh->m = bucket ? 64 : 1;
+    int64_t kk = 0;
+    if (values ? sym_eval(sp, K->rdim, values, NULL, &kk, NULL) != 0 : !sym_is_const(sp, K->rdim, &kk)) return 0;
+    sh->k = kk;
+    return 1;
+}
+
+/* schedules from the tuning DB: this machine's records are used as they
+ * are (no search); another machine's only seed a search */
+static void apply_tuning_db(kiln_program *p) {
+    int32_t nk = p->sp.nkernels;
+    p->tuned = kiln_xcalloc((size_t)nk * 2 + 1, 1);
+    p->has_seed = kiln_xcalloc((size_t)nk * 2 + 1, 1);
+    p->seeds = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *p->seeds);
+    const char *off = getenv("KILN_TUNEDB_OFF");
+    if (off && off[0] == '1') return;
+    int any = 0;
+    for (int32_t k = 0; k < nk && !any; k++) any = cg_contract_emittable(&p->sp, &p->sp.kernels[k], p->isa);
+    if (!any) return;
+    if (!p->fingerprint) p->fingerprint = kiln_device_fingerprint();
+    for (int32_t k = 0; k < nk; k++) {
+        sch_kernel *K = &p->sp.kernels[k];
+        if (!cg_contract_emittable(&p->sp, K, p->isa)) continue;
+        for (int b = 0; b < 2; b++) {
+            sch_contract_shape sh;
+            if (!contract_shape(p, k, NULL, b, &sh)) continue;
+            if (K->contract->mdim < 0 && b == 1) continue;
+            char bucket[96];
+            sch_bucket_text(&sh, bucket, sizeof bucket);
+            sch_tune_record r;
+            int exact = 0;
+            sch_contract_sched sc;
+            if (!sch_tunedb_lookup(p->fingerprint, K->contract->key, bucket, &r, &exact)) continue;
+            if (!sch_contract_sched_parse(r.schedule, &sc)) continue; /* never trusted */
+            if (exact) {
+                K->contract->sched[b] = sc;
+                p->tuned[k * 2 + b] = 1;
+            } else {
+                p->seeds[k * 2 + b] = sc;
+                p->has_seed[k * 2 + b] = 1;
+            }
+        }
+    }
+    /* a schedule the micro-kernel cannot take (a record from a newer kiln):
+     * back to the defaults */
+    for (int32_t k = 0; k < nk; k++) {
+        sch_kernel *K = &p->sp.kernels[k];
+        if (!K->contract || cg_contract_emittable(&p->sp, K, p->isa)) continue;
+        kiln_dtype bt = p->sp.bufs[K->contract->b_buf].dtype;
+        K->contract->sched[0] = sch_contract_default(0, bt);
+        K->contract->sched[1] = sch_contract_default(1, bt);
+        p->tuned[k * 2] = p->tuned[k * 2 + 1] = 0;
+    }
+}
+
+static void utc_date(char *buf, size_t cap) {
+    time_t t = time(NULL);
+    struct tm tmv;
+    gmtime_r(&t, &tmv);
+    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+}
+
+/* search kernel k's schedule for this bucket now, on this run's buffers;
+ * the winner runs this launch and every kernel with the same key and
+ * bucket takes its schedule (emitted into the program after the run) */
+static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_kernel_fn *fn_out,
+                                     rt_module **mods_out) {
+    sch_kernel *K = &p->sp.kernels[k];
+    sch_contract_shape sh;
+    if (!contract_shape(p, k, p->values, bucket, &sh)) return KILN_OK;
+    char bucket_text[96];
+    sch_bucket_text(&sh, bucket_text, sizeof bucket_text);
+    double left = p->search_budget - p->search_spent;
+    if (left <= 0) return KILN_OK;
+    rt_tune_job job;
+    memset(&job, 0, sizeof job);
+    job.sp = &p->sp;
+    job.kernel = k;
+    job.bucket = bucket;
+    job.shape = sh;
+    job.be = p->be;
+    job.pool = p->pool;
+    job.nthreads = rt_pool_threads(p->pool);
+    job.isa = p->isa;
+    job.bufs = p->bufs;
+    job.values = p->values;
+    job.out_bytes = p->bytes[K->out_buf];
+    job.seed = p->has_seed[k * 2 + bucket] ? &p->seeds[k * 2 + bucket] : NULL;
+    job.budget_s = left;
+    job.inject_wrong = p->inject_wrong;
+    rt_tune_result res;
+    char err[1024];
+    int show = isatty(2) || getenv("KILN_TUNE_VERBOSE");
+    if (show)
+        fprintf(stderr, "kiln tune: kernel %d (%s, %s): searching %d-point space ...\n", (int)k, K->contract->key,
+                bucket_text, sch_space_contract(&sh, NULL, 0));
+    kiln_status s = rt_tune_contract(&job, &res, err, sizeof err);
+    p->search_spent += res.seconds;
+    if (s != KILN_OK) {
+        for (int i = 0; i < 2; i++)
+            if (res.mods[i]) p->be->module_free(res.mods[i]);
+        fprintf(stderr, "kiln tune: kernel %d: search failed (%s); keeping the default schedule\n", (int)k, err);
+        p->tuned[k * 2 + bucket] = 1;
+        return KILN_OK;
+    }
+    char sched[128];
+    sch_contract_sched_print(&res.winner, sched, sizeof sched);
+    if (show)
+        fprintf(stderr,
+                "kiln tune: kernel %d: best %.1f us (%s), default %.1f us, %d tried, %d rejected, "
+                "cost-model rank correlation %.2f over %d, %.1f s\n",
+                (int)k, res.best_s * 1e6, sched, res.base_s * 1e6, res.tried, res.rejected, res.spearman,
+                res.nmeasured, res.seconds);
+    sch_tune_record r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.fingerprint, sizeof r.fingerprint, "%s", p->fingerprint ? p->fingerprint : "");
+    snprintf(r.key, sizeof r.key, "%s", K->contract->key);
+    snprintf(r.bucket, sizeof r.bucket, "%s", bucket_text);
+    snprintf(r.schedule, sizeof r.schedule, "%s", sched);
+    r.best_s = res.best_s;
+    r.base_s = res.base_s;
+    r.tried = res.tried;
+    r.rejected = res.rejected;
+    utc_date(r.date, sizeof r.date);
+    r.ir_version = 1;
+    if (sch_tunedb_store(&r, err, sizeof err) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", err);
+    /* every kernel of the same key and shape takes the winner */
+    for (int32_t j = 0; j < p->sp.nkernels; j++) {
+        sch_kernel *J = &p->sp.kernels[j];
+        if (!J->contract || strcmp(J->contract->key, K->contract->key) != 0) continue;
+        sch_contract_shape sj;
+        if (!contract_shape(p, j, p->values, bucket, &sj)) continue;
+        char bj[96];
+        sch_bucket_text(&sj, bj, sizeof bj);
+        if (strcmp(bj, bucket_text) != 0) continue;
+        if (!(J->contract->sched[bucket].mr == res.winner.mr && J->contract->sched[bucket].nr == res.winner.nr &&
+              J->contract->sched[bucket].mc == res.winner.mc && J->contract->sched[bucket].nc == res.winner.nc))
+            p->retune = 1;
+        J->contract->sched[bucket] = res.winner;
+        p->tuned[j * 2 + bucket] = 1;
+    }
+    *fn_out = res.fn;
+    mods_out[0] = res.mods[0];
+    mods_out[1] = res.mods[1];
+    return KILN_OK;
+}
+
 /* a contraction kernel's work items: (batch point, run of nc rows of B), see
  * emit_contract.c */
 static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bound, int nthreads) {
@@ -361,18 +600,29 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
     }
     if (s == KILN_OK) s = eval_sym_b(p, bound, K->rdim, &rn, "a contraction");
     if (s != KILN_OK) return s;
-    const sch_contract_sched *sc = &c->sched[m <= SCH_SMALL_M ? 0 : 1];
+    int bucket = m <= SCH_SMALL_M ? 0 : 1;
+    rt_kernel_fn fn = p->fns[k];
+    rt_module *mods[2] = {NULL, NULL};
+    if (p->search_budget > p->search_spent && !p->tuned[k * 2 + bucket]) {
+        rt_kernel_fn won = NULL;
+        tune_contract_now(p, k, bucket, &won, mods);
+        if (won) fn = won;
+    }
+    const sch_contract_sched *sc = &c->sched[bucket];
     int64_t chunk = sch_contract_chunk(sc, n, nbatch, nthreads);
     int64_t items = nbatch * ((n + chunk - 1) / chunk);
     int serial = nthreads <= 1 || m * n * (rn > 0 ? rn : 1) < 32768;
     double t0 = p->prof ? mono_s() : 0;
-    int r = p->be->launch(p->pool, p->fns[k], p->bufs, p->values, items, chunk, 0, serial);
+    int r = p->be->launch(p->pool, fn, p->bufs, p->values, items, chunk, 0, serial);
     if (p->prof) p->prof[k] += mono_s() - t0;
+    for (int i = 0; i < 2; i++)
+        if (mods[i]) p->be->module_free(mods[i]);
     return r == 0 ? KILN_OK : KILN_ERR_RANGE;
 }
 
 static kiln_status run_work(kiln_program *p) {
     if (!p) return KILN_ERR_INVALID;
+    if (p->gpu) return rt_gpu_program_run(p->gpu, p->g, &p->sp);
     kiln_graph *g = p->g;
     if (g->build_failed) return g->status;
     sch_program *sp = &p->sp;
@@ -573,6 +823,16 @@ static kiln_status run_work(kiln_program *p) {
     }
     p->be->sync();
     if (p->prof) p->prof_runs++;
+    if (p->retune && s == KILN_OK) {
+        /* the search changed schedules: the program gets the winners */
+        char err[4096];
+        p->retune = 0;
+        kiln_status rs = emit_and_load(p, err, sizeof err);
+        if (rs != KILN_OK) {
+            graph_run_error(g, rs, "kiln_run: recompiling with the tuned schedules: %s", err);
+            s = rs;
+        }
+    }
     free(bound);
     if (s != KILN_OK) {
         free_results(res, g->noutputs);

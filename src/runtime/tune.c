@@ -1,0 +1,263 @@
+/* tune.c — the measuring half of the schedule search (DESIGN.md section 5):
+ * tune one contraction kernel in place, on the program's own buffers.
+ *
+ * The candidates: the default schedule, a seed from the tuning DB when one
+ * came from another machine, and the cost model's best-ranked points of the
+ * space (search.c, cost.c). They are emitted into one translation unit
+ * together with the kernel as a generic loop nest (the reference), compiled
+ * once, and run on the real inputs of the kernel into scratch outputs. A
+ * candidate whose output differs from the reference beyond the f32
+ * accumulation tolerance is disqualified and counted. Each survivor is
+ * timed: one warm-up, then repeats until 5 runs or 30 ms, the minimum kept.
+ * A second round measures the untried neighbours of the winner (mr, nr, mc,
+ * nc one step away) while the budget lasts. Times within 3% of the best are
+ * ties, and the simpler schedule wins (search.c). The order of candidates
+ * is fixed, so the search is deterministic apart from the timings.
+ *
+ * The winner's function is used straight from the candidates' module (kept
+ * loaded by the program); the record goes to the tuning DB, so the next
+ * compile emits the winner into the program itself with no measurement.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "contract.h"
+#include "dtype.h"
+#include "emit_contract.h"
+#include "search.h"
+#include "tune.h"
+#include "tunedb.h"
+
+#define TUNE_MAX_CAND 24
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct launch_args {
+    const rt_backend *be;
+    rt_pool *pool;
+    void *const *bufs;
+    const int64_t *values;
+    int nthreads;
+} launch_args;
+
+static int run_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
+                         const sch_contract_sched *s) {
+    int64_t chunk = sch_contract_chunk(s, job->shape.n, job->shape.nbatch, la->nthreads);
+    int64_t items = job->shape.nbatch * ((job->shape.n + chunk - 1) / chunk);
+    int serial = la->nthreads <= 1;
+    return la->be->launch(la->pool, fn, la->bufs, la->values, items, chunk, 0, serial);
+}
+
+static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
+                             const sch_contract_sched *s) {
+    run_candidate(la, job, fn, s); /* warm-up */
+    double best = INFINITY, spent = 0;
+    for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
+        double t0 = now_s();
+        run_candidate(la, job, fn, s);
+        double dt = now_s() - t0;
+        spent += dt;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+static int close_to(const float *ref, const float *got, int64_t n, int64_t k) {
+    double tol_abs = 2e-6 * (double)(k > 0 ? k : 1);
+    for (int64_t i = 0; i < n; i++) {
+        double a = ref[i], b = got[i];
+        if (isnan(a) && isnan(b)) continue;
+        if (!(fabs(a - b) <= tol_abs + 1e-4 * fabs(a))) return 0;
+    }
+    return 1;
+}
+
+static int same_sched(const sch_contract_sched *a, const sch_contract_sched *b) {
+    return a->mr == b->mr && a->nr == b->nr && a->mc == b->mc && a->nc == b->nc && a->arith == b->arith;
+}
+
+static int in_list(const sch_contract_sched *list, int n, const sch_contract_sched *s) {
+    for (int i = 0; i < n; i++)
+        if (same_sched(&list[i], s)) return 1;
+    return 0;
+}
+
+/* one round: compile the candidates with the reference, check, time. Fills
+ * times (INFINITY for rejected) and returns KILN_OK or a compile error. */
+static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, const sch_contract_sched *cands,
+                                 int n, double *times, int *rejected, rt_module **mod_out, rt_kernel_fn *fns,
+                                 char *err, size_t errcap) {
+    const sch_program *sp = job->sp;
+    cg_options co;
+    co.isa = job->isa;
+    char *src = cg_emit_c_generic_one(sp, job->kernel, &co, "kiln_ref");
+    size_t len = strlen(src), cap = len + 1;
+    /* tiles for the candidates and for the other bucket's (fixed) schedule */
+    const sch_contract *c = sp->kernels[job->kernel].contract;
+    sch_contract_sched *all = kiln_xmalloc(((size_t)n + 2) * sizeof *all);
+    memcpy(all, cands, (size_t)n * sizeof *all);
+    all[n] = c->sched[0];
+    all[n + 1] = c->sched[1];
+    cg_emit_contract_tiles(sp->bufs[c->b_buf].dtype, all, n + 2, &src, &len, &cap);
+    free(all);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "kiln_c%d", i);
+        cg_emit_contract_kernel_as(sp, job->kernel, name, &cands[i], job->bucket, &src, &len, &cap);
+    }
+    rt_module *mod = NULL;
+    kiln_status s = la->be->compile(src, cg_isa_cflags(job->isa), &mod, err, errcap);
+    free(src);
+    if (s != KILN_OK) return s;
+    *mod_out = mod;
+    /* the reference output, then each candidate into a scratch copy */
+    const sch_kernel *k = &sp->kernels[job->kernel];
+    int64_t nout = (int64_t)(job->out_bytes / sizeof(float));
+    float *ref = kiln_xmalloc(job->out_bytes + 64), *got = kiln_xmalloc(job->out_bytes + 64);
+    void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
+    memcpy(bufs, la->bufs, (size_t)sp->nbufs * sizeof *bufs);
+    launch_args l2 = *la;
+    l2.bufs = bufs;
+    void *f = la->be->symbol(mod, "kiln_ref");
+    rt_kernel_fn ref_fn;
+    memcpy(&ref_fn, &f, sizeof f);
+    bufs[k->out_buf] = ref;
+    int64_t outer = 1;
+    for (int d = 0; d + 1 < k->ndim; d++) {
+        int64_t v = 0;
+        sym_eval(sp->g->syms, k->dim[d], la->values, NULL, &v, NULL);
+        outer *= v;
+    }
+    ref_fn(bufs, la->values, 0, k->ndim > 0 ? outer : 1, 0, 0);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "kiln_c%d", i);
+        void *cf = la->be->symbol(mod, name);
+        memcpy(&fns[i], &cf, sizeof cf);
+        memset(got, 0xff, job->out_bytes); /* NaN: a candidate that writes nothing fails */
+        bufs[k->out_buf] = got;
+        int bad = job->inject_wrong == i + 1;
+        if (!fns[i] || run_candidate(&l2, job, fns[i], &cands[i]) != 0 || !close_to(ref, got, nout, job->shape.k) ||
+            bad) {
+            times[i] = INFINITY;
+            (*rejected)++;
+            continue;
+        }
+        times[i] = time_candidate(&l2, job, fns[i], &cands[i]);
+    }
+    free(ref);
+    free(got);
+    free(bufs);
+    return KILN_OK;
+}
+
+kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *err, size_t errcap) {
+    memset(res, 0, sizeof *res);
+    const sch_kernel *k = &job->sp->kernels[job->kernel];
+    const sch_contract *c = k->contract;
+    sch_machine mc = sch_machine_default();
+    launch_args la = {job->be, job->pool, job->bufs, job->values, job->nthreads};
+    double t_start = now_s();
+
+    /* round 1: default, seed, then the cost model's best */
+    int nspace = sch_space_contract(&job->shape, NULL, 0);
+    sch_contract_sched *space = kiln_xmalloc((size_t)(nspace + 1) * sizeof *space);
+    sch_space_contract(&job->shape, space, nspace);
+    double *cost = kiln_xmalloc((size_t)(nspace + 1) * sizeof *cost);
+    int *order = kiln_xmalloc((size_t)(nspace + 1) * sizeof *order);
+    for (int i = 0; i < nspace; i++) cost[i] = sch_cost_contract(&mc, &job->shape, &space[i]);
+    sch_rank_by_cost(cost, order, nspace);
+    res->space = nspace;
+
+    sch_contract_sched cands[TUNE_MAX_CAND];
+    int n = 0;
+    cands[n++] = c->sched[job->bucket];
+    if (job->seed && !in_list(cands, n, job->seed)) cands[n++] = *job->seed;
+    int first = job->round1 > 0 && job->round1 < TUNE_MAX_CAND / 2 ? job->round1 : 8;
+    for (int i = 0; i < nspace && n < first + 2; i++)
+        if (!in_list(cands, n, &space[order[i]])) cands[n++] = space[order[i]];
+
+    double times[TUNE_MAX_CAND];
+    rt_kernel_fn fns[TUNE_MAX_CAND];
+    rt_module *mod1 = NULL;
+    kiln_status s = measure_round(job, &la, cands, n, times, &res->rejected, &mod1, fns, err, errcap);
+    if (s != KILN_OK) goto done;
+    res->tried = n;
+    res->base_s = times[0];
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (isfinite(times[i]) && (best < 0 || times[i] < times[best])) best = i;
+    sch_contract_sched winner = best >= 0 ? cands[best] : cands[0];
+    double wtime = best >= 0 ? times[best] : INFINITY;
+    rt_kernel_fn wfn = best >= 0 ? fns[best] : NULL;
+    res->mods[0] = mod1;
+    /* the model's predictions against the measurements of this round */
+    {
+        double pm[TUNE_MAX_CAND], pt[TUNE_MAX_CAND];
+        int np = 0;
+        for (int i = 0; i < n; i++)
+            if (isfinite(times[i])) {
+                pm[np] = sch_cost_contract(&mc, &job->shape, &cands[i]);
+                pt[np] = times[i];
+                np++;
+            }
+        res->spearman = sch_spearman(pm, pt, np);
+        res->nmeasured = np;
+    }
+
+    /* round 2: the winner's untried neighbours, while the budget lasts */
+    if (best >= 0 && now_s() - t_start < job->budget_s * 0.5) {
+        sch_contract_sched nb[TUNE_MAX_CAND];
+        int nn = 0;
+        for (int i = 0; i < nspace && nn < TUNE_MAX_CAND; i++) {
+            const sch_contract_sched *q = &space[order[i]];
+            int dist = (q->mr != winner.mr) + (q->nr != winner.nr) + (q->mc != winner.mc) + (q->nc != winner.nc);
+            if (dist == 1 && !in_list(cands, n, q) && !in_list(nb, nn, q)) nb[nn++] = *q;
+        }
+        if (nn > 0) {
+            double t2[TUNE_MAX_CAND];
+            rt_kernel_fn f2[TUNE_MAX_CAND];
+            rt_module *mod2 = NULL;
+            char err2[512];
+            if (measure_round(job, &la, nb, nn, t2, &res->rejected, &mod2, f2, err2, sizeof err2) == KILN_OK) {
+                res->mods[1] = mod2;
+                res->tried += nn;
+                for (int i = 0; i < nn; i++)
+                    if (isfinite(t2[i]) && t2[i] < wtime * 0.97) {
+                        winner = nb[i];
+                        wtime = t2[i];
+                        wfn = f2[i];
+                    }
+            } /* a failed second round keeps the first round's winner */
+        }
+    }
+    /* a tie with the default (within 3%) goes to the simpler schedule */
+    if (isfinite(res->base_s) && wtime > res->base_s * 0.97 && sch_sched_simpler(&cands[0], &winner)) {
+        winner = cands[0];
+        wtime = res->base_s;
+        wfn = fns[0];
+    }
+    res->winner = winner;
+    res->best_s = wtime;
+    res->fn = wfn;
+    res->seconds = now_s() - t_start;
+    if (!wfn) {
+        snprintf(err, errcap, "every candidate was rejected by the reference check");
+        s = KILN_ERR_INVALID;
+    }
+done:
+    res->seconds = now_s() - t_start;
+    free(space);
+    free(cost);
+    free(order);
+    return s;
+}

@@ -1,0 +1,38 @@
+/* tune.h — tune one contraction kernel on the program's own buffers
+ * (tune.c; the space and the cost model are in src/sched/search.h). */
+#ifndef KILN_RUNTIME_TUNE_H
+#define KILN_RUNTIME_TUNE_H
+
+#include "backend.h"
+#include "search.h"
+
+typedef struct rt_tune_job {
+    const sch_program *sp;
+    int32_t kernel;
+    int bucket;                      /* 0: M <= SCH_SMALL_M, 1: larger */
+    sch_contract_shape shape;
+    const rt_backend *be;
+    rt_pool *pool;
+    int nthreads;
+    cg_isa isa;
+    void *const *bufs;               /* the program's buffers, bound for this run */
+    const int64_t *values;           /* the sym values of this run */
+    size_t out_bytes;                /* of the kernel's output buffer */
+    const sch_contract_sched *seed;  /* from another machine's record, or NULL */
+    double budget_s;                 /* for this kernel */
+    int round1;                      /* cost-model candidates in the first round (0: 8) */
+    int inject_wrong;                /* tests: candidate i-1 is treated as wrong (0: none) */
+} rt_tune_job;
+
+typedef struct rt_tune_result {
+    sch_contract_sched winner;
+    double best_s, base_s, seconds;
+    int tried, rejected, space, nmeasured;
+    double spearman;     /* cost model vs measured, over the first round */
+    rt_kernel_fn fn;     /* the winner, inside mods[] */
+    rt_module *mods[2];  /* candidates' modules: the caller frees them (after its last use of fn) */
+} rt_tune_result;
+
+kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *err, size_t errcap);
+
+#endif

@@ -1,0 +1,90 @@
+/* cost.c — an analytic cost model for contraction schedules.
+ *
+ * One run of the micro-kernel family (emit_contract.c) at shape (M, N, K)
+ * with schedule (mr, nr, mc, nc) costs the larger of its compute time and
+ * its memory time, divided by how evenly the work items fill the threads:
+ *
+ *  - compute, counted in 16-lane vector instructions: per 32-element chunk
+ *    of a tile, 2*mr*nr FMAs, 2*mr loads of A, and nr dequantisations of
+ *    B (dq instructions each, by dtype); tiles = ceil(M/mr) * ceil(N/nr);
+ *    plus a horizontal sum per output (~8 instructions) and per-tile set-up
+ *    (pointer arithmetic, ~4*(mr+nr)). Edge tiles compute their padding. The
+ *    rate: the FMA peak in instructions per second, with FMAs taking one
+ *    slot and the others one slot at twice the FMA rate (two FMA ports,
+ *    four ALU/load ports, roughly).
+ *  - memory: B's bytes once per block of mc rows of A when an item's B
+ *    panel (nc rows x K) does not stay in L2, else once; A's bytes once per
+ *    work item when A does not fit L2; at the all-threads bandwidth.
+ *  - balance: items = nbatch * ceil(N/nc) over the threads; the slowest
+ *    thread does ceil(items/threads) items.
+ *
+ * It ranks candidates; the search measures them. Its rank correlation with
+ * measured times is printed by `kiln tune`.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "contract.h"
+#include "dtype.h"
+#include "search.h"
+
+sch_machine sch_machine_default(void) {
+    sch_machine m;
+    m.fma_gflops = 58.0; /* `kiln device` on the 2-core AVX-512 VM */
+    m.bw1_gbs = 11.0;
+    m.bwn_gbs = 17.0;
+    m.l2_bytes = 2.0 * 1024 * 1024;
+    return m;
+}
+
+/* vector instructions to dequantise 32 elements of B */
+static double dequant_cost(kiln_dtype t) {
+    switch (t) {
+    case KILN_F32: return 2;
+    case KILN_F16:
+    case KILN_BF16: return 4;
+    case KILN_Q8_0: return 8;
+    case KILN_Q4_0: return 12;
+    case KILN_Q5_0: return 16;
+    case KILN_Q4_K: return 18;
+    case KILN_Q6_K: return 24;
+    default: return 10;
+    }
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
+
+double sch_cost_contract(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
+    int nt = sh->nthreads > 0 ? sh->nthreads : 1;
+    int64_t chunks = cdiv(sh->k, 32);
+    int64_t mt = cdiv(sh->m, s->mr), ntile = cdiv(sh->n, s->nr);
+    double per_chunk_fma = 2.0 * s->mr * s->nr;
+    double per_chunk_other = 2.0 * s->mr + dequant_cost(sh->b_dtype) * s->nr;
+    double tiles = (double)mt * (double)ntile * (double)sh->nbatch;
+    double fma = tiles * (double)chunks * per_chunk_fma;
+    double other = tiles * ((double)chunks * per_chunk_other + 4.0 * (s->mr + s->nr)) +
+                   8.0 * (double)sh->m * (double)sh->n * (double)sh->nbatch;
+    double fma_rate = mc->fma_gflops * 1e9 / 32.0; /* 16-lane FMAs per second per thread */
+    double compute = (fma + other / 2.0) / fma_rate;
+
+    int64_t chunk = sch_contract_chunk(s, sh->n, sh->nbatch, nt);
+    int64_t items = sh->nbatch * cdiv(sh->n, chunk);
+    double b_row = (double)kiln_dtype_bytes(sh->b_dtype, sh->k);
+    if (b_row <= 0) b_row = 4.0 * (double)sh->k;
+    double b_bytes = b_row * (double)sh->n * (double)sh->nbatch;
+    double panel = b_row * (double)chunk;
+    double mblocks = (double)cdiv(sh->m, s->mc);
+    double bytes = panel > mc->l2_bytes ? b_bytes * mblocks : b_bytes;
+    double a_bytes = 4.0 * (double)sh->m * (double)sh->k * (double)sh->nbatch;
+    bytes += a_bytes > mc->l2_bytes ? a_bytes * (double)items / (double)sh->nbatch : a_bytes;
+    double bw = (nt > 1 ? mc->bwn_gbs : mc->bw1_gbs) * 1e9;
+    double memory = bytes / bw;
+
+    int64_t per_thread = cdiv(items, nt);
+    double balance = items > 0 ? (double)items / (double)(per_thread * nt) : 1.0;
+    double used = (double)(items < nt ? items : nt);
+    double par_compute = compute / used / balance * (items < nt ? 1.0 : 1.0);
+    double t = par_compute > memory ? par_compute : memory;
+    /* a launch and its barrier */
+    return t + 2e-6;
+}

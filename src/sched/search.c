@@ -1,0 +1,117 @@
+/* search.c — the contraction schedule space and the device-free parts of
+ * the search: enumeration, ranking, tie rules, rank correlation, buckets.
+ *
+ * The space (DESIGN.md section 5, contractions): register tile mr x nr with
+ * mr*nr accumulators + 2*nr B registers + 2 A registers <= 32 (AVX-512 has
+ * 32 vector registers; more spills), mr <= 8, nr <= 16; A rows per cache
+ * block mc in {16, 64, 256}; B rows per work item nc in {auto, 4, 16, 64
+ * tiles}; arithmetic f32 (int8 dot products are in the space's definition,
+ * SCH_ARITH_I8, but have no micro-kernel yet, so they are not enumerated).
+ * Tiles taller than M are skipped (they only compute padding).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "contract.h"
+#include "search.h"
+
+int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, int cap) {
+    static const int mrs[] = {1, 2, 3, 4, 6, 8};
+    static const int nrs[] = {1, 2, 4, 6, 8, 12, 16};
+    static const int mcs[] = {16, 64, 256};
+    static const int ncs[] = {0, 4, 16, 64};
+    int n = 0;
+    for (size_t a = 0; a < sizeof mrs / sizeof *mrs; a++) {
+        int mr = mrs[a];
+        if (mr > 1 && mr > sh->m) continue;
+        for (size_t b = 0; b < sizeof nrs / sizeof *nrs; b++) {
+            int nr = nrs[b];
+            if (mr * nr + 2 * nr + 2 > 32) continue;
+            if (nr > 1 && nr > sh->n) continue;
+            for (size_t c = 0; c < sizeof mcs / sizeof *mcs; c++) {
+                int mc = mcs[c];
+                if (mc < mr) continue;
+                /* one A block covers small M: the other mc values are the same schedule */
+                if (c > 0 && mcs[c - 1] >= sh->m) continue;
+                for (size_t d = 0; d < sizeof ncs / sizeof *ncs; d++) {
+                    int nc = ncs[d] * nr;
+                    if (nc > 0 && nc >= sh->n && d > 1) continue;
+                    if (out && n < cap) {
+                        sch_contract_sched *s = &out[n];
+                        memset(s, 0, sizeof *s);
+                        s->mr = mr;
+                        s->nr = nr;
+                        s->mc = mc;
+                        s->nc = nc;
+                        s->arith = SCH_ARITH_F32;
+                    }
+                    n++;
+                }
+            }
+        }
+    }
+    return out && n > cap ? cap : n;
+}
+
+void sch_rank_by_cost(const double *cost, int *idx, int n) {
+    for (int i = 0; i < n; i++) idx[i] = i;
+    /* insertion sort: stable and the spaces are a few hundred */
+    for (int i = 1; i < n; i++) {
+        int v = idx[i], j = i - 1;
+        while (j >= 0 && cost[idx[j]] > cost[v]) {
+            idx[j + 1] = idx[j];
+            j--;
+        }
+        idx[j + 1] = v;
+    }
+}
+
+static void ranks(const double *x, int n, double *r) {
+    int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    sch_rank_by_cost(x, idx, n);
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && x[idx[j + 1]] == x[idx[i]]) j++;
+        double mean = 0.5 * (double)(i + j);
+        for (int t = i; t <= j; t++) r[idx[t]] = mean;
+        i = j + 1;
+    }
+    free(idx);
+}
+
+double sch_spearman(const double *a, const double *b, int n) {
+    if (n < 2) return 0.0;
+    double *ra = malloc((size_t)n * sizeof *ra), *rb = malloc((size_t)n * sizeof *rb);
+    ranks(a, n, ra);
+    ranks(b, n, rb);
+    double ma = 0, mb = 0;
+    for (int i = 0; i < n; i++) {
+        ma += ra[i];
+        mb += rb[i];
+    }
+    ma /= n;
+    mb /= n;
+    double sab = 0, saa = 0, sbb = 0;
+    for (int i = 0; i < n; i++) {
+        sab += (ra[i] - ma) * (rb[i] - mb);
+        saa += (ra[i] - ma) * (ra[i] - ma);
+        sbb += (rb[i] - mb) * (rb[i] - mb);
+    }
+    free(ra);
+    free(rb);
+    if (saa <= 0 || sbb <= 0) return 0.0;
+    return sab / __builtin_sqrt(saa * sbb);
+}
+
+int sch_sched_simpler(const sch_contract_sched *a, const sch_contract_sched *b) {
+    int ra = a->mr * a->nr, rb = b->mr * b->nr;
+    if (ra != rb) return ra < rb;
+    if ((a->nc == 0) != (b->nc == 0)) return a->nc == 0;
+    return a->mc < b->mc;
+}
+
+void sch_bucket_text(const sch_contract_shape *sh, char *buf, size_t cap) {
+    snprintf(buf, cap, "m%s%d,n=%lld,k=%lld,b=%lld,t=%d", sh->m <= SCH_SMALL_M ? "<=" : ">", SCH_SMALL_M,
+             (long long)sh->n, (long long)sh->k, (long long)sh->nbatch, sh->nthreads);
+}
