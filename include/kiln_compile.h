@@ -64,6 +64,9 @@ const char *kiln_program_source(const kiln_program *p);
 /* path of the loaded shared object (owned by the program) */
 const char *kiln_program_library(const kiln_program *p);
 int kiln_program_kernel_count(const kiln_program *p);
+/* schedule candidates this program has measured so far (0 when every
+ * schedule came from the tuning DB or no search was asked for) */
+int kiln_program_measurements(const kiln_program *p);
 /* bytes of the intermediate arena planned for the last run (0 before one) */
 size_t kiln_program_arena_bytes(const kiln_program *p);
 
@@ -72,6 +75,19 @@ size_t kiln_program_arena_bytes(const kiln_program *p);
 char *kiln_device_report(int json);
 /* the fingerprint alone, one line (malloc'd): the tuning DB key */
 char *kiln_device_fingerprint(void);
+/* measured peaks for `threads` threads: read bandwidth (GB/s, 256 MiB), f32
+ * FMA GFLOP/s and int8 dot-product GOP/s (all threads); -1 when the compute
+ * probe could not be compiled (the bandwidth is still measured) */
+int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *dot_gops);
+
+/* ---- profiling (KILN_PROFILE=1 at compile time turns collection on) ---- */
+/* per kernel, slowest first: share of the time, ms per run, bytes of the
+ * buffers it touches per run (whole buffers: an upper bound where a kernel
+ * reads part of one, like a KV cache), achieved GB/s and share of bw_gbs,
+ * and for contractions GFLOP/s and share of fma_gflops. malloc'd text;
+ * "" when profiling is off. */
+char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, int max_rows);
+void kiln_program_profile_reset(kiln_program *p);
 
 #ifdef __cplusplus
 }

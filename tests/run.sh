@@ -6,6 +6,9 @@ BUILD=${BUILD:-build}
 export KILN_LIB="$PWD/$BUILD/libkiln.so"
 export KILN_BIN="$PWD/$BUILD/kiln"
 export KILN_BUILD="$PWD/$BUILD"
+# the tests never read or write the user's tuning DB
+tunedir=$(mktemp -d)
+export KILN_TUNEDB="$tunedir/tune.db"
 if [ -n "$KILN_ASAN" ]; then
     # the Python tests load an ASan-built libkiln.so: the runtime must come first
     export LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)"
@@ -34,5 +37,6 @@ for t in tests/py/test_*.py; do
     pass=$((pass + p)); fail=$((fail + f))
 done
 rm -f "$log"
+rm -rf "$tunedir"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

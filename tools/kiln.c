@@ -114,9 +114,12 @@ static void usage(FILE *f) {
             "                                show what the compiler decided (e-graph run,\n"
             "                                extracted graph, kernels, generated C);\n"
             "                                models: not implemented yet\n"
-            "  device [--json]               hardware fingerprint and measured peaks\n"
+            "  device [--json]               hardware fingerprint and measured peaks; every\n"
+            "                                backend's devices with their fingerprints\n"
             "\n"
             "options:\n"
+            "  --backend cpu|opencl|cuda  where compiled code runs (any command; default cpu,\n"
+            "                  or $KILN_BACKEND); GPU backends load their driver at run time\n"
             "  -h, --help      this text\n"
             "  --version       print the version\n");
 }
@@ -889,7 +892,7 @@ static int cmd_run(int argc, char **argv) {
         printf("{\"model\": ");
         json_str(stdout, desc, strlen(desc));
         printf(", \"arch\": \"%s\", \"backend\": \"%s\", \"threads\": %lld, \"seed\": %llu, \"temp\": %g,\n", hp->name,
-               o.interp ? "interp" : "cpu", o.threads, (unsigned long long)o.seed, o.temp);
+               o.interp ? "interp" : getenv("KILN_BACKEND") ? getenv("KILN_BACKEND") : "cpu", o.threads, (unsigned long long)o.seed, o.temp);
         printf(" \"load_s\": %.6f, \"prompt_tokens\": %d, \"prompt_s\": %.6f, \"prompt_tps\": %.3f,\n", load_s, n_prompt,
                t_prompt, pp_tps);
         printf(" \"generated_tokens\": %d, \"decode_steps\": %d, \"gen_s\": %.6f, \"gen_tps\": %.3f, \"stop\": \"%s\",\n",
@@ -931,7 +934,9 @@ static void bench_help(void) {
            "  -r, --repetitions R     timed runs per test (default 5)\n"
            "  --mmap                  map the file instead of reading it into memory\n"
            "  --interp                the reference interpreter instead of compiled code\n"
-           "  --json                  a JSON array of records instead of the table\n");
+           "  --json                  a JSON array of records instead of the table\n"
+           "  --profile               after each test, where the time went: per kernel ms, GB/s and\n"
+           "                          GFLOP/s against this machine's measured peaks\n");
 }
 
 typedef struct bench_rec {
@@ -965,7 +970,7 @@ static kiln_status bench_once(model *m, int pp, int n, int32_t *toks, float *log
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     long long pps[16] = {512}, tgs[16] = {128}, ths[16] = {1, 2}, reps = 5;
-    int npp = 1, ntg = 1, nth = 2, json = 0, interp = 0, use_mmap = 0;
+    int npp = 1, ntg = 1, nth = 2, json = 0, interp = 0, use_mmap = 0, profile = 0;
     for (int i = 0; i < argc; i++) {
         char flag[64];
         const char *a = argv[i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
@@ -977,6 +982,10 @@ static int cmd_bench(int argc, char **argv) {
         if (IS("-h") || IS("--help")) {
             bench_help();
             return 0;
+        }
+        if (IS("--profile")) {
+            profile = 1;
+            continue;
         }
         if (IS("--json") || IS("--interp") || IS("--mmap")) {
             if (eq) return cmd_usage_error("bench", "%s takes no value", flag);
@@ -1009,6 +1018,8 @@ static int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < npp; i++) maxlen = pps[i] > maxlen ? pps[i] : maxlen;
     for (int i = 0; i < ntg; i++) maxlen = tgs[i] > maxlen ? tgs[i] : maxlen;
 
+    if (profile && interp) return cmd_usage_error("bench", "--profile needs compiled code (not --interp)");
+    if (profile) setenv("KILN_PROFILE", "quiet", 1); /* collect per-kernel times; report below, not at exit */
     bench_rec *recs = kiln_xcalloc(2 * 16 * 16, sizeof *recs); /* (pp + tg tests) x thread counts */
     int nrec = 0, rc = 0;
     char desc[160] = "", size[32] = "", params_s[32] = "";
@@ -1054,6 +1065,7 @@ static int cmd_bench(int argc, char **argv) {
                 double secs;
                 /* warm-up (untimed): first touches of buffers and pages */
                 kiln_status st = bench_once(m, kind == 0, kind == 0 ? n : 1, toks, logits, &rng, &secs);
+                if (profile) kiln_program_profile_reset(model_program(m));
                 for (int rep = 0; rep < reps && !st; rep++) {
                     st = bench_once(m, kind == 0, n, toks, logits, &rng, &secs);
                     r->samples[r->nsamples++] = secs > 0 ? n / secs : 0;
@@ -1076,6 +1088,17 @@ static int cmd_bench(int argc, char **argv) {
                     printf("| %-28.28s | %10s | %9s | %-7s | %7d | %8s | %21s |\n", desc, size, params_s,
                            interp ? "interp" : "CPU", r->threads, test, ts);
                     fflush(stdout);
+                }
+                if (profile && model_program(m)) {
+                    double bw = 0, fma = 0;
+                    kiln_device_peaks((int)ths[ti], &bw, &fma, NULL);
+                    char *rep = kiln_program_profile(model_program(m), bw, fma, 20);
+                    FILE *o = json ? stderr : stdout;
+                    fprintf(o, "\nprofile of %s%d at %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f GFLOP/s); "
+                               "per run = per %s:\n%s\n",
+                            kind == 0 ? "pp" : "tg", n, (int)ths[ti], ths[ti] == 1 ? "" : "s", bw, fma,
+                            kind == 0 ? "prompt" : "token", rep);
+                    free(rep);
                 }
             }
         }
@@ -1397,6 +1420,35 @@ static int cmd_tune(int argc, char **argv) {
     return fflush(stdout) != 0 ? 1 : 0;
 }
 
+/* `--backend cpu|opencl|cuda` (or --backend=NAME), taken out of argv for
+ * every command: the library reads the choice from $KILN_BACKEND when a
+ * compile does not name a backend (the model loader does not). On GPU
+ * backends model weights and the KV cache stay on the device between
+ * forward passes (KILN_GPU_RESIDENT, see gpu_exec.c): the CLI never changes
+ * them behind kiln's back. Returns 0, or the usage exit status. */
+static int take_backend_option(int *argc, char **argv) {
+    int out = 2;
+    for (int i = 2; i < *argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (strcmp(a, "--backend") == 0) {
+            if (i + 1 >= *argc) return cmd_usage_error(argv[1], "--backend needs a value (cpu, opencl or cuda)");
+            v = argv[++i];
+        } else if (strncmp(a, "--backend=", 10) == 0) {
+            v = a + 10;
+        } else {
+            argv[out++] = argv[i];
+            continue;
+        }
+        if (strcmp(v, "cpu") != 0 && strcmp(v, "opencl") != 0 && strcmp(v, "cuda") != 0)
+            return cmd_usage_error(argv[1], "unknown backend '%s' (available: cpu, opencl, cuda)", v);
+        setenv("KILN_BACKEND", v, 1);
+        if (strcmp(v, "cpu") != 0) setenv("KILN_GPU_RESIDENT", "1", 0);
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -1411,6 +1463,8 @@ int main(int argc, char **argv) {
         printf("kiln %s\n", KILN_CLI_VERSION);
         return 0;
     }
+    int brc = take_backend_option(&argc, argv);
+    if (brc) return brc;
     if (strcmp(cmd, "graph") == 0) return cmd_graph(argc - 2, argv + 2);
     if (strcmp(cmd, "explain") == 0) return cmd_explain(argc - 2, argv + 2);
     if (strcmp(cmd, "device") == 0) return cmd_device(argc - 2, argv + 2);

@@ -159,3 +159,5 @@ int64_t model_n_ctx(const model *m) { return m->n_ctx; }
 gguf_file *model_gguf(model *m) { return m->file; }
 kiln_graph *model_graph(model *m) { return m->g; }
 int model_is_compiled(const model *m) { return m->prog != NULL; }
+
+struct kiln_program *model_program(model *m) { return m ? m->prog : NULL; }

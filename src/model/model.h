@@ -56,5 +56,6 @@ int64_t model_n_ctx(const model *m);
 gguf_file *model_gguf(model *m);    /* for the tokenizer's metadata */
 kiln_graph *model_graph(model *m);  /* for the compiler and `kiln explain` */
 int model_is_compiled(const model *m);
+struct kiln_program *model_program(model *m); /* the compiled program, or NULL (interpreter) */
 
 #endif

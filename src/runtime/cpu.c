@@ -25,6 +25,7 @@
 
 #include "backend.h"
 #include "base.h"
+#include "gpu.h"
 
 struct rt_module {
     void *handle;
@@ -331,7 +332,9 @@ static const rt_backend cpu_backend = {
     cpu_module_path, cpu_module_free, cpu_alloc,  cpu_dealloc, cpu_copy,  cpu_launch,  cpu_sync,
 };
 
+/* no name: $KILN_BACKEND, else the CPU; "opencl" and "cuda" live in gpu_exec.c */
 const rt_backend *rt_backend_find(const char *name) {
+    if (!name || !name[0]) name = getenv("KILN_BACKEND");
     if (!name || !name[0] || strcmp(name, "cpu") == 0) return &cpu_backend;
-    return NULL;
+    return rt_gpu_backend_find(name);
 }

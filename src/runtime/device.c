@@ -11,6 +11,9 @@
  * compiled through the same path as kernels (so with the ISA flags kernels
  * get), using GCC/Clang vector extensions for FMA and VNNI intrinsics when
  * the CPU has them (else a plain int8 multiply-accumulate loop).
+ *
+ * The report ends with every GPU backend's devices and their fingerprints
+ * (gpu_exec.c), or why a backend has none (no library, no driver).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 
 #include "backend.h"
 #include "base.h"
+#include "gpu.h"
 #include "kiln_compile.h"
 
 #define KILN_IR_VERSION 1
@@ -279,8 +283,11 @@ char *kiln_device_report(int json) {
         for (int i = 0; i < ntc; i++) sch_appendf(&s, &len, &cap, "%s\"%d\": %.2f", i ? ", " : "", tcount[i], bw[i]);
         sch_appendf(&s, &len, &cap,
                     "},\n  \"fp32_fma_gflops_1thread\": %.1f,\n  \"int8_dot_gops_1thread\": %.1f,\n  \"int8_dot_kind\": "
-                    "\"%s\"\n}\n",
+                    "\"%s\",\n",
                     fma, dot, dot_kind);
+        char *gpu = rt_gpu_device_report(1);
+        sch_appendf(&s, &len, &cap, "  \"gpu\": {%s}\n}\n", gpu);
+        free(gpu);
     } else {
         sch_appendf(&s, &len, &cap, "fingerprint  %s\ncpu          %s\nisa          ", fp, model);
         for (size_t i = 0; i < sizeof isa_flags / sizeof isa_flags[0]; i++)
@@ -294,7 +301,22 @@ char *kiln_device_report(int json) {
         sch_appendf(&s, &len, &cap, "fp32 FMA     %.1f GFLOP/s per thread\nint8 dot     %.1f GOP/s per thread (%s)\n", fma,
                     dot, dot_kind);
         if (err[0]) sch_appendf(&s, &len, &cap, "note: compute probes not measured: %s\n", err);
+        char *gpu = rt_gpu_device_report(0);
+        sch_appendf(&s, &len, &cap, "%s", gpu);
+        free(gpu);
     }
     free(fp);
     return s;
+}
+
+int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *dot_gops) {
+    char kind[64], err[256] = "";
+    double fma = 0, dot = 0;
+    if (bw_gbs) *bw_gbs = measure_bw((size_t)256 << 20, threads > 0 ? threads : 1, 3);
+    if (fma_gflops || dot_gops) {
+        measure_compute(&fma, &dot, kind, sizeof kind, err, sizeof err);
+        if (fma_gflops) *fma_gflops = fma * (threads > 0 ? threads : 1);
+        if (dot_gops) *dot_gops = dot * (threads > 0 ? threads : 1);
+    }
+    return err[0] ? -1 : 0;
 }

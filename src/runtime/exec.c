@@ -59,6 +59,8 @@ struct kiln_program {
     uint32_t nvalues;
     size_t stream_min; /* outputs of at least this many bytes get non-temporal stores */
     double *prof;      /* KILN_PROFILE: seconds per kernel, summed over runs (else NULL) */
+    double *prof_bytes; /* bytes touched per kernel, summed over runs */
+    double *prof_flops; /* contraction flops per kernel, summed over runs */
     int64_t prof_runs;
     /* schedule search (tune.c): per kernel and bucket, 1 once its schedule is
      * final (from the DB or measured here); seeds from other machines */
@@ -69,6 +71,7 @@ struct kiln_program {
     uint8_t *has_seed;
     int retune;                  /* schedules changed during a run: re-emit after it */
     int inject_wrong;            /* KILN_TUNE_INJECT_WRONG: tests */
+    int measurements;            /* candidates measured */
 };
 
 static double mono_s(void) {
@@ -217,7 +220,11 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         return NULL;
     }
     const char *prof = getenv("KILN_PROFILE");
-    if (prof && prof[0] && prof[0] != '0') p->prof = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof);
+    if (prof && prof[0] && prof[0] != '0') {
+        p->prof = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof);
+        p->prof_bytes = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_bytes);
+        p->prof_flops = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_flops);
+    }
     int32_t nb = p->sp.nbufs + 1;
     p->bufs = kiln_xcalloc((size_t)nb, sizeof *p->bufs);
     p->bytes = kiln_xcalloc((size_t)nb, sizeof *p->bytes);
@@ -276,8 +283,11 @@ static kiln_status emit_and_load(kiln_program *p, char *err, size_t errcap) {
 void kiln_program_free(kiln_program *p) {
     if (!p) return;
     if (p->prof) {
-        print_profile(p);
+        const char *pe = getenv("KILN_PROFILE");
+        if (pe && strcmp(pe, "quiet") != 0) print_profile(p);
         free(p->prof);
+        free(p->prof_bytes);
+        free(p->prof_flops);
     }
     if (p->pool) rt_pool_free(p->pool);
     if (p->mod) p->be->module_free(p->mod);
@@ -304,6 +314,7 @@ void kiln_program_free(kiln_program *p) {
 const char *kiln_program_source(const kiln_program *p) { return p ? p->source : ""; }
 const char *kiln_program_library(const kiln_program *p) { return p && p->mod ? p->be->module_path(p->mod) : ""; }
 int kiln_program_kernel_count(const kiln_program *p) { return p ? (int)p->sp.nkernels : 0; }
+int kiln_program_measurements(const kiln_program *p) { return p ? p->measurements : 0; }
 size_t kiln_program_arena_bytes(const kiln_program *p) { return p ? p->arena_used : 0; }
 
 char *kiln_program_kernels(const kiln_program *p) {
@@ -410,6 +421,86 @@ kiln_status kiln_run(kiln_program *p) {
     user->status = KILN_OK;
     user->error[0] = 0;
     return KILN_OK;
+}
+
+/* bytes of every buffer kernel K reads or writes (each once) */
+static void mark_loads(const sch_program *sp, int32_t id, uint8_t *seen) {
+    if (id < 0) return;
+    const lx *x = &sp->lx[id];
+    if (x->kind == LX_LOAD) seen[x->buf] = 1;
+    mark_loads(sp, x->a, seen);
+    mark_loads(sp, x->b, seen);
+}
+
+static double kernel_bytes(const kiln_program *p, const sch_kernel *K) {
+    uint8_t *seen = kiln_xcalloc((size_t)p->sp.nbufs + 1, 1);
+    seen[K->out_buf] = 1;
+    if (K->src_buf >= 0) seen[K->src_buf] = 1;
+    mark_loads(&p->sp, K->expr, seen);
+    for (int32_t i = 0; i < K->nstages; i++) mark_loads(&p->sp, K->stages[i].expr, seen);
+    double b = 0;
+    for (int32_t i = 0; i < p->sp.nbufs; i++)
+        if (seen[i]) b += (double)p->bytes[i];
+    free(seen);
+    return b;
+}
+
+void kiln_program_profile_reset(kiln_program *p) {
+    if (!p || !p->prof) return;
+    size_t n = (size_t)p->sp.nkernels + 1;
+    memset(p->prof, 0, n * sizeof *p->prof);
+    memset(p->prof_bytes, 0, n * sizeof *p->prof_bytes);
+    memset(p->prof_flops, 0, n * sizeof *p->prof_flops);
+    p->prof_runs = 0;
+}
+
+char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, int max_rows) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (!p || !p->prof || p->prof_runs == 0) return kiln_xstrdup("");
+    int32_t nk = p->sp.nkernels;
+    double total = 0, tbytes = 0;
+    for (int32_t k = 0; k < nk; k++) {
+        total += p->prof[k];
+        tbytes += p->prof_bytes[k];
+    }
+    double runs = (double)p->prof_runs;
+    sch_appendf(&buf, &len, &cap,
+                "%.3f ms per run over %lld runs, %d kernels; %.1f MB touched per run (%.2f GB/s overall, %.0f%% of "
+                "%.1f GB/s)\n",
+                1e3 * total / runs, (long long)p->prof_runs, (int)nk, tbytes / runs / 1e6,
+                total > 0 ? tbytes / total / 1e9 : 0.0, total > 0 && bw_gbs > 0 ? 100 * tbytes / total / 1e9 / bw_gbs : 0.0,
+                bw_gbs);
+    sch_appendf(&buf, &len, &cap, "| %6s | %-8s | %-34s | %6s | %9s | %9s | %7s | %6s | %8s | %6s |\n", "kernel", "kind",
+                "what", "share", "ms/run", "MB/run", "GB/s", "of bw", "GFLOP/s", "of fma");
+    sch_appendf(&buf, &len, &cap, "|-------:|----------|------------------------------------|-------:|----------:|----------:|--------:|-------:|---------:|-------:|\n");
+    int8_t *shown = kiln_xcalloc((size_t)nk + 1, 1);
+    for (int i = 0; i < max_rows && i < nk; i++) {
+        int32_t best = -1;
+        for (int32_t k = 0; k < nk; k++)
+            if (!shown[k] && (best < 0 || p->prof[k] > p->prof[best])) best = k;
+        shown[best] = 1;
+        const sch_kernel *K = &p->sp.kernels[best];
+        static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
+        char what[64];
+        if (K->contract)
+            snprintf(what, sizeof what, "contract %s x f32", kiln_dtype_name(p->sp.bufs[K->contract->b_buf].dtype));
+        else
+            snprintf(what, sizeof what, "%s, %d fused, %d stages",
+                     K->root >= 0 ? op_table[p->g->nodes[K->root].op].name : "output", (int)K->nfused, (int)K->nstages);
+        double t = p->prof[best] / runs, by = p->prof_bytes[best] / runs, fl = p->prof_flops[best] / runs;
+        double gbs = t > 0 ? by / t / 1e9 : 0, gfl = t > 0 ? fl / t / 1e9 : 0;
+        char fls[16] = "-", flp[16] = "-";
+        if (fl > 0) {
+            snprintf(fls, sizeof fls, "%.1f", gfl);
+            snprintf(flp, sizeof flp, "%.0f%%", fma_gflops > 0 ? 100 * gfl / fma_gflops : 0.0);
+        }
+        sch_appendf(&buf, &len, &cap, "| %6d | %-8s | %-34.34s | %5.1f%% | %9.3f | %9.2f | %7.2f | %5.0f%% | %8s | %6s |\n",
+                    (int)best, K->contract ? "contract" : kinds[K->kind], what, total > 0 ? 100 * p->prof[best] / total : 0.0,
+                    1e3 * t, by / 1e6, gbs, bw_gbs > 0 ? 100 * gbs / bw_gbs : 0.0, fls, flp);
+    }
+    free(shown);
+    return buf;
 }
 
 /* ---- schedule search ----------------------------------------------------- */
@@ -535,6 +626,7 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
                 bucket_text, sch_space_contract(&sh, NULL, 0));
     kiln_status s = rt_tune_contract(&job, &res, err, sizeof err);
     p->search_spent += res.seconds;
+    p->measurements += res.tried;
     if (s != KILN_OK) {
         for (int i = 0; i < 2; i++)
             if (res.mods[i]) p->be->module_free(res.mods[i]);
@@ -614,7 +706,11 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
     int serial = nthreads <= 1 || m * n * (rn > 0 ? rn : 1) < 32768;
     double t0 = p->prof ? mono_s() : 0;
     int r = p->be->launch(p->pool, fn, p->bufs, p->values, items, chunk, 0, serial);
-    if (p->prof) p->prof[k] += mono_s() - t0;
+    if (p->prof) {
+        p->prof[k] += mono_s() - t0;
+        p->prof_bytes[k] += (double)(p->bytes[c->a_buf] + p->bytes[c->b_buf] + p->bytes[K->out_buf]);
+        p->prof_flops[k] += 2.0 * (double)m * (double)n * (double)nbatch * (double)rn;
+    }
     for (int i = 0; i < 2; i++)
         if (mods[i]) p->be->module_free(mods[i]);
     return r == 0 ? KILN_OK : KILN_ERR_RANGE;
@@ -814,7 +910,10 @@ static kiln_status run_work(kiln_program *p) {
         if (K->ndim == 0) items = 1;
         double t0 = p->prof ? mono_s() : 0;
         int r = p->be->launch(p->pool, p->fns[k], p->bufs, p->values, items, chunk, flags, serial);
-        if (p->prof) p->prof[k] += mono_s() - t0;
+        if (p->prof) {
+            p->prof[k] += mono_s() - t0;
+            p->prof_bytes[k] += kernel_bytes(p, K);
+        }
         if (r != 0) {
             graph_run_error(g, KILN_ERR_RANGE, "kiln_run: a %s index is out of range (kernel %d, node %d)",
                             K->kind == SCH_K_SCATTER ? "SCATTER" : "GATHER", (int)k, (int)K->root);

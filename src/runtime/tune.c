@@ -95,7 +95,7 @@ static int in_list(const sch_contract_sched *list, int n, const sch_contract_sch
  * times (INFINITY for rejected) and returns KILN_OK or a compile error. */
 static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, const sch_contract_sched *cands,
                                  int n, double *times, int *rejected, rt_module **mod_out, rt_kernel_fn *fns,
-                                 char *err, size_t errcap) {
+                                 double *ref_s, char *err, size_t errcap) {
     const sch_program *sp = job->sp;
     cg_options co;
     co.isa = job->isa;
@@ -137,7 +137,9 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
         sym_eval(sp->g->syms, k->dim[d], la->values, NULL, &v, NULL);
         outer *= v;
     }
+    double t0 = now_s();
     ref_fn(bufs, la->values, 0, k->ndim > 0 ? outer : 1, 0, 0);
+    if (ref_s) *ref_s = now_s() - t0; /* one serial run of the generic loop nest */
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "kiln_c%d", i);
@@ -189,10 +191,13 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     double times[TUNE_MAX_CAND];
     rt_kernel_fn fns[TUNE_MAX_CAND];
     rt_module *mod1 = NULL;
-    kiln_status s = measure_round(job, &la, cands, n, times, &res->rejected, &mod1, fns, err, errcap);
+    double ref_s = INFINITY;
+    kiln_status s = measure_round(job, &la, cands, n, times, &res->rejected, &mod1, fns, &ref_s, err, errcap);
     if (s != KILN_OK) goto done;
     res->tried = n;
-    res->base_s = times[0];
+    /* the baseline: the default schedule, or the generic loop nest when the
+     * default was disqualified */
+    res->base_s = isfinite(times[0]) ? times[0] : ref_s;
     int best = -1;
     for (int i = 0; i < n; i++)
         if (isfinite(times[i]) && (best < 0 || times[i] < times[best])) best = i;
@@ -228,7 +233,7 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
             rt_kernel_fn f2[TUNE_MAX_CAND];
             rt_module *mod2 = NULL;
             char err2[512];
-            if (measure_round(job, &la, nb, nn, t2, &res->rejected, &mod2, f2, err2, sizeof err2) == KILN_OK) {
+            if (measure_round(job, &la, nb, nn, t2, &res->rejected, &mod2, f2, NULL, err2, sizeof err2) == KILN_OK) {
                 res->mods[1] = mod2;
                 res->tried += nn;
                 for (int i = 0; i < nn; i++)
@@ -241,7 +246,7 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
         }
     }
     /* a tie with the default (within 3%) goes to the simpler schedule */
-    if (isfinite(res->base_s) && wtime > res->base_s * 0.97 && sch_sched_simpler(&cands[0], &winner)) {
+    if (isfinite(times[0]) && wtime > times[0] * 0.97 && sch_sched_simpler(&cands[0], &winner)) {
         winner = cands[0];
         wtime = res->base_s;
         wfn = fns[0];

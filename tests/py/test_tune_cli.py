@@ -293,8 +293,12 @@ def case_tune_model():
     db = fresh_db()
     rc, out, err = kiln(["-m", path, "--budget", "0s", "-t", "1", "--json"], db, timeout=600)
     assert rc == 0, (rc, err)
-    assert isinstance(json.loads(out), list), out
-    assert "compiled" in err and "kernels" in err, err
+    assert json.loads(out) == [], out  # no budget: no search, no records
+    rc, out, err = kiln(["-m", path, "--budget", "5s", "-t", "1", "--json"], db, timeout=600)
+    assert rc == 0, (rc, err)
+    recs = json.loads(out)
+    assert len(recs) >= 1, (out, err)  # the tiny model's projections were searched
+    assert all(r["tried"] >= 2 and r["best_s"] > 0 for r in recs), recs
 
 
 suite.case("show_empty_db", case_show_empty)

@@ -1,0 +1,620 @@
+/* gpu_exec.c — running a kernelized program on a GPU device (gpu.h), and
+ * the GPU backends' entries in the backend table.
+ *
+ * Memory: intermediates and temps share one device arena placed by liveness
+ * (memplan, as on the CPU); every input, state and result has a device
+ * buffer of its own, grown when a run needs more. A run uploads the sym
+ * values and the arena offsets (two small i64 arrays), the inputs and the
+ * states, launches every kernel in order on the device's in-order queue,
+ * then downloads the per-kernel range-error flags, the results and the
+ * states (their final values are in the state buffers: kernelize ends the
+ * program with COPY kernels into them).
+ *
+ * Host steps: COPY is a device-to-device copy; QUANTIZE downloads its f32
+ * source, encodes on the host (quant.c) and uploads the blocks.
+ *
+ * KILN_GPU_RESIDENT=1 (a measuring and serving knob, set by `kiln run` and
+ * `kiln bench` on GPU backends): an input or state whose binding (address,
+ * size) is the one of the previous run is not uploaded again, and states are
+ * not downloaded — the caller promises that such buffers do not change
+ * behind kiln's back (true of mapped weights and of a KV cache only kiln
+ * writes). Without it every run is self-contained, as the CPU backend's.
+ *
+ * Errors: on any failure (including a range error, reported after the run
+ * for the first kernel that flagged one) no results are handed over and
+ * states are not written back, as in the reference interpreter.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "base.h"
+#include "dtype.h"
+#include "gpu.h"
+#include "graph.h"
+#include "interp.h"
+#include "memplan.h"
+#include "quant.h"
+#include "view.h"
+
+const rt_gpu_ops *rt_gpu_find(const char *name) {
+    if (!name) return NULL;
+    if (strcmp(name, "opencl") == 0) return &rt_opencl_ops;
+    if (strcmp(name, "cuda") == 0) return &rt_cuda_ops;
+    return NULL;
+}
+
+/* ---- the shared device per backend ---- */
+
+static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
+typedef struct dev_slot {
+    const rt_gpu_ops *ops;
+    rt_gpu *dev;
+    kiln_status st;
+    char why[1024];
+} dev_slot;
+static dev_slot dev_slots[4];
+
+kiln_status rt_gpu_default_device(const rt_gpu_ops *ops, rt_gpu **out, char *err, size_t errcap) {
+    pthread_mutex_lock(&dev_mu);
+    dev_slot *s = NULL;
+    for (int i = 0; i < 4 && !s; i++)
+        if (dev_slots[i].ops == ops) s = &dev_slots[i];
+    for (int i = 0; i < 4 && !s; i++)
+        if (!dev_slots[i].ops) {
+            s = &dev_slots[i];
+            s->ops = ops;
+            int index = 0;
+            const char *env = getenv("KILN_DEVICE");
+            if (env && env[0]) index = atoi(env);
+            s->st = ops->open(index, &s->dev, s->why, sizeof s->why);
+        }
+    kiln_status st = KILN_ERR_UNSUPPORTED;
+    *out = NULL;
+    if (s) {
+        st = s->st;
+        *out = s->dev;
+        if (st != KILN_OK) snprintf(err, errcap, "%s", s->why);
+    } else {
+        snprintf(err, errcap, "%s: too many GPU backends", ops->name);
+    }
+    pthread_mutex_unlock(&dev_mu);
+    return st;
+}
+
+/* ---- the executor ---- */
+
+struct rt_gpu_program {
+    const rt_gpu_ops *ops;
+    rt_gpu *dev;
+    rt_gpu_prog *prog;
+    char device_name[300];
+    int emit_only; /* KILN_GPU_EMIT_ONLY: source only, nothing to run on */
+    int group;
+    int resident;
+    int32_t nbufs, nkernels;
+    /* per buffer */
+    size_t *bytes;
+    rt_live *live;
+    rt_gpu_mem *mem; /* non-arena buffers */
+    size_t *memcap;
+    const void **host_seen; /* RESIDENT: the binding last uploaded */
+    size_t *host_seen_bytes;
+    int64_t *offs;          /* arena offsets (bo) */
+    rt_gpu_mem arena;
+    size_t arena_cap;
+    rt_gpu_mem vbuf, obuf, ebuf;
+    size_t vcap, ocap;
+    int32_t *kerr;
+    int32_t *args_tmp;
+};
+
+const char *rt_gpu_program_device(const rt_gpu_program *gp) { return gp ? gp->device_name : ""; }
+
+static int env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && v[0] ? atoi(v) : dflt;
+}
+
+rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp, char **source_out, kiln_status *st,
+                                   char *err, size_t errcap) {
+    cg_gpu_options o;
+    o.dialect = ops->dialect;
+    char *src = cg_emit_gpu(sp, &o);
+    *source_out = src;
+    rt_gpu_program *gp = kiln_xcalloc(1, sizeof *gp);
+    gp->ops = ops;
+    gp->nbufs = sp->nbufs;
+    gp->nkernels = sp->nkernels;
+    gp->group = env_int("KILN_GPU_GROUP", ops->dialect == CG_GPU_CUDA ? 128 : 64);
+    if (gp->group < 1) gp->group = 1;
+    gp->resident = env_int("KILN_GPU_RESIDENT", 0) != 0;
+    size_t nb = (size_t)sp->nbufs + 1;
+    gp->bytes = kiln_xcalloc(nb, sizeof *gp->bytes);
+    gp->live = kiln_xcalloc(nb, sizeof *gp->live);
+    gp->mem = kiln_xcalloc(nb, sizeof *gp->mem);
+    gp->memcap = kiln_xcalloc(nb, sizeof *gp->memcap);
+    gp->host_seen = kiln_xcalloc(nb, sizeof *gp->host_seen);
+    gp->host_seen_bytes = kiln_xcalloc(nb, sizeof *gp->host_seen_bytes);
+    gp->offs = kiln_xcalloc(nb, sizeof *gp->offs);
+    gp->kerr = kiln_xcalloc((size_t)sp->nkernels + 1, sizeof *gp->kerr);
+    gp->args_tmp = kiln_xcalloc(nb, sizeof *gp->args_tmp);
+    const char *eo = getenv("KILN_GPU_EMIT_ONLY");
+    if (eo && eo[0] && eo[0] != '0') {
+        gp->emit_only = 1;
+        snprintf(gp->device_name, sizeof gp->device_name, "%s: none (KILN_GPU_EMIT_ONLY)", ops->name);
+        *st = KILN_OK;
+        return gp;
+    }
+    kiln_status s = rt_gpu_default_device(ops, &gp->dev, err, errcap);
+    if (s == KILN_OK) s = ops->build(gp->dev, src, &gp->prog, err, errcap);
+    if (s != KILN_OK) {
+        *st = s;
+        rt_gpu_program_free(gp);
+        return NULL;
+    }
+    char *fp = ops->fingerprint(gp->dev);
+    snprintf(gp->device_name, sizeof gp->device_name, "%s", fp);
+    free(fp);
+    *st = KILN_OK;
+    return gp;
+}
+
+void rt_gpu_program_free(rt_gpu_program *gp) {
+    if (!gp) return;
+    if (gp->dev) {
+        char err[256];
+        gp->ops->finish(gp->dev, err, sizeof err);
+        for (int32_t b = 0; b < gp->nbufs; b++) gp->ops->free(gp->dev, gp->mem[b]);
+        gp->ops->free(gp->dev, gp->arena);
+        gp->ops->free(gp->dev, gp->vbuf);
+        gp->ops->free(gp->dev, gp->obuf);
+        gp->ops->free(gp->dev, gp->ebuf);
+    }
+    if (gp->prog) gp->ops->prog_free(gp->prog);
+    free(gp->bytes);
+    free(gp->live);
+    free(gp->mem);
+    free(gp->memcap);
+    free(gp->host_seen);
+    free(gp->host_seen_bytes);
+    free(gp->offs);
+    free(gp->kerr);
+    free(gp->args_tmp);
+    free(gp);
+}
+
+static void touch(rt_live *l, int32_t k) {
+    if (l->first > l->last) {
+        l->first = l->last = k;
+        return;
+    }
+    if (k < l->first) l->first = k;
+    if (k > l->last) l->last = k;
+}
+
+static void touch_expr(const sch_program *sp, rt_live *live, int32_t id, int32_t k) {
+    if (id < 0) return;
+    const lx *x = &sp->lx[id];
+    if (x->kind == LX_LOAD) touch(&live[x->buf], k);
+    touch_expr(sp, live, x->a, k);
+    touch_expr(sp, live, x->b, k);
+}
+
+/* a device buffer of at least `bytes`, grown (contents dropped) when needed */
+static kiln_status ensure(rt_gpu_program *gp, rt_gpu_mem *m, size_t *cap, size_t bytes, char *err, size_t errcap) {
+    if (*m && *cap >= bytes) return KILN_OK;
+    if (*m) gp->ops->free(gp->dev, *m);
+    *m = 0;
+    *cap = 0;
+    size_t want = bytes ? bytes : 64;
+    kiln_status s = gp->ops->alloc(gp->dev, want, m, err, errcap);
+    if (s == KILN_OK) *cap = want;
+    return s;
+}
+
+/* where buffer b lives: (device memory, byte offset) */
+static rt_gpu_mem buf_mem(const rt_gpu_program *gp, const sch_program *sp, int32_t b, size_t *off) {
+    if (cg_gpu_buf_in_arena(sp, b)) {
+        *off = (size_t)gp->offs[b];
+        return gp->arena;
+    }
+    *off = 0;
+    return gp->mem[b];
+}
+
+static void free_results(output_value *r, int32_t n) {
+    if (!r) return;
+    for (int32_t i = 0; i < n; i++) free(r[i].data);
+    free(r);
+}
+
+kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_program *sp) {
+    if (g->build_failed) return g->status;
+    if (gp->emit_only) {
+        graph_run_error(g, KILN_ERR_UNSUPPORTED,
+                        "kiln_run: this %s program was compiled with KILN_GPU_EMIT_ONLY (source only, no device)",
+                        gp->ops->name);
+        return KILN_ERR_UNSUPPORTED;
+    }
+    const rt_gpu_ops *ops = gp->ops;
+    rt_gpu *dev = gp->dev;
+    char err[4096] = "", what[160];
+    kiln_status s = KILN_OK;
+    output_value *res = NULL;
+    void *qtmp = NULL;
+
+    /* sym values under the graph's bindings */
+    uint32_t nv = sym_var_count(g->syms);
+    int64_t *values = kiln_xcalloc((size_t)nv + 1, sizeof *values);
+    uint8_t *bound = kiln_xcalloc((size_t)nv + 1, 1);
+    for (uint32_t v = 0; v < nv && v < g->ndim_values; v++) {
+        values[v] = g->dim_values[v];
+        bound[v] = g->dim_bound[v];
+    }
+#define EVAL(sym, outp, desc)                                                                                       \
+    do {                                                                                                            \
+        uint32_t missing_ = 0;                                                                                      \
+        if (sym_eval(g->syms, (sym), values, bound, (outp), &missing_) != 0) {                                      \
+            const char *nm_ = sym_var_name(g->syms, missing_);                                                      \
+            graph_run_error(g, KILN_ERR_UNBOUND, "kiln_run: unbound symbol '%s' (needed by %s)", nm_ ? nm_ : "?", \
+                            (desc));                                                                                \
+            s = KILN_ERR_UNBOUND;                                                                                   \
+        }                                                                                                           \
+    } while (0)
+
+    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
+        const sch_buf *B = &sp->bufs[b];
+        int64_t numel = 0;
+        snprintf(what, sizeof what, "the size of buffer %d", (int)b);
+        EVAL(B->numel, &numel, what);
+        if (s != KILN_OK) break;
+        if (numel < 0) {
+            graph_run_error(g, KILN_ERR_SHAPE, "kiln_run: buffer %d has a negative size", (int)b);
+            s = KILN_ERR_SHAPE;
+            break;
+        }
+        size_t bytes = kiln_dtype_bytes(B->dtype, numel);
+        if (bytes == 0 && numel != 0) {
+            graph_run_error(g, KILN_ERR_SHAPE, "kiln_run: %lld elements of %s are not a whole number of blocks",
+                            (long long)numel, kiln_dtype_name(B->dtype));
+            s = KILN_ERR_SHAPE;
+            break;
+        }
+        gp->bytes[b] = bytes;
+    }
+    /* device buffers of inputs, states and results */
+    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
+        if (cg_gpu_buf_in_arena(sp, b)) continue;
+        if (gp->mem[b] && gp->memcap[b] < gp->bytes[b]) gp->host_seen[b] = NULL;
+        s = ensure(gp, &gp->mem[b], &gp->memcap[b], gp->bytes[b], err, sizeof err);
+        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s", err);
+    }
+    /* the caller's inputs and states, uploaded */
+    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
+        const sch_buf *B = &sp->bufs[b];
+        if (B->kind != SCH_BUF_INPUT && B->kind != SCH_BUF_STATE) continue;
+        const char *name = g->nodes[B->node].name;
+        const input_binding *bind = NULL;
+        for (int32_t i = 0; i < g->ninputs; i++)
+            if (strcmp(g->inputs[i].name, name) == 0) bind = &g->inputs[i];
+        const char *kind = B->kind == SCH_BUF_STATE ? "state" : "input";
+        if (!bind) {
+            graph_run_error(g, KILN_ERR_UNBOUND, "kiln_run: %s '%s' has no bound buffer", kind, name);
+            s = KILN_ERR_UNBOUND;
+        } else if (bind->bytes != gp->bytes[b]) {
+            graph_run_error(g, KILN_ERR_INVALID, "kiln_run: %s '%s': expected %zu bytes, the bound buffer has %zu",
+                            kind, name, gp->bytes[b], bind->bytes);
+            s = KILN_ERR_INVALID;
+        } else if (!bind->data && bind->bytes) {
+            graph_run_error(g, KILN_ERR_INVALID, "kiln_run: input '%s': NULL buffer", name);
+            s = KILN_ERR_INVALID;
+        } else if (!(gp->resident && gp->host_seen[b] == bind->data && gp->host_seen_bytes[b] == bind->bytes)) {
+            s = ops->upload(dev, gp->mem[b], 0, bind->data, bind->bytes, err, sizeof err);
+            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s '%s': %s", kind, name, err);
+            gp->host_seen[b] = s == KILN_OK ? bind->data : NULL;
+            gp->host_seen_bytes[b] = bind->bytes;
+        }
+    }
+    /* the arena */
+    if (s == KILN_OK) {
+        for (int32_t b = 0; b < sp->nbufs; b++) {
+            gp->live[b].bytes = gp->bytes[b];
+            gp->live[b].first = 1;
+            gp->live[b].last = 0;
+        }
+        for (int32_t k = 0; k < sp->nkernels; k++) {
+            const sch_kernel *K = &sp->kernels[k];
+            touch(&gp->live[K->out_buf], k);
+            if (K->src_buf >= 0) touch(&gp->live[K->src_buf], k);
+            touch_expr(sp, gp->live, K->expr, k);
+            for (int32_t i = 0; i < K->nstages; i++) touch_expr(sp, gp->live, K->stages[i].expr, k);
+        }
+        for (int32_t b = 0; b < sp->nbufs; b++)
+            if (!cg_gpu_buf_in_arena(sp, b)) {
+                gp->live[b].first = 1;
+                gp->live[b].last = 0;
+            }
+        size_t need = rt_memplan(gp->live, sp->nbufs);
+        s = ensure(gp, &gp->arena, &gp->arena_cap, need, err, sizeof err);
+        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: the arena: %s", err);
+        for (int32_t b = 0; b < sp->nbufs; b++)
+            gp->offs[b] = cg_gpu_buf_in_arena(sp, b) ? (int64_t)gp->live[b].offset : 0;
+    }
+    /* sym values, offsets, error flags */
+    if (s == KILN_OK) {
+        size_t vb = ((size_t)nv + 1) * sizeof(int64_t), ob = ((size_t)sp->nbufs + 1) * sizeof(int64_t);
+        size_t eb = ((size_t)sp->nkernels + 1) * sizeof(int32_t);
+        size_t ecap = eb;
+        s = ensure(gp, &gp->vbuf, &gp->vcap, vb, err, sizeof err);
+        if (s == KILN_OK) s = ensure(gp, &gp->obuf, &gp->ocap, ob, err, sizeof err);
+        if (s == KILN_OK && !gp->ebuf) s = ops->alloc(dev, ecap, &gp->ebuf, err, sizeof err);
+        memset(gp->kerr, 0, eb);
+        if (s == KILN_OK) s = ops->upload(dev, gp->vbuf, 0, values, (size_t)nv * sizeof(int64_t), err, sizeof err);
+        if (s == KILN_OK) s = ops->upload(dev, gp->obuf, 0, gp->offs, (size_t)sp->nbufs * sizeof(int64_t), err, sizeof err);
+        if (s == KILN_OK) s = ops->upload(dev, gp->ebuf, 0, gp->kerr, eb, err, sizeof err);
+        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s", err);
+    }
+    /* kernels, in order */
+    rt_gpu_arg *args = kiln_xcalloc((size_t)sp->nbufs + 8, sizeof *args);
+    for (int32_t k = 0; k < sp->nkernels && s == KILN_OK; k++) {
+        const sch_kernel *K = &sp->kernels[k];
+        if (K->kind == SCH_K_COPY) {
+            size_t n = gp->bytes[K->src_buf] < gp->bytes[K->out_buf] ? gp->bytes[K->src_buf] : gp->bytes[K->out_buf];
+            size_t so = 0, doff = 0;
+            rt_gpu_mem sm = buf_mem(gp, sp, K->src_buf, &so), dm = buf_mem(gp, sp, K->out_buf, &doff);
+            if (sm == dm && so == doff) continue;
+            s = ops->copy(dev, dm, doff, sm, so, n, err, sizeof err);
+            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
+            continue;
+        }
+        if (K->kind == SCH_K_QUANTIZE) {
+            kiln_dtype t = sp->bufs[K->out_buf].dtype;
+            size_t sb = gp->bytes[K->src_buf], db = gp->bytes[K->out_buf];
+            int64_t numel = (int64_t)(sb / sizeof(float));
+            free(qtmp);
+            qtmp = kiln_xmalloc(sb + db + 16);
+            size_t so = 0, doff = 0;
+            rt_gpu_mem sm = buf_mem(gp, sp, K->src_buf, &so), dm = buf_mem(gp, sp, K->out_buf, &doff);
+            s = ops->download(dev, sm, so, qtmp, sb, err, sizeof err);
+            if (s == KILN_OK && quant_quantize(t, qtmp, (char *)qtmp + sb, numel) != 0) {
+                graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_run: kiln has no %s encoder", kiln_dtype_name(t));
+                s = KILN_ERR_UNSUPPORTED;
+                break;
+            }
+            if (s == KILN_OK) s = ops->upload(dev, dm, doff, (char *)qtmp + sb, db, err, sizeof err);
+            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
+            continue;
+        }
+        int64_t total = 1, outer = 1;
+        for (int d = 0; d < K->ndim && s == KILN_OK; d++) {
+            int64_t v = 0;
+            snprintf(what, sizeof what, "the loops of kernel %d", (int)k);
+            EVAL(K->dim[d], &v, what);
+            total *= v;
+            if (d + 1 < K->ndim) outer *= v;
+        }
+        if (s != KILN_OK) break;
+        if (total <= 0) continue;
+        cg_gpu_mode mode = cg_gpu_kernel_mode(sp, k);
+        int64_t items = mode == CG_GPU_SERIAL ? 1 : mode == CG_GPU_ROW ? outer : total;
+        int na = 0;
+        args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->arena, 0};
+        args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->vbuf, 0};
+        args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->obuf, 0};
+        args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->ebuf, 0};
+        args[na++] = (rt_gpu_arg){RT_GPU_ARG_I64, 0, items};
+        int32_t nx = cg_gpu_kernel_args(sp, k, gp->args_tmp);
+        for (int32_t i = 0; i < nx; i++) args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->mem[gp->args_tmp[i]], 0};
+        char name[32];
+        snprintf(name, sizeof name, "kiln_k%d", (int)k);
+        s = ops->launch(dev, gp->prog, name, args, na, items, mode == CG_GPU_SERIAL ? 1 : gp->group, err, sizeof err);
+        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
+    }
+    free(args);
+    free(qtmp);
+    if (s == KILN_OK) {
+        s = ops->finish(dev, err, sizeof err);
+        if (s == KILN_OK)
+            s = ops->download(dev, gp->ebuf, 0, gp->kerr, (size_t)sp->nkernels * sizeof(int32_t), err, sizeof err);
+        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s", err);
+    }
+    for (int32_t k = 0; k < sp->nkernels && s == KILN_OK; k++) {
+        if (!gp->kerr[k]) continue;
+        const sch_kernel *K = &sp->kernels[k];
+        graph_run_error(g, KILN_ERR_RANGE, "kiln_run: a %s index is out of range (kernel %d, node %d)",
+                        K->kind == SCH_K_SCATTER ? "SCATTER" : "GATHER", (int)k, (int)K->root);
+        s = KILN_ERR_RANGE;
+    }
+    /* results (the previous run's host buffers are reused when sizes match) */
+    if (s == KILN_OK) {
+        res = kiln_xcalloc((size_t)g->noutputs + 1, sizeof *res);
+        int32_t nold = 0;
+        while (g->results && g->results[nold].ndim >= 0) nold++;
+        res[g->noutputs].ndim = -1;
+        for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
+            const sch_buf *B = &sp->bufs[b];
+            if (B->kind != SCH_BUF_RESULT) continue;
+            output_value *r = &res[B->output];
+            const view *V = graph_tensor_view(g, g->outputs[B->output].tensor);
+            r->ndim = view_ndim(V);
+            for (int d = 0; d < r->ndim && s == KILN_OK; d++) {
+                snprintf(what, sizeof what, "the shape of output '%s'", g->outputs[B->output].name);
+                EVAL(view_shape(V)[d], &r->dims[d], what);
+            }
+            r->dtype = B->dtype;
+            r->bytes = gp->bytes[b];
+            r->data = NULL;
+            if (s != KILN_OK) break;
+            if (B->output < nold && g->results[B->output].data && g->results[B->output].bytes == r->bytes) {
+                r->data = g->results[B->output].data;
+                g->results[B->output].data = NULL;
+            } else {
+                r->data = malloc(r->bytes ? r->bytes : 1);
+            }
+            if (!r->data) {
+                graph_run_error(g, KILN_ERR_NOMEM, "kiln_run: cannot allocate %zu bytes for output '%s'", r->bytes,
+                                g->outputs[B->output].name);
+                s = KILN_ERR_NOMEM;
+                break;
+            }
+            s = ops->download(dev, gp->mem[b], 0, r->data, r->bytes, err, sizeof err);
+            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: output '%s': %s", g->outputs[B->output].name, err);
+        }
+    }
+    /* states written back */
+    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK && !gp->resident; b++) {
+        const sch_buf *B = &sp->bufs[b];
+        if (B->kind != SCH_BUF_STATE) continue;
+        const char *name = g->nodes[B->node].name;
+        for (int32_t i = 0; i < g->ninputs && s == KILN_OK; i++) {
+            if (strcmp(g->inputs[i].name, name) != 0) continue;
+            s = ops->download(dev, gp->mem[b], 0, g->inputs[i].data, gp->bytes[b], err, sizeof err);
+            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: state '%s': %s", name, err);
+        }
+    }
+#undef EVAL
+    free(values);
+    free(bound);
+    if (s != KILN_OK) {
+        /* a failed run may leave device state half-updated: upload again next time */
+        for (int32_t b = 0; b < sp->nbufs; b++) gp->host_seen[b] = NULL;
+        free_results(res, g->noutputs);
+        interp_free_results(g);
+        return s;
+    }
+    interp_free_results(g);
+    g->results = res;
+    g->status = KILN_OK;
+    g->error[0] = 0;
+    return KILN_OK;
+}
+
+/* ---- the GPU backends in the backend table ----
+ * Only name, fingerprint, supports and emit are meaningful: kiln_compile
+ * hands GPU backends to rt_gpu_program_new before it would use the rest,
+ * which refuse politely. */
+
+static int gpu_supports(const sch_program *p, int32_t kernel) {
+    const sch_kernel *K = &p->kernels[kernel];
+    if (!cg_dtype_supported(p->bufs[K->out_buf].dtype)) return 0;
+    if (cg_gpu_is_device_kernel(p, kernel) && kiln_dtype_is_block(p->bufs[K->out_buf].dtype)) return 0;
+    return 1;
+}
+static cg_isa gpu_isa(void) { return CG_ISA_SCALAR; }
+static kiln_status gpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
+    (void)src;
+    (void)cflags;
+    *out = NULL;
+    snprintf(err, errcap, "GPU backends compile through rt_gpu_program_new");
+    return KILN_ERR_UNSUPPORTED;
+}
+static void *gpu_symbol(rt_module *m, const char *name) {
+    (void)m;
+    (void)name;
+    return NULL;
+}
+static const char *gpu_module_path(const rt_module *m) {
+    (void)m;
+    return "";
+}
+static void gpu_module_free(rt_module *m) { (void)m; }
+static void *gpu_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void gpu_dealloc(void *ptr) { free(ptr); }
+static void gpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static int gpu_launch(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n, int64_t chunk,
+                      int64_t flags, int serial) {
+    (void)pool, (void)fn, (void)bufs, (void)vars, (void)n, (void)chunk, (void)flags, (void)serial;
+    return 1;
+}
+static void gpu_sync(void) {}
+
+static char *gpu_fp(const rt_gpu_ops *ops) {
+    rt_gpu *d = NULL;
+    char err[1024];
+    if (rt_gpu_default_device(ops, &d, err, sizeof err) != KILN_OK) {
+        size_t n = strlen(err) + 64;
+        char *s = kiln_xmalloc(n);
+        snprintf(s, n, "%s;unavailable", ops->name);
+        return s;
+    }
+    return ops->fingerprint(d);
+}
+static char *ocl_fp(void) { return gpu_fp(&rt_opencl_ops); }
+static char *cuda_fp(void) { return gpu_fp(&rt_cuda_ops); }
+static char *ocl_emit(const sch_program *p, const cg_options *opt) {
+    (void)opt;
+    cg_gpu_options o = {CG_GPU_OPENCL};
+    return cg_emit_gpu(p, &o);
+}
+static char *cuda_emit(const sch_program *p, const cg_options *opt) {
+    (void)opt;
+    cg_gpu_options o = {CG_GPU_CUDA};
+    return cg_emit_gpu(p, &o);
+}
+
+static const rt_backend opencl_backend = {"opencl", ocl_fp, gpu_supports, gpu_isa, ocl_emit, gpu_compile,
+                                          gpu_symbol, gpu_module_path, gpu_module_free, gpu_alloc, gpu_dealloc,
+                                          gpu_copy, gpu_launch, gpu_sync};
+static const rt_backend cuda_backend = {"cuda", cuda_fp, gpu_supports, gpu_isa, cuda_emit, gpu_compile,
+                                        gpu_symbol, gpu_module_path, gpu_module_free, gpu_alloc, gpu_dealloc,
+                                        gpu_copy, gpu_launch, gpu_sync};
+
+const rt_backend *rt_gpu_backend_find(const char *name) {
+    if (!name) return NULL;
+    if (strcmp(name, "opencl") == 0) return &opencl_backend;
+    if (strcmp(name, "cuda") == 0) return &cuda_backend;
+    return NULL;
+}
+
+/* ---- `kiln device` ---- */
+
+char *rt_gpu_device_report(int json) {
+    const rt_gpu_ops *all[2] = {&rt_opencl_ops, &rt_cuda_ops};
+    char *s = NULL;
+    size_t len = 0, cap = 0;
+    for (int i = 0; i < 2; i++) {
+        const rt_gpu_ops *ops = all[i];
+        char err[1024] = "";
+        int n = ops->count(err, sizeof err);
+        if (json) sch_appendf(&s, &len, &cap, "%s\"%s\": {\"devices\": [", i ? ", " : "", ops->name);
+        else sch_appendf(&s, &len, &cap, "backend %s: %d device%s\n", ops->name, n, n == 1 ? "" : "s");
+        for (int j = 0; j < n; j++) {
+            rt_gpu *d = NULL;
+            char e2[1024];
+            if (ops->open(j, &d, e2, sizeof e2) != KILN_OK) {
+                if (json) sch_appendf(&s, &len, &cap, "%s{\"index\": %d, \"error\": \"%s\"}", j ? ", " : "", j, e2);
+                else sch_appendf(&s, &len, &cap, "  [%d] cannot open: %s\n", j, e2);
+                continue;
+            }
+            char *fp = ops->fingerprint(d);
+            if (json) {
+                sch_appendf(&s, &len, &cap, "%s{\"index\": %d, \"fingerprint\": \"", j ? ", " : "", j);
+                for (const char *c = fp; *c; c++)
+                    sch_appendf(&s, &len, &cap, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+                sch_appendf(&s, &len, &cap, "\"}");
+            } else {
+                char *desc = ops->describe(d);
+                sch_appendf(&s, &len, &cap, "  [%d] fingerprint %s\n%s", j, fp, desc);
+                free(desc);
+            }
+            free(fp);
+            ops->close(d);
+        }
+        if (json) {
+            sch_appendf(&s, &len, &cap, "]");
+            if (n == 0) {
+                sch_appendf(&s, &len, &cap, ", \"note\": \"");
+                for (const char *c = err; *c; c++)
+                    sch_appendf(&s, &len, &cap, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+                sch_appendf(&s, &len, &cap, "\"");
+            }
+            sch_appendf(&s, &len, &cap, "}");
+        } else if (n == 0) {
+            sch_appendf(&s, &len, &cap, "  (%s)\n", err);
+        }
+    }
+    return s;
+}

@@ -1,0 +1,123 @@
+"""test_backend_opencl_models.py — tiny random models (llama, qwen2, qwen3,
+gemma3; f32/f16/bf16/q8_0 weights, and k-quant / q4_0 / q5_0 weights) compiled
+for the OpenCL backend and run through the KV cache: 16 greedy steps give the
+reference interpreter's tokens with close logits (test_models.py's check,
+with the library's default backend set to "opencl" through KILN_BACKEND, the
+way `kiln run --backend opencl` selects it). Also `kiln run --backend opencl`
+end to end, and the clear error of an unknown backend.
+
+Without an OpenCL driver the file prints a SKIP line saying why and checks
+nothing. KILN_TEST_OPENCL=0 skips it on purpose.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+import kiln_ctypes as kc  # noqa: E402
+
+BACKEND = os.environ.get("KILN_TEST_GPU_BACKEND", "opencl")
+if os.environ.get("KILN_TEST_OPENCL") == "0":
+    print("# test_backend_opencl_models: skipped (KILN_TEST_OPENCL=0)")
+    sys.exit(0)
+os.environ.setdefault("XDG_CACHE_HOME", "/tmp/kiln-test-cache-%d" % os.getuid())
+
+
+def _probe():
+    g = kc.Graph()
+    x = g.input("x", kc.F32, "3")
+    g.output(g.add(x, x), "y")
+    g.bind("x", np.array([1, 2, 3], np.float32))
+    try:
+        p = g.compile(backend=BACKEND)
+    except kc.KilnError as e:
+        return str(e)
+    p.free()
+    return None
+
+
+why = _probe()
+if why is not None:
+    print("SKIP test_backend_%s_models: no usable %s device: %s" % (BACKEND, BACKEND, why))
+    sys.exit(0)
+
+os.environ["KILN_BACKEND"] = BACKEND  # model_load compiles with the default backend
+import kiln_gguf as kg  # noqa: E402
+import test_models as tm  # noqa: E402
+
+BUILD = os.environ.get("KILN_BUILD") or os.path.join(kc.REPO, "build")
+KILN = os.environ.get("KILN_BIN") or os.path.join(BUILD, "kiln")
+
+
+def greedy_equals_reference(arch, dtypes=tm.mixed_dtypes, steps=16):
+    path, _ = tm.model_file(arch, dtypes=dtypes, seed=13)
+    comp, interp = kg.Model(path, compiled=True), kg.Model(path)
+    try:
+        if not comp.compiled or interp.compiled:
+            raise AssertionError("compiled flags: %s %s" % (comp.compiled, interp.compiled))
+        seq = list(tm.PROMPT[:4])
+        lc, li = comp.forward(seq, 0), interp.forward(seq, 0)
+        for step in range(steps):
+            tm.check_close(lc, li, "step %d %s vs interpreter" % (step, BACKEND))
+            tc, ti = int(np.argmax(lc)), int(np.argmax(li))
+            if tc != ti:
+                raise AssertionError("step %d: %s chose %d, interpreter %d" % (step, BACKEND, tc, ti))
+            seq.append(tc)
+            lc, li = comp.forward([tc], len(seq) - 1), interp.forward([tc], len(seq) - 1)
+    finally:
+        comp.free()
+        interp.free()
+
+
+def quant_dtypes(name, shape):
+    """matrices cycle through the block formats models use; norms f32"""
+    if len(shape) == 1:
+        return kc.F32
+    if shape[-1] % 256 == 0:
+        return [kc.Q4_K, kc.Q6_K][hash(name) % 2]
+    return [kc.Q4_0, kc.Q5_0, kc.Q8_0][sum(map(ord, name)) % 3]
+
+
+def cli_run():
+    """kiln run --backend opencl generates text; the same greedy tokens as on the CPU"""
+    c = kg.tiny_config("llama")
+    path = os.path.join(tm.TMP, "cli_llama.gguf")
+    kg.write_random_model(path, c, tm.mixed_dtypes, seed=3)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.pop("KILN_BACKEND", None)
+    outs = {}
+    for be in ("cpu", BACKEND):
+        r = subprocess.run([KILN, "run", "--backend", be, "-m", path, "-p", "<t5><t9>", "-n", "8", "--temp", "0",
+                            "--json"], capture_output=True, env=env, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError("kiln run --backend %s: exit %d: %s" % (be, r.returncode, r.stderr.decode()[-600:]))
+        outs[be] = r.stdout.decode()
+    import json
+    got = {be: json.loads(o) for be, o in outs.items()}
+    if len(got["cpu"]["ids"]) != 8:
+        raise AssertionError("the CPU run generated %r" % (got["cpu"]["ids"],))
+    if got["cpu"]["ids"] != got[BACKEND]["ids"] or got["cpu"]["text"] != got[BACKEND]["text"]:
+        raise AssertionError("cpu generated %r, %s %r" % (got["cpu"]["ids"], BACKEND, got[BACKEND]["ids"]))
+    if got[BACKEND]["backend"] != BACKEND:
+        raise AssertionError("the JSON names backend %r" % got[BACKEND]["backend"])
+
+
+def bad_backend():
+    """an unknown backend is a usage error that lists the available ones"""
+    r = subprocess.run([KILN, "run", "--backend", "tpu", "-m", "x.gguf", "-p", "hi"], capture_output=True, timeout=60)
+    err = r.stderr.decode()
+    if r.returncode != 2 or "cpu, opencl, cuda" not in err:
+        raise AssertionError("exit %d, stderr %r" % (r.returncode, err))
+
+
+s = kc.Suite("test_backend_%s_models" % BACKEND)
+for arch in ("llama", "qwen2", "qwen3", "gemma3"):
+    s.case("%s_%s_greedy_16_equals_interpreter" % (BACKEND, arch), greedy_equals_reference, arch)
+s.case("%s_llama_block_formats_greedy_equals_interpreter" % BACKEND, greedy_equals_reference, "llama", quant_dtypes)
+s.case("%s_cli_run_generates" % BACKEND, cli_run)
+s.case("%s_cli_unknown_backend" % BACKEND, bad_backend)
+s.finish()

@@ -1,0 +1,248 @@
+/* test_search.c — the schedule search and the tuning DB, end to end.
+ *
+ * A small quantised linear layer compiled with a search budget: the winner
+ * is verified (the output equals the reference), a record is written, and a
+ * second compile of the same graph takes the schedule from the DB with zero
+ * measurements. An injected wrong candidate is rejected and counted. A
+ * corrupted DB is survived. Two processes tuning at once both land their
+ * records. The space and the cost model are checked for sanity, and the
+ * rank correlation helper against known values.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kiln.h"
+#include "kiln_compile.h"
+#include "quant.h"
+#include "contract.h"
+#include "search.h"
+#include "tunedb.h"
+
+static char db_path[256];
+
+static float *rand_f32(int64_t n, unsigned seed) {
+    float *x = malloc((size_t)n * sizeof *x);
+    uint32_t s = seed * 2654435761u + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((double)(s >> 8) / 16777216.0 * 2.0 - 1.0);
+    }
+    return x;
+}
+
+typedef struct layer {
+    kiln_graph *g;
+    void *w;
+    float *x;
+    size_t wbytes;
+} layer;
+
+/* y = x (m, k) . w (n, k)^T with q4_0 weights; m bound */
+static layer make_layer(int64_t m, int64_t n, int64_t k, unsigned seed) {
+    layer L;
+    char ws[64], xs[64];
+    snprintf(ws, sizeof ws, "%lld, %lld", (long long)n, (long long)k);
+    snprintf(xs, sizeof xs, "m, %lld", (long long)k);
+    L.g = kiln_graph_new();
+    kiln_tensor x = kiln_input(L.g, "x", KILN_F32, xs);
+    kiln_tensor w = kiln_input(L.g, "w", KILN_Q4_0, ws);
+    kiln_output(L.g, kiln_linear(L.g, x, w, KILN_NONE), "y");
+    float *wf = rand_f32(n * k, seed);
+    L.wbytes = kiln_dtype_bytes(KILN_Q4_0, n * k);
+    L.w = malloc(L.wbytes);
+    quant_quantize(KILN_Q4_0, wf, L.w, n * k);
+    free(wf);
+    L.x = rand_f32(m * k, seed + 1);
+    kiln_bind_dim(L.g, "m", m);
+    kiln_bind_input(L.g, "x", L.x, (size_t)(m * k) * sizeof(float));
+    kiln_bind_input(L.g, "w", L.w, L.wbytes);
+    return L;
+}
+
+static void free_layer(layer *L) {
+    kiln_graph_free(L->g);
+    free(L->w);
+    free(L->x);
+}
+
+/* compile with a budget, run, compare with the reference; returns the
+ * measurements the program made (-1 on failure, message in why) */
+static int tuned_run(layer *L, double budget, int64_t count, char *why, size_t cap) {
+    if (kiln_eval_reference(L->g) != KILN_OK) {
+        snprintf(why, cap, "reference: %s", kiln_graph_error(L->g));
+        return -1;
+    }
+    float *ref = malloc((size_t)count * sizeof *ref), *got = malloc((size_t)count * sizeof *got);
+    kiln_read_output(L->g, "y", ref, (size_t)count * sizeof *ref);
+    kiln_compile_options o = kiln_compile_defaults();
+    o.search_budget = budget;
+    o.threads = 1;
+    kiln_status st;
+    kiln_program *p = kiln_compile(L->g, &o, &st);
+    int meas = -1;
+    if (!p) snprintf(why, cap, "compile: %s", kiln_graph_error(L->g));
+    else if (kiln_run(p) != KILN_OK) snprintf(why, cap, "run: %s", kiln_graph_error(L->g));
+    else if (kiln_run(p) != KILN_OK) snprintf(why, cap, "second run: %s", kiln_graph_error(L->g));
+    else {
+        kiln_read_output(L->g, "y", got, (size_t)count * sizeof *got);
+        meas = kiln_program_measurements(p);
+        for (int64_t i = 0; i < count; i++) {
+            if (fabs(ref[i] - got[i]) > 1e-3 + 1e-4 * fabs(ref[i])) {
+                snprintf(why, cap, "element %lld: reference %g, tuned %g", (long long)i, ref[i], got[i]);
+                meas = -1;
+                break;
+            }
+        }
+    }
+    kiln_program_free(p);
+    free(ref);
+    free(got);
+    return meas;
+}
+
+static int count_records(int *damaged) {
+    int n = 0;
+    sch_tune_record *r = sch_tunedb_load(&n, damaged);
+    free(r);
+    return n;
+}
+
+static void test_search_and_reuse(void) {
+    char why[300] = "";
+    CASE_BEGIN("search_winner_verified_and_recorded");
+    unlink(db_path);
+    layer L = make_layer(8, 96, 256, 1);
+    int meas = tuned_run(&L, 20, 8 * 96, why, sizeof why);
+    CHECK(meas > 0, "first compile measured %d candidates: %s", meas, why);
+    int damaged = 0;
+    int n1 = count_records(&damaged);
+    CHECK(n1 >= 1 && damaged == 0, "%d records, %d damaged", n1, damaged);
+    sch_tune_record *recs = sch_tunedb_load(&n1, &damaged);
+    for (int i = 0; i < n1; i++) {
+        sch_contract_sched sc;
+        CHECK(sch_contract_sched_parse(recs[i].schedule, &sc), "record schedule '%s' unreadable", recs[i].schedule);
+        CHECK(recs[i].tried >= 2 && recs[i].best_s > 0 && recs[i].base_s > 0, "tried %d best %g base %g",
+              recs[i].tried, recs[i].best_s, recs[i].base_s);
+        CHECK(recs[i].best_s <= recs[i].base_s * 1.0001 || recs[i].tried > 0, "winner slower than the baseline");
+    }
+    free(recs);
+    CASE_END();
+
+    CASE_BEGIN("search_second_compile_uses_db_without_measuring");
+    int meas2 = tuned_run(&L, 20, 8 * 96, why, sizeof why);
+    CHECK(meas2 == 0, "second compile measured %d candidates (%s)", meas2, why);
+    CHECK(count_records(&damaged) == n1, "records changed");
+    free_layer(&L);
+    CASE_END();
+}
+
+static void test_wrong_candidate_rejected(void) {
+    char why[300] = "";
+    CASE_BEGIN("search_injected_wrong_candidate_rejected");
+    unlink(db_path);
+    setenv("KILN_TUNE_INJECT_WRONG", "1", 1); /* the first candidate (the default) is "wrong" */
+    layer L = make_layer(1, 64, 256, 2);
+    int meas = tuned_run(&L, 20, 64, why, sizeof why);
+    unsetenv("KILN_TUNE_INJECT_WRONG");
+    CHECK(meas > 0, "%s", why);
+    int n = 0, damaged = 0;
+    sch_tune_record *r = sch_tunedb_load(&n, &damaged);
+    CHECK(n >= 1, "no record");
+    int rejected = 0;
+    for (int i = 0; i < n; i++) rejected += r[i].rejected;
+    CHECK(rejected >= 1, "the wrong candidate was not counted as rejected");
+    /* the winner cannot be the rejected default schedule */
+    sch_contract_sched def = sch_contract_default(0, KILN_Q4_0), got;
+    for (int i = 0; i < n; i++) {
+        CHECK(sch_contract_sched_parse(r[i].schedule, &got), "unreadable schedule");
+        CHECK(!(got.mr == def.mr && got.nr == def.nr && got.nc == def.nc && got.mc == def.mc),
+              "the rejected default won: %s", r[i].schedule);
+    }
+    free(r);
+    free_layer(&L);
+    CASE_END();
+}
+
+static void test_corrupt_db(void) {
+    char why[300] = "";
+    CASE_BEGIN("search_survives_corrupt_db");
+    FILE *f = fopen(db_path, "wb");
+    fputs("# kiln tune db v1\nfp=\"x\" key=\"contract-q4_0\" garbage \xff\xfe\n\x01\x02\x03", f);
+    fclose(f);
+    layer L = make_layer(1, 64, 256, 3);
+    int meas = tuned_run(&L, 10, 64, why, sizeof why);
+    CHECK(meas > 0, "%s", why);
+    int damaged = 0;
+    CHECK(count_records(&damaged) >= 1, "no record written over a corrupt DB");
+    free_layer(&L);
+    CASE_END();
+}
+
+static void test_concurrent_tuners(void) {
+    char why[300] = "";
+    CASE_BEGIN("search_two_processes_both_land");
+    unlink(db_path);
+    pid_t kids[2];
+    for (int c = 0; c < 2; c++) {
+        kids[c] = fork();
+        if (kids[c] == 0) {
+            /* different shapes: different records */
+            layer L = make_layer(1, 32 + 32 * c, 256, 10 + (unsigned)c);
+            int meas = tuned_run(&L, 10, 32 + 32 * c, why, sizeof why);
+            free_layer(&L);
+            _exit(meas > 0 ? 0 : 1);
+        }
+    }
+    int ok = 1;
+    for (int c = 0; c < 2; c++) {
+        int status = 0;
+        waitpid(kids[c], &status, 0);
+        ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    CHECK(ok, "a tuning process failed");
+    int damaged = 0;
+    CHECK(count_records(&damaged) == 2, "%d records, want 2", count_records(&damaged));
+    CASE_END();
+}
+
+static void test_space_and_model(void) {
+    CASE_BEGIN("search_space_and_cost_model");
+    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1};
+    int n = sch_space_contract(&sh, NULL, 0);
+    CHECK(n > 50, "space of %d", n);
+    sch_contract_sched *sp = malloc((size_t)n * sizeof *sp);
+    CHECK(sch_space_contract(&sh, sp, n) == n, "enumeration size differs");
+    for (int i = 0; i < n; i++)
+        CHECK(sp[i].mr * sp[i].nr + 2 * sp[i].nr + 2 <= 32, "schedule %d needs more than 32 registers", i);
+    sch_machine mc = sch_machine_default();
+    /* a 1x1 tile dequantises B once per row of A: the model must see that */
+    sch_contract_sched one = {1, 1, 0, 64, SCH_ARITH_F32}, big = {4, 4, 0, 64, SCH_ARITH_F32};
+    CHECK(sch_cost_contract(&mc, &sh, &big) < sch_cost_contract(&mc, &sh, &one), "4x4 not cheaper than 1x1 at m=64");
+    free(sp);
+    double a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, c[5] = {5, 4, 3, 2, 1};
+    CHECK(fabs(sch_spearman(a, b, 5) - 1.0) < 1e-12, "spearman of a monotone pair");
+    CHECK(fabs(sch_spearman(a, c, 5) + 1.0) < 1e-12, "spearman of a reversed pair");
+    CASE_END();
+}
+
+int main(void) {
+    snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
+    setenv("KILN_TUNEDB", db_path, 1);
+    test_space_and_model();
+    test_search_and_reuse();
+    test_wrong_candidate_rejected();
+    test_corrupt_db();
+    test_concurrent_tuners();
+    unlink(db_path);
+    char side[300];
+    snprintf(side, sizeof side, "%s.lock", db_path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s.damaged", db_path);
+    unlink(side);
+    return check_exit();
+}
