@@ -1,7 +1,18 @@
 #!/bin/sh
-# bench/openblas.sh — build and run bench/openblas.c: kiln's compiled f32
-# matmul against OpenBLAS sgemm/sgemv, same inputs and threads, interleaved.
-#   sh bench/openblas.sh [threads,..] [max_size] [reps]     (defaults 1,2 1024 7)
+# bench/openblas.sh — build and run bench/openblas.c: kiln's compiled
+# contractions, untuned (search_budget 0) and tuned (search_budget --budget s),
+# against OpenBLAS sgemm/sgemv, same inputs and threads, interleaved medians:
+#   1. fp32 n x n x n matmul, n = 256 .. max_size (+ one kiln_matmul A.B row)
+#   2. LLM shapes M in {1,512} x K,N in {640,2048,4096} (sgemv for M=1)
+#   3. q8_0/q4_0/q4_k/q6_k matrix-vector, N=K=4096: GB/s of weights, % of bw
+# Every kiln result is checked against OpenBLAS (a WRONG row exits 1).
+#
+#   sh bench/openblas.sh [threads,..] [max_size] [reps] [--budget S] [--db PATH] [--parts 123]
+#   defaults: threads 1,<cores>; max_size 2048 (4096 optional); reps 5;
+#   budget 3 s per program; a temporary tuning DB (--db PATH keeps one).
+#   sh bench/openblas.sh                       # everything, ~4-5 min on 2 cores
+#   sh bench/openblas.sh 2 4096 5 --budget 10  # one thread count, up to 4096
+#   sh bench/openblas.sh 1,2 1024 3 --parts 3  # only the quantised part
 # Needs libopenblas-dev (apt-get install libopenblas-dev). OPENBLAS_CORETYPE
 # defaults to SkylakeX: Debian's OpenBLAS 0.3.21 does not know the newest
 # cores (it takes Zen 5 for Haswell, half the speed), and SkylakeX is its
@@ -22,6 +33,6 @@ if ! make -s build/libkiln.a; then
     [ -f build/libkiln.a ] || { echo "openblas.sh: make build/libkiln.a failed" >&2; exit 2; }
     echo "openblas.sh: warning: make failed; using the existing build/libkiln.a" >&2
 fi
-${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -Iinclude -I"$inc" -o build/bench_openblas \
+${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -Wshadow -Wconversion -Iinclude -Isrc/model -I"$inc" -o build/bench_openblas \
     bench/openblas.c build/libkiln.a -L"$libdir" -Wl,-rpath,"$libdir" -lopenblas -lm -ldl -lpthread
 OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX} exec ./build/bench_openblas "$@"
