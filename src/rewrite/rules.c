@@ -131,11 +131,12 @@ static eg_id ap_view_compose(eg_kiln *ek, const eg_subst *s) {
 
 /* (SUM[k] (MUL x c)) with c constant: vars x=0 c=1, payload k=0 */
 static eg_id ap_sum_const_factor(eg_kiln *ek, const eg_subst *s) {
-    const eg_data *dc = D(ek, V(1));
+    /* eg_data pointers die when the e-graph grows: copy what is needed */
+    double cval = D(ek, V(1))->cval;
     eg_id sum = mk(ek, OP_SUM, D(ek, V(0))->dtype, P(0).arg, 1, V(0), 0);
-    const eg_data *ds = D(ek, sum);
-    eg_id c = ek_full(ek, dc->cval, (kiln_dtype)ds->dtype, ds->ndim, ds->shape);
-    return mk(ek, OP_MUL, ds->dtype, 0, 2, sum, c);
+    const eg_data ds = *D(ek, sum);
+    eg_id c = ek_full(ek, cval, (kiln_dtype)ds.dtype, ds.ndim, ds.shape);
+    return mk(ek, OP_MUL, ds.dtype, 0, 2, sum, c);
 }
 
 /* (SUM[k] (VIEW[v] y)) where the view's top layer repeats along axis k */
@@ -159,9 +160,9 @@ static eg_id ap_sum_broadcast(eg_kiln *ek, const eg_subst *s) {
     }
     W->ndim--;
     eg_id y = ek_view(ek, V(0), &w);
-    const eg_data *d = D(ek, y);
-    eg_id cnt = ek_full(ek, (double)n, (kiln_dtype)d->dtype, d->ndim, d->shape);
-    return mk(ek, OP_MUL, d->dtype, 0, 2, y, cnt);
+    const eg_data d = *D(ek, y); /* a copy: the e-graph may grow below */
+    eg_id cnt = ek_full(ek, (double)n, (kiln_dtype)d.dtype, d.ndim, d.shape);
+    return mk(ek, OP_MUL, d.dtype, 0, 2, y, cnt);
 }
 
 /* (R[a] (R[b] x)) -> (R[b'] (R[a'] x)): the same two axes of x, other order */
@@ -199,10 +200,11 @@ static eg_id ap_sum_split(eg_kiln *ek, const eg_subst *s) {
             shape[nd++] = d->shape[i];
         }
     }
+    uint8_t dt = d->dtype; /* d dies when the e-graph grows */
     eg_id r = reshape_of(ek, V(0), nd, shape);
     if (r == EG_NONE) return EG_NONE;
-    eg_id inner = mk(ek, OP_SUM, d->dtype, k + 1, 1, r, 0);
-    return mk(ek, OP_SUM, d->dtype, k, 1, inner, 0);
+    eg_id inner = mk(ek, OP_SUM, dt, k + 1, 1, r, 0);
+    return mk(ek, OP_SUM, dt, k, 1, inner, 0);
 }
 
 static eg_id ap_reduce_size1(eg_kiln *ek, const eg_subst *s) {
