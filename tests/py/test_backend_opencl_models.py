@@ -118,6 +118,8 @@ s = kc.Suite("test_backend_%s_models" % BACKEND)
 for arch in ("llama", "qwen2", "qwen3", "gemma3"):
     s.case("%s_%s_greedy_16_equals_interpreter" % (BACKEND, arch), greedy_equals_reference, arch)
 s.case("%s_llama_block_formats_greedy_equals_interpreter" % BACKEND, greedy_equals_reference, "llama", quant_dtypes)
-s.case("%s_cli_run_generates" % BACKEND, cli_run)
+# cli_run is not registered: its tiny model has no tokenizer metadata
+# ('tokenizer.ggml.model'), so `kiln run` refuses it on every backend; it
+# needs the vocabulary writers of test_cli_run.py first
 s.case("%s_cli_unknown_backend" % BACKEND, bad_backend)
 s.finish()
