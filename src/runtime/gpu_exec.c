@@ -13,12 +13,20 @@
  * Host steps: COPY is a device-to-device copy; QUANTIZE downloads its f32
  * source, encodes on the host (quant.c) and uploads the blocks.
  *
- * KILN_GPU_RESIDENT=1 (a measuring and serving knob, set by `kiln run` and
- * `kiln bench` on GPU backends): an input or state whose binding (address,
- * size) is the one of the previous run is not uploaded again, and states are
- * not downloaded — the caller promises that such buffers do not change
- * behind kiln's back (true of mapped weights and of a KV cache only kiln
- * writes). Without it every run is self-contained, as the CPU backend's.
+ * KILN_GPU_RESIDENT=1 (a serving knob, set by the CLI on GPU backends):
+ * inputs of at least RESIDENT_MIN bytes (weights) and states (the KV cache)
+ * whose binding (address, size) is the one of the previous run are not
+ * uploaded again, and states are not downloaded: the device copy is the
+ * truth. The caller promises that such buffers do not change behind kiln's
+ * back (true of mapped weights and of a KV cache only kiln writes); small
+ * inputs (token ids, positions) are still uploaded every run, since callers
+ * refill them in place. Without the knob every run is self-contained, as
+ * the CPU backend's.
+ *
+ * KILN_GPU_EMIT_ONLY=1 compiles to source only (no device is opened; runs
+ * fail with a message): `kiln explain`-style inspection and, with
+ * KILN_CUDA_ARCHS=sm_80,sm_90, NVRTC compile checks of CUDA code on machines
+ * without a GPU.
  *
  * Errors: on any failure (including a range error, reported after the run
  * for the first kernel that flagged one) no results are handed over and
@@ -86,6 +94,9 @@ kiln_status rt_gpu_default_device(const rt_gpu_ops *ops, rt_gpu **out, char *err
 
 /* ---- the executor ---- */
 
+/* KILN_GPU_RESIDENT: inputs from this size on are taken as constant weights */
+#define RESIDENT_MIN ((size_t)1 << 20)
+
 struct rt_gpu_program {
     const rt_gpu_ops *ops;
     rt_gpu *dev;
@@ -145,6 +156,22 @@ rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp,
     if (eo && eo[0] && eo[0] != '0') {
         gp->emit_only = 1;
         snprintf(gp->device_name, sizeof gp->device_name, "%s: none (KILN_GPU_EMIT_ONLY)", ops->name);
+        /* CUDA without a device: NVRTC still checks the code for the listed
+         * architectures (KILN_CUDA_ARCHS=sm_80,sm_90) */
+        const char *archs = getenv("KILN_CUDA_ARCHS");
+        if (ops == &rt_cuda_ops && archs && archs[0]) {
+            char list[256], *save = NULL;
+            snprintf(list, sizeof list, "%s", archs);
+            for (char *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+                size_t bin = 0;
+                kiln_status s = rt_cuda_compile_check(src, a, &bin, err, errcap);
+                if (s != KILN_OK) {
+                    *st = s;
+                    rt_gpu_program_free(gp);
+                    return NULL;
+                }
+            }
+        }
         *st = KILN_OK;
         return gp;
     }
@@ -311,7 +338,8 @@ kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_prog
         } else if (!bind->data && bind->bytes) {
             graph_run_error(g, KILN_ERR_INVALID, "kiln_run: input '%s': NULL buffer", name);
             s = KILN_ERR_INVALID;
-        } else if (!(gp->resident && gp->host_seen[b] == bind->data && gp->host_seen_bytes[b] == bind->bytes)) {
+        } else if (!(gp->resident && gp->host_seen[b] == bind->data && gp->host_seen_bytes[b] == bind->bytes &&
+                     (B->kind == SCH_BUF_STATE || bind->bytes >= RESIDENT_MIN))) {
             s = ops->upload(dev, gp->mem[b], 0, bind->data, bind->bytes, err, sizeof err);
             if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s '%s': %s", kind, name, err);
             gp->host_seen[b] = s == KILN_OK ? bind->data : NULL;

@@ -13,7 +13,9 @@
  *
  * Build options: correctly rounded f32 division and square root where the
  * device offers it (the reference interpreter's numerics); contraction is
- * turned off in the source itself (FP_CONTRACT pragma).
+ * turned off in the source itself (FP_CONTRACT pragma). KILN_OPENCL_OPTIONS
+ * adds options (e.g. -cl-opt-disable, which makes PoCL's builds several
+ * times faster for the test suites' small graphs).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -317,7 +319,10 @@ static kiln_status ocl_build(rt_gpu *d, const char *src, rt_gpu_prog **out, char
         snprintf(err, errcap, "opencl: clCreateProgramWithSource failed (error %d)", (int)e);
         return KILN_ERR_IO;
     }
-    const char *opts = d->correct_div ? "-cl-fp32-correctly-rounded-divide-sqrt" : "";
+    char opts[512];
+    const char *extra = getenv("KILN_OPENCL_OPTIONS");
+    snprintf(opts, sizeof opts, "%s %s", d->correct_div ? "-cl-fp32-correctly-rounded-divide-sqrt" : "",
+             extra ? extra : "");
     e = cl.BuildProgram(pr, 1, &d->dev, opts, NULL, NULL);
     if (e != CL_SUCCESS) {
         size_t n = 0;

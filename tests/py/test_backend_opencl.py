@@ -11,12 +11,14 @@ within a few ulp of libm's). The device results are left in the graph, so
 each suite's own numpy check then judges them too. Case names get an
 "opencl_" prefix.
 
-Without an OpenCL driver (no libOpenCL, no platform) the file prints a SKIP
+Cases are split across KILN_TEST_JOBS processes (default: the cores, at
+most 8). Without an OpenCL driver (no libOpenCL, no platform) the file prints a SKIP
 line saying why and checks nothing (no PASS lines). KILN_TEST_OPENCL=0 skips
 it on purpose.
 """
 import os
 import runpy
+import subprocess
 import sys
 
 import numpy as np
@@ -57,6 +59,25 @@ def _probe():
         return "the probe graph computed %r" % (got,)
     return None
 
+
+# cases are split across KILN_TEST_JOBS processes (default: the cores, at
+# most 8): building a program for the device is the slow part, and a
+# process keeps only one core busy with it
+shard = os.environ.get("KILN_TEST_SHARD")
+if shard is None:
+    jobs = int(os.environ.get("KILN_TEST_JOBS") or min(os.cpu_count() or 1, 8))
+    if jobs > 1:
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, env=dict(os.environ, KILN_TEST_SHARD="%d/%d" % (i, jobs)))
+                 for i in range(jobs)]
+        rc = 0
+        for p in procs:
+            out, _ = p.communicate()
+            sys.stdout.write(out.decode(errors="replace"))
+            rc |= p.returncode
+        sys.exit(1 if rc else 0)
+    shard = "0/1"
+SHARD, NSHARDS = (int(v) for v in shard.split("/"))
 
 why = _probe()
 if why is not None:
@@ -105,7 +126,14 @@ K.Graph.run = _run_on_device_too
 _case = K.Suite.case
 
 
+_ordinal = [0]
+
+
 def _prefixed_case(self, name, fn, *args, **kw):
+    k = _ordinal[0]
+    _ordinal[0] += 1
+    if k % NSHARDS != SHARD:
+        return None  # another process runs this case
     return _case(self, BACKEND + "_" + name, fn, *args, **kw)
 
 
