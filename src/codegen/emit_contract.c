@@ -23,14 +23,22 @@
  * scalar dequantisation per element (correct, slow, never taken by models).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base.h"
 #include "contract.h"
 #include "dtype.h"
 #include "emit_contract.h"
+#include "emit_gemm.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
+
+int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
+    if (sc->form == SCH_FORM_PACKED) return cg_packed_ok(t, sc);
+    if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
+    return sc->arith == SCH_ARITH_F32;
+}
 
 int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa) {
     if (!k->contract || isa != CG_ISA_AVX512) return 0;
@@ -46,11 +54,8 @@ int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa)
     case KILN_Q6_K: break;
     default: return 0;
     }
-    for (int b = 0; b < 2; b++) {
-        const sch_contract_sched *sc = &k->contract->sched[b];
-        if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
-        if (sc->arith != SCH_ARITH_F32) return 0;
-    }
+    for (int b = 0; b < 2; b++)
+        if (!cg_contract_sched_ok(t, &k->contract->sched[b])) return 0;
     return 1;
 }
 
@@ -200,38 +205,47 @@ static void emit_tile(kiln_dtype t, int mr, int nr, char **s, size_t *len, size_
     OUT("}\n\n");
 }
 
+static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap);
+
 void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
     OUT("%s\n", contract_prelude);
+    emit_dtype_tiles(t, scheds, n, s, len, cap);
+}
+
+static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
     int done[9][17];
     memset(done, 0, sizeof done);
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
+        if (sc->form != SCH_FORM_DOT) continue;
         if (sc->mr < 1 || sc->mr > 8 || sc->nr < 1 || sc->nr > 16 || done[sc->mr][sc->nr]) continue;
         done[sc->mr][sc->nr] = 1;
         emit_tile(t, sc->mr, sc->nr, s, len, cap);
     }
+    cg_emit_packed_tiles(t, scheds, n, s, len, cap);
 }
 
 void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t *len, size_t *cap) {
     int any = 0;
     for (int32_t k = 0; k < p->nkernels && !any; k++) any = cg_contract_emittable(p, &p->kernels[k], isa);
     if (!any) return;
-    OUT("%s\n", contract_prelude);
-    /* one tile function per distinct (dtype, mr, nr) */
-    int done[16][9][17];
-    memset(done, 0, sizeof done);
-    for (int32_t k = 0; k < p->nkernels; k++) {
-        const sch_kernel *K = &p->kernels[k];
-        if (!cg_contract_emittable(p, K, isa)) continue;
-        kiln_dtype t = p->bufs[K->contract->b_buf].dtype;
-        for (int b = 0; b < 2; b++) {
-            const sch_contract_sched *sc = &K->contract->sched[b];
-            int di = (int)t & 15;
-            if (done[di][sc->mr][sc->nr]) continue;
-            done[di][sc->mr][sc->nr] = 1;
-            emit_tile(t, sc->mr, sc->nr, s, len, cap);
+    /* the dequantisers once, then the tile functions per B dtype */
+    sch_contract_sched *all = kiln_xmalloc(((size_t)p->nkernels * 2 + 1) * sizeof *all);
+    int first = 1;
+    for (int t = 0; t < KILN_DTYPE_COUNT; t++) {
+        int n = 0;
+        for (int32_t k = 0; k < p->nkernels; k++) {
+            const sch_kernel *K = &p->kernels[k];
+            if (!cg_contract_emittable(p, K, isa) || (int)p->bufs[K->contract->b_buf].dtype != t) continue;
+            all[n++] = K->contract->sched[0];
+            all[n++] = K->contract->sched[1];
         }
+        if (n == 0) continue;
+        if (first) OUT("%s\n", contract_prelude);
+        first = 0;
+        emit_dtype_tiles((kiln_dtype)t, all, n, s, len, cap);
     }
+    free(all);
 }
 
 static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
@@ -241,6 +255,10 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
 /* the loops of one schedule over this item's rows [n0, n1) and all of M */
 static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                           size_t *len, size_t *cap) {
+    if (sc->form == SCH_FORM_PACKED) {
+        cg_emit_packed_schedule(p, k, sc, s, len, cap);
+        return;
+    }
     const sch_contract *c = k->contract;
     kiln_dtype t = p->bufs[c->b_buf].dtype;
     int be, bb;

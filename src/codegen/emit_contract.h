@@ -7,6 +7,8 @@
 
 #include "emit_c.h"
 
+/* 1 when the micro-kernel family can emit schedule sc for B dtype t */
+int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc);
 /* 1 when kernel k is a contraction this ISA has a micro-kernel for */
 int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa);
 /* the dequantisers and tile functions the program's contractions use */

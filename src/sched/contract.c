@@ -242,18 +242,35 @@ int64_t sch_contract_chunk(const sch_contract_sched *s, int64_t n, int64_t nbatc
 }
 
 void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap) {
-    snprintf(buf, cap, "mr=%d nr=%d nc=%d mc=%d arith=%s", s->mr, s->nr, s->nc, s->mc,
-             s->arith == SCH_ARITH_I8 ? "i8" : "f32");
+    if (s->form == SCH_FORM_PACKED)
+        snprintf(buf, cap, "mr=%d nr=%d nc=%d mc=%d arith=%s form=packed kc=%d", s->mr, s->nr, s->nc, s->mc,
+                 s->arith == SCH_ARITH_I8 ? "i8" : "f32", s->kc);
+    else
+        snprintf(buf, cap, "mr=%d nr=%d nc=%d mc=%d arith=%s", s->mr, s->nr, s->nc, s->mc,
+                 s->arith == SCH_ARITH_I8 ? "i8" : "f32");
 }
 
+/* the dot form's text has no form= (records written before the packed form
+ * existed stay readable) */
 int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
     char arith[16];
     sch_contract_sched t;
     memset(&t, 0, sizeof t);
-    if (sscanf(text, "mr=%d nr=%d nc=%d mc=%d arith=%15s", &t.mr, &t.nr, &t.nc, &t.mc, arith) != 5) return 0;
+    int used = 0;
+    if (sscanf(text, "mr=%d nr=%d nc=%d mc=%d arith=%15s%n", &t.mr, &t.nr, &t.nc, &t.mc, arith, &used) != 5) return 0;
     if (strcmp(arith, "f32") == 0) t.arith = SCH_ARITH_F32;
     else if (strcmp(arith, "i8") == 0) t.arith = SCH_ARITH_I8;
     else return 0;
+    const char *rest = text + used;
+    while (*rest == ' ') rest++;
+    if (*rest) {
+        if (sscanf(rest, "form=packed kc=%d", &t.kc) != 1 || t.kc < 0) return 0;
+        t.form = SCH_FORM_PACKED;
+        /* packed tiles: nr is a multiple of 16 lanes, mr rows; limits in emit_gemm.c */
+        if (t.mr < 1 || t.mr > 16 || t.nr < 16 || t.nr > 64 || t.nr % 16 != 0 || t.nc < 0 || t.mc < 1) return 0;
+        *s = t;
+        return 1;
+    }
     if (t.mr < 1 || t.mr > 8 || t.nr < 1 || t.nr > 16 || t.mr * t.nr > 24 || t.nc < 0 || t.mc < 1) return 0;
     *s = t;
     return 1;

@@ -117,9 +117,17 @@ typedef enum sch_arith {
     SCH_ARITH_I8       /* quantise A rows to int8 per 32, integer dot products (an approximation) */
 } sch_arith;
 
+typedef enum sch_form {
+    SCH_FORM_DOT = 0, /* mr x nr dot products along K (emit_contract.c): B read in place */
+    SCH_FORM_PACKED   /* B panels dequantised into a packed [k][n] buffer, outer products
+                         of broadcast A with 16-lane rows of B (emit_gemm.c) */
+} sch_form;
+
 typedef struct sch_contract_sched {
     int mr, nr, nc, mc;
     sch_arith arith;
+    sch_form form;
+    int kc; /* PACKED: K per packed panel (0: all of K) */
 } sch_contract_sched;
 
 /* A REDUCE kernel that is a contraction: out[..., m, ..., n, ...] = sum over r

@@ -1,0 +1,26 @@
+/* emit_gemm.h — the packed (outer-product) form of the contraction
+ * micro-kernel family, SCH_FORM_PACKED (emit_gemm.c). emit_contract.c
+ * calls these for schedules of that form. */
+#ifndef KILN_CODEGEN_EMIT_GEMM_H
+#define KILN_CODEGEN_EMIT_GEMM_H
+
+#include <stddef.h>
+
+#include "emit_c.h"
+
+/* 1 when the packed schedule s can be emitted for a contraction whose B has
+ * dtype t */
+int cg_packed_ok(kiln_dtype t, const sch_contract_sched *s);
+/* the static functions (packing, micro-kernels) that the packed schedules
+ * among scheds[0..n) need; emit_contract.c calls it once per translation
+ * unit after the dot form's dequantisers (kcv_*) are defined */
+void cg_emit_packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap);
+/* the loops of one packed schedule inside a work item, with the same
+ * contract as emit_contract.c's emit_schedule: in scope are A (const float *),
+ * W (B's storage), out (float *), M, N, K, this item's rows of B [n0, n1) and
+ * the batch loop variables i<d>; it writes out[] for every m in [0, M) and n
+ * in [n0, n1) */
+void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                             size_t *len, size_t *cap);
+
+#endif
