@@ -543,12 +543,11 @@ static void apply_tuning_db(kiln_program *p) {
     p->has_seed = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     p->seeds = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *p->seeds);
     const char *off = getenv("KILN_TUNEDB_OFF");
-    if (off && off[0] == '1') return;
     int any = 0;
     for (int32_t k = 0; k < nk && !any; k++) any = cg_contract_emittable(&p->sp, &p->sp.kernels[k], p->isa);
     if (!any) return;
     if (!p->fingerprint) p->fingerprint = kiln_device_fingerprint();
-    for (int32_t k = 0; k < nk; k++) {
+    for (int32_t k = 0; k < nk && !(off && off[0] == '1'); k++) {
         sch_kernel *K = &p->sp.kernels[k];
         if (!cg_contract_emittable(&p->sp, K, p->isa)) continue;
         for (int b = 0; b < 2; b++) {
@@ -569,6 +568,24 @@ static void apply_tuning_db(kiln_program *p) {
                 p->seeds[k * 2 + b] = sc;
                 p->has_seed[k * 2 + b] = 1;
             }
+        }
+    }
+    /* KILN_CONTRACT_SCHED_SMALL / _LARGE: one schedule (text as in the DB)
+     * for every contraction's small-M / large-M bucket — tests and experiments */
+    for (int b = 0; b < 2; b++) {
+        const char *txt = getenv(b ? "KILN_CONTRACT_SCHED_LARGE" : "KILN_CONTRACT_SCHED_SMALL");
+        sch_contract_sched sc;
+        if (!txt || !txt[0]) continue;
+        if (!sch_contract_sched_parse(txt, &sc)) {
+            fprintf(stderr, "kiln: ignoring %s='%s': not a contraction schedule\n",
+                    b ? "KILN_CONTRACT_SCHED_LARGE" : "KILN_CONTRACT_SCHED_SMALL", txt);
+            continue;
+        }
+        for (int32_t k = 0; k < nk; k++) {
+            sch_kernel *K = &p->sp.kernels[k];
+            if (!K->contract) continue;
+            K->contract->sched[b] = sc;
+            p->tuned[k * 2 + b] = 1;
         }
     }
     /* a schedule the micro-kernel cannot take (a record from a newer kiln):
