@@ -37,6 +37,7 @@
 int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
     if (sc->form == SCH_FORM_PACKED) return cg_packed_ok(t, sc);
     if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
+    if (sc->pf < 0 || sc->pf > 64) return 0;
     return sc->arith == SCH_ARITH_F32;
 }
 
@@ -151,13 +152,23 @@ static void dt_block(kiln_dtype t, int *elems, int *bytes) {
 
 /* the tile function kct_<dt>_<mr>x<nr>(a rows, B rows, full 32-chunks,
  * tail elements (float formats only), results [mr][nr]) */
-static void emit_tile(kiln_dtype t, int mr, int nr, char **s, size_t *len, size_t *cap) {
+static void dt_block(kiln_dtype t, int *elems, int *bytes);
+static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *len, size_t *cap) {
     const char *tag = dt_tag(t);
-    OUT("static void kct_%s_%dx%d(const float *const *a, const void *const *w, int64_t nch, int64_t tail, float *res) {\n",
-        tag, mr, nr);
+    OUT("static void kct_%s_%dx%d_p%d(const float *const *a, const void *const *w, int64_t nch, int64_t tail, float *res) {\n",
+        tag, mr, nr, pf);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
     OUT("  for (int64_t c = 0; c < nch; c++) {\n");
+    if (pf > 0) {
+        /* B rows are streams the hardware prefetcher follows late: ask for
+         * the chunk pf ahead (a hint: past the row's end it is harmless) */
+        int be, bb;
+        dt_block(t, &be, &bb);
+        int bytes32 = be == 1 ? 32 * bb : bb * 32 / be; /* bytes per 32 elements */
+        for (int j = 0; j < nr; j++)
+            OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n", j, pf, bytes32);
+    }
     for (int j = 0; j < nr; j++) OUT("    __m512 u%d, v%d; kcv_%s(w[%d], c, &u%d, &v%d);\n", j, j, tag, j, j, j);
     for (int i = 0; i < mr; i++) {
         OUT("    { const __m512 x = _mm512_loadu_ps(a[%d] + 32 * c), y = _mm512_loadu_ps(a[%d] + 32 * c + 16);\n", i, i);
@@ -213,14 +224,14 @@ void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int 
 }
 
 static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
-    int done[9][17];
-    memset(done, 0, sizeof done);
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
         if (sc->form != SCH_FORM_DOT) continue;
-        if (sc->mr < 1 || sc->mr > 8 || sc->nr < 1 || sc->nr > 16 || done[sc->mr][sc->nr]) continue;
-        done[sc->mr][sc->nr] = 1;
-        emit_tile(t, sc->mr, sc->nr, s, len, cap);
+        if (sc->mr < 1 || sc->mr > 8 || sc->nr < 1 || sc->nr > 16 || sc->pf < 0 || sc->pf > 64) continue;
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++)
+            dup = scheds[j].form == SCH_FORM_DOT && scheds[j].mr == sc->mr && scheds[j].nr == sc->nr && scheds[j].pf == sc->pf;
+        if (!dup) emit_tile(t, sc->mr, sc->nr, sc->pf, s, len, cap);
     }
     cg_emit_packed_tiles(t, scheds, n, s, len, cap);
 }
@@ -286,7 +297,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     out_sym(p, c->a_base, s, len, cap);
     OUT(");\n            }\n");
     OUT("            float res[%d];\n", mr * nr);
-    OUT("            if (fast) kct_%s_%dx%d(ar, wr, K / 32, K %% 32, res);\n", dt_tag(t), mr, nr);
+    OUT("            if (fast) kct_%s_%dx%d_p%d(ar, wr, K / 32, K %% 32, res);\n", dt_tag(t), mr, nr, sc->pf);
     OUT("            else for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) {\n", mr, nr);
     OUT("              float acc = 0.0f;\n");
     if (t == KILN_F32) OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * W[wo[j] + r];\n");

@@ -681,9 +681,10 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
         char bj[96];
         sch_bucket_text(&sj, bj, sizeof bj);
         if (strcmp(bj, bucket_text) != 0) continue;
-        if (!(J->contract->sched[bucket].mr == res.winner.mr && J->contract->sched[bucket].nr == res.winner.nr &&
-              J->contract->sched[bucket].mc == res.winner.mc && J->contract->sched[bucket].nc == res.winner.nc))
-            p->retune = 1;
+        char before[128], after[128];
+        sch_contract_sched_print(&J->contract->sched[bucket], before, sizeof before);
+        sch_contract_sched_print(&res.winner, after, sizeof after);
+        if (strcmp(before, after) != 0) p->retune = 1;
         J->contract->sched[bucket] = res.winner;
         p->tuned[j * 2 + bucket] = 1;
     }

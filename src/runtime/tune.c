@@ -82,7 +82,8 @@ static int close_to(const float *ref, const float *got, int64_t n, int64_t k) {
 }
 
 static int same_sched(const sch_contract_sched *a, const sch_contract_sched *b) {
-    return a->mr == b->mr && a->nr == b->nr && a->mc == b->mc && a->nc == b->nc && a->arith == b->arith;
+    return a->mr == b->mr && a->nr == b->nr && a->mc == b->mc && a->nc == b->nc && a->arith == b->arith &&
+           a->form == b->form && a->kc == b->kc && a->pf == b->pf;
 }
 
 static int in_list(const sch_contract_sched *list, int n, const sch_contract_sched *s) {
@@ -225,7 +226,8 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
         int nn = 0;
         for (int i = 0; i < nspace && nn < TUNE_MAX_CAND; i++) {
             const sch_contract_sched *q = &space[order[i]];
-            int dist = (q->mr != winner.mr) + (q->nr != winner.nr) + (q->mc != winner.mc) + (q->nc != winner.nc);
+            int dist = (q->mr != winner.mr) + (q->nr != winner.nr) + (q->mc != winner.mc) + (q->nc != winner.nc) +
+                       (q->pf != winner.pf) + (q->kc != winner.kc) + (q->form != winner.form);
             if (dist == 1 && !in_list(cands, n, q) && !in_list(nb, nn, q)) nb[nn++] = *q;
         }
         if (nn > 0) {

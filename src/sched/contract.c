@@ -132,6 +132,7 @@ sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype) {
     } else {
         s.mr = 1;
         s.nr = kiln_dtype_is_block(b_dtype) ? 4 : 8;
+        s.pf = 8; /* decode streams B once: prefetching ahead measured +7% tg on gemma3-270m */
     }
     return s;
 }
@@ -242,16 +243,14 @@ int64_t sch_contract_chunk(const sch_contract_sched *s, int64_t n, int64_t nbatc
 }
 
 void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap) {
-    if (s->form == SCH_FORM_PACKED)
-        snprintf(buf, cap, "mr=%d nr=%d nc=%d mc=%d arith=%s form=packed kc=%d", s->mr, s->nr, s->nc, s->mc,
-                 s->arith == SCH_ARITH_I8 ? "i8" : "f32", s->kc);
-    else
-        snprintf(buf, cap, "mr=%d nr=%d nc=%d mc=%d arith=%s", s->mr, s->nr, s->nc, s->mc,
-                 s->arith == SCH_ARITH_I8 ? "i8" : "f32");
+    int n = snprintf(buf, cap, "mr=%d nr=%d nc=%d mc=%d arith=%s", s->mr, s->nr, s->nc, s->mc,
+                     s->arith == SCH_ARITH_I8 ? "i8" : "f32");
+    if (n < 0 || (size_t)n >= cap) return;
+    if (s->form == SCH_FORM_PACKED) n += snprintf(buf + n, cap - (size_t)n, " form=packed kc=%d", s->kc);
+    if (n < 0 || (size_t)n >= cap) return;
+    if (s->pf > 0) snprintf(buf + n, cap - (size_t)n, " pf=%d", s->pf);
 }
 
-/* the dot form's text has no form= (records written before the packed form
- * existed stay readable) */
 int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
     char arith[16];
     sch_contract_sched t;
@@ -261,11 +260,27 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
     if (strcmp(arith, "f32") == 0) t.arith = SCH_ARITH_F32;
     else if (strcmp(arith, "i8") == 0) t.arith = SCH_ARITH_I8;
     else return 0;
+    /* then optional key=value words: form=packed, kc=N, pf=N (the dot form's
+     * text has no form=, so records from before it existed stay readable) */
     const char *rest = text + used;
-    while (*rest == ' ') rest++;
-    if (*rest) {
-        if (sscanf(rest, "form=packed kc=%d", &t.kc) != 1 || t.kc < 0) return 0;
-        t.form = SCH_FORM_PACKED;
+    for (;;) {
+        while (*rest == ' ') rest++;
+        if (!*rest) break;
+        int v = 0, n = 0;
+        if (strncmp(rest, "form=packed", 11) == 0 && (rest[11] == ' ' || !rest[11])) {
+            t.form = SCH_FORM_PACKED;
+            rest += 11;
+        } else if (sscanf(rest, "kc=%d%n", &v, &n) == 1 && v >= 0 && (rest[n] == ' ' || !rest[n])) {
+            t.kc = v;
+            rest += n;
+        } else if (sscanf(rest, "pf=%d%n", &v, &n) == 1 && v >= 0 && v <= 64 && (rest[n] == ' ' || !rest[n])) {
+            t.pf = v;
+            rest += n;
+        } else {
+            return 0;
+        }
+    }
+    if (t.form == SCH_FORM_PACKED) {
         /* packed tiles: nr is a multiple of 16 lanes, mr rows; limits in emit_gemm.c */
         if (t.mr < 1 || t.mr > 16 || t.nr < 16 || t.nr > 64 || t.nr % 16 != 0 || t.nc < 0 || t.mc < 1) return 0;
         *s = t;

@@ -128,6 +128,7 @@ typedef struct sch_contract_sched {
     sch_arith arith;
     sch_form form;
     int kc; /* PACKED: K per packed panel (0: all of K) */
+    int pf; /* software prefetch of B this many 32-element chunks ahead (0: none) */
 } sch_contract_sched;
 
 /* A REDUCE kernel that is a contraction: out[..., m, ..., n, ...] = sum over r

@@ -5,7 +5,7 @@
  * mr*nr accumulators + 2*nr B registers + 2 A registers <= 32 (AVX-512 has
  * 32 vector registers; more spills), mr <= 8, nr <= 16; A rows per cache
  * block mc in {16, 64, 256}; B rows per work item nc in {auto, 4, 16, 64
- * tiles}; arithmetic f32 (int8 dot products are in the space's definition,
+ * tiles}; software prefetch of B 0, 8 or 16 chunks ahead; arithmetic f32 (int8 dot products are in the space's definition,
  * SCH_ARITH_I8, but have no micro-kernel yet, so they are not enumerated).
  * Tiles taller than M are skipped (they only compute padding).
  */
@@ -21,6 +21,7 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
     static const int nrs[] = {1, 2, 4, 6, 8, 12, 16};
     static const int mcs[] = {16, 64, 256};
     static const int ncs[] = {0, 4, 16, 64};
+    static const int pfs[] = {0, 8, 16}; /* software prefetch distance, 32-element chunks */
     int n = 0;
     for (size_t a = 0; a < sizeof mrs / sizeof *mrs; a++) {
         int mr = mrs[a];
@@ -37,16 +38,19 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
                 for (size_t d = 0; d < sizeof ncs / sizeof *ncs; d++) {
                     int nc = ncs[d] * nr;
                     if (nc > 0 && nc >= sh->n && d > 1) continue;
-                    if (out && n < cap) {
-                        sch_contract_sched *s = &out[n];
-                        memset(s, 0, sizeof *s);
-                        s->mr = mr;
-                        s->nr = nr;
-                        s->mc = mc;
-                        s->nc = nc;
-                        s->arith = SCH_ARITH_F32;
+                    for (size_t e = 0; e < sizeof pfs / sizeof *pfs; e++) {
+                        if (out && n < cap) {
+                            sch_contract_sched *s = &out[n];
+                            memset(s, 0, sizeof *s);
+                            s->mr = mr;
+                            s->nr = nr;
+                            s->mc = mc;
+                            s->nc = nc;
+                            s->pf = pfs[e];
+                            s->arith = SCH_ARITH_F32;
+                        }
+                        n++;
                     }
-                    n++;
                 }
             }
         }
@@ -108,6 +112,7 @@ int sch_sched_simpler(const sch_contract_sched *a, const sch_contract_sched *b) 
     int ra = a->mr * a->nr, rb = b->mr * b->nr;
     if (ra != rb) return ra < rb;
     if ((a->nc == 0) != (b->nc == 0)) return a->nc == 0;
+    if ((a->pf == 0) != (b->pf == 0)) return a->pf == 0;
     return a->mc < b->mc;
 }
 
