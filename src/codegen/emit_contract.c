@@ -30,6 +30,7 @@
 #include "contract.h"
 #include "dtype.h"
 #include "emit_contract.h"
+#include "emit_contract_i8.h"
 #include "emit_gemm.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
@@ -38,6 +39,7 @@ int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
     if (sc->form == SCH_FORM_PACKED) return cg_packed_ok(t, sc);
     if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
     if (sc->pf < 0 || sc->pf > 64) return 0;
+    if (sc->arith == SCH_ARITH_I8) return cg_i8_ok(t, sc);
     return sc->arith == SCH_ARITH_F32;
 }
 
@@ -55,8 +57,11 @@ int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa)
     case KILN_Q6_K: break;
     default: return 0;
     }
-    for (int b = 0; b < 2; b++)
+    for (int b = 0; b < 2; b++) {
         if (!cg_contract_sched_ok(t, &k->contract->sched[b])) return 0;
+        /* a B strided along K: only the packed form reads it */
+        if (k->contract->b_kstride != SYM_NONE && k->contract->sched[b].form != SCH_FORM_PACKED) return 0;
+    }
     return 1;
 }
 
@@ -217,9 +222,11 @@ static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *le
 }
 
 static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap);
+static _Thread_local int i8_prelude_done; /* per translation unit: reset by the callers */
 
 void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
     OUT("%s\n", contract_prelude);
+    i8_prelude_done = 0;
     emit_dtype_tiles(t, scheds, n, s, len, cap);
 }
 
@@ -227,10 +234,23 @@ static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
         if (sc->form != SCH_FORM_DOT) continue;
+        if (sc->arith == SCH_ARITH_I8) {
+            if (!cg_i8_ok(t, sc)) continue;
+            int dup = 0;
+            for (int j = 0; j < i && !dup; j++)
+                dup = scheds[j].arith == SCH_ARITH_I8 && scheds[j].form == SCH_FORM_DOT && scheds[j].mr == sc->mr &&
+                      scheds[j].nr == sc->nr && scheds[j].pf == sc->pf;
+            if (dup) continue;
+            if (!i8_prelude_done) cg_emit_i8_prelude(s, len, cap);
+            i8_prelude_done = 1;
+            cg_emit_i8_tile(t, sc, s, len, cap);
+            continue;
+        }
         if (sc->mr < 1 || sc->mr > 8 || sc->nr < 1 || sc->nr > 16 || sc->pf < 0 || sc->pf > 64) continue;
         int dup = 0;
         for (int j = 0; j < i && !dup; j++)
-            dup = scheds[j].form == SCH_FORM_DOT && scheds[j].mr == sc->mr && scheds[j].nr == sc->nr && scheds[j].pf == sc->pf;
+            dup = scheds[j].form == SCH_FORM_DOT && scheds[j].arith == SCH_ARITH_F32 && scheds[j].mr == sc->mr &&
+                  scheds[j].nr == sc->nr && scheds[j].pf == sc->pf;
         if (!dup) emit_tile(t, sc->mr, sc->nr, sc->pf, s, len, cap);
     }
     cg_emit_packed_tiles(t, scheds, n, s, len, cap);
@@ -243,6 +263,7 @@ void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t
     /* the dequantisers once, then the tile functions per B dtype */
     sch_contract_sched *all = kiln_xmalloc(((size_t)p->nkernels * 2 + 1) * sizeof *all);
     int first = 1;
+    i8_prelude_done = 0;
     for (int t = 0; t < KILN_DTYPE_COUNT; t++) {
         int n = 0;
         for (int32_t k = 0; k < p->nkernels; k++) {
@@ -276,6 +297,21 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     dt_block(t, &be, &bb);
     int mr = sc->mr, nr = sc->nr;
     int is_float = be == 1;
+    int i8 = sc->arith == SCH_ARITH_I8;
+    if (i8) {
+        /* A's rows quantised once for this item (emit_contract_i8.c) */
+        OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0;\n");
+        OUT("      int8_t *qa = qok ? (int8_t *)malloc((size_t)(M * K) + 32) : NULL;\n");
+        OUT("      float *qs = qok ? (float *)malloc((size_t)(M * qch + 1) * sizeof(float)) : NULL;\n");
+        OUT("      int32_t *qsum = qok ? (int32_t *)malloc((size_t)(M * qch + 1) * sizeof(int32_t)) : NULL;\n");
+        OUT("      __m256i *ql8 = qok ? (__m256i *)aligned_alloc(32, (size_t)(M * qch + 1) * 32) : NULL;\n");
+        OUT("      const int qready = qa && qs && qsum && ql8;\n");
+        OUT("      for (int64_t mq = 0; qready && mq < M; mq++) {\n");
+        if (c->mdim >= 0) OUT("        const int64_t i%d = mq;\n", c->mdim);
+        OUT("        kcq_row(A + (");
+        out_sym(p, c->a_base, s, len, cap);
+        OUT("), K, qa + mq * K, qs + mq * qch, ql8 + mq * qch, qsum + mq * qch);\n      }\n");
+    }
     OUT("      for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("        const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
     OUT("        for (int64_t nn = n0; nn < n1; nn += %d) {\n", nr);
@@ -297,7 +333,18 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     out_sym(p, c->a_base, s, len, cap);
     OUT(");\n            }\n");
     OUT("            float res[%d];\n", mr * nr);
-    OUT("            if (fast) kct_%s_%dx%d_p%d(ar, wr, K / 32, K %% 32, res);\n", dt_tag(t), mr, nr, sc->pf);
+    if (i8) {
+        char tn[64];
+        cg_i8_tile_name(t, sc, tn, sizeof tn);
+        OUT("            if (fast && qready) {\n");
+        OUT("              const int8_t *qr[%d]; const float *sr[%d]; const __m256i *lr[%d]; const int32_t *ur[%d];\n", mr,
+            mr, mr, mr);
+        OUT("              for (int i = 0; i < %d; i++) { const int64_t mi = mm + i < m1 ? mm + i : m1 - 1;\n", mr);
+        OUT("                qr[i] = qa + mi * K; sr[i] = qs + mi * qch; lr[i] = ql8 + mi * qch; ur[i] = qsum + mi * qch; }\n");
+        OUT("              %s(qr, sr, lr, ur, wr, qch, res);\n            }\n", tn);
+    } else {
+        OUT("            if (fast) kct_%s_%dx%d_p%d(ar, wr, K / 32, K %% 32, res);\n", dt_tag(t), mr, nr, sc->pf);
+    }
     OUT("            else for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) {\n", mr, nr);
     OUT("              float acc = 0.0f;\n");
     if (t == KILN_F32) OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * W[wo[j] + r];\n");
@@ -314,6 +361,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     out_sym(p, k->store_off, s, len, cap);
     OUT("] = res[i * %d + j];\n", nr);
     OUT("              }\n            }\n          }\n        }\n      }\n");
+    if (i8) OUT("      free(qa); free(qs); free(qsum); free(ql8);\n");
 }
 
 void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap) {

@@ -518,6 +518,7 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     sh->nbatch = 1;
     sh->b_dtype = p->sp.bufs[c->b_buf].dtype;
     sh->nthreads = rt_pool_threads(p->pool);
+    sh->vnni = rt_cpu_has("avx512_vnni");
     for (int d = 0; d < K->ndim; d++) {
         int64_t v = 0;
         if (values ? sym_eval(sp, K->dim[d], values, NULL, &v, NULL) != 0 : !sym_is_const(sp, K->dim[d], &v)) {
@@ -588,11 +589,14 @@ static void apply_tuning_db(kiln_program *p) {
             p->tuned[k * 2 + b] = 1;
         }
     }
-    /* a schedule the micro-kernel cannot take (a record from a newer kiln):
-     * back to the defaults */
+    /* a schedule the micro-kernel cannot take (a record from a newer kiln,
+     * int8 arithmetic on a CPU without VNNI): back to the defaults */
+    int vnni = rt_cpu_has("avx512_vnni");
     for (int32_t k = 0; k < nk; k++) {
         sch_kernel *K = &p->sp.kernels[k];
-        if (!K->contract || cg_contract_emittable(&p->sp, K, p->isa)) continue;
+        if (!K->contract) continue;
+        int needs_vnni = K->contract->sched[0].arith == SCH_ARITH_I8 || K->contract->sched[1].arith == SCH_ARITH_I8;
+        if (cg_contract_emittable(&p->sp, K, p->isa) && (vnni || !needs_vnni)) continue;
         kiln_dtype bt = p->sp.bufs[K->contract->b_buf].dtype;
         K->contract->sched[0] = sch_contract_default(0, bt);
         K->contract->sched[1] = sch_contract_default(1, bt);

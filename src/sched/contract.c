@@ -9,7 +9,11 @@
  * A contraction gets the CPU micro-kernel family (emit_contract.c) when both
  * operands are plain loads contiguous along r: a = A[a_base + r] from an f32
  * buffer, b = B[b_base + r] from a float or block-format buffer (through its
- * dequantising CAST). Where an operand is not — an elementwise chain fused
+ * dequantising CAST). One exception: an f32 B strided along r and
+ * contiguous along n (B[b_base + r*b_kstride], the (k, n) operand of
+ * kiln_matmul) is annotated with b_kstride set; only the packed form
+ * (emit_gemm.c) takes it, so its default schedules are packed ones
+ * (sch_contract_default_of). Where an operand is not — an elementwise chain fused
  * into it (gelu before the down projection), a cast from f16 — recomputing it
  * inside the reduction would repeat its work N (or M) times, so the node it
  * computes is given a buffer instead (a pass of M*K work before M*N*K) and
@@ -78,6 +82,29 @@ static sym_id unit_base(sym_pool *sp, sym_id off, sym_id r) {
     return base;
 }
 
+/* the K stride of B when off = base + r*stride (stride free of r, f32 B)
+ * and B is contiguous along loop variable n (base at n + 1 is base + 1);
+ * *base gets the offset at r = 0. SYM_NONE when not of that form. */
+static sym_id strided_base(sym_pool *sp, sym_id off, sym_id r, sym_id n, sym_id *base) {
+    uint32_t nv = sym_var_count(sp);
+    sym_id *map = kiln_xmalloc(((size_t)nv + 1) * sizeof *map);
+    for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
+    map[sym_get(sp, r)->c] = sym_const(sp, 0);
+    sym_id b = sym_subst(sp, off, map, nv);
+    map[sym_get(sp, r)->c] = sym_const(sp, 1);
+    sym_id stride = sym_sub(sp, sym_subst(sp, off, map, nv), b);
+    map[sym_get(sp, r)->c] = SYM_NONE;
+    map[sym_get(sp, n)->c] = sym_add(sp, n, sym_const(sp, 1));
+    sym_id bn = sym_subst(sp, b, map, nv);
+    free(map);
+    int64_t c;
+    if (sym_uses(sp, b, r) || sym_uses(sp, stride, r) || sym_uses(sp, stride, n)) return SYM_NONE;
+    if (!sym_is_const(sp, sym_sub(sp, off, sym_add(sp, b, sym_mul(sp, r, stride))), &c) || c != 0) return SYM_NONE;
+    if (!sym_is_const(sp, sym_sub(sp, bn, b), &c) || c != 1) return SYM_NONE;
+    *base = b;
+    return stride;
+}
+
 /* the load an operand tree reduces to — LOAD, or CAST to f32 of a LOAD of a
  * float or block dtype — or -1 */
 static int32_t operand_load(const sch_program *p, int32_t id) {
@@ -137,6 +164,21 @@ sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype) {
     return s;
 }
 
+sch_contract_sched sch_contract_default_of(const sch_contract *c, int large_m, kiln_dtype b_dtype) {
+    if (c->b_kstride == SYM_NONE) return sch_contract_default(large_m, b_dtype);
+    /* B strided along K: the dot form cannot read it, the packed form
+     * copies it into strips */
+    sch_contract_sched s;
+    memset(&s, 0, sizeof s);
+    s.arith = SCH_ARITH_F32;
+    s.form = SCH_FORM_PACKED;
+    s.mr = large_m ? 6 : 4;
+    s.nr = 32;
+    s.mc = 64;
+    s.kc = 256;
+    return s;
+}
+
 /* annotate kernel ki if it is a contraction with direct operands; else
  * force what would make it one. Returns the number of nodes forced. */
 static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
@@ -172,7 +214,6 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     if (ld[0] < 0 || ld[1] < 0 || k->nstages > 0) return forced;
     sym_pool *sp = p->g->syms;
     sym_id base[2] = {unit_base(sp, p->lx[ld[0]].s, k->rvar), unit_base(sp, p->lx[ld[1]].s, k->rvar)};
-    if (base[0] == SYM_NONE || base[1] == SYM_NONE) return forced;
     /* B: the side that is not f32 if one is, else the one moving with the
      * last loop variable (stores along n are then contiguous), else the one
      * that has a loop variable of its own; B must have one (it gives n) */
@@ -187,7 +228,18 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     else bs = own1 ? 1 : 0;
     unsigned only_a = bs ? own0 : own1, only_b = bs ? own1 : own0;
     if (!only_b) return forced;
-    sym_id abase = base[1 - bs], bbase = base[bs];
+    sym_id abase = base[1 - bs], bbase = base[bs], kstride = SYM_NONE;
+    int nl = -1;
+    if (abase == SYM_NONE) return forced;
+    if (bbase == SYM_NONE) {
+        /* an f32 B strided along r and contiguous along its last own loop
+         * variable (kiln_matmul's (k, n) operand): the packed form only */
+        for (int d = k->ndim - 1; d >= 0 && nl < 0; d--)
+            if ((only_b >> d) & 1u) nl = d;
+        if (nl < 0 || (bs ? t1 : t0) != KILN_F32) return forced;
+        kstride = strided_base(sp, p->lx[ld[bs]].s, k->rvar, k->var[nl], &bbase);
+        if (kstride == SYM_NONE) return forced;
+    }
     /* n: the last loop variable only B's base uses; m: the last only A's
      * base uses (a variable the operand uses only inside a guard does not
      * count: a guarded operand is not a plain load, so there is none) */
@@ -199,16 +251,18 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
         else if (md < 0 && ua && !ub && ((only_a >> d) & 1u)) md = d;
     }
     if (nd < 0) return forced;
+    if (kstride != SYM_NONE && nd != nl) return forced; /* n must be the contiguous variable */
     sch_contract *c = kiln_xcalloc(1, sizeof *c);
     c->a_buf = p->lx[ld[1 - bs]].buf;
     c->b_buf = p->lx[ld[bs]].buf;
     c->a_base = abase;
     c->b_base = bbase;
+    c->b_kstride = kstride;
     c->mdim = md;
     c->ndim = nd;
     kiln_dtype bt = p->bufs[c->b_buf].dtype;
-    c->sched[0] = sch_contract_default(0, bt);
-    c->sched[1] = sch_contract_default(1, bt);
+    c->sched[0] = sch_contract_default_of(c, 0, bt);
+    c->sched[1] = sch_contract_default_of(c, 1, bt);
     /* the tuning key: what the kernel does, not its sizes — operand dtypes,
      * loop count and roles, whether sizes are symbolic */
     uint64_t h = 1469598103934665603ull;
@@ -217,6 +271,7 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     h = fnv_step(h, (uint64_t)(md + 1) << 8 | (uint64_t)nd);
     int64_t cv;
     h = fnv_step(h, (uint64_t)sym_is_const(sp, k->rdim, &cv));
+    if (kstride != SYM_NONE) h = fnv_step(h, 0x5354u); /* strided B: its own records */
     snprintf(c->key, sizeof c->key, "contract-%s-%016llx", kiln_dtype_name(bt), (unsigned long long)h);
     k->contract = c;
     return forced;

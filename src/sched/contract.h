@@ -17,6 +17,9 @@ int sch_contract_analyse(sch_program *p, uint8_t *force);
 
 /* the default schedule for small (decode) or large M */
 sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype);
+/* the same for contraction c: a packed schedule when its B is strided along
+ * K (c->b_kstride), which only the packed form reads */
+sch_contract_sched sch_contract_default_of(const sch_contract *c, int large_m, kiln_dtype b_dtype);
 
 /* B rows per work item for n rows and nbatch batch points on nthreads */
 int64_t sch_contract_chunk(const sch_contract_sched *s, int64_t n, int64_t nbatch, int nthreads);

@@ -132,15 +132,19 @@ typedef struct sch_contract_sched {
 } sch_contract_sched;
 
 /* A REDUCE kernel that is a contraction: out[..., m, ..., n, ...] = sum over r
- * of A[a_base + r] * B[b_base + r], A an f32 buffer, B a buffer of any float
- * or block dtype, where a_base depends on the m loop variable but not on n,
- * and b_base on n but not on m (every other loop variable is a batch loop).
+ * of A[a_base + r] * B[b_base + r] (or B[b_base + r * b_kstride], see
+ * below), A an f32 buffer, B a buffer of any float or block dtype, where
+ * a_base depends on the m loop variable but not on n, and b_base on n but
+ * not on m (every other loop variable is a batch loop).
  * Set by kernelize (contract.c); only the CPU backend uses it: other
  * backends emit the kernel's generic expression. */
 #define SCH_SMALL_M 4 /* sched[0] serves M <= SCH_SMALL_M (decode), sched[1] larger M */
 typedef struct sch_contract {
     int32_t a_buf, b_buf;
     sym_id a_base, b_base; /* the operands' offsets at r = 0 */
+    sym_id b_kstride;      /* SYM_NONE: B[b_base + r] (contiguous along r); else B is f32,
+                              B[b_base + r * b_kstride] and contiguous along n (b_base at
+                              n + 1 is b_base + 1): only the packed form takes it */
     int mdim, ndim;        /* domain positions of m (-1: none, M = 1) and n */
     sch_contract_sched sched[2];
     char key[32];          /* tuning key: hash of the kernel's shape-free structure */

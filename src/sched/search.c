@@ -5,8 +5,9 @@
  * mr*nr accumulators + 2*nr B registers + 2 A registers <= 32 (AVX-512 has
  * 32 vector registers; more spills), mr <= 8, nr <= 16; A rows per cache
  * block mc in {16, 64, 256}; B rows per work item nc in {auto, 4, 16, 64
- * tiles}; software prefetch of B 0, 8 or 16 chunks ahead; arithmetic f32 (int8 dot products are in the space's definition,
- * SCH_ARITH_I8, but have no micro-kernel yet, so they are not enumerated).
+ * tiles}; software prefetch of B 0, 8 or 16 chunks ahead; arithmetic f32,
+ * or int8 dot products for block-format B on a CPU with VNNI (an
+ * approximation: A is quantised per 32 elements, emit_contract_i8.c).
  * Tiles taller than M are skipped (they only compute padding).
  */
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "contract.h"
+#include "dtype.h"
 #include "search.h"
 
 int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, int cap) {
@@ -39,17 +41,69 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
                     int nc = ncs[d] * nr;
                     if (nc > 0 && nc >= sh->n && d > 1) continue;
                     for (size_t e = 0; e < sizeof pfs / sizeof *pfs; e++) {
-                        if (out && n < cap) {
-                            sch_contract_sched *s = &out[n];
-                            memset(s, 0, sizeof *s);
-                            s->mr = mr;
-                            s->nr = nr;
-                            s->mc = mc;
-                            s->nc = nc;
-                            s->pf = pfs[e];
-                            s->arith = SCH_ARITH_F32;
+                        for (int ar = 0; ar < 2; ar++) {
+                            /* int8: block formats on a CPU with VNNI, tiles of <= 4 x 8 */
+                            if (ar == 1 && !(sh->vnni && kiln_dtype_is_block(sh->b_dtype) && mr <= 4 && nr <= 8 &&
+                                             mr * nr <= 16))
+                                continue;
+                            if (out && n < cap) {
+                                sch_contract_sched *s = &out[n];
+                                memset(s, 0, sizeof *s);
+                                s->mr = mr;
+                                s->nr = nr;
+                                s->mc = mc;
+                                s->nc = nc;
+                                s->pf = pfs[e];
+                                s->arith = ar ? SCH_ARITH_I8 : SCH_ARITH_F32;
+                            }
+                            n++;
                         }
-                        n++;
+                    }
+                }
+            }
+        }
+    }
+    /* ---- the packed (outer-product) form, SCH_FORM_PACKED (emit_gemm.c) ----
+     * only for large M (B is dequantised once per item and K block and
+     * reused by all M rows; for decode the dot form reads B once anyway):
+     * strips nr in {16, 32, 48, 64} lanes, tiles mr with mr*(nr/16)
+     * accumulators + nr/16 B registers + 1 broadcast <= 32 zmm, K blocks kc
+     * in {all, 256, 512}, A blocks mc in {64, 256}, items nc in {auto, 4, 16
+     * strips}. Tiles taller than M are skipped. */
+    if (sh->m > SCH_SMALL_M) {
+        static const int pnrs[] = {16, 32, 48, 64};
+        static const int pmrs[] = {4, 6, 8, 10, 12, 14};
+        static const int pkcs[] = {0, 256, 512};
+        static const int pmcs[] = {64, 256};
+        static const int pncs[] = {0, 4, 16};
+        for (size_t b = 0; b < sizeof pnrs / sizeof *pnrs; b++) {
+            int nr = pnrs[b], nv = nr / 16;
+            for (size_t a = 0; a < sizeof pmrs / sizeof *pmrs; a++) {
+                int mr = pmrs[a];
+                if (mr * nv + nv + 1 > 32) continue;
+                if (a > 0 && mr > sh->m) continue;
+                for (size_t c = 0; c < sizeof pkcs / sizeof *pkcs; c++) {
+                    int kc = pkcs[c];
+                    if (kc > 0 && kc >= sh->k) continue; /* the same as all of K */
+                    for (size_t e = 0; e < sizeof pmcs / sizeof *pmcs; e++) {
+                        int mc = pmcs[e];
+                        if (e > 0 && pmcs[e - 1] >= sh->m) continue;
+                        for (size_t d = 0; d < sizeof pncs / sizeof *pncs; d++) {
+                            int nc = pncs[d] * nr;
+                            if (nc > 0 && nc >= sh->n && d > 1) continue;
+                            if (out && n < cap) {
+                                sch_contract_sched *s = &out[n];
+                                memset(s, 0, sizeof *s);
+                                s->mr = mr;
+                                s->nr = nr;
+                                s->mc = mc;
+                                s->nc = nc;
+                                s->kc = kc;
+                                s->arith = SCH_ARITH_F32;
+                                s->form = SCH_FORM_PACKED;
+                            }
+                            n++;
+                        }
                     }
                 }
             }

@@ -15,6 +15,7 @@ typedef struct sch_contract_shape {
     int64_t m, n, k, nbatch;
     kiln_dtype b_dtype;
     int nthreads;
+    int vnni; /* the CPU has int8 dot products: int8 arithmetic joins the space */
 } sch_contract_shape;
 
 /* the machine as the cost model sees it (from `kiln device` measurements or

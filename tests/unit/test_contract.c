@@ -19,6 +19,17 @@
 #include "kiln_compile.h"
 #include "quant.h"
 
+/* the CPU's flags, as the runtime reads them */
+static int rt_has_vnni(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[4096];
+    int yes = 0;
+    while (f && !yes && fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) yes = strstr(line, " avx512_vnni") != NULL;
+    if (f) fclose(f);
+    return yes;
+}
+
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double urand(void) {
     rng ^= rng << 13;
@@ -218,6 +229,81 @@ static void test_fused_operands(void) {
     CASE_END();
 }
 
+/* int8 arithmetic (an approximation): each output within the bound of A's
+ * rounding, sum over 32-blocks of (max|a| / 254) * sum |w|, plus f32 noise */
+static void test_int8(void) {
+    const kiln_dtype bt[5] = {KILN_Q8_0, KILN_Q4_0, KILN_Q5_0, KILN_Q4_K, KILN_Q6_K};
+    const int64_t ms[3] = {1, 3, 7};
+    for (int ti = 0; ti < 5; ti++) {
+        kiln_dtype t = bt[ti];
+        int64_t K = 512, N = 37;
+        char name[96], why[300] = "";
+        snprintf(name, sizeof name, "contract_int8_%s", kiln_dtype_name(t));
+        CASE_BEGIN(name);
+        setenv("KILN_CONTRACT_SCHED_SMALL", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", 1);
+        setenv("KILN_CONTRACT_SCHED_LARGE", "mr=2 nr=4 nc=0 mc=16 arith=i8", 1);
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 512");
+        kiln_tensor w = kiln_input(g, "w", t, "37, 512");
+        kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+        float *wf = rand_f32(N * K, -1, 1);
+        size_t wbytes;
+        void *wb = make_weights(t, wf, N * K, &wbytes);
+        kiln_bind_input(g, "w", wb, wbytes);
+        for (int mi = 0; mi < 3; mi++) {
+            int64_t M = ms[mi];
+            float *xb = rand_f32(M * K, -1, 1);
+            kiln_bind_dim(g, "m", M);
+            kiln_bind_input(g, "x", xb, (size_t)(M * K) * sizeof(float));
+            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+            float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
+            kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
+            kiln_status st;
+            kiln_program *p = kiln_compile(g, NULL, &st);
+            CHECK(p && kiln_run(p) == KILN_OK, "m=%lld: %s", (long long)M, kiln_graph_error(g));
+            if (p) {
+                char *text = kiln_program_kernels(p);
+                CHECK(strstr(text, "arith=i8 (approximate)") != NULL, "m=%lld: not an int8 schedule", (long long)M);
+                free(text);
+                kiln_read_output(g, "y", got, (size_t)(M * N) * sizeof *got);
+                double worst = 0;
+                for (int64_t m = 0; m < M && !why[0]; m++)
+                    for (int64_t n = 0; n < N; n++) {
+                        double bound = 1e-4 * (double)K;
+                        for (int64_t b = 0; b < K / 32; b++) {
+                            double amax = 0, wsum = 0;
+                            for (int64_t e = 0; e < 32; e++) {
+                                double a = fabs(xb[m * K + 32 * b + e]);
+                                amax = a > amax ? a : amax;
+                                wsum += fabs(wf[n * K + 32 * b + e]) * 1.1; /* dequantised |w| <= 1.1 |w| + step */
+                            }
+                            bound += amax / 254.0 * (wsum + 32 * 0.2);
+                        }
+                        double err = fabs(ref[m * N + n] - got[m * N + n]);
+                        if (err / bound > worst) worst = err / bound;
+                        if (err > bound)
+                            snprintf(why, sizeof why, "m=%lld n=%lld: reference %g, int8 %g, bound %g", (long long)m,
+                                     (long long)n, ref[m * N + n], got[m * N + n], bound);
+                    }
+                CHECK(!why[0], "%s", why);
+                /* and not exact: the int8 path really ran (an f32 result would be within 1e-5) */
+                CHECK(worst > 1e-4, "m=%lld: int8 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
+                      worst);
+            }
+            kiln_program_free(p);
+            free(ref);
+            free(got);
+            free(xb);
+        }
+        unsetenv("KILN_CONTRACT_SCHED_SMALL");
+        unsetenv("KILN_CONTRACT_SCHED_LARGE");
+        free(wf);
+        free(wb);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+}
+
 static void test_attention(void) {
     char why[300] = "";
     CASE_BEGIN("contract_attention_gqa");
@@ -247,5 +333,7 @@ int main(void) {
     test_batched();
     test_fused_operands();
     test_attention();
+    if (rt_has_vnni()) test_int8();
+    else printf("# int8 contractions not tested: this CPU has no AVX512-VNNI\n");
     return check_exit();
 }

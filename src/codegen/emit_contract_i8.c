@@ -1,0 +1,187 @@
+/* emit_contract_i8.c — the int8 arithmetic of the dot-form contraction
+ * micro-kernel (SCH_ARITH_I8): an approximation, like llama.cpp's default.
+ *
+ * Each work item first quantises the rows of A it needs, per 32-element
+ * block: sa = max|a| / 127, qa = round(a / sa) as int8, and the block's
+ * sums of qa per group of 4 (eight int32 lanes, for the weights' zero
+ * points) and in total (for q4_k's minimums). A block of B becomes 32 int8
+ * or uint8 weights plus per-lane f32 scales (kci_<dtype>), and the block's
+ * product is one vpdpbusd (uint8 x int8, groups of 4 summed into 8 int32
+ * lanes):
+ *   - unsigned weights q in [0, 2^b) with zero point o (q4_0: 8, q5_0: 16,
+ *     q6_k: 32, q4_k: 0): dpbusd(q, qa) - o * lane_sums(qa);
+ *   - signed weights (q8_0): dpbusd(|w|, sign(qa, w)) (the sign moved onto
+ *     A, so the unsigned operand is |w|);
+ * then converted to f32 and multiplied by the lane scales (d, or d*sc per
+ * 16 elements for q6_k) times sa; q4_k subtracts dmin*m * sa * sum(qa).
+ *
+ * Error: A's rounding, at most sa/2 per element, so |y - y_exact| <=
+ * sum over blocks of (sa/2) * sum|w| — the tests and the search's check use
+ * that bound. Only block formats, K a multiple of 32, rows block-aligned
+ * (else the kernel falls back to the scalar f32 path).
+ */
+#include <string.h>
+
+#include "dtype.h"
+#include "emit_contract_i8.h"
+
+#define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
+
+int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
+    switch (t) {
+    case KILN_Q8_0:
+    case KILN_Q4_0:
+    case KILN_Q5_0:
+    case KILN_Q4_K:
+    case KILN_Q6_K: break;
+    default: return 0;
+    }
+    return sc->form == SCH_FORM_DOT && sc->mr >= 1 && sc->mr <= 4 && sc->nr >= 1 && sc->nr <= 8 &&
+           sc->mr * sc->nr <= 16 && sc->pf >= 0 && sc->pf <= 64;
+}
+
+static const char *i8_prelude =
+    "/* int8 contraction helpers (emit_contract_i8.c) */\n"
+    "#define KVNNI __attribute__((target(\"avx512vnni\")))\n"
+    "static KVNNI __attribute__((unused)) void kcq_row(const float *a, int64_t K, int8_t *qa, float *sa, __m256i *l8, int32_t *sum) {\n"
+    "  const __m256i one = _mm256_set1_epi8(1);\n"
+    "  for (int64_t c = 0; c < K / 32; c++) {\n"
+    "    const __m512 x0 = _mm512_loadu_ps(a + 32 * c), x1 = _mm512_loadu_ps(a + 32 * c + 16);\n"
+    "    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));\n"
+    "    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;\n"
+    "    const __m512 vid = _mm512_set1_ps(id);\n"
+    "    const __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)));\n"
+    "    const __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, vid)));\n"
+    "    const __m256i q = _mm256_set_m128i(q1, q0);\n"
+    "    _mm256_storeu_si256((__m256i *)(qa + 32 * c), q);\n"
+    "    sa[c] = d;\n"
+    "    const __m256i ls = _mm256_dpbusd_epi32(_mm256_setzero_si256(), one, q);\n"
+    "    _mm256_storeu_si256(&l8[c], ls);\n"
+    "    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(ls), _mm256_extracti128_si256(ls, 1));\n"
+    "    const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));\n"
+    "    sum[c] = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xb1)));\n"
+    "  }\n"
+    "}\n"
+    "KI float kci_h(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }\n"
+    /* each: weights of chunk c as bytes, lane scales, zero point shift (log2), min term */
+    "KI void kci_q8_0(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
+    "  const uint8_t *b = (const uint8_t *)row + 34 * c;\n"
+    "  *w = _mm256_loadu_si256((const __m256i *)(b + 2)); *ws = _mm256_set1_ps(kci_h(b)); *wm = 0.0f; }\n"
+    "KI void kci_q4_0(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
+    "  const uint8_t *b = (const uint8_t *)row + 18 * c; const __m128i m4 = _mm_set1_epi8(15);\n"
+    "  const __m128i q = _mm_loadu_si128((const __m128i *)(b + 2));\n"
+    "  *w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));\n"
+    "  *ws = _mm256_set1_ps(kci_h(b)); *wm = 0.0f; }\n"
+    "KI void kci_q5_0(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
+    "  const uint8_t *b = (const uint8_t *)row + 22 * c; const __m128i m4 = _mm_set1_epi8(15);\n"
+    "  uint32_t qh; memcpy(&qh, b + 2, 4);\n"
+    "  const __m128i q = _mm_loadu_si128((const __m128i *)(b + 6));\n"
+    "  const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));\n"
+    "  const __m256i hb = _mm256_and_si256(_mm256_movm_epi8((__mmask32)qh), _mm256_set1_epi8(16));\n"
+    "  *w = _mm256_or_si256(nib, hb); *ws = _mm256_set1_ps(kci_h(b)); *wm = 0.0f; }\n"
+    "KI void kci_q4_k(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
+    "  const uint8_t *k = (const uint8_t *)row + 144 * (c / 8); const int sb = (int)(c % 8);\n"
+    "  const uint8_t *s = k + 4; int sc, m;\n"
+    "  if (sb < 4) { sc = s[sb] & 63; m = s[sb + 4] & 63; }\n"
+    "  else { sc = (s[sb + 4] & 0x0f) | ((s[sb - 4] >> 6) << 4); m = (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4); }\n"
+    "  __m256i q = _mm256_loadu_si256((const __m256i *)(k + 16 + 32 * (sb / 2)));\n"
+    "  if (sb & 1) q = _mm256_srli_epi16(q, 4);\n"
+    "  *w = _mm256_and_si256(q, _mm256_set1_epi8(15));\n"
+    "  *ws = _mm256_set1_ps(kci_h(k) * (float)sc); *wm = kci_h(k + 2) * (float)m; }\n"
+    "KI void kci_q6_k(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
+    "  const uint8_t *k = (const uint8_t *)row + 210 * (c / 8); const int ch = (int)(c % 8), h = ch / 4, t = ch % 4;\n"
+    "  const float d = kci_h(k + 208); const int8_t *sc = (const int8_t *)(k + 192) + 2 * ch;\n"
+    "  __m256i lo = _mm256_loadu_si256((const __m256i *)(k + 64 * h + 32 * (t & 1)));\n"
+    "  const __m256i hb = _mm256_loadu_si256((const __m256i *)(k + 128 + 32 * h));\n"
+    "  if (t >= 2) lo = _mm256_srli_epi16(lo, 4);\n"
+    "  lo = _mm256_and_si256(lo, _mm256_set1_epi8(15));\n"
+    "  const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * t)), _mm256_set1_epi8(3));\n"
+    "  *w = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));\n"
+    "  *ws = _mm256_set_m128(_mm_set1_ps(d * (float)sc[1]), _mm_set1_ps(d * (float)sc[0])); *wm = 0.0f; }\n";
+
+/* zero point of the unsigned weights as a shift (8 = 1 << 3), -1: signed */
+static int zero_shift(kiln_dtype t) {
+    switch (t) {
+    case KILN_Q4_0: return 3;
+    case KILN_Q5_0: return 4;
+    case KILN_Q6_K: return 5;
+    case KILN_Q4_K: return 0; /* no zero point: the minimum term instead */
+    default: return -1;       /* q8_0: signed */
+    }
+}
+
+static const char *tag(kiln_dtype t) {
+    switch (t) {
+    case KILN_Q8_0: return "q8_0";
+    case KILN_Q4_0: return "q4_0";
+    case KILN_Q5_0: return "q5_0";
+    case KILN_Q4_K: return "q4_k";
+    case KILN_Q6_K: return "q6_k";
+    default: return "?";
+    }
+}
+
+static int bytes_per_32(kiln_dtype t) {
+    switch (t) {
+    case KILN_Q8_0: return 34;
+    case KILN_Q4_0: return 18;
+    case KILN_Q5_0: return 22;
+    case KILN_Q4_K: return 18;
+    case KILN_Q6_K: return 26;
+    default: return 32;
+    }
+}
+
+void cg_emit_i8_prelude(char **s, size_t *len, size_t *cap) { OUT("%s\n", i8_prelude); }
+
+void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
+    snprintf(buf, bufcap, "kci8_%s_%dx%d_p%d", tag(t), sc->mr, sc->nr, sc->pf);
+}
+
+/* kci8_<dt>_<mr>x<nr>_p<pf>(qa rows, their scales, lane sums and sums, B
+ * rows, chunks, results [mr][nr]) */
+void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap) {
+    int mr = sc->mr, nr = sc->nr, zs = zero_shift(t);
+    char name[64];
+    cg_i8_tile_name(t, sc, name, sizeof name);
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
+        "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
+        name);
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("  __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j);
+    OUT("  for (int64_t c = 0; c < nch; c++) {\n");
+    for (int j = 0; j < nr && sc->pf > 0; j++)
+        OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n", j, sc->pf, bytes_per_32(t));
+    for (int j = 0; j < nr; j++) {
+        OUT("    __m256i w%d; __m256 s%d; float n%d; kci_%s(w[%d], c, &w%d, &s%d, &n%d);\n", j, j, j, tag(t), j, j, j, j);
+        if (zs < 0) OUT("    const __m256i a%d = _mm256_abs_epi8(w%d);\n", j, j);
+    }
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m256i x = _mm256_loadu_si256((const __m256i *)(qa[%d] + 32 * c)); const float xs = sa[%d][c];\n",
+            i, i);
+        if (zs > 0) OUT("      const __m256i z = _mm256_slli_epi32(_mm256_loadu_si256(&l8[%d][c]), %d);\n", i, zs);
+        for (int j = 0; j < nr; j++) {
+            if (zs < 0)
+                OUT("      const __m256i p%d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), a%d, _mm256_sign_epi8(x, w%d));\n",
+                    j, j, j);
+            else if (zs > 0)
+                OUT("      const __m256i p%d = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x), z);\n", j,
+                    j);
+            else OUT("      const __m256i p%d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x);\n", j, j);
+            OUT("      c%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p%d), _mm256_mul_ps(s%d, _mm256_set1_ps(xs)), c%d_%d);\n", i,
+                j, j, j, i, j);
+            if (t == KILN_Q4_K) OUT("      m%d_%d += n%d * xs * (float)qsum[%d][c];\n", i, j, j, i);
+        }
+        OUT("    }\n");
+    }
+    OUT("  }\n");
+    OUT("  (void)l8; (void)qsum;\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            OUT("  { const __m128 h = _mm_add_ps(_mm256_castps256_ps128(c%d_%d), _mm256_extractf128_ps(c%d_%d, 1));\n", i, j, i,
+                j);
+            OUT("    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));\n");
+            OUT("    res[%d] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) - m%d_%d; }\n", i * nr + j, i, j);
+        }
+    OUT("}\n\n");
+}

@@ -1,0 +1,20 @@
+/* emit_contract_i8.h — int8 arithmetic for the dot-form contraction
+ * micro-kernel (emit_contract_i8.c), used by emit_contract.c. */
+#ifndef KILN_CODEGEN_EMIT_CONTRACT_I8_H
+#define KILN_CODEGEN_EMIT_CONTRACT_I8_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "emit_c.h"
+
+/* 1 when schedule sc (arith i8) can be emitted for B dtype t (the CPU must
+ * have AVX512-VNNI: the caller checks) */
+int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc);
+/* the A quantiser and the B unpackers, once per translation unit */
+void cg_emit_i8_prelude(char **s, size_t *len, size_t *cap);
+/* the tile function for (t, sc) and its name */
+void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap);
+void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap);
+
+#endif
