@@ -1092,7 +1092,7 @@ static int cmd_bench(int argc, char **argv) {
                 if (profile && model_program(m)) {
                     double bw = 0, fma = 0;
                     kiln_device_peaks((int)ths[ti], &bw, &fma, NULL);
-                    char *rep = kiln_program_profile(model_program(m), bw, fma, 20);
+                    char *rep = kiln_program_profile(model_program(m), bw, fma, getenv("KILN_PROFILE_ROWS") ? atoi(getenv("KILN_PROFILE_ROWS")) : 20);
                     FILE *o = json ? stderr : stdout;
                     fprintf(o, "\nprofile of %s%d at %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f GFLOP/s); "
                                "per run = per %s:\n%s\n",

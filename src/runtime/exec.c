@@ -637,7 +637,10 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     job.values = p->values;
     job.out_bytes = p->bytes[K->out_buf];
     job.seed = p->has_seed[k * 2 + bucket] ? &p->seeds[k * 2 + bucket] : NULL;
-    job.budget_s = left;
+    /* one kernel shape may take an eighth of the whole budget (at least 2 s):
+     * a model has a handful of distinct shapes, each worth searching */
+    double share = p->search_budget / 8 > 2.0 ? p->search_budget / 8 : 2.0;
+    job.budget_s = left < share ? left : share;
     job.inject_wrong = p->inject_wrong;
     rt_tune_result res;
     char err[1024];

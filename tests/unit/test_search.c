@@ -172,6 +172,28 @@ static void test_wrong_candidate_rejected(void) {
     CASE_END();
 }
 
+/* a contraction too large for the generic reference (over 6.7e7 multiply-
+ * adds): candidates are checked against the sampled host reference, which
+ * must also catch a wrong one */
+static void test_sampled_reference(void) {
+    char why[300] = "";
+    CASE_BEGIN("search_sampled_reference_rejects_wrong_candidate");
+    unlink(db_path);
+    setenv("KILN_TUNE_INJECT_WRONG", "1", 1);
+    layer L = make_layer(160, 512, 1024, 4); /* 8.4e7 multiply-adds */
+    int meas = tuned_run(&L, 6, 160 * 512, why, sizeof why);
+    unsetenv("KILN_TUNE_INJECT_WRONG");
+    CHECK(meas > 0, "%s", why);
+    int n = 0, damaged = 0;
+    sch_tune_record *r = sch_tunedb_load(&n, &damaged);
+    int rejected = 0;
+    for (int i = 0; i < n; i++) rejected += r[i].rejected;
+    CHECK(n >= 1 && rejected >= 1, "%d records, %d rejected", n, rejected);
+    free(r);
+    free_layer(&L);
+    CASE_END();
+}
+
 static void test_corrupt_db(void) {
     char why[300] = "";
     CASE_BEGIN("search_survives_corrupt_db");
@@ -245,6 +267,7 @@ int main(void) {
     test_space_and_model();
     test_search_and_reuse();
     test_wrong_candidate_rejected();
+    test_sampled_reference();
     test_corrupt_db();
     test_concurrent_tuners();
     unlink(db_path);
