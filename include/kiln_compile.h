@@ -67,6 +67,11 @@ int kiln_program_kernel_count(const kiln_program *p);
 /* schedule candidates this program has measured so far (0 when every
  * schedule came from the tuning DB or no search was asked for) */
 int kiln_program_measurements(const kiln_program *p);
+/* each distinct contraction (key, shape bucket) of the program and the size
+ * of its schedule space (malloc'd text) */
+char *kiln_program_space_report(const kiln_program *p);
+/* the schedule space's axes and sizes at example shapes (malloc'd text) */
+char *kiln_schedule_space(void);
 /* bytes of the intermediate arena planned for the last run (0 before one) */
 size_t kiln_program_arena_bytes(const kiln_program *p);
 

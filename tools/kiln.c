@@ -1135,7 +1135,7 @@ static int cmd_bench(int argc, char **argv) {
 static void tune_help(void) {
     printf("usage: kiln tune [--show [--json]] [--export FILE | --import FILE]\n"
            "       kiln tune -m MODEL.gguf [--budget SECONDS] [-t N] [--json]\n"
-           "       kiln tune --space\n"
+           "       kiln tune --space [-m MODEL.gguf [-t N]]\n"
            "the tuning DB: the winning schedule of every searched kernel, per hardware\n"
            "fingerprint ($KILN_TUNEDB, else $XDG_CACHE_HOME/kiln/tune.db, else\n"
            "~/.cache/kiln/tune.db). With no options, --show.\n"
@@ -1149,7 +1149,7 @@ static void tune_help(void) {
            "  -m, --model FILE        compile the GGUF model with a schedule search, then show\n"
            "  --budget SECONDS        the search's time budget (suffix s, m or h; default 60s)\n"
            "  -t, --threads N         threads the kernels are tuned for (default: online cores)\n"
-           "  --space                 the schedule space of each kernel kind\n");
+           "  --space                 the schedule space: its axes, and with -m each contraction's size\n");
 }
 
 /* "60", "60s", "1.5m", "2h": seconds in [0, 1e7]; 0 on success */
@@ -1379,14 +1379,25 @@ static int cmd_tune(int argc, char **argv) {
 #undef IS
     }
     if (space) {
-        if (show || json || model_path || export_path || import_path || budget_set || threads_set)
-            return cmd_usage_error("tune", "--space goes alone");
-        /* TODO(search): when the search module provides `char *sch_space_report(void)`
-         * (malloc'd text), replace the two lines below with
-         *     return put_text("tune", "schedule space", sch_space_report());
-         */
-        fprintf(stderr, "kiln tune --space: not available yet\n");
-        return 2;
+        if (show || json || export_path || import_path || budget_set)
+            return cmd_usage_error("tune", "--space goes alone or with -m MODEL.gguf [-t N]");
+        int rc = put_text("tune", "schedule space", kiln_schedule_space());
+        if (rc || !model_path) return rc;
+        model_options o = model_default_options();
+        o.gguf_flags = (unsigned)GGUF_OPEN_READ;
+        o.compiled = 1;
+        o.threads = (int)threads;
+        model *m = NULL;
+        char lerr[1024];
+        kiln_status ls = model_load_ex(model_path, &o, &m, lerr, sizeof lerr);
+        if (ls != KILN_OK) {
+            fprintf(stderr, "kiln tune: %s: %s\n", model_path, lerr[0] ? lerr : kiln_status_name(ls));
+            return 1;
+        }
+        printf("%s (%d threads):\n", model_path, (int)threads);
+        rc = put_text("tune", "schedule space", kiln_program_space_report(model_program(m)));
+        model_free(m);
+        return rc;
     }
     if (export_path && import_path) return cmd_usage_error("tune", "give --export or --import, not both");
     if ((budget_set || threads_set) && !model_path)

@@ -505,6 +505,41 @@ char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflo
 
 /* ---- schedule search ----------------------------------------------------- */
 
+static int contract_shape(const kiln_program *p, int32_t k, const int64_t *values, int bucket,
+                          sch_contract_shape *sh);
+
+char *kiln_program_space_report(const kiln_program *p) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (!p || p->gpu) return kiln_xstrdup("");
+    char *seen = kiln_xstrdup("\n");
+    int64_t total = 0;
+    int kinds = 0;
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        const sch_kernel *K = &p->sp.kernels[k];
+        if (!cg_contract_emittable(&p->sp, K, p->isa)) continue;
+        for (int b = 0; b < 2; b++) {
+            sch_contract_shape sh;
+            if (K->contract->mdim < 0 && b == 1) continue;
+            if (!contract_shape(p, k, NULL, b, &sh)) continue;
+            char bucket[96], line[256];
+            sch_bucket_text(&sh, bucket, sizeof bucket);
+            snprintf(line, sizeof line, "\n%s %s\n", K->contract->key, bucket);
+            if (strstr(seen, line)) continue;
+            size_t sl = strlen(seen);
+            seen = kiln_xrealloc(seen, sl + strlen(line) + 1);
+            memcpy(seen + sl, line + 1, strlen(line));
+            int n = sch_space_contract(&sh, NULL, 0);
+            total += n;
+            kinds++;
+            sch_appendf(&buf, &len, &cap, "  kernel %4d  %-34s %-32s %6d schedules\n", (int)k, K->contract->key, bucket, n);
+        }
+    }
+    sch_appendf(&buf, &len, &cap, "%d distinct contraction shapes, %lld schedules in all\n", kinds, (long long)total);
+    free(seen);
+    return buf;
+}
+
 /* the contraction's sizes: with values (a run) or, without, only when they
  * are constants (m is then the bucket's representative, 1 or 64) */
 static int contract_shape(const kiln_program *p, int32_t k, const int64_t *values, int bucket,
@@ -969,3 +1004,5 @@ static kiln_status run_work(kiln_program *p) {
     g->error[0] = 0;
     return KILN_OK;
 }
+
+char *kiln_schedule_space(void) { return sch_space_describe(); }

@@ -174,3 +174,33 @@ void sch_bucket_text(const sch_contract_shape *sh, char *buf, size_t cap) {
     snprintf(buf, cap, "m%s%d,n=%lld,k=%lld,b=%lld,t=%d", sh->m <= SCH_SMALL_M ? "<=" : ">", SCH_SMALL_M,
              (long long)sh->n, (long long)sh->k, (long long)sh->nbatch, sh->nthreads);
 }
+
+char *sch_space_describe(void) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    sch_appendf(&buf, &len, &cap,
+                "contractions (every matmul, matrix-vector and batched product), per kernel and M bucket "
+                "(M <= %d decode, larger prefill):\n"
+                "  dot form     mr in {1,2,3,4,6,8} x nr in {1,2,4,6,8,12,16} register tiles that fit 32 vector "
+                "registers;\n"
+                "               mc in {16,64,256} rows of A per block; nc in {auto, 4, 16, 64} tiles of B per work "
+                "item;\n"
+                "               B prefetched 0, 8 or 16 chunks ahead; arithmetic f32, or int8 (VNNI, block formats, "
+                "approximate)\n"
+                "  packed form  (large M) B dequantised into packed panels, mr x nr outer-product tiles, kc K per "
+                "panel\n"
+                "other kernels use one generic loop-nest schedule (not searched yet)\n"
+                "space sizes at example shapes (a CPU with VNNI):\n",
+                SCH_SMALL_M);
+    static const struct {
+        int64_t m, n, k;
+        kiln_dtype t;
+    } ex[] = {{1, 2048, 2048, KILN_Q4_K}, {512, 2048, 2048, KILN_Q4_K}, {1, 4096, 4096, KILN_F32},
+              {512, 4096, 4096, KILN_F32}};
+    for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
+        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1};
+        sch_appendf(&buf, &len, &cap, "  m=%-4lld n=%-5lld k=%-5lld B %-5s %6d schedules\n", (long long)sh.m,
+                    (long long)sh.n, (long long)sh.k, kiln_dtype_name(sh.b_dtype), sch_space_contract(&sh, NULL, 0));
+    }
+    return buf;
+}

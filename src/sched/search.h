@@ -50,4 +50,7 @@ int sch_sched_simpler(const sch_contract_sched *a, const sch_contract_sched *b);
 /* the shape bucket text of a tuning record: "m<=4,n=640,k=2048,t=1" */
 void sch_bucket_text(const sch_contract_shape *sh, char *buf, size_t cap);
 
+/* the space's axes and its size at a few example shapes (malloc'd text) */
+char *sch_space_describe(void);
+
 #endif

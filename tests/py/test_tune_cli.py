@@ -19,8 +19,7 @@ What is checked:
     stderr naming the file and the first damaged line, and still shows the
     good records;
   - bad flags and flag combinations exit 2 with one line on stderr; a missing
-    import file or model exits 1; --space is not wired yet (exit 2) or, once
-    it is, prints a report;
+    import file or model exits 1; --space prints the schedule space (exit 0);
   - -m on a tiny random model with --budget 0 compiles and shows the table.
 """
 import json
@@ -279,7 +278,7 @@ def case_bad_flags():
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "kiln tune" in lines[0], (args, err)
     rc, out, err = kiln(["--space"], db)
-    assert (rc == 2 and "not available" in err) or (rc == 0 and out.strip()), (rc, out, err)
+    assert rc == 0 and "dot form" in out and "schedules" in out, (rc, out, err)
     rc, out, err = kiln(["-m", os.path.join(TMP, "missing.gguf"), "--budget", "1"], db)
     assert rc == 1 and "missing.gguf" in err, (rc, err)
     rc, out, err = kiln(["--help"], db)
@@ -298,7 +297,7 @@ def case_tune_model():
     assert rc == 0, (rc, err)
     recs = json.loads(out)
     assert len(recs) >= 1, (out, err)  # the tiny model's projections were searched
-    assert all(r["tried"] >= 2 and r["best_s"] > 0 for r in recs), recs
+    assert all(r["tried"] >= 1 and r["best_s"] > 0 for r in recs), recs  # a spent budget may stop at the default
 
 
 suite.case("show_empty_db", case_show_empty)
