@@ -221,16 +221,18 @@ static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *le
     OUT("}\n\n");
 }
 
-static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap);
-static _Thread_local int i8_prelude_done; /* per translation unit: reset by the callers */
+/* i8_done: whether this translation unit has the int8 helpers already */
+static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
+                             size_t *cap);
 
 void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
     OUT("%s\n", contract_prelude);
-    i8_prelude_done = 0;
-    emit_dtype_tiles(t, scheds, n, s, len, cap);
+    int i8_done = 0;
+    emit_dtype_tiles(t, scheds, n, &i8_done, s, len, cap);
 }
 
-static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
+static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
+                             size_t *cap) {
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
         if (sc->form != SCH_FORM_DOT) continue;
@@ -241,8 +243,8 @@ static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
                 dup = scheds[j].arith == SCH_ARITH_I8 && scheds[j].form == SCH_FORM_DOT && scheds[j].mr == sc->mr &&
                       scheds[j].nr == sc->nr && scheds[j].pf == sc->pf;
             if (dup) continue;
-            if (!i8_prelude_done) cg_emit_i8_prelude(s, len, cap);
-            i8_prelude_done = 1;
+            if (!*i8_done) cg_emit_i8_prelude(s, len, cap);
+            *i8_done = 1;
             cg_emit_i8_tile(t, sc, s, len, cap);
             continue;
         }
@@ -263,7 +265,7 @@ void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t
     /* the dequantisers once, then the tile functions per B dtype */
     sch_contract_sched *all = kiln_xmalloc(((size_t)p->nkernels * 2 + 1) * sizeof *all);
     int first = 1;
-    i8_prelude_done = 0;
+    int i8_done = 0;
     for (int t = 0; t < KILN_DTYPE_COUNT; t++) {
         int n = 0;
         for (int32_t k = 0; k < p->nkernels; k++) {
@@ -275,7 +277,7 @@ void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t
         if (n == 0) continue;
         if (first) OUT("%s\n", contract_prelude);
         first = 0;
-        emit_dtype_tiles((kiln_dtype)t, all, n, s, len, cap);
+        emit_dtype_tiles((kiln_dtype)t, all, n, &i8_done, s, len, cap);
     }
     free(all);
 }
