@@ -1,29 +1,276 @@
-/* emit_gemm.c — the packed (outer-product) contraction form. Not written
- * yet: no schedule of this form is emittable, so the search never proposes
- * one and the dot form serves every contraction. */
+/* emit_gemm.c — the packed (outer-product) contraction form, SCH_FORM_PACKED.
+ *
+ * For one work item (B rows, i.e. output columns, [n0, n1)) and all M rows of
+ * A, the emitted loops are:
+ *
+ *   for each K block [k0, k0 + kl) of kc (kc = 0: all of K):
+ *     pack: B's columns n0..n1 for k in the block, dequantised once to f32,
+ *           into Bp laid out [strip][k][nr] (strips of nr columns; the last
+ *           strip repeats column n1-1 as padding, never stored)
+ *     for each block of mc rows of A, each nr-wide strip, each mr-row tile:
+ *       kgp_<dt>_<mr>x<nr>: acc[mr][nr/16] zmm += broadcast(A[m][k]) * Bp[k][strip]
+ *       over the block, then stored to out (first K block) or added (later ones)
+ *
+ * so B is dequantised once per item and K block (not once per mr rows of A as
+ * in the dot form) and the inner loop is pure broadcast + FMA. A is read in
+ * place through row pointers (A is contiguous along K by the contraction's
+ * contract); tiles past M repeat row M-1 and the repeated rows are not stored.
+ *
+ * B is either contiguous along K (the annotation's b_base + r: every dtype;
+ * a 32-element chunk is dequantised by the dot form's kcv_<dt> and scattered
+ * into its column of the strip) or, f32 only, strided along K and contiguous
+ * along N (b_kstride != SYM_NONE: B[b_base + r*kstride], kiln_matmul's (k, n)
+ * operand): the pack is then a masked row copy.
+ *
+ * Output: out[store_off] is row-major over the kernel's domain, so it is
+ * affine in n; when its stride along n is 1 the micro-kernel stores straight
+ * into out with masked stores for the last strip; otherwise the tile goes to
+ * a stack buffer and is scattered element by element.
+ *
+ * Invariants: Bp is 64-byte aligned (aligned loads), nr is a multiple of 16,
+ * mr*(nr/16) + nr/16 + 1 <= 32 zmm registers, kc a multiple of 32 (K blocks
+ * start on a block-format chunk); nothing is written outside [0, M) x [n0, n1);
+ * the buffer is freed before the item ends (allocation failure: the kernel
+ * returns 1).
+ *
+ * Numerics: each output is a K-term f32 sum of exact products (f32 lanes,
+ * K blocks added in order), the same contract as the dot form.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "contract.h"
 #include "emit_gemm.h"
 
+#define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
+
+#define PK_MAX_MR 14
+
+static const char *pk_tag(kiln_dtype t) {
+    switch (t) {
+    case KILN_F32: return "f32";
+    case KILN_F16: return "f16";
+    case KILN_BF16: return "bf16";
+    case KILN_Q8_0: return "q8_0";
+    case KILN_Q4_0: return "q4_0";
+    case KILN_Q5_0: return "q5_0";
+    case KILN_Q4_K: return "q4_k";
+    case KILN_Q6_K: return "q6_k";
+    default: return NULL;
+    }
+}
+
+/* elements and bytes per block (1 and the element size for float formats) */
+static void pk_block(kiln_dtype t, int *elems, int *bytes) {
+    switch (t) {
+    case KILN_F16:
+    case KILN_BF16: *elems = 1; *bytes = 2; return;
+    case KILN_Q8_0: *elems = 32; *bytes = 34; return;
+    case KILN_Q4_0: *elems = 32; *bytes = 18; return;
+    case KILN_Q5_0: *elems = 32; *bytes = 22; return;
+    case KILN_Q4_K: *elems = 256; *bytes = 144; return;
+    case KILN_Q6_K: *elems = 256; *bytes = 210; return;
+    default: *elems = 1; *bytes = 4; return;
+    }
+}
+
 int cg_packed_ok(kiln_dtype t, const sch_contract_sched *s) {
-    (void)t;
-    (void)s;
-    return 0;
+    if (!pk_tag(t) || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_F32) return 0;
+    if (s->nr != 16 && s->nr != 32 && s->nr != 48 && s->nr != 64) return 0;
+    int nv = s->nr / 16;
+    if (s->mr < 1 || s->mr > PK_MAX_MR || s->mr * nv + nv + 1 > 32) return 0;
+    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
+    return s->mc >= 1 && s->nc >= 0;
+}
+
+/* kgp_<dt>_<mr>x<nr>(a rows, packed strip, K block length, out rows, valid
+ * rows, valid columns, add to out instead of storing) */
+static void emit_micro(const char *tag, int mr, int nr, char **s, size_t *len, size_t *cap) {
+    int nv = nr / 16;
+    OUT("static __attribute__((unused, noinline)) void kgp_%s_%dx%d(const float *const *a, const float *restrict bp,"
+        " int64_t kl, float *const *c, int rows, int cols, int acc) {\n",
+        tag, mr, nr);
+    for (int i = 0; i < mr; i++) {
+        OUT("  const float *restrict a%d = a[%d];\n", i, i);
+        for (int j = 0; j < nv; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
+    }
+    OUT("  for (int64_t k = 0; k < kl; k++) {\n");
+    OUT("    const float *b = bp + k * %d;\n", nr);
+    for (int j = 0; j < nv; j++) OUT("    const __m512 b%d = _mm512_load_ps(b + %d);\n", j, 16 * j);
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m512 x = _mm512_set1_ps(a%d[k]);", i);
+        for (int j = 0; j < nv; j++) OUT(" c%d_%d = _mm512_fmadd_ps(x, b%d, c%d_%d);", i, j, j, i, j);
+        OUT(" }\n");
+    }
+    OUT("  }\n");
+    for (int j = 0; j < nv; j++)
+        OUT("  const __mmask16 q%d = (__mmask16)(cols >= %d ? 0xffffu : cols <= %d ? 0u : (1u << (unsigned)(cols - %d)) - 1u);\n",
+            j, 16 * (j + 1), 16 * j, 16 * j);
+    for (int i = 0; i < mr; i++) {
+        OUT("  if (rows > %d) { float *o = c[%d];\n", i, i);
+        for (int j = 0; j < nv; j++)
+            OUT("    _mm512_mask_storeu_ps(o + %d, q%d, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(q%d, o + %d), c%d_%d) : c%d_%d);\n",
+                16 * j, j, j, 16 * j, i, j, i, j);
+        OUT("  }\n");
+    }
+    OUT("}\n\n");
+}
+
+/* kpk_<dt>(W, per-column element offsets at r = 0, strip width, k0, kl, all
+ * offsets chunk-aligned, Bp strip): Bp[k * nr + j] = B(column j, k0 + k) */
+static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
+    const char *tag = pk_tag(t);
+    int be, bb;
+    pk_block(t, &be, &bb);
+    OUT("static __attribute__((unused)) void kpk_%s(const void *W, const int64_t *wo, int nr, int64_t k0, int64_t kl,"
+        " int fast, float *restrict bp) {\n",
+        tag);
+    OUT("  float tmp[32] __attribute__((aligned(64)));\n");
+    OUT("  for (int j = 0; j < nr; j++) {\n");
+    OUT("    const int64_t o = wo[j];\n");
+    OUT("    int64_t k = 0;\n");
+    OUT("    if (fast) {\n");
+    OUT("      const void *row = (const char *)W + (o / %d) * %d;\n", be, bb);
+    OUT("      for (; k + 32 <= kl; k += 32) {\n");
+    OUT("        __m512 lo, hi; kcv_%s(row, (k0 + k) / 32, &lo, &hi);\n", tag);
+    OUT("        _mm512_store_ps(tmp, lo); _mm512_store_ps(tmp + 16, hi);\n");
+    OUT("        float *d = bp + k * nr + j;\n");
+    OUT("        for (int e = 0; e < 32; e++) d[e * nr] = tmp[e];\n");
+    OUT("      }\n");
+    OUT("    }\n");
+    OUT("    for (; k < kl; k++) bp[k * nr + j] = ");
+    switch (t) {
+    case KILN_F32: OUT("((const float *)W)[o + k0 + k];\n"); break;
+    case KILN_F16: OUT("kh2f(((const uint16_t *)W)[o + k0 + k]);\n"); break;
+    case KILN_BF16: OUT("kbf2f(((const uint16_t *)W)[o + k0 + k]);\n"); break;
+    default: OUT("kdq_%s((const uint8_t *)W, o + k0 + k);\n", tag); break;
+    }
+    OUT("  }\n}\n\n");
+}
+
+/* kps_f32(W, offset of the strip's first column at r = 0, K stride, valid
+ * columns, strip width, k0, kl, Bp strip): B contiguous along n; columns
+ * past `cols` are zero */
+static void emit_pack_strided(char **s, size_t *len, size_t *cap) {
+    OUT("static __attribute__((unused)) void kps_f32(const float *W, int64_t bo, int64_t ks, int cols, int nr,"
+        " int64_t k0, int64_t kl, float *restrict bp) {\n");
+    OUT("  for (int j = 0; j < nr; j += 16) {\n");
+    OUT("    const __mmask16 q = (__mmask16)(cols >= j + 16 ? 0xffffu : cols <= j ? 0u : (1u << (unsigned)(cols - j)) - 1u);\n");
+    OUT("    const float *src = W + bo + k0 * ks + j;\n");
+    OUT("    for (int64_t k = 0; k < kl; k++) _mm512_store_ps(bp + k * nr + j, _mm512_maskz_loadu_ps(q, src + k * ks));\n");
+    OUT("  }\n}\n\n");
 }
 
 void cg_emit_packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
-    (void)t;
-    (void)scheds;
-    (void)n;
-    (void)s;
-    (void)len;
-    (void)cap;
+    const char *tag = pk_tag(t);
+    if (!tag) return;
+    int done[PK_MAX_MR + 1][5];
+    memset(done, 0, sizeof done);
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        const sch_contract_sched *sc = &scheds[i];
+        if (!cg_packed_ok(t, sc)) continue;
+        if (!any) {
+            OUT("#include <stdlib.h>\n");
+            emit_pack(t, s, len, cap);
+            if (t == KILN_F32) emit_pack_strided(s, len, cap);
+        }
+        any = 1;
+        if (done[sc->mr][sc->nr / 16]) continue;
+        done[sc->mr][sc->nr / 16] = 1;
+        emit_micro(tag, sc->mr, sc->nr, s, len, cap);
+    }
+}
+
+static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
+    sch_print_sym(p, x, s, len, cap);
 }
 
 void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                              size_t *len, size_t *cap) {
-    (void)p;
-    (void)k;
-    (void)sc;
-    (void)s;
-    (void)len;
-    (void)cap;
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    const char *tag = pk_tag(t);
+    int be, bb;
+    pk_block(t, &be, &bb);
+    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim;
+    int strided = c->b_kstride != SYM_NONE;
+    OUT("      {\n");
+    OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : (K > 0 ? K : 1);\n", sc->kc, sc->kc, sc->kc);
+    OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
+    OUT("        const size_t bpsz = ((size_t)(nstr * %d * kcb) * sizeof(float) + 63) & ~(size_t)63;\n", nr);
+    OUT("        float *bp = (float *)aligned_alloc(64, bpsz > 0 ? bpsz : 64);\n");
+    OUT("        if (!bp) return 1;\n");
+    /* out's stride along n (store_off is affine in n: row-major domain index) */
+    OUT("        int64_t oa, ob;\n");
+    for (int q = 0; q < 2; q++) {
+        OUT("        { ");
+        if (md >= 0) OUT("const int64_t i%d = 0; (void)i%d; ", md, md);
+        OUT("const int64_t i%d = n0 + %d; (void)i%d; %s = ", nd, q, nd, q ? "ob" : "oa");
+        out_sym(p, k->store_off, s, len, cap);
+        OUT("; }\n");
+    }
+    OUT("        const int64_t osn = ob - oa;\n");
+    OUT("        for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kcb) {\n");
+    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
+    OUT("          const int acc = k0 > 0;\n");
+    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("            float *bps = bp + st * %d * kcb;\n", nr);
+    if (strided) {
+        OUT("            const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
+        OUT("            int64_t bo;\n");
+        OUT("            { const int64_t i%d = ns; (void)i%d; bo = ", nd, nd);
+        out_sym(p, c->b_base, s, len, cap);
+        OUT("; }\n");
+        OUT("            const int64_t ks = ");
+        out_sym(p, c->b_kstride, s, len, cap);
+        OUT(";\n");
+        OUT("            kps_f32((const float *)W, bo, ks, cols, %d, k0, kl, bps);\n", nr);
+    } else {
+        OUT("            int64_t wo[%d]; int fast = 1;\n", nr);
+        OUT("            for (int j = 0; j < %d; j++) {\n", nr);
+        OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
+        OUT("              wo[j] = ");
+        out_sym(p, c->b_base, s, len, cap);
+        OUT(";\n");
+        if (be > 1) OUT("              if (wo[j] %% %d != 0) fast = 0;\n", be);
+        OUT("            }\n");
+        OUT("            kpk_%s((const void *)W, wo, %d, k0, kl, fast, bps);\n", tag, nr);
+    }
+    OUT("          }\n");
+    OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
+    OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
+    OUT("            for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("              const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
+    OUT("              const float *bps = bp + st * %d * kcb;\n", nr);
+    OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
+    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
+    OUT("                const float *ar[%d]; float *cr[%d];\n", mr, mr);
+    OUT("                float ct[%d] __attribute__((aligned(64)));\n", mr * nr);
+    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
+    if (md >= 0) OUT("                  const int64_t i%d = mm + (i < rows ? i : rows - 1); (void)i%d;\n", md, md);
+    OUT("                  ar[i] = A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT(") + k0;\n");
+    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
+    OUT("                  cr[i] = osn == 1 ? out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(") : ct + i * %d;\n", nr);
+    OUT("                }\n");
+    OUT("                kgp_%s_%dx%d(ar, bps, kl, cr, rows, cols, osn == 1 ? acc : 0);\n", tag, mr, nr);
+    OUT("                if (osn != 1)\n");
+    OUT("                  for (int i = 0; i < rows; i++)\n");
+    OUT("                    for (int j = 0; j < cols; j++) {\n");
+    if (md >= 0) OUT("                      const int64_t i%d = mm + i; (void)i%d;\n", md, md);
+    OUT("                      const int64_t i%d = ns + j; (void)i%d;\n", nd, nd);
+    OUT("                      float *op = out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(");\n");
+    OUT("                      *op = acc ? *op + ct[i * %d + j] : ct[i * %d + j];\n", nr, nr);
+    OUT("                    }\n");
+    OUT("              }\n            }\n          }\n        }\n");
+    OUT("        free(bp);\n");
+    OUT("      }\n");
 }

@@ -25,7 +25,7 @@
 #include "base.h"
 #include "gpu.h"
 
-#define RT_GPU_IR_VERSION 1
+#define RT_GPU_IR_VERSION KILN_IR_VERSION
 
 typedef int CUresult;
 typedef int CUdevice;

@@ -26,7 +26,6 @@
 #include "gpu.h"
 #include "kiln_compile.h"
 
-#define KILN_IR_VERSION 1
 
 static const char *isa_flags[] = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
                                   "avx512dq", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",

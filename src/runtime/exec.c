@@ -633,8 +633,8 @@ static void apply_tuning_db(kiln_program *p) {
         int needs_vnni = K->contract->sched[0].arith == SCH_ARITH_I8 || K->contract->sched[1].arith == SCH_ARITH_I8;
         if (cg_contract_emittable(&p->sp, K, p->isa) && (vnni || !needs_vnni)) continue;
         kiln_dtype bt = p->sp.bufs[K->contract->b_buf].dtype;
-        K->contract->sched[0] = sch_contract_default(0, bt);
-        K->contract->sched[1] = sch_contract_default(1, bt);
+        K->contract->sched[0] = sch_contract_default_of(K->contract, 0, bt);
+        K->contract->sched[1] = sch_contract_default_of(K->contract, 1, bt);
         p->tuned[k * 2] = p->tuned[k * 2 + 1] = 0;
     }
 }
@@ -712,7 +712,7 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     r.tried = res.tried;
     r.rejected = res.rejected;
     utc_date(r.date, sizeof r.date);
-    r.ir_version = 1;
+    r.ir_version = KILN_IR_VERSION;
     if (sch_tunedb_store(&r, err, sizeof err) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", err);
     /* every kernel of the same key and shape takes the winner */
     for (int32_t j = 0; j < p->sp.nkernels; j++) {

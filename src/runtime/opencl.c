@@ -66,7 +66,7 @@ typedef intptr_t cl_context_properties;
 #define CL_PROGRAM_BUILD_LOG 0x1183
 #define CL_TRUE 1u
 
-#define RT_GPU_IR_VERSION 1
+#define RT_GPU_IR_VERSION KILN_IR_VERSION
 
 typedef struct cl_api {
     cl_int (*GetPlatformIDs)(cl_uint, cl_platform_id *, cl_uint *);

@@ -301,6 +301,19 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     sch_space_contract(&job->shape, space, nspace);
     double *cost = kiln_xmalloc((size_t)(nspace + 1) * sizeof *cost);
     int *order = kiln_xmalloc((size_t)(nspace + 1) * sizeof *order);
+    /* only what the micro-kernel family can emit for this kernel (a B
+     * strided along K takes the packed form only) */
+    {
+        int kept = 0;
+        for (int i = 0; i < nspace; i++) {
+            sch_contract tmp = *c;
+            tmp.sched[0] = tmp.sched[1] = space[i];
+            sch_kernel kk = *k;
+            kk.contract = &tmp;
+            if (cg_contract_emittable(job->sp, &kk, job->isa)) space[kept++] = space[i];
+        }
+        nspace = kept;
+    }
     for (int i = 0; i < nspace; i++) cost[i] = sch_cost_contract(&mc, &job->shape, &space[i]);
     sch_rank_by_cost(cost, order, nspace);
     res->space = nspace;

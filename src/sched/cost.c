@@ -18,6 +18,8 @@
  *  - balance: items = nbatch * ceil(N/nc) over the threads; the slowest
  *    thread does ceil(items/threads) items.
  *
+ * The packed form has its own model (cost_packed, below).
+ *
  * It ranks candidates; the search measures them. Its rank correlation with
  * measured times is printed by `kiln tune`.
  */
@@ -54,7 +56,53 @@ static double dequant_cost(kiln_dtype t) {
 
 static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
 
+/* The packed form (emit_gemm.c), in the same units:
+ *  - compute: per tile (mr x nr) and k, mr*nr/16 FMAs, mr broadcasts and
+ *    nr/16 loads of the packed strip (the loads at twice the FMA rate); the
+ *    tile's store or load-add-store once per K block; tile set-up
+ *    ~4*mr per K block. A strip of kc x nr floats larger than ~32 KiB no
+ *    longer stays in L1 while the tiles of an A block stream past it: its
+ *    loads then cost as much as FMAs.
+ *  - packing: B dequantised once per item and K block, i.e. once in all:
+ *    N*K/32 chunks of dequant_cost plus 32 scattered stores each (a copy of
+ *    N*K/16 vectors when B is f32 read along rows, which the shape cannot
+ *    tell apart from the scatter: the scatter is counted).
+ *  - memory: B's bytes once; A's bytes once per work item when A does not
+ *    fit L2, else once; the balance term as for the dot form. */
+static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
+    int nt = sh->nthreads > 0 ? sh->nthreads : 1;
+    int nv = s->nr / 16 > 0 ? s->nr / 16 : 1;
+    int64_t kc = s->kc > 0 && s->kc < sh->k ? s->kc : (sh->k > 0 ? sh->k : 1);
+    int64_t kblocks = cdiv(sh->k, kc);
+    double tiles = (double)cdiv(sh->m, s->mr) * (double)cdiv(sh->n, s->nr) * (double)sh->nbatch;
+    double kk = (double)sh->k;
+    double fma = tiles * kk * (double)(s->mr * nv);
+    double strip = 4.0 * (double)kc * (double)s->nr;
+    double loads = tiles * kk * (double)nv * (strip > 32768.0 ? 2.0 : 1.0);
+    double other = tiles * kk * (double)s->mr + loads +
+                   tiles * (double)kblocks * (2.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr);
+    double pack = (double)sh->n * (double)sh->nbatch * (double)cdiv(sh->k, 32) * (dequant_cost(sh->b_dtype) + 32.0);
+    double fma_rate = mc->fma_gflops * 1e9 / 32.0;
+    double compute = (fma + (other + pack) / 2.0) / fma_rate;
+
+    int64_t chunk = sch_contract_chunk(s, sh->n, sh->nbatch, nt);
+    int64_t items = sh->nbatch * cdiv(sh->n, chunk);
+    double b_row = (double)kiln_dtype_bytes(sh->b_dtype, sh->k);
+    if (b_row <= 0) b_row = 4.0 * (double)sh->k;
+    double bytes = b_row * (double)sh->n * (double)sh->nbatch;
+    double a_bytes = 4.0 * (double)sh->m * (double)sh->k * (double)sh->nbatch;
+    bytes += a_bytes > mc->l2_bytes ? a_bytes * (double)items / (double)sh->nbatch : a_bytes;
+    double memory = bytes / ((nt > 1 ? mc->bwn_gbs : mc->bw1_gbs) * 1e9);
+
+    int64_t per_thread = cdiv(items, nt);
+    double balance = items > 0 ? (double)items / (double)(per_thread * nt) : 1.0;
+    double used = (double)(items < nt ? items : nt);
+    double par_compute = compute / used / balance;
+    return (par_compute > memory ? par_compute : memory) + 2e-6;
+}
+
 double sch_cost_contract(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
+    if (s->form == SCH_FORM_PACKED) return cost_packed(mc, sh, s);
     int nt = sh->nthreads > 0 ? sh->nthreads : 1;
     int64_t chunks = cdiv(sh->k, 32);
     int64_t mt = cdiv(sh->m, s->mr), ntile = cdiv(sh->n, s->nr);

@@ -47,6 +47,12 @@
 
 #include "graph.h"
 
+/* the loop IR's version: part of every hardware fingerprint and tuning
+ * record, so that schedules recorded for an older IR (or an older schedule
+ * space: 2 added the packed form, prefetch and int8) are not used as they
+ * are, only as seeds */
+#define KILN_IR_VERSION 2
+
 typedef enum sch_buf_kind {
     SCH_BUF_INPUT = 0, /* the caller's buffer of an input (read only) */
     SCH_BUF_STATE,     /* the caller's buffer of a state tensor (read, written in place) */
@@ -150,6 +156,26 @@ typedef struct sch_contract {
     char key[32];          /* tuning key: hash of the kernel's shape-free structure */
 } sch_contract;
 
+/* The schedule of a generic (MAP / REDUCE) kernel: the knobs of the vector
+ * paths of emit_c.c and of the runtime's work split. Every field's 0 is the
+ * fixed behaviour kiln had before the search existed, so a zeroed kernel
+ * (what kernelize makes) is emitted exactly as before.
+ *   vec:    lanes of the vector paths: 0 = the ISA's width, 1 = scalar (the
+ *           reference-exact path for the whole kernel), 8 = 256-bit, 16 =
+ *           512-bit (capped by the ISA: 16 on an AVX2 machine emits 8)
+ *   nacc:   vectors in flight per step of a vectorised reduction, each with
+ *           its own accumulator(s) (a SUM keeps two double vectors per
+ *           slot): 0 = the default (SUM 2, MAX 4), else 1, 2, 4 or 8
+ *   unroll: vectors stored per step of a vectorised MAP row: 0 = 1, 2 or 4
+ *   chunk:  elements of the last loop per work item (the thread split):
+ *           0 = the runtime's heuristic (exec.c), else that many
+ * Text form (sch_generic_sched_print/parse, space_generic.c):
+ * "vec=V nacc=A unroll=U chunk=C". Searched by src/runtime/tune_generic.c. */
+typedef struct sch_generic_sched {
+    int vec, nacc, unroll;
+    int64_t chunk;
+} sch_generic_sched;
+
 typedef struct sch_kernel {
     sch_kernel_kind kind;
     int32_t root;    /* the node it computes (-1 for output copies) */
@@ -167,6 +193,7 @@ typedef struct sch_kernel {
     sch_stage *stages; /* fused reductions, in evaluation order */
     int32_t nstages, cap_stages;
     sch_contract *contract; /* REDUCE only: non-NULL when it is a contraction */
+    sch_generic_sched gsched; /* MAP/REDUCE emitted generically: all zero = the default */
 } sch_kernel;
 
 /* how the emitter names a variable of the sym pool inside a kernel */
