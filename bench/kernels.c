@@ -17,6 +17,8 @@
  * measurements (before, half way, after).
  *
  * Usage: kernels [max_mib] [threads] [rounds]    (defaults 256, all cores, 5)
+ * KILN_BENCH_BUDGET=S (with KILN_TUNEDB pointing at a scratch file): each
+ * kernel's schedule is searched during its first warm-up run (tuned mode).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +92,9 @@ static double run_one(kind k, int64_t n, int threads, int rounds, double *gbs, d
     if (k == K_RMSNORM) kiln_bind_input(g, "w", wb, 4096 * 4);
     kiln_compile_options opt = kiln_compile_defaults();
     opt.threads = threads;
+    /* KILN_BENCH_BUDGET=S: S seconds of schedule search (tune_generic.c), spent in the first warm-up run */
+    const char *bb = getenv("KILN_BENCH_BUDGET");
+    if (bb && bb[0]) opt.search_budget = atof(bb);
     kiln_program *p = kiln_compile(g, &opt, NULL);
     double med = -1;
     if (!p) {

@@ -67,6 +67,7 @@ const char *cg_isa_cflags(cg_isa isa) {
 typedef struct emitter {
     const sch_program *p;
     const cg_options *opt;
+    const sch_generic_sched *gs; /* the schedule of the kernel being emitted (NULL: default) */
     char *s;
     size_t len, cap;
 } emitter;
@@ -442,6 +443,16 @@ static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
     }
 }
 
+/* lanes of the vector paths for the kernel being emitted under its schedule
+ * (loop.h, sch_generic_sched): 0 = scalar only, 8 or 16 (capped by the ISA) */
+static int vec_lanes(const emitter *e) {
+    if (e->opt->isa == CG_ISA_SCALAR) return 0;
+    int v = e->gs ? e->gs->vec : 0;
+    if (v == 1) return 0;
+    if (v == 8 || e->opt->isa == CG_ISA_AVX2) return 8;
+    return 16;
+}
+
 /* vector expression text for W consecutive values of var (its C variable
  * holds the first lane's value) */
 static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
@@ -479,13 +490,15 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
     }
 }
 
-/* the reduce loop over `rvar` as vectors: MAX keeps 4 float vector
- * accumulators (max is exact in any order; a NaN anywhere makes the result
- * NaN, as in the interpreter); SUM widens each float vector to double and
- * keeps 4 double accumulators, so the result differs from the interpreter's
- * sequential double sum only in the last bits of a double — almost always
- * invisible after rounding to f32. A scalar tail finishes the row. Leaves the
- * f32 result in `res`. */
+/* the reduce loop over `rvar` as vectors: `nacc` vectors per step (the
+ * schedule's nacc; default 4 for MAX, 2 for SUM), each into its own
+ * accumulator(s). MAX keeps float vector accumulators (max is exact in any
+ * order; a NaN anywhere makes the result NaN, as in the interpreter); SUM
+ * widens each float vector to two double vectors, so the result differs
+ * from the interpreter's sequential double sum only in the last bits of a
+ * double — almost always invisible after rounding to f32. The accumulators
+ * are combined pairwise, then the lanes in order. A scalar tail finishes the
+ * row. Leaves the f32 result in `res`. */
 static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar, int32_t expr, const char *res,
                             int w512, int ind) {
     int W = w512 ? 16 : 8;
@@ -493,6 +506,8 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
     const char *vt = w512 ? "__m512" : "__m256";
     const char *dt = w512 ? "__m512d" : "__m256d";
     int is_sum = red_op == OP_SUM;
+    int unroll = e->gs && e->gs->nacc > 0 ? e->gs->nacc : is_sum ? 2 : 4;
+    int nacc = is_sum ? 2 * unroll : unroll;
     char rn[32];
     sch_rvar_name(e->p, rvar, rn, sizeof rn);
     indent(e, ind);
@@ -502,13 +517,14 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
     out_sym(e, rdim);
     OUT(";\n");
     indent(e, ind);
-    if (is_sum) OUT("  %s da0 = %s_setzero_pd(), da1 = da0, da2 = da0, da3 = da0;\n", dt, pre);
-    else OUT("  %s va0 = %s_set1_ps(-INFINITY), va1 = va0, va2 = va0, va3 = va0;\n", vt, pre);
+    if (is_sum) OUT("  %s da0 = %s_setzero_pd()", dt, pre);
+    else OUT("  %s va0 = %s_set1_ps(-INFINITY)", vt, pre);
+    for (int a = 1; a < nacc; a++) OUT(", %s%d = %s0", is_sum ? "da" : "va", a, is_sum ? "da" : "va");
+    OUT(";\n");
     indent(e, ind);
     OUT("  int anynan = 0; (void)anynan;\n");
     indent(e, ind);
     OUT("  int64_t r0 = 0;\n");
-    int unroll = is_sum ? 2 : 4;
     indent(e, ind);
     OUT("  for (; r0 + %d <= rn; r0 += %d) {\n", unroll * W, unroll * W);
     for (int u = 0; u < unroll; u++) {
@@ -539,16 +555,21 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
     indent(e, ind);
     OUT("  }\n");
     indent(e, ind);
+    /* pairwise: (a0 + a1) + (a2 + a3) for four */
+    for (int n = nacc; n > 1; n /= 2) {
+        for (int a = 0; a < n / 2; a++) {
+            if (is_sum) OUT("  da%d = %s_add_pd(da%d, da%d);", a, pre, 2 * a, 2 * a + 1);
+            else OUT("  va%d = %s_max_ps(va%d, va%d);", a, pre, 2 * a, 2 * a + 1);
+        }
+        OUT("\n");
+        indent(e, ind);
+    }
     if (is_sum) {
         int DW = W / 2;
-        OUT("  da0 = %s_add_pd(%s_add_pd(da0, da1), %s_add_pd(da2, da3));\n", pre, pre, pre);
-        indent(e, ind);
         OUT("  double lanes[%d]; %s_storeu_pd(lanes, da0);\n", DW, pre);
         indent(e, ind);
         OUT("  double acc = 0.0; for (int q = 0; q < %d; q++) acc += lanes[q];\n", DW);
     } else {
-        OUT("  va0 = %s_max_ps(%s_max_ps(va0, va1), %s_max_ps(va2, va3));\n", pre, pre, pre);
-        indent(e, ind);
         OUT("  float lanes[%d]; %s_storeu_ps(lanes, va0);\n", W, pre);
         indent(e, ind);
         OUT("  float acc = -INFINITY; for (int q = 0; q < %d; q++) acc = kfmax(acc, lanes[q]);\n", W);
@@ -574,8 +595,8 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
  * float sums rounded from the double accumulator, integer sums wrapped) */
 static void emit_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar, int32_t expr, const char *res, int ind) {
     kiln_dtype vt = e->p->lx[expr].dtype;
-    if (e->opt->isa != CG_ISA_SCALAR && vt == KILN_F32 && vec_expr_ok(e->p, expr, rvar)) {
-        emit_vec_reduce(e, red_op, rdim, rvar, expr, res, e->opt->isa == CG_ISA_AVX512, ind);
+    if (vec_lanes(e) && vt == KILN_F32 && vec_expr_ok(e->p, expr, rvar)) {
+        emit_vec_reduce(e, red_op, rdim, rvar, expr, res, vec_lanes(e) == 16, ind);
         return;
     }
     char rn[32];
@@ -660,10 +681,14 @@ static int vec_map_ok(const sch_program *p, const sch_kernel *k) {
 
 /* one row [jlo, jhi) of a vectorised MAP: with flags bit 0 (the runtime
  * asks for it on outputs too large to stay in cache) the stores are
- * non-temporal, after a scalar head up to 64-byte alignment */
+ * non-temporal, after a scalar head up to 64-byte alignment. The schedule's
+ * unroll U > 1 stores U vectors per step (each evaluated in its own block
+ * with the loop variable rebound to its first lane), then single vectors,
+ * then the scalar tail. */
 static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
-    int w512 = e->opt->isa == CG_ISA_AVX512;
+    int w512 = vec_lanes(e) == 16;
     int W = w512 ? 16 : 8;
+    int U = e->gs && e->gs->unroll > 1 ? e->gs->unroll : 1;
     const char *pre = w512 ? "_mm512" : "_mm256";
     int n = k->ndim;
     sym_id lv = k->var[n - 1];
@@ -679,6 +704,18 @@ static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
     OUT("], ");
     emit_vec_expr(e, k->expr, w512, lv);
     OUT(");\n    }\n");
+    if (U > 1) {
+        OUT("    { int64_t iu = i%d;\n", n - 1);
+        OUT("      for (; iu + %d <= jhi; iu += %d) {\n", U * W, U * W);
+        for (int u = 0; u < U; u++) {
+            OUT("        { const int64_t i%d = iu + %d;\n          %s_storeu_ps(&out[", n - 1, u * W, pre);
+            out_sym(e, k->store_off);
+            OUT("], ");
+            emit_vec_expr(e, k->expr, w512, lv);
+            OUT("); }\n");
+        }
+        OUT("      }\n      i%d = iu; }\n", n - 1);
+    }
     OUT("    for (; i%d + %d <= jhi; i%d += %d)\n      %s_storeu_ps(&out[", n - 1, W, n - 1, W, pre);
     out_sym(e, k->store_off);
     OUT("], ");
@@ -694,9 +731,10 @@ static void collect_kernel_bufs(const sch_program *p, const sch_kernel *k, uint8
     for (int32_t i = 0; i < k->nstages; i++) collect_bufs(p, k->stages[i].expr, used);
 }
 
-static void emit_kernel_as(emitter *e, int32_t kid, const char *name) {
+static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_generic_sched *gs) {
     const sch_program *p = e->p;
     const sch_kernel *k = &p->kernels[kid];
+    e->gs = gs ? gs : &k->gsched;
     OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n",
         name);
     OUT("  int kerr = 0; (void)v; (void)chunk; (void)flags;\n");
@@ -714,7 +752,7 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name) {
     else
         OUT("  %s *restrict out = (%s *)B[%d];\n", storage_ctype(ot), storage_ctype(ot), k->out_buf);
     free(used);
-    int vec_map = e->opt->isa != CG_ISA_SCALAR && vec_map_ok(p, k);
+    int vec_map = vec_lanes(e) && vec_map_ok(p, k);
     open_outer(e, k);
     emit_stages(e, k, 1, 4);
     if (vec_map) {
@@ -730,12 +768,13 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name) {
     close_outer(e);
     if (vec_map) OUT("  if (flags & 1) _mm_sfence();\n");
     OUT("  return kerr;\n}\n\n");
+    e->gs = NULL;
 }
 
 static void emit_kernel(emitter *e, int32_t kid) {
     char name[32];
     snprintf(name, sizeof name, "kiln_k%d", (int)kid);
-    emit_kernel_as(e, kid, name);
+    emit_kernel_as(e, kid, name, NULL);
 }
 
 /* vector exp2 (2^x for f32 lanes): x = n + f with n = round(x), |f| <= 1/2,
@@ -778,8 +817,39 @@ char *cg_emit_c_generic_one(const sch_program *p, int32_t kid, const cg_options 
     e->opt = opt;
     OUT("%s", prelude);
     if (opt->isa != CG_ISA_SCALAR) OUT("#include <immintrin.h>\n%s", vec_prelude);
-    emit_kernel_as(e, kid, name);
+    emit_kernel_as(e, kid, name, NULL);
     return e->s;
+}
+
+void cg_emit_c_prelude(const cg_options *opt, char **buf, size_t *len, size_t *cap) {
+    sch_appendf(buf, len, cap, "%s", prelude);
+    if (opt->isa != CG_ISA_SCALAR) sch_appendf(buf, len, cap, "#include <immintrin.h>\n%s", vec_prelude);
+}
+
+void cg_emit_c_generic_append(const sch_program *p, int32_t kid, const cg_options *opt, const char *name,
+                              const sch_generic_sched *s, char **buf, size_t *len, size_t *cap) {
+    emitter e0, *e = &e0;
+    memset(e, 0, sizeof *e);
+    e->p = p;
+    e->opt = opt;
+    e->s = *buf;
+    e->len = *len;
+    e->cap = *cap;
+    emit_kernel_as(e, kid, name, s);
+    *buf = e->s;
+    *len = e->len;
+    *cap = e->cap;
+}
+
+void cg_generic_vec_info(const sch_program *p, int32_t kid, int *map_vec, int *red_vec) {
+    const sch_kernel *k = &p->kernels[kid];
+    *map_vec = vec_map_ok(p, k);
+    int r = k->kind == SCH_K_REDUCE && p->lx[k->expr].dtype == KILN_F32 && vec_expr_ok(p, k->expr, k->rvar);
+    for (int32_t i = 0; i < k->nstages; i++) {
+        const sch_stage *st = &k->stages[i];
+        if (p->lx[st->expr].dtype == KILN_F32 && vec_expr_ok(p, st->expr, st->rvar)) r = 1;
+    }
+    *red_vec = r;
 }
 
 char *cg_emit_c(const sch_program *p, const cg_options *opt) {

@@ -22,6 +22,10 @@
  * by cg_options.isa) differ in two places only: float SUM accumulation order
  * (double accumulators per lane), and EXP2, a polynomial with at most 2 ulp
  * error instead of libm's exp2f (see vec_prelude in emit_c.c).
+ *
+ * Each MAP/REDUCE kernel's sch_generic_sched (loop.h) picks its vector width
+ * (or the scalar path), the accumulators of vector reductions and the unroll
+ * of vector maps; all zero is the default, the behaviour described above.
  */
 #ifndef KILN_CODEGEN_EMIT_C_H
 #define KILN_CODEGEN_EMIT_C_H
@@ -40,6 +44,19 @@ const char *cg_isa_name(cg_isa isa);
 /* a translation unit with the prelude and kernel kid as a generic loop nest
  * (never the contraction micro-kernel) named `name`: the search's reference */
 char *cg_emit_c_generic_one(const sch_program *p, int32_t kid, const cg_options *opt, const char *name);
+/* the prelude of a translation unit (with the vector prelude of opt->isa),
+ * appended to a growable string */
+void cg_emit_c_prelude(const cg_options *opt, char **buf, size_t *len, size_t *cap);
+/* append kernel kid as a generic loop nest named `name` under the generic
+ * schedule s (NULL: the kernel's own gsched; see loop.h) — the schedule
+ * search's candidates (src/runtime/tune_generic.c). Never the contraction
+ * micro-kernel. */
+void cg_emit_c_generic_append(const sch_program *p, int32_t kid, const cg_options *opt, const char *name,
+                              const sch_generic_sched *s, char **buf, size_t *len, size_t *cap);
+/* what the vector paths can take in kernel kid (given a vector ISA): *map_vec
+ * = 1 when its MAP rows vectorise, *red_vec = 1 when its own reduction or a
+ * fused stage does */
+void cg_generic_vec_info(const sch_program *p, int32_t kid, int *map_vec, int *red_vec);
 /* 1 when the emitter can load/store this dtype */
 int cg_dtype_supported(kiln_dtype t);
 /* extra compiler flags the ISA needs ("" for scalar) */

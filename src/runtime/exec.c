@@ -35,6 +35,7 @@
 #include "search.h"
 #include "tune.h"
 #include "tunedb.h"
+#include "tune_generic.h"
 #include "../codegen/emit_contract.h"
 
 struct kiln_program {
@@ -72,6 +73,7 @@ struct kiln_program {
     int retune;                  /* schedules changed during a run: re-emit after it */
     int inject_wrong;            /* KILN_TUNE_INJECT_WRONG: tests */
     int measurements;            /* candidates measured */
+    rt_gtune_state *gtune;       /* generic kernels' search (tune_generic.c) */
 };
 
 static double mono_s(void) {
@@ -295,6 +297,7 @@ void kiln_program_free(kiln_program *p) {
     free(p->tuned);
     free(p->seeds);
     free(p->has_seed);
+    rt_gtune_free(p->gtune);
     rt_gpu_program_free(p->gpu);
     if (p->arena) p->be->dealloc(p->arena);
     sch_program_free(&p->sp);
@@ -578,6 +581,9 @@ static void apply_tuning_db(kiln_program *p) {
     p->tuned = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     p->has_seed = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     p->seeds = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *p->seeds);
+    /* generic kernels: exact records for constant sizes (tune_generic.c) */
+    p->gtune = rt_gtune_new(&p->sp, p->isa, rt_pool_threads(p->pool));
+    rt_gtune_apply_db(p->gtune, &p->sp, &p->fingerprint);
     const char *off = getenv("KILN_TUNEDB_OFF");
     int any = 0;
     for (int32_t k = 0; k < nk && !any; k++) any = cg_contract_emittable(&p->sp, &p->sp.kernels[k], p->isa);
@@ -968,8 +974,26 @@ static kiln_status run_work(kiln_program *p) {
         }
         int64_t flags = p->bytes[K->out_buf] >= p->stream_min ? 1 : 0;
         if (K->ndim == 0) items = 1;
+        /* generic schedule search (tune_generic.c): settle the kernel at its first launch */
+        rt_kernel_fn gfn = p->fns[k];
+        rt_gtune_result gres;
+        memset(&gres, 0, sizeof gres);
+        if (p->search_budget > p->search_spent && rt_gtune_wanted(p->gtune, k)) {
+            double left = p->search_budget - p->search_spent, share = p->search_budget / 8 > 1.0 ? p->search_budget / 8 : 1.0;
+            rt_gtune_job gj = {sp, k, p->be, p->pool, p->isa, p->bufs, p->values, p->bytes, outer, inner, chunk, items,
+                               flags, serial, p->fingerprint, left < share ? left : share, 0};
+            char gerr[512];
+            if (rt_gtune_kernel(p->gtune, &gj, &gres, gerr, sizeof gerr) != KILN_OK)
+                fprintf(stderr, "kiln tune: kernel %d: search failed (%s); keeping its schedule\n", (int)k, gerr);
+            p->search_spent += gres.seconds;
+            p->measurements += gres.tried;
+            if (gres.changed) p->retune = 1;
+            if (gres.fn) gfn = gres.fn;
+        }
+        rt_gtune_split(K, outer, inner, serial, &chunk, &items);
         double t0 = p->prof ? mono_s() : 0;
-        int r = p->be->launch(p->pool, p->fns[k], p->bufs, p->values, items, chunk, flags, serial);
+        int r = p->be->launch(p->pool, gfn, p->bufs, p->values, items, chunk, flags, serial);
+        if (gres.mod) p->be->module_free(gres.mod);
         if (p->prof) {
             p->prof[k] += mono_s() - t0;
             p->prof_bytes[k] += kernel_bytes(p, K);
