@@ -88,6 +88,18 @@ static const char *i8_prelude =
     "  if (sb & 1) q = _mm256_srli_epi16(q, 4);\n"
     "  *w = _mm256_and_si256(q, _mm256_set1_epi8(15));\n"
     "  *ws = _mm256_set1_ps(kci_h(k) * (float)sc); *wm = kci_h(k + 2) * (float)m; }\n"
+    "/* q4_k by super-block: the 8 sub-block scales and minimums once, then the weights per chunk */\n"
+    "KI void kci_q4_k_scales(const void *row, int64_t sbk, float *dsc, float *dmn) {\n"
+    "  const uint8_t *k = (const uint8_t *)row + 144 * sbk, *s = k + 4; const float d = kci_h(k), dmin = kci_h(k + 2);\n"
+    "  for (int sb = 0; sb < 4; sb++) { dsc[sb] = d * (float)(s[sb] & 63); dmn[sb] = dmin * (float)(s[sb + 4] & 63); }\n"
+    "  for (int sb = 4; sb < 8; sb++) {\n"
+    "    dsc[sb] = d * (float)((s[sb + 4] & 0x0f) | ((s[sb - 4] >> 6) << 4));\n"
+    "    dmn[sb] = dmin * (float)((s[sb + 4] >> 4) | ((s[sb] >> 6) << 4)); } }\n"
+    "KI __m256i kci_q4_k_w(const void *row, int64_t c) {\n"
+    "  const uint8_t *k = (const uint8_t *)row + 144 * (c / 8); const int sb = (int)(c % 8);\n"
+    "  __m256i q = _mm256_loadu_si256((const __m256i *)(k + 16 + 32 * (sb / 2)));\n"
+    "  if (sb & 1) q = _mm256_srli_epi16(q, 4);\n"
+    "  return _mm256_and_si256(q, _mm256_set1_epi8(15)); }\n"
     "KI void kci_q6_k(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
     "  const uint8_t *k = (const uint8_t *)row + 210 * (c / 8); const int ch = (int)(c % 8), h = ch / 4, t = ch % 4;\n"
     "  const float d = kci_h(k + 208); const int8_t *sc = (const int8_t *)(k + 192) + 2 * ch;\n"
@@ -149,10 +161,21 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
         name);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) OUT("  __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j);
+    if (t == KILN_Q4_K)
+        for (int j = 0; j < nr; j++) OUT("  float dsc%d[8], dmn%d[8];\n", j, j);
     OUT("  for (int64_t c = 0; c < nch; c++) {\n");
     for (int j = 0; j < nr && sc->pf > 0; j++)
         OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n", j, sc->pf, bytes_per_32(t));
     for (int j = 0; j < nr; j++) {
+        if (t == KILN_Q4_K) {
+            /* scales and minimums once per super-block of 8 chunks */
+            if (j == 0) OUT("    const int sbc = (int)(c & 7);\n");
+            OUT("    if (sbc == 0) kci_q4_k_scales(w[%d], c / 8, dsc%d, dmn%d);\n", j, j, j);
+            OUT("    const __m256i w%d = kci_q4_k_w(w[%d], c); const __m256 s%d = _mm256_set1_ps(dsc%d[sbc]);\n"
+                "    const float n%d = dmn%d[sbc];\n",
+                j, j, j, j, j, j);
+            continue;
+        }
         OUT("    __m256i w%d; __m256 s%d; float n%d; kci_%s(w[%d], c, &w%d, &s%d, &n%d);\n", j, j, j, tag(t), j, j, j, j);
         if (zs < 0) OUT("    const __m256i a%d = _mm256_abs_epi8(w%d);\n", j, j);
     }
