@@ -677,6 +677,7 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     job.bufs = p->bufs;
     job.values = p->values;
     job.out_bytes = p->bytes[K->out_buf];
+    job.b_bytes = p->bytes[K->contract->b_buf];
     job.seed = p->has_seed[k * 2 + bucket] ? &p->seeds[k * 2 + bucket] : NULL;
     /* one kernel shape may take an eighth of the whole budget (at least 2 s):
      * a model has a handful of distinct shapes, each worth searching */

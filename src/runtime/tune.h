@@ -18,6 +18,7 @@ typedef struct rt_tune_job {
     void *const *bufs;               /* the program's buffers, bound for this run */
     const int64_t *values;           /* the sym values of this run */
     size_t out_bytes;                /* of the kernel's output buffer */
+    size_t b_bytes;                  /* of B's buffer (flushed before decode timings) */
     const sch_contract_sched *seed;  /* from another machine's record, or NULL */
     double budget_s;                 /* for this kernel */
     int round1;                      /* cost-model candidates in the first round (0: 8) */
