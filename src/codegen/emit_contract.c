@@ -164,15 +164,19 @@ static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *le
         tag, mr, nr, pf);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
+    if (pf > 0) cg_emit_row_stride(t, nr, s, len, cap);
     OUT("  for (int64_t c = 0; c < nch; c++) {\n");
     if (pf > 0) {
         /* B rows are streams the hardware prefetcher follows late: ask for
-         * the chunk pf ahead (a hint: past the row's end it is harmless) */
+         * the chunk pf ahead and for the next tile's rows (hints: past the
+         * end they are harmless; rs from cg_emit_row_stride) */
         int be, bb;
         dt_block(t, &be, &bb);
         int bytes32 = be == 1 ? 32 * bb : bb * 32 / be; /* bytes per 32 elements */
         for (int j = 0; j < nr; j++)
-            OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n", j, pf, bytes32);
+            OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n"
+                "    _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n",
+                j, pf, bytes32, j, nr, bytes32);
     }
     for (int j = 0; j < nr; j++) OUT("    __m512 u%d, v%d; kcv_%s(w[%d], c, &u%d, &v%d);\n", j, j, tag, j, j, j);
     for (int i = 0; i < mr; i++) {
@@ -312,7 +316,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         if (c->mdim >= 0) OUT("        const int64_t i%d = mq;\n", c->mdim);
         OUT("        kcq_row(A + (");
         out_sym(p, c->a_base, s, len, cap);
-        OUT("), K, qa + mq * K, qs + mq * qch, ql8 + mq * qch, qsum + mq * qch);\n      }\n");
+        OUT("), K, %d, qa + mq * K, qs + mq * qch, ql8 + mq * qch, qsum + mq * qch);\n      }\n", cg_i8_group(t));
     }
     OUT("      for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("        const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);

@@ -2,7 +2,8 @@
  * micro-kernel (SCH_ARITH_I8): an approximation, like llama.cpp's default.
  *
  * Each work item first quantises the rows of A it needs, per 32-element
- * block: sa = max|a| / 127, qa = round(a / sa) as int8, and the block's
+ * block (per 256 for q4_k and q6_k, whose super-blocks are 256: then A's
+ * scale is applied once per super-block): sa = max|a| / 127, qa = round(a / sa) as int8, and the block's
  * sums of qa per group of 4 (eight int32 lanes, for the weights' zero
  * points) and in total (for q4_k's minimums). A block of B becomes 32 int8
  * or uint8 weights plus per-lane f32 scales (kci_<dtype>), and the block's
@@ -16,7 +17,7 @@
  * 16 elements for q6_k) times sa; q4_k subtracts dmin*m * sa * sum(qa).
  *
  * Error: A's rounding, at most sa/2 per element, so |y - y_exact| <=
- * sum over blocks of (sa/2) * sum|w| — the tests and the search's check use
+ * sum over A's blocks (32 or 256) of (sa/2) * sum|w| — the tests and the search's check use
  * that bound. Only block formats, K a multiple of 32, rows block-aligned
  * (else the kernel falls back to the scalar f32 path).
  */
@@ -43,23 +44,29 @@ int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
 static const char *i8_prelude =
     "/* int8 contraction helpers (emit_contract_i8.c) */\n"
     "#define KVNNI __attribute__((target(\"avx512vnni\")))\n"
-    "static KVNNI __attribute__((unused)) void kcq_row(const float *a, int64_t K, int8_t *qa, float *sa, __m256i *l8, int32_t *sum) {\n"
+    "static KVNNI __attribute__((unused)) void kcq_row(const float *a, int64_t K, int64_t group, int8_t *qa, float *sa,\n"
+    "    __m256i *l8, int32_t *sum) {\n"
     "  const __m256i one = _mm256_set1_epi8(1);\n"
-    "  for (int64_t c = 0; c < K / 32; c++) {\n"
-    "    const __m512 x0 = _mm512_loadu_ps(a + 32 * c), x1 = _mm512_loadu_ps(a + 32 * c + 16);\n"
-    "    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));\n"
+    "  for (int64_t g0 = 0; g0 < K; g0 += group) {\n"
+    "    const int64_t g1 = g0 + group < K ? g0 + group : K;\n"
+    "    __m512 mx = _mm512_setzero_ps();\n"
+    "    for (int64_t e = g0; e < g1; e += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(a + e)));\n"
+    "    const float amax = _mm512_reduce_max_ps(mx);\n"
     "    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;\n"
     "    const __m512 vid = _mm512_set1_ps(id);\n"
-    "    const __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)));\n"
-    "    const __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, vid)));\n"
-    "    const __m256i q = _mm256_set_m128i(q1, q0);\n"
-    "    _mm256_storeu_si256((__m256i *)(qa + 32 * c), q);\n"
-    "    sa[c] = d;\n"
-    "    const __m256i ls = _mm256_dpbusd_epi32(_mm256_setzero_si256(), one, q);\n"
-    "    _mm256_storeu_si256(&l8[c], ls);\n"
-    "    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(ls), _mm256_extracti128_si256(ls, 1));\n"
-    "    const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));\n"
-    "    sum[c] = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xb1)));\n"
+    "    for (int64_t c = g0 / 32; c < g1 / 32; c++) {\n"
+    "      const __m512 x0 = _mm512_loadu_ps(a + 32 * c), x1 = _mm512_loadu_ps(a + 32 * c + 16);\n"
+    "      const __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)));\n"
+    "      const __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, vid)));\n"
+    "      const __m256i q = _mm256_set_m128i(q1, q0);\n"
+    "      _mm256_storeu_si256((__m256i *)(qa + 32 * c), q);\n"
+    "      sa[c] = d;\n"
+    "      const __m256i ls = _mm256_dpbusd_epi32(_mm256_setzero_si256(), one, q);\n"
+    "      _mm256_storeu_si256(&l8[c], ls);\n"
+    "      const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(ls), _mm256_extracti128_si256(ls, 1));\n"
+    "      const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));\n"
+    "      sum[c] = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xb1)));\n"
+    "    }\n"
     "  }\n"
     "}\n"
     "KI float kci_h(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }\n"
@@ -133,6 +140,27 @@ static const char *tag(kiln_dtype t) {
     }
 }
 
+/* rs: the byte distance between consecutive B rows of the tile (rows are
+ * usually consecutive: measured from the first two; with one row, a row's
+ * own length). Used to prefetch the next tile's rows while this one runs:
+ * B's rows are short streams the hardware prefetcher picks up late (llama1b
+ * q4_k decode +30%). A hint past the end of B is harmless. */
+void cg_emit_row_stride(kiln_dtype t, int nr, char **s, size_t *len, size_t *cap) {
+    int be = 32, bb = 34;
+    switch (t) {
+    case KILN_Q8_0: be = 32; bb = 34; break;
+    case KILN_Q4_0: be = 32; bb = 18; break;
+    case KILN_Q5_0: be = 32; bb = 22; break;
+    case KILN_Q4_K: be = 256; bb = 144; break;
+    case KILN_Q6_K: be = 256; bb = 210; break;
+    case KILN_F32: be = 1; bb = 4; break;
+    default: be = 1; bb = 2; break;
+    }
+    if (nr > 1) OUT("  const ptrdiff_t rs = (const char *)w[1] - (const char *)w[0];\n");
+    else OUT("  const ptrdiff_t rs = (ptrdiff_t)(nch * 32 / %d * %d);\n", be, bb);
+}
+#define emit_row_stride cg_emit_row_stride
+
 static int bytes_per_32(kiln_dtype t) {
     switch (t) {
     case KILN_Q8_0: return 34;
@@ -146,6 +174,77 @@ static int bytes_per_32(kiln_dtype t) {
 
 void cg_emit_i8_prelude(char **s, size_t *len, size_t *cap) { OUT("%s\n", i8_prelude); }
 
+int cg_i8_group(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
+
+/* k-quants: A has one scale per 256 (cg_i8_group), so within a super-block
+ * the products need only the weights' scales; A's is applied once per
+ * super-block (8 chunks) */
+static void emit_kquant_tile(kiln_dtype t, const sch_contract_sched *sc, const char *name, char **s, size_t *len,
+                             size_t *cap) {
+    int mr = sc->mr, nr = sc->nr;
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
+        "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
+        name);
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("  __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j);
+    if (t == KILN_Q4_K)
+        for (int j = 0; j < nr; j++) OUT("  float dsc%d[8], dmn%d[8];\n", j, j);
+    /* prefetch the next tile's rows (B's rows are usually consecutive:
+     * their stride, from the first two; a hint past the end is harmless) */
+    if (sc->pf > 0) emit_row_stride(t, nr, s, len, cap);
+    OUT("  for (int64_t c0 = 0; c0 < nch; c0 += 8) {\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("    __m256 b%d_%d = _mm256_setzero_ps(); float u%d_%d = 0.0f;\n", i, j, i, j);
+    if (t == KILN_Q4_K)
+        for (int j = 0; j < nr; j++) OUT("    kci_q4_k_scales(w[%d], c0 / 8, dsc%d, dmn%d);\n", j, j, j);
+    OUT("    for (int sbc = 0; sbc < 8; sbc++) {\n      const int64_t c = c0 + sbc;\n");
+    for (int j = 0; j < nr && sc->pf > 0; j++)
+        OUT("      _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n"
+            "      _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n",
+            j, sc->pf, bytes_per_32(t), j, nr, bytes_per_32(t));
+    for (int j = 0; j < nr; j++) {
+        if (t == KILN_Q4_K)
+            OUT("      const __m256i w%d = kci_q4_k_w(w[%d], c);\n", j, j);
+        else
+            OUT("      __m256i w%d; __m256 s%d; float n%d; kci_q6_k(w[%d], c, &w%d, &s%d, &n%d); (void)n%d;\n", j, j, j, j,
+                j, j, j, j);
+    }
+    for (int i = 0; i < mr; i++) {
+        OUT("      { const __m256i x = _mm256_loadu_si256((const __m256i *)(qa[%d] + 32 * c));\n", i);
+        if (t == KILN_Q6_K) OUT("        const __m256i z = _mm256_slli_epi32(_mm256_loadu_si256(&l8[%d][c]), 5);\n", i);
+        for (int j = 0; j < nr; j++) {
+            if (t == KILN_Q6_K) {
+                OUT("        b%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_dpbusd_epi32("
+                    "_mm256_setzero_si256(), w%d, x), z)), s%d, b%d_%d);\n",
+                    i, j, j, j, i, j);
+            } else {
+                OUT("        b%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x)), "
+                    "_mm256_set1_ps(dsc%d[sbc]), b%d_%d);\n",
+                    i, j, j, j, i, j);
+                OUT("        u%d_%d += dmn%d[sbc] * (float)qsum[%d][c];\n", i, j, j, i);
+            }
+        }
+        OUT("      }\n");
+    }
+    OUT("    }\n");
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const float xs = sa[%d][c0];\n", i);
+        for (int j = 0; j < nr; j++)
+            OUT("      c%d_%d = _mm256_fmadd_ps(b%d_%d, _mm256_set1_ps(xs), c%d_%d); m%d_%d += u%d_%d * xs;\n", i, j, i, j, i,
+                j, i, j, i, j);
+        OUT("    }\n");
+    }
+    OUT("  }\n  (void)l8; (void)qsum;\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            OUT("  { const __m128 h = _mm_add_ps(_mm256_castps256_ps128(c%d_%d), _mm256_extractf128_ps(c%d_%d, 1));\n", i, j, i,
+                j);
+            OUT("    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));\n");
+            OUT("    res[%d] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) - m%d_%d; }\n", i * nr + j, i, j);
+        }
+    OUT("}\n\n");
+}
+
 void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
     snprintf(buf, bufcap, "kci8_%s_%dx%d_p%d", tag(t), sc->mr, sc->nr, sc->pf);
 }
@@ -156,6 +255,10 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
     int mr = sc->mr, nr = sc->nr, zs = zero_shift(t);
     char name[64];
     cg_i8_tile_name(t, sc, name, sizeof name);
+    if (t == KILN_Q4_K || t == KILN_Q6_K) {
+        emit_kquant_tile(t, sc, name, s, len, cap);
+        return;
+    }
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
         "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
         name);
@@ -163,9 +266,12 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
         for (int j = 0; j < nr; j++) OUT("  __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j);
     if (t == KILN_Q4_K)
         for (int j = 0; j < nr; j++) OUT("  float dsc%d[8], dmn%d[8];\n", j, j);
+    if (sc->pf > 0) emit_row_stride(t, nr, s, len, cap);
     OUT("  for (int64_t c = 0; c < nch; c++) {\n");
     for (int j = 0; j < nr && sc->pf > 0; j++)
-        OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n", j, sc->pf, bytes_per_32(t));
+        OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n"
+            "    _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n",
+            j, sc->pf, bytes_per_32(t), j, nr, bytes_per_32(t));
     for (int j = 0; j < nr; j++) {
         if (t == KILN_Q4_K) {
             /* scales and minimums once per super-block of 8 chunks */

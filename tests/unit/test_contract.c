@@ -230,7 +230,8 @@ static void test_fused_operands(void) {
 }
 
 /* int8 arithmetic (an approximation): each output within the bound of A's
- * rounding, sum over 32-blocks of (max|a| / 254) * sum |w|, plus f32 noise */
+ * rounding, sum over A's blocks (32, or 256 for k-quants) of
+ * (max|a| / 254) * sum |w|, plus f32 noise */
 static void test_int8(void) {
     const kiln_dtype bt[5] = {KILN_Q8_0, KILN_Q4_0, KILN_Q5_0, KILN_Q4_K, KILN_Q6_K};
     const int64_t ms[3] = {1, 3, 7};
@@ -269,15 +270,17 @@ static void test_int8(void) {
                 double worst = 0;
                 for (int64_t m = 0; m < M && !why[0]; m++)
                     for (int64_t n = 0; n < N; n++) {
+                        /* A's scale covers 32 elements, 256 for the k-quants */
+                        int64_t grp = t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32;
                         double bound = 1e-4 * (double)K;
-                        for (int64_t b = 0; b < K / 32; b++) {
+                        for (int64_t b = 0; b < K / grp; b++) {
                             double amax = 0, wsum = 0;
-                            for (int64_t e = 0; e < 32; e++) {
-                                double a = fabs(xb[m * K + 32 * b + e]);
+                            for (int64_t e = 0; e < grp; e++) {
+                                double a = fabs(xb[m * K + grp * b + e]);
                                 amax = a > amax ? a : amax;
-                                wsum += fabs(wf[n * K + 32 * b + e]) * 1.1; /* dequantised |w| <= 1.1 |w| + step */
+                                wsum += fabs(wf[n * K + grp * b + e]) * 1.1; /* dequantised |w| <= 1.1 |w| + step */
                             }
-                            bound += amax / 254.0 * (wsum + 32 * 0.2);
+                            bound += amax / 254.0 * (wsum + (double)grp * 0.2);
                         }
                         double err = fabs(ref[m * N + n] - got[m * N + n]);
                         if (err / bound > worst) worst = err / bound;
