@@ -47,7 +47,7 @@ $(BUILD)/libkiln.so: $(LIB_OBJ)
 $(BUILD)/kiln: tools/kiln.c $(BUILD)/libkiln.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkiln.a tests/unit/check.h
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkiln.a tests/unit/check.h tests/unit/weights.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
 

@@ -18,6 +18,7 @@
 #include "kiln.h"
 #include "kiln_compile.h"
 #include "quant.h"
+#include "weights.h"
 
 /* the CPU's flags, as the runtime reads them */
 static int rt_has_vnni(void) {
@@ -30,41 +31,6 @@ static int rt_has_vnni(void) {
     return yes;
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double urand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-
-static float *rand_f32(int64_t n, double lo, double hi) {
-    float *x = malloc((size_t)n * sizeof *x + 1);
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * urand());
-    return x;
-}
-
-/* weights of dtype t from f32 values (quantised or converted) */
-static void *make_weights(kiln_dtype t, const float *src, int64_t n, size_t *bytes) {
-    *bytes = kiln_dtype_bytes(t, n);
-    void *w = malloc(*bytes + 1);
-    if (kiln_dtype_is_block(t)) {
-        quant_quantize(t, src, w, n);
-    } else if (t == KILN_F32) {
-        memcpy(w, src, *bytes);
-    } else {
-        /* f16 / bf16 through the library's own cast: a tiny graph */
-        kiln_graph *g = kiln_graph_new();
-        char shape[32];
-        snprintf(shape, sizeof shape, "%lld", (long long)n);
-        kiln_output(g, kiln_cast(g, kiln_input(g, "x", KILN_F32, shape), t), "y");
-        kiln_bind_input(g, "x", (void *)src, (size_t)n * sizeof(float));
-        kiln_eval_reference(g);
-        kiln_read_output(g, "y", w, *bytes);
-        kiln_graph_free(g);
-    }
-    return w;
-}
 
 /* compile g, run it, compare output "y" with the reference; *contracted is
  * set when the compiled program has a contraction kernel */
