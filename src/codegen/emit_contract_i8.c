@@ -174,6 +174,19 @@ static int bytes_per_32(kiln_dtype t) {
 
 void cg_emit_i8_prelude(char **s, size_t *len, size_t *cap) { OUT("%s\n", i8_prelude); }
 
+/* the end of a tile function: res[i][j] = the 8 lanes of c<i>_<j> summed,
+ * minus the minimum term m<i>_<j> */
+static void emit_results(int mr, int nr, char **s, size_t *len, size_t *cap) {
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            OUT("  { const __m128 h = _mm_add_ps(_mm256_castps256_ps128(c%d_%d), _mm256_extractf128_ps(c%d_%d, 1));\n", i, j, i,
+                j);
+            OUT("    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));\n");
+            OUT("    res[%d] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) - m%d_%d; }\n", i * nr + j, i, j);
+        }
+    OUT("}\n\n");
+}
+
 int cg_i8_group(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
 
 /* k-quants: A has one scale per 256 (cg_i8_group), so within a super-block
@@ -235,14 +248,7 @@ static void emit_kquant_tile(kiln_dtype t, const sch_contract_sched *sc, const c
         OUT("    }\n");
     }
     OUT("  }\n  (void)l8; (void)qsum;\n");
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) {
-            OUT("  { const __m128 h = _mm_add_ps(_mm256_castps256_ps128(c%d_%d), _mm256_extractf128_ps(c%d_%d, 1));\n", i, j, i,
-                j);
-            OUT("    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));\n");
-            OUT("    res[%d] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) - m%d_%d; }\n", i * nr + j, i, j);
-        }
-    OUT("}\n\n");
+    emit_results(mr, nr, s, len, cap);
 }
 
 void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
@@ -305,12 +311,5 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
     }
     OUT("  }\n");
     OUT("  (void)l8; (void)qsum;\n");
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) {
-            OUT("  { const __m128 h = _mm_add_ps(_mm256_castps256_ps128(c%d_%d), _mm256_extractf128_ps(c%d_%d, 1));\n", i, j, i,
-                j);
-            OUT("    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));\n");
-            OUT("    res[%d] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) - m%d_%d; }\n", i * nr + j, i, j);
-        }
-    OUT("}\n\n");
+    emit_results(mr, nr, s, len, cap);
 }
