@@ -32,11 +32,12 @@
 #include "emit_contract.h"
 #include "emit_contract_i8.h"
 #include "emit_gemm.h"
+#include "emit_gemm_i8.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
 int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    if (sc->form == SCH_FORM_PACKED) return cg_packed_ok(t, sc);
+    if (sc->form == SCH_FORM_PACKED) return sc->arith == SCH_ARITH_I8 ? cg_packed_i8_ok(t, sc) : cg_packed_ok(t, sc);
     if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
     if (sc->pf < 0 || sc->pf > 64) return 0;
     if (sc->arith == SCH_ARITH_I8) return cg_i8_ok(t, sc);
@@ -225,7 +226,8 @@ static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *le
     OUT("}\n\n");
 }
 
-/* i8_done: whether this translation unit has the int8 helpers already */
+/* i8_done: which int8 helpers this translation unit has already (bit 0: the
+ * dot form's, emit_contract_i8.c; bit 1: the packed form's, emit_gemm_i8.c) */
 static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
                              size_t *cap);
 
@@ -247,8 +249,8 @@ static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
                 dup = scheds[j].arith == SCH_ARITH_I8 && scheds[j].form == SCH_FORM_DOT && scheds[j].mr == sc->mr &&
                       scheds[j].nr == sc->nr && scheds[j].pf == sc->pf;
             if (dup) continue;
-            if (!*i8_done) cg_emit_i8_prelude(s, len, cap);
-            *i8_done = 1;
+            if (!(*i8_done & 1)) cg_emit_i8_prelude(s, len, cap);
+            *i8_done |= 1;
             cg_emit_i8_tile(t, sc, s, len, cap);
             continue;
         }
@@ -260,6 +262,7 @@ static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
         if (!dup) emit_tile(t, sc->mr, sc->nr, sc->pf, s, len, cap);
     }
     cg_emit_packed_tiles(t, scheds, n, s, len, cap);
+    cg_emit_packed_i8_tiles(t, scheds, n, i8_done, s, len, cap);
 }
 
 void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t *len, size_t *cap) {
@@ -294,7 +297,8 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
 static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                           size_t *len, size_t *cap) {
     if (sc->form == SCH_FORM_PACKED) {
-        cg_emit_packed_schedule(p, k, sc, s, len, cap);
+        if (sc->arith == SCH_ARITH_I8) cg_emit_packed_i8_schedule(p, k, sc, s, len, cap);
+        else cg_emit_packed_schedule(p, k, sc, s, len, cap);
         return;
     }
     const sch_contract *c = k->contract;
@@ -402,6 +406,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     OUT("  const int64_t N = d%d;\n", c->ndim);
     OUT("  const int64_t nc = chunk > 0 ? chunk : (N > 0 ? N : 1);\n");
     OUT("  const int64_t ntiles = (N + nc - 1) / nc > 0 ? (N + nc - 1) / nc : 1;\n");
+    int packed_i8 = 0;
+    for (int b = 0; b < 2; b++) packed_i8 |= sched[b].form == SCH_FORM_PACKED && sched[b].arith == SCH_ARITH_I8;
+    if (packed_i8) cg_emit_packed_i8_pre(s, len, cap);
     OUT("  for (int64_t w = lo; w < hi; w++) {\n");
     OUT("    int64_t o = w / ntiles;\n");
     OUT("    const int64_t n0 = (w %% ntiles) * nc, n1 = n0 + nc < N ? n0 + nc : N;\n");
@@ -414,5 +421,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     emit_schedule(p, k, &sched[0], s, len, cap);
     OUT("    } else {\n");
     emit_schedule(p, k, &sched[1], s, len, cap);
-    OUT("    }\n  }\n  return 0;\n}\n\n");
+    OUT("    }\n  }\n");
+    if (packed_i8) cg_emit_packed_i8_post(s, len, cap);
+    OUT("  return 0;\n}\n\n");
 }

@@ -198,17 +198,17 @@ static void test_fused_operands(void) {
 /* int8 arithmetic (an approximation): each output within the bound of A's
  * rounding, sum over A's blocks (32, or 256 for k-quants) of
  * (max|a| / 254) * sum |w|, plus f32 noise */
-static void test_int8(void) {
+static void test_int8_form(const char *form, const char *small, const char *large, const int64_t ms[3],
+                           const char *tile) {
     const kiln_dtype bt[5] = {KILN_Q8_0, KILN_Q4_0, KILN_Q5_0, KILN_Q4_K, KILN_Q6_K};
-    const int64_t ms[3] = {1, 3, 7};
     for (int ti = 0; ti < 5; ti++) {
         kiln_dtype t = bt[ti];
         int64_t K = 512, N = 37;
         char name[96], why[300] = "";
-        snprintf(name, sizeof name, "contract_int8_%s", kiln_dtype_name(t));
+        snprintf(name, sizeof name, "contract_int8%s_%s", form, kiln_dtype_name(t));
         CASE_BEGIN(name);
-        setenv("KILN_CONTRACT_SCHED_SMALL", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", 1);
-        setenv("KILN_CONTRACT_SCHED_LARGE", "mr=2 nr=4 nc=0 mc=16 arith=i8", 1);
+        setenv("KILN_CONTRACT_SCHED_SMALL", small, 1);
+        setenv("KILN_CONTRACT_SCHED_LARGE", large, 1);
         kiln_graph *g = kiln_graph_new();
         kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 512");
         kiln_tensor w = kiln_input(g, "w", t, "37, 512");
@@ -232,6 +232,8 @@ static void test_int8(void) {
                 char *text = kiln_program_kernels(p);
                 CHECK(strstr(text, "arith=i8 (approximate)") != NULL, "m=%lld: not an int8 schedule", (long long)M);
                 free(text);
+                const char *src = kiln_program_source(p);
+                CHECK(src && strstr(src, tile) != NULL, "m=%lld: no call of %s in the source", (long long)M, tile);
                 kiln_read_output(g, "y", got, (size_t)(M * N) * sizeof *got);
                 double worst = 0;
                 for (int64_t m = 0; m < M && !why[0]; m++)
@@ -302,7 +304,16 @@ int main(void) {
     test_batched();
     test_fused_operands();
     test_attention();
-    if (rt_has_vnni()) test_int8();
+    if (rt_has_vnni()) {
+        /* the dot form (decode and prefill), then the packed form for
+         * prefill: M not a multiple of mr, N not of nr, two K blocks */
+        const int64_t dot_ms[3] = {1, 3, 7}, packed_ms[3] = {5, 17, 40};
+        test_int8_form("", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", "mr=2 nr=4 nc=0 mc=16 arith=i8", dot_ms, "kci8_");
+        test_int8_form("_packed", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
+                       "mr=4 nr=32 nc=0 mc=16 arith=i8 form=packed kc=256", packed_ms, "_4x32(qr, sr, zr, ur");
+        test_int8_form("_packed_wide", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
+                       "mr=6 nr=16 nc=16 mc=64 arith=i8 form=packed kc=0", packed_ms, "_6x16(qr, sr, zr, ur");
+    }
     else printf("# int8 contractions not tested: this CPU has no AVX512-VNNI\n");
     return check_exit();
 }

@@ -1,0 +1,347 @@
+/* emit_gemm_i8.c — the packed contraction form with int8 arithmetic
+ * (SCH_FORM_PACKED + SCH_ARITH_I8): prompt-sized products of f32 activations
+ * A (M x K) with block-format weights B (N rows of K), on vpdpbusd.
+ * An approximation, like the dot form's int8 (emit_contract_i8.c) and
+ * llama.cpp's default; flagged "(approximate)" in the kernel text.
+ *
+ * Per call of the kernel (one thread's run of work items):
+ *   A: every row quantised once per batch point, per 32 elements:
+ *      sa = max|a| / 127, qa = round(a / sa) (int8), the exact f32 sum of
+ *      the 32 a's (for q4_k's minimums) and, per block of kb elements of B's
+ *      scale (kb = 32; 16 for q6_k), zc = -o * sum(qa) (B's zero point o).
+ * Per work item (B rows n0..n1) and K block [k0, k0 + kl):
+ *   pack: B's columns into strips of nr, each 4 consecutive k of a column
+ *         one 32-bit word, laid out [k/4][nr][4] (the VNNI operand order),
+ *         as unsigned bytes q (q8_0: q + 128), with per-(block, column)
+ *         scales d (f32) and, for q4_k, minimums dmin * m;
+ *   kgi_<dt>_<mr>x<nr>: per block of kb: int32 s[mr][nr/16] = zc (broadcast
+ *         per row), then per 4 k: s += dpbusd(strip row (uint8), broadcast
+ *         4 bytes of qa (int8)); then f[mr][nr/16] += float(s) * (d * sa);
+ *         q4_k also f -= (dmin * m) * sum(a).
+ *   So sum_k a_k w_k ~ sum over blocks of sa * d * (sum_k qa_k q_k - o sum_k qa_k).
+ *
+ * Error: A's rounding only (at most sa/2 per element): |y - y_exact| <=
+ * sum over A's 32-blocks of (sa/2) * sum |w| plus f32 noise; B's values are
+ * exact (the same integers and scales as the reference's dequantisation).
+ *
+ * Invariants: K a multiple of 32 and every B row block-aligned, else the
+ * item takes a scalar f32 loop (correct, slow, never taken by models);
+ * strips are 64-byte aligned; nr a multiple of 16; 2*mr*(nr/16) + 2*(nr/16)
+ * + 2 <= 32 zmm; kc a multiple of 32; nothing is written outside
+ * [0, M) x [n0, n1); buffers are freed before the kernel returns.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "contract.h"
+#include "emit_contract_i8.h"
+#include "emit_gemm_i8.h"
+
+#define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
+
+#define GI_MAX_MR 12
+
+static const char *gi_tag(kiln_dtype t) {
+    switch (t) {
+    case KILN_Q8_0: return "q8_0";
+    case KILN_Q4_0: return "q4_0";
+    case KILN_Q5_0: return "q5_0";
+    case KILN_Q4_K: return "q4_k";
+    case KILN_Q6_K: return "q6_k";
+    default: return NULL;
+    }
+}
+
+/* B's zero point as stored in the strip (q8_0 is shifted by 128) */
+static int gi_zero(kiln_dtype t) {
+    switch (t) {
+    case KILN_Q8_0: return 128;
+    case KILN_Q4_0: return 8;
+    case KILN_Q5_0: return 16;
+    case KILN_Q6_K: return 32;
+    default: return 0; /* q4_k: the minimum term instead */
+    }
+}
+
+/* elements per B scale */
+static int gi_kb(kiln_dtype t) { return t == KILN_Q6_K ? 16 : 32; }
+
+static void gi_block(kiln_dtype t, int *elems, int *bytes) {
+    switch (t) {
+    case KILN_Q8_0: *elems = 32; *bytes = 34; return;
+    case KILN_Q4_0: *elems = 32; *bytes = 18; return;
+    case KILN_Q5_0: *elems = 32; *bytes = 22; return;
+    case KILN_Q4_K: *elems = 256; *bytes = 144; return;
+    default: *elems = 256; *bytes = 210; return; /* q6_k */
+    }
+}
+
+int cg_packed_i8_ok(kiln_dtype t, const sch_contract_sched *s) {
+    if (!gi_tag(t) || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_I8) return 0;
+    if (s->nr != 16 && s->nr != 32 && s->nr != 48) return 0;
+    int nv = s->nr / 16;
+    if (s->mr < 1 || s->mr > GI_MAX_MR || 2 * s->mr * nv + 2 * nv + 2 > 32) return 0;
+    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
+    return s->mc >= 1 && s->nc >= 0;
+}
+
+static const char *gi_prelude =
+    "/* packed int8 contraction helpers (emit_gemm_i8.c) */\n"
+    "KI __m512i kgi_b4(const int8_t *p) { int32_t x; memcpy(&x, p, 4); return _mm512_set1_epi32(x); }\n"
+    /* one row of A: int8 per 32 with scale sa, exact sums sm, zero-point terms zc per kb */
+    "static __attribute__((unused)) void kgq_row(const float *a, int64_t K, int kb, int o, int8_t *qa, float *sa,\n"
+    "    int32_t *zc, float *sm) {\n"
+    "  for (int64_t c = 0; c < K / 32; c++) {\n"
+    "    const __m512 x0 = _mm512_loadu_ps(a + 32 * c), x1 = _mm512_loadu_ps(a + 32 * c + 16);\n"
+    "    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));\n"
+    "    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);\n"
+    "    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));\n"
+    "    _mm_storeu_si128((__m128i *)(qa + 32 * c), _mm512_cvtsepi32_epi8(q0));\n"
+    "    _mm_storeu_si128((__m128i *)(qa + 32 * c + 16), _mm512_cvtsepi32_epi8(q1));\n"
+    "    const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);\n"
+    "    sa[c] = amax / 127.0f;\n"
+    "    sm[c] = _mm512_reduce_add_ps(_mm512_add_ps(x0, x1));\n"
+    "    if (kb == 32) zc[c] = -o * (s0 + s1);\n"
+    "    else { zc[2 * c] = -o * s0; zc[2 * c + 1] = -o * s1; }\n"
+    "  }\n"
+    "}\n";
+
+/* kgb_<dt>(W, per-column element offsets at r = 0 (block-aligned), strip
+ * width, k0, kl (multiples of 32), strip bytes, scales, minimums) */
+static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
+    const char *tag = gi_tag(t);
+    if (!tag) return;
+    int be, bb;
+    gi_block(t, &be, &bb);
+    OUT("static __attribute__((unused)) void kgb_%s(const void *W, const int64_t *wo, int nr, int64_t k0, int64_t kl,\n"
+        "    uint8_t *restrict bq, float *restrict bs, float *restrict bm) {\n",
+        tag);
+    OUT("  for (int j = 0; j < nr; j++) {\n");
+    OUT("    const void *row = (const char *)W + (wo[j] / %d) * %d;\n", be, bb);
+    OUT("    for (int64_t cl = 0; cl < kl / 32; cl++) {\n");
+    OUT("      __m256i w; __m256 ws; float wm; uint32_t g[8]; float sv[8];\n");
+    OUT("      kci_%s(row, k0 / 32 + cl, &w, &ws, &wm);\n", tag);
+    if (t == KILN_Q8_0) OUT("      w = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));\n");
+    OUT("      _mm256_storeu_si256((__m256i *)g, w); _mm256_storeu_ps(sv, ws);\n");
+    OUT("      for (int e = 0; e < 8; e++) memcpy(bq + 4 * ((cl * 8 + e) * nr + j), &g[e], 4);\n");
+    if (gi_kb(t) == 32) OUT("      bs[cl * nr + j] = sv[0]; bm[cl * nr + j] = wm;\n");
+    else OUT("      bs[2 * cl * nr + j] = sv[0]; bs[(2 * cl + 1) * nr + j] = sv[4]; (void)wm; (void)bm;\n");
+    OUT("    }\n  }\n}\n\n");
+}
+
+/* kgi_<dt>_<mr>x<nr>(qa rows at k0, their scales at k0/32, zero-point terms
+ * at k0/kb, exact sums at k0/32, strip, scales, minimums, blocks of kb, out
+ * rows, valid rows, valid columns, add to out instead of storing) */
+static void emit_micro(kiln_dtype t, int mr, int nr, char **s, size_t *len, size_t *cap) {
+    int nv = nr / 16, kb = gi_kb(t), zero = gi_zero(t), mins = t == KILN_Q4_K;
+    const char *tag = gi_tag(t);
+    if (!tag) return;
+    OUT("static KVNNI __attribute__((unused, noinline)) void kgi_%s_%dx%d(const int8_t *const *qa, const float *const *sa,\n"
+        "    const int32_t *const *zc, const float *const *sm, const uint8_t *restrict bq, const float *restrict bs,\n"
+        "    const float *restrict bm, int64_t nb, float *const *c, int rows, int cols, int acc) {\n",
+        tag, mr, nr);
+    OUT("  (void)zc; (void)sm; (void)bm;\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nv; j++) OUT("  __m512 f%d_%d = _mm512_setzero_ps();\n", i, j);
+    OUT("  for (int64_t b = 0; b < nb; b++) {\n");
+    OUT("    const uint8_t *bb = bq + b * %d;\n", kb * nr);
+    /* B's zero point: each int32 sum starts at -o * sum(qa) of its row */
+    for (int i = 0; i < mr; i++) {
+        if (zero) OUT("    const __m512i z%d = _mm512_set1_epi32(zc[%d][b]);", i, i);
+        else OUT("    const __m512i z%d = _mm512_setzero_si512();", i);
+        for (int j = 0; j < nv; j++) OUT(" __m512i s%d_%d = z%d;", i, j, i);
+        OUT("\n");
+    }
+    for (int g = 0; g < kb / 4; g++) {
+        OUT("    {");
+        for (int j = 0; j < nv; j++) OUT(" const __m512i b%d = _mm512_load_si512((const void *)(bb + %d));", j, g * nr * 4 + 64 * j);
+        OUT("\n");
+        for (int i = 0; i < mr; i++) {
+            OUT("      { const __m512i x = kgi_b4(qa[%d] + b * %d + %d);", i, kb, 4 * g);
+            for (int j = 0; j < nv; j++) OUT(" s%d_%d = _mm512_dpbusd_epi32(s%d_%d, b%d, x);", i, j, i, j, j);
+            OUT(" }\n");
+        }
+        OUT("    }\n");
+    }
+    for (int j = 0; j < nv; j++) OUT("    const __m512 d%d = _mm512_loadu_ps(bs + b * %d + %d);\n", j, nr, 16 * j);
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m512 xs = _mm512_set1_ps(sa[%d][%s]);", i, kb == 32 ? "b" : "b / 2");
+        for (int j = 0; j < nv; j++)
+            OUT(" f%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s%d_%d), _mm512_mul_ps(d%d, xs), f%d_%d);", i, j, i, j, j, i, j);
+        OUT(" }\n");
+    }
+    if (mins) {
+        for (int j = 0; j < nv; j++) OUT("    const __m512 n%d = _mm512_loadu_ps(bm + b * %d + %d);\n", j, nr, 16 * j);
+        for (int i = 0; i < mr; i++) {
+            OUT("    { const __m512 xm = _mm512_set1_ps(sm[%d][b]);", i);
+            for (int j = 0; j < nv; j++) OUT(" f%d_%d = _mm512_fnmadd_ps(n%d, xm, f%d_%d);", i, j, j, i, j);
+            OUT(" }\n");
+        }
+    }
+    OUT("  }\n");
+    for (int j = 0; j < nv; j++)
+        OUT("  const __mmask16 q%d = (__mmask16)(cols >= %d ? 0xffffu : cols <= %d ? 0u : (1u << (unsigned)(cols - %d)) - 1u);\n",
+            j, 16 * (j + 1), 16 * j, 16 * j);
+    for (int i = 0; i < mr; i++) {
+        OUT("  if (rows > %d) { float *o = c[%d];\n", i, i);
+        for (int j = 0; j < nv; j++)
+            OUT("    _mm512_mask_storeu_ps(o + %d, q%d, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(q%d, o + %d), f%d_%d) : f%d_%d);\n",
+                16 * j, j, j, 16 * j, i, j, i, j);
+        OUT("  }\n");
+    }
+    OUT("}\n\n");
+}
+
+void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s,
+                             size_t *len, size_t *cap) {
+    if (!gi_tag(t)) return;
+    int done[GI_MAX_MR + 1][4];
+    memset(done, 0, sizeof done);
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        const sch_contract_sched *sc = &scheds[i];
+        if (!cg_packed_i8_ok(t, sc)) continue;
+        if (!any) {
+            if (!(*i8_done & 1)) cg_emit_i8_prelude(s, len, cap);
+            if (!(*i8_done & 2)) OUT("#include <stdlib.h>\n%s\n", gi_prelude);
+            *i8_done |= 3;
+            emit_pack(t, s, len, cap);
+        }
+        any = 1;
+        if (done[sc->mr][sc->nr / 16]) continue;
+        done[sc->mr][sc->nr / 16] = 1;
+        emit_micro(t, sc->mr, sc->nr, s, len, cap);
+    }
+}
+
+void cg_emit_packed_i8_pre(char **s, size_t *len, size_t *cap) {
+    OUT("  int8_t *gq_a = NULL; float *gq_s = NULL, *gq_m = NULL; int32_t *gq_z = NULL; int64_t gq_o = -1;\n");
+}
+
+void cg_emit_packed_i8_post(char **s, size_t *len, size_t *cap) {
+    OUT("  free(gq_a); free(gq_s); free(gq_m); free(gq_z);\n");
+}
+
+static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
+    sch_print_sym(p, x, s, len, cap);
+}
+
+void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                                size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    const char *tag = gi_tag(t);
+    if (!tag) return;
+    int be, bb;
+    gi_block(t, &be, &bb);
+    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim, kb = gi_kb(t);
+    OUT("      {\n");
+    /* the fast path needs K in 32s and block-aligned B rows */
+    OUT("        int fast = K %% 32 == 0 && K > 0;\n");
+    OUT("        for (int64_t j = n0; fast && j < n1; j++) {\n");
+    OUT("          const int64_t i%d = j; (void)i%d;\n", nd, nd);
+    OUT("          if ((");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(") %% %d != 0) fast = 0;\n        }\n", be);
+    OUT("        if (!fast) {\n");
+    OUT("          for (int64_t mq = 0; mq < M; mq++) for (int64_t j = n0; j < n1; j++) {\n");
+    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
+    OUT("            const int64_t i%d = j; (void)i%d;\n", nd, nd);
+    OUT("            const float *ar = A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT(");\n            const int64_t bo = ");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(";\n            float accum = 0.0f;\n");
+    OUT("            for (int64_t r = 0; r < K; r++) accum += ar[r] * kdq_%s(W, bo + r);\n", tag);
+    OUT("            out[");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT("] = accum;\n          }\n        } else {\n");
+    /* A quantised once per batch point and call */
+    OUT("        const int64_t gob = w / ntiles;\n");
+    OUT("        if (gq_o != gob) {\n");
+    OUT("          if (!gq_a) {\n");
+    OUT("            gq_a = (int8_t *)malloc((size_t)(M * K) + 64);\n");
+    OUT("            gq_s = (float *)malloc((size_t)(M * (K / 32) + 1) * sizeof(float));\n");
+    OUT("            gq_m = (float *)malloc((size_t)(M * (K / 32) + 1) * sizeof(float));\n");
+    OUT("            gq_z = (int32_t *)malloc((size_t)(M * (K / 16) + 1) * sizeof(int32_t));\n");
+    OUT("            if (!gq_a || !gq_s || !gq_m || !gq_z) { free(gq_a); free(gq_s); free(gq_m); free(gq_z); return 1; }\n");
+    OUT("          }\n");
+    OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
+    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
+    OUT("            kgq_row(A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT("), K, %d, %d, gq_a + mq * K, gq_s + mq * (K / 32), gq_z + mq * (K / %d), gq_m + mq * (K / 32));\n", kb,
+        gi_zero(t), kb);
+    OUT("          }\n");
+    OUT("          gq_o = gob;\n");
+    OUT("        }\n");
+    OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : K;\n", sc->kc, sc->kc, sc->kc);
+    OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
+    OUT("        const size_t qsz = ((size_t)(nstr * %d * kcb) + 63) & ~(size_t)63;\n", nr);
+    OUT("        const size_t fsz = ((size_t)(nstr * %d * (kcb / %d)) * sizeof(float) + 63) & ~(size_t)63;\n", nr, kb);
+    OUT("        uint8_t *bq = (uint8_t *)aligned_alloc(64, qsz);\n");
+    OUT("        float *bs = (float *)aligned_alloc(64, fsz), *bm = (float *)aligned_alloc(64, fsz);\n");
+    OUT("        if (!bq || !bs || !bm) { free(bq); free(bs); free(bm); free(gq_a); free(gq_s); free(gq_m); free(gq_z); return 1; }\n");
+    /* out's stride along n (store_off is affine in n) */
+    OUT("        int64_t oa, ob;\n");
+    for (int q = 0; q < 2; q++) {
+        OUT("        { ");
+        if (md >= 0) OUT("const int64_t i%d = 0; (void)i%d; ", md, md);
+        OUT("const int64_t i%d = n0 + %d; (void)i%d; %s = ", nd, q, nd, q ? "ob" : "oa");
+        out_sym(p, k->store_off, s, len, cap);
+        OUT("; }\n");
+    }
+    OUT("        const int64_t osn = ob - oa;\n");
+    OUT("        for (int64_t k0 = 0; k0 < K; k0 += kcb) {\n");
+    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
+    OUT("          const int acc = k0 > 0;\n");
+    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("            int64_t wo[%d];\n", nr);
+    OUT("            for (int j = 0; j < %d; j++) {\n", nr);
+    OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
+    OUT("              wo[j] = ");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(";\n            }\n");
+    OUT("            kgb_%s((const void *)W, wo, %d, k0, kl, bq + st * %d * kcb, bs + st * %d * (kcb / %d), bm + st * %d * (kcb / %d));\n",
+        tag, nr, nr, nr, kb, nr, kb);
+    OUT("          }\n");
+    OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
+    OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
+    OUT("            for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("              const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
+    OUT("              const uint8_t *bqs = bq + st * %d * kcb;\n", nr);
+    OUT("              const float *bss = bs + st * %d * (kcb / %d), *bms = bm + st * %d * (kcb / %d);\n", nr, kb, nr, kb);
+    OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
+    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
+    OUT("                const int8_t *qr[%d]; const float *sr[%d], *ur[%d]; const int32_t *zr[%d]; float *cr[%d];\n", mr, mr,
+        mr, mr, mr);
+    OUT("                float ct[%d] __attribute__((aligned(64)));\n", mr * nr);
+    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
+    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
+    OUT("                  qr[i] = gq_a + mi * K + k0; sr[i] = gq_s + mi * (K / 32) + k0 / 32;\n");
+    OUT("                  ur[i] = gq_m + mi * (K / 32) + k0 / 32; zr[i] = gq_z + mi * (K / %d) + k0 / %d;\n", kb, kb);
+    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
+    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
+    OUT("                  cr[i] = osn == 1 ? out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(") : ct + i * %d;\n", nr);
+    OUT("                }\n");
+    OUT("                kgi_%s_%dx%d(qr, sr, zr, ur, bqs, bss, bms, kl / %d, cr, rows, cols, osn == 1 ? acc : 0);\n", tag, mr,
+        nr, kb);
+    OUT("                if (osn != 1)\n");
+    OUT("                  for (int i = 0; i < rows; i++)\n");
+    OUT("                    for (int j = 0; j < cols; j++) {\n");
+    if (md >= 0) OUT("                      const int64_t i%d = mm + i; (void)i%d;\n", md, md);
+    OUT("                      const int64_t i%d = ns + j; (void)i%d;\n", nd, nd);
+    OUT("                      float *op = out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(");\n");
+    OUT("                      *op = acc ? *op + ct[i * %d + j] : ct[i * %d + j];\n", nr, nr);
+    OUT("                    }\n");
+    OUT("              }\n            }\n          }\n        }\n");
+    OUT("        free(bq); free(bs); free(bm);\n");
+    OUT("        }\n");
+    OUT("      }\n");
+}

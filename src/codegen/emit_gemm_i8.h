@@ -1,0 +1,30 @@
+/* emit_gemm_i8.h — the packed (outer-product) contraction form with int8
+ * arithmetic (form=packed arith=i8, emit_gemm_i8.c): block-format B repacked
+ * into uint8 VNNI strips, A quantised to int8 per 32 elements once per
+ * thread, vpdpbusd outer products. emit_contract.c calls these. */
+#ifndef KILN_CODEGEN_EMIT_GEMM_I8_H
+#define KILN_CODEGEN_EMIT_GEMM_I8_H
+
+#include <stddef.h>
+
+#include "emit_c.h"
+
+/* 1 when the packed int8 schedule s can be emitted for B dtype t (the CPU
+ * must have AVX512-VNNI: the caller checks) */
+int cg_packed_i8_ok(kiln_dtype t, const sch_contract_sched *s);
+/* the helpers and micro-kernels the packed int8 schedules among
+ * scheds[0..n) need; *i8_done: whether the translation unit already has the
+ * int8 prelude (emit_contract_i8.c), whose B unpackers this form reuses */
+void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s,
+                             size_t *len, size_t *cap);
+/* declarations before a kernel's work-item loop (A's quantised copy, kept
+ * across the items of one call) and their release after it */
+void cg_emit_packed_i8_pre(char **s, size_t *len, size_t *cap);
+void cg_emit_packed_i8_post(char **s, size_t *len, size_t *cap);
+/* the loops of one packed int8 schedule inside a work item: the contract of
+ * emit_contract.c's emit_schedule, plus `w / ntiles` naming the batch point
+ * (A is quantised again only when it changes) */
+void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                                size_t *len, size_t *cap);
+
+#endif
