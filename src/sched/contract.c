@@ -23,6 +23,7 @@
  * Invariants: a kernel is annotated only when the analysis proves the form
  * above; everything else stays the generic reduction it was.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,15 +247,27 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
         kstride = strided_base(sp, p->lx[ld[bs]].s, k->rvar, k->var[nl], &bbase);
         if (kstride == SYM_NONE) return forced;
     }
-    /* n: the last loop variable only B's base uses; m: the last only A's
-     * base uses (a variable the operand uses only inside a guard does not
-     * count: a guarded operand is not a plain load, so there is none) */
+    /* n: the last loop variable only B's base uses; m: of those only A's
+     * base uses, the one with a symbolic extent (seq: the prompt, which
+     * makes M large in prefill), else the largest, else the last (a
+     * variable the operand uses only inside a guard does not count: a
+     * guarded operand is not a plain load, so there is none). Grouped-query
+     * attention has two such loops, the query heads of a group (4) and the
+     * positions (seq): with M = 4 every prompt position re-read all of K and V. */
     int nd = -1, md = -1;
+    int64_t mext = 0; /* md's extent; INT64_MAX when symbolic */
     for (int d = k->ndim - 1; d >= 0; d--) {
         sym_id v = k->var[d];
         int ua = sym_uses(sp, abase, v), ub = sym_uses(sp, bbase, v);
         if (nd < 0 && ub && !ua && ((only_b >> d) & 1u)) nd = d;
-        else if (md < 0 && ua && !ub && ((only_a >> d) & 1u)) md = d;
+        else if (ua && !ub && ((only_a >> d) & 1u)) {
+            int64_t ext;
+            if (!sym_is_const(sp, k->dim[d], &ext)) ext = INT64_MAX;
+            if (md < 0 || ext > mext) {
+                md = d;
+                mext = ext;
+            }
+        }
     }
     if (nd < 0) return forced;
     if (kstride != SYM_NONE && nd != nl) return forced; /* n must be the contiguous variable */
