@@ -219,7 +219,7 @@ static int cmd_graph(int argc, char **argv) {
 /* ---- explain ------------------------------------------------------------ */
 
 static int cmd_explain(int argc, char **argv) {
-    const char *name = NULL;
+    const char *name = NULL, *model_path = NULL;
     int show_graph = 0, show_egraph = 0, show_opt = 0, json = 0, show_kernels = 0, show_source = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -227,8 +227,8 @@ static int cmd_explain(int argc, char **argv) {
             if (i + 1 >= argc) return usage_error("explain: %s needs a name", a);
             name = argv[++i];
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-            fprintf(stderr, "kiln explain: models are not supported yet (GGUF loading is issue 6); use --example NAME\n");
-            return 2;
+            if (i + 1 >= argc) return usage_error("explain: %s needs a GGUF file", a);
+            model_path = argv[++i];
         } else if (strcmp(a, "--graph") == 0) {
             show_graph = 1;
         } else if (strcmp(a, "--egraph") == 0) {
@@ -242,7 +242,8 @@ static int cmd_explain(int argc, char **argv) {
         } else if (strcmp(a, "--source") == 0) {
             show_source = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            printf("usage: kiln explain --example NAME [--graph] [--egraph] [--optimized] [--json]\n"
+            printf("usage: kiln explain (--example NAME | -m MODEL.gguf) [--graph] [--egraph] [--optimized] [--json]\n"
+                   "                    [--kernels] [--source]\n"
                    "  --graph      the graph as built\n"
                    "  --egraph     the e-graph run: classes, nodes, iterations, time, stop reason, rule firings\n"
                    "  --optimized  the graph extracted after saturation\n"
@@ -255,12 +256,29 @@ static int cmd_explain(int argc, char **argv) {
             return usage_error("explain: unknown option '%s'", a);
         }
     }
-    if (!name) return usage_error("explain: %s", "which graph? use --example NAME (see 'kiln graph --list')");
+    if (!name && !model_path)
+        return usage_error("explain: %s", "which graph? use --example NAME (see 'kiln graph --list') or -m MODEL.gguf");
+    if (name && model_path) return usage_error("explain: %s", "--example and -m exclude each other");
     if (!show_graph && !show_opt && !show_kernels && !show_source) show_egraph = 1;
     if (json && (show_graph || show_opt || show_kernels || show_source)) return usage_error("explain: %s", "--json goes with --egraph alone");
     int rc = 0;
-    kiln_graph *g = build_example("explain", name, &rc);
-    if (!g) return rc;
+    model *m = NULL;
+    kiln_graph *g = NULL;
+    if (model_path) {
+        /* the model's graph as the loader builds it (weights bound, sizes
+         * symbolic); the interpreter mode compiles nothing at load */
+        model_options mo = model_default_options();
+        mo.compiled = 0;
+        char err[512];
+        if (model_load_ex(model_path, &mo, &m, err, sizeof err) != KILN_OK) {
+            fprintf(stderr, "kiln explain: %s\n", err);
+            return 1;
+        }
+        g = model_graph(m);
+    } else {
+        g = build_example("explain", name, &rc);
+        if (!g) return rc;
+    }
     if (show_graph) rc |= put_text("explain", "graph text", kiln_graph_text(g));
     if (show_egraph) rc |= put_text("explain", "e-graph report", kiln_graph_egraph_report(g, json));
     if (show_opt) {
@@ -289,7 +307,8 @@ static int cmd_explain(int argc, char **argv) {
             kiln_program_free(p);
         }
     }
-    kiln_graph_free(g);
+    if (m) model_free(m);
+    else kiln_graph_free(g);
     if (fflush(stdout) != 0) rc = 1;
     return rc;
 }

@@ -61,7 +61,15 @@ static kiln_graph *extract_graph(eg_kiln *ek, eg_terms *ts_out, char *err, size_
     egraph *eg = ek->eg;
     eg_id *choice = kiln_xmalloc(sizeof(eg_id) * (eg->nclasses ? eg->nclasses : 1));
     double *cost = kiln_xmalloc(sizeof(double) * (eg->nclasses ? eg->nclasses : 1));
-    eg_extract_best(eg, ek_default_cost, ek, choice, cost);
+    /* shared values amortised over their consumers (KILN_EG_PLAIN=1: plain
+     * tree costs, to see what the amortisation changes) */
+    uint32_t *uses = kiln_xcalloc(eg->nclasses ? eg->nclasses : 1, sizeof *uses);
+    for (uint32_t i = 0; i < ek->nshared; i++) {
+        eg_id c = eg_find(eg, ek->shared[i]);
+        if (ek->shared_uses[i] > uses[c]) uses[c] = ek->shared_uses[i];
+    }
+    eg_extract_best_amortised(eg, ek_default_cost, ek, getenv("KILN_EG_PLAIN") ? NULL : uses, choice, cost);
+    free(uses);
     kiln_graph *ng = NULL;
     eg_terms ts;
     if (eg_terms_from_choice(eg, choice, ek->roots, ek->nroots, &ts) != 0) {

@@ -90,6 +90,20 @@ eg_kiln *ek_from_graph(const kiln_graph *g, char *err, size_t cap) {
     }
     for (int32_t i = 0; i < g->nnodes; i++)
         if (is_state_scatter(g, i)) add_root(ek, ncls[i], NULL);
+    /* shared values: nodes with two or more consumers (leaves are cheap anyway) */
+    uint32_t *uses = kiln_xcalloc((size_t)g->nnodes + 1, sizeof *uses);
+    for (int32_t i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < op_table[g->nodes[i].op].arity; k++) uses[g->tensors[g->nodes[i].src[k]].node]++;
+    for (int32_t i = 0; i < g->noutputs; i++) uses[g->tensors[g->outputs[i].tensor].node]++;
+    ek->shared = kiln_xmalloc(sizeof(eg_id) * (size_t)(g->nnodes + 1));
+    ek->shared_uses = kiln_xmalloc(sizeof(uint32_t) * (size_t)(g->nnodes + 1));
+    for (int32_t i = 0; i < g->nnodes; i++) {
+        int op = g->nodes[i].op;
+        if (uses[i] < 2 || op == OP_INPUT || op == OP_CONST) continue;
+        ek->shared[ek->nshared] = ncls[i];
+        ek->shared_uses[ek->nshared++] = uses[i];
+    }
+    free(uses);
     free(ncls);
     eg_rebuild(ek->eg);
     for (uint32_t r = 0; r < ek->nroots; r++) ek->roots[r] = eg_find(ek->eg, ek->roots[r]);

@@ -2,7 +2,12 @@
  * function, and the K cheapest structurally distinct ones.
  *
  * Cost of a tree = sum of its nodes' own costs (which must be > 0, so no
- * cyclic choice can ever be cheapest). Best: bottom-up fixpoint over classes.
+ * cyclic choice can ever be cheapest). Best: bottom-up fixpoint over classes;
+ * optionally amortised: a shared value (the class of a source-graph node
+ * with u consumers) adds cost/u to each consumer, so the cost of a program
+ * grows with its size, not exponentially with its depth; a node then costs
+ * at least its dearest kid plus its own cost, which keeps costs strictly
+ * increasing along chosen edges (no cyclic choice).
  * Top-K: every class keeps its K cheapest trees as entries (node + kid entry
  * per operand). Entries are hash-consed on (node, kid entries), so equal
  * entries are equal trees and a class's list never holds one tree twice. The
@@ -24,6 +29,10 @@ void eg_terms_free(eg_terms *ts) {
 }
 
 void eg_extract_best(egraph *eg, eg_cost_fn f, void *ctx, eg_id *choice, double *cost) {
+    eg_extract_best_amortised(eg, f, ctx, NULL, choice, cost);
+}
+
+void eg_extract_best_amortised(egraph *eg, eg_cost_fn f, void *ctx, const uint32_t *uses, eg_id *choice, double *cost) {
     for (eg_id c = 0; c < eg->nclasses; c++) {
         choice[c] = EG_NONE;
         cost[c] = INFINITY;
@@ -36,9 +45,17 @@ void eg_extract_best(egraph *eg, eg_cost_fn f, void *ctx, eg_id *choice, double 
             const eg_class *k = &eg->classes[c];
             for (uint32_t i = 0; i < k->nnodes; i++) {
                 const eg_node *n = &eg->nodes[k->nodes[i]];
-                double s = 0;
-                for (int j = 0; j < n->nkids && s < INFINITY; j++) s += cost[eg_find(eg, n->kids[j])];
+                double s = 0, most = 0;
+                for (int j = 0; j < n->nkids && s < INFINITY; j++) {
+                    eg_id kc = eg_find(eg, n->kids[j]);
+                    /* a shared value: each of its consumers pays its share */
+                    s += uses && uses[kc] > 1 ? cost[kc] / (double)uses[kc] : cost[kc];
+                    most = cost[kc] > most ? cost[kc] : most;
+                }
                 if (s == INFINITY) continue;
+                /* never below a kid's own cost: a class then costs more than
+                 * each kid it chose, so chosen terms cannot form a cycle */
+                if (s < most) s = most;
                 double own = f(ctx, eg, n);
                 KILN_ASSERT(own > 0);
                 s += own;

@@ -331,6 +331,8 @@ void ek_free(eg_kiln *ek) {
     free(ek->view_index);
     free(ek->roots);
     free(ek->root_names);
+    free(ek->shared);
+    free(ek->shared_uses);
     free(ek);
 }
 

@@ -60,6 +60,11 @@ typedef struct eg_kiln {
     /* extraction for a backend without compound kernels: compound nodes cost
      * infinity, so every class falls back to its primitive form */
     int primitives_only;
+    /* classes of the source graph's nodes that have several consumers, and
+     * how many (the extraction amortises their cost over them) */
+    eg_id *shared;
+    uint32_t *shared_uses;
+    uint32_t nshared;
 } eg_kiln;
 
 eg_kiln *ek_new(sym_pool *syms);
@@ -236,6 +241,14 @@ double ek_default_cost(void *ctx, egraph *eg, const eg_node *n); /* ctx: eg_kiln
  * cost[c] for root classes (EG_NONE / INFINITY where nothing is finite).
  * Arrays of eg->nclasses entries. */
 void eg_extract_best(egraph *eg, eg_cost_fn f, void *ctx, eg_id *choice, double *cost);
+/* the same with shared values amortised: a kid class c with uses[c] > 1
+ * (canonical ids; NULL: none), a value the program computes once for that
+ * many consumers, adds cost[c] / uses[c]. Plain tree costs count a shared
+ * subtree once per use, which grows exponentially with depth (a
+ * transformer's residual stream feeds several products per layer: 1e93 at
+ * 18 layers) until doubles can no longer tell two forms of a deep kernel
+ * apart (gemma3 layer 8 then materialised V / sum as a 268 MB tensor). */
+void eg_extract_best_amortised(egraph *eg, eg_cost_fn f, void *ctx, const uint32_t *uses, eg_id *choice, double *cost);
 /* the term DAG for roots from a best-choice array */
 int eg_terms_from_choice(egraph *eg, const eg_id *choice, const eg_id *roots, uint32_t nroots, eg_terms *out);
 /* the K cheapest structurally distinct term trees for the roots together,

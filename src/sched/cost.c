@@ -68,7 +68,9 @@ static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; 
  *    N*K/16 vectors when B is f32 read along rows, which the shape cannot
  *    tell apart from the scatter: the scatter is counted).
  *  - memory: B's bytes once; A's bytes once per work item when A does not
- *    fit L2, else once; the balance term as for the dot form. */
+ *    fit L2, else once; the balance term as for the dot form.
+ *  - int8 arithmetic: a vpdpbusd per 4 k in an FMA slot, a byte strip, the
+ *    per-32 rescale of every accumulator, A's quantisation on every thread. */
 static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
     int nt = sh->nthreads > 0 ? sh->nthreads : 1;
     int nv = s->nr / 16 > 0 ? s->nr / 16 : 1;
@@ -76,12 +78,26 @@ static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, c
     int64_t kblocks = cdiv(sh->k, kc);
     double tiles = (double)cdiv(sh->m, s->mr) * (double)cdiv(sh->n, s->nr) * (double)sh->nbatch;
     double kk = (double)sh->k;
-    double fma = tiles * kk * (double)(s->mr * nv);
-    double strip = 4.0 * (double)kc * (double)s->nr;
-    double loads = tiles * kk * (double)nv * (strip > 32768.0 ? 2.0 : 1.0);
-    double other = tiles * kk * (double)s->mr + loads +
-                   tiles * (double)kblocks * (2.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr);
-    double pack = (double)sh->n * (double)sh->nbatch * (double)cdiv(sh->k, 32) * (dequant_cost(sh->b_dtype) + 32.0);
+    double fma, loads, other, pack;
+    if (s->arith == SCH_ARITH_I8) {
+        /* int8 (emit_gemm_i8.c): one vpdpbusd per 4 k at the FMA rate, a
+         * byte strip a quarter the size; per block of 32 k a convert, a
+         * multiply and an FMA per accumulator; A quantised by every thread */
+        double strip = (double)kc * (double)s->nr;
+        fma = tiles * kk / 4.0 * (double)(s->mr * nv) + tiles * kk / 32.0 * 3.0 * (double)(s->mr * nv);
+        loads = tiles * kk / 4.0 * (double)nv * (strip > 32768.0 ? 2.0 : 1.0);
+        other = tiles * kk / 4.0 * (double)s->mr + loads + tiles * kk / 32.0 * (double)(s->mr + nv) +
+                tiles * (double)kblocks * (2.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr) +
+                (double)nt * (double)sh->m * kk / 16.0 * 6.0;
+        pack = (double)sh->n * (double)sh->nbatch * (double)cdiv(sh->k, 32) * (dequant_cost(sh->b_dtype) + 16.0);
+    } else {
+        double strip = 4.0 * (double)kc * (double)s->nr;
+        fma = tiles * kk * (double)(s->mr * nv);
+        loads = tiles * kk * (double)nv * (strip > 32768.0 ? 2.0 : 1.0);
+        other = tiles * kk * (double)s->mr + loads +
+                tiles * (double)kblocks * (2.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr);
+        pack = (double)sh->n * (double)sh->nbatch * (double)cdiv(sh->k, 32) * (dequant_cost(sh->b_dtype) + 32.0);
+    }
     double fma_rate = mc->fma_gflops * 1e9 / 32.0;
     double compute = (fma + (other + pack) / 2.0) / fma_rate;
 

@@ -69,7 +69,9 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
      * strips nr in {16, 32, 48, 64} lanes, tiles mr with mr*(nr/16)
      * accumulators + nr/16 B registers + 1 broadcast <= 32 zmm, K blocks kc
      * in {all, 256, 512}, A blocks mc in {64, 256}, items nc in {auto, 4, 16
-     * strips}. Tiles taller than M are skipped. */
+     * strips}; arithmetic f32, or int8 for block formats on a CPU with VNNI
+     * (emit_gemm_i8.c: twice the accumulators, strips <= 48). Tiles taller
+     * than M are skipped. */
     if (sh->m > SCH_SMALL_M) {
         static const int pnrs[] = {16, 32, 48, 64};
         static const int pmrs[] = {4, 6, 8, 10, 12, 14};
@@ -91,18 +93,25 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
                         for (size_t d = 0; d < sizeof pncs / sizeof *pncs; d++) {
                             int nc = pncs[d] * nr;
                             if (nc > 0 && nc >= sh->n && d > 1) continue;
-                            if (out && n < cap) {
-                                sch_contract_sched *s = &out[n];
-                                memset(s, 0, sizeof *s);
-                                s->mr = mr;
-                                s->nr = nr;
-                                s->mc = mc;
-                                s->nc = nc;
-                                s->kc = kc;
-                                s->arith = SCH_ARITH_F32;
-                                s->form = SCH_FORM_PACKED;
+                            for (int ar = 0; ar < 2; ar++) {
+                                /* int8 (emit_gemm_i8.c): block formats with VNNI; int32 and
+                                 * f32 accumulators, strip and scale registers in 32 zmm */
+                                if (ar == 1 && !(sh->vnni && kiln_dtype_is_block(sh->b_dtype) && nr <= 48 &&
+                                                 mr <= 12 && 2 * mr * nv + 2 * nv + 2 <= 32))
+                                    continue;
+                                if (out && n < cap) {
+                                    sch_contract_sched *s = &out[n];
+                                    memset(s, 0, sizeof *s);
+                                    s->mr = mr;
+                                    s->nr = nr;
+                                    s->mc = mc;
+                                    s->nc = nc;
+                                    s->kc = kc;
+                                    s->arith = ar ? SCH_ARITH_I8 : SCH_ARITH_F32;
+                                    s->form = SCH_FORM_PACKED;
+                                }
+                                n++;
                             }
-                            n++;
                         }
                     }
                 }
@@ -188,8 +197,11 @@ char *sch_space_describe(void) {
                 "               B prefetched 0, 8 or 16 chunks ahead; arithmetic f32, or int8 (VNNI, block formats, "
                 "approximate)\n"
                 "  packed form  (large M) B dequantised into packed panels, mr x nr outer-product tiles, kc K per "
-                "panel\n"
-                "other kernels use one generic loop-nest schedule (not searched yet)\n"
+                "panel;\n"
+                "               arithmetic f32, or int8 (VNNI, block formats: B repacked to uint8 strips, A "
+                "quantised per 32, approximate)\n"
+                "other kernels (maps, reductions): vector width, accumulators, unroll, thread chunk "
+                "(space_generic.c)\n"
                 "space sizes at example shapes (a CPU with VNNI):\n",
                 SCH_SMALL_M);
     static const struct {

@@ -20,6 +20,7 @@
 #include "kiln_compile.h"
 #include "quant.h"
 #include "contract.h"
+#include "emit_contract.h"
 #include "search.h"
 #include "tunedb.h"
 
@@ -238,7 +239,8 @@ static void test_concurrent_tuners(void) {
 
 static void test_space_and_model(void) {
     CASE_BEGIN("search_space_and_cost_model");
-    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1};
+    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1, 0};
+    const sch_machine mc_default_for_test = sch_machine_default();
     int n = sch_space_contract(&sh, NULL, 0);
     CHECK(n > 50, "space of %d", n);
     sch_contract_sched *sp = malloc((size_t)n * sizeof *sp);
@@ -249,7 +251,33 @@ static void test_space_and_model(void) {
         int regs = sp[i].form == SCH_FORM_PACKED ? sp[i].mr * (sp[i].nr / 16) + sp[i].nr / 16 + 1
                                                  : sp[i].mr * sp[i].nr + 2 * sp[i].nr + 2;
         CHECK(regs <= 32, "schedule %d needs %d vector registers", i, regs);
+        CHECK(sp[i].arith == SCH_ARITH_F32, "schedule %d: int8 without VNNI", i);
     }
+    /* with VNNI: int8 in both forms, every schedule emittable; the packed
+     * int8 form keeps int32 and f32 accumulators (2 per tile entry) */
+    sch_contract_shape shv = {512, 640, 2048, 1, KILN_Q4_K, 1, 1};
+    int nvn = sch_space_contract(&shv, NULL, 0);
+    sch_contract_sched *spv = malloc((size_t)nvn * sizeof *spv);
+    CHECK(sch_space_contract(&shv, spv, nvn) == nvn, "enumeration size differs (vnni)");
+    int packed_i8 = 0, dot_i8 = 0;
+    for (int i = 0; i < nvn; i++) {
+        CHECK(cg_contract_sched_ok(KILN_Q4_K, &spv[i]), "schedule %d of the VNNI space is not emittable", i);
+        if (spv[i].arith != SCH_ARITH_I8) continue;
+        if (spv[i].form == SCH_FORM_PACKED) {
+            int nv = spv[i].nr / 16;
+            packed_i8++;
+            CHECK(2 * spv[i].mr * nv + 2 * nv + 2 <= 32, "packed int8 schedule %d spills", i);
+        } else {
+            dot_i8++;
+        }
+    }
+    CHECK(packed_i8 > 10 && dot_i8 > 10, "int8 schedules: %d packed, %d dot", packed_i8, dot_i8);
+    /* the model sees int8's four-to-one dot products at prefill sizes */
+    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0}, pi = pf;
+    pi.arith = SCH_ARITH_I8;
+    CHECK(sch_cost_contract(&mc_default_for_test, &shv, &pi) < sch_cost_contract(&mc_default_for_test, &shv, &pf),
+          "packed int8 not cheaper than packed f32 at m=512");
+    free(spv);
     sch_machine mc = sch_machine_default();
     /* a 1x1 tile dequantises B once per row of A: the model must see that */
     sch_contract_sched one = {1, 1, 0, 64, SCH_ARITH_F32}, big = {4, 4, 0, 64, SCH_ARITH_F32};
