@@ -189,6 +189,73 @@ static void emit_results(int mr, int nr, char **s, size_t *len, size_t *cap) {
 
 int cg_i8_group(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
 
+/* q4_k, 512 bits at a time: a super-block's 32-byte run of nibbles holds
+ * two chunks (low nibbles: chunk 2p, high: 2p+1), unpacked into one zmm and
+ * multiplied with the 64 matching bytes of A by one vpdpbusd (int32 lanes
+ * 0-7 chunk 2p, 8-15 chunk 2p+1), scaled by d*sc of each half. The 12 bytes
+ * of 6-bit scales and minimums are decoded with 32-bit masks (sc 0-3: bytes
+ * 0-3 & 63; sc 4-7: bytes 8-11 low nibbles | top 2 bits of bytes 0-3 << 4;
+ * the minimums likewise from bytes 4-7 and the high nibbles), and the
+ * minimum term is one 8-lane FMA per super-block: dmin*m[sb] * sum(qa) of
+ * chunk sb. A's scale (one per 256) multiplies each super-block's sum. */
+static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
+    int mr = sc->mr, nr = sc->nr;
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
+        "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
+        name);
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps(); __m256 m%d_%d = _mm256_setzero_ps();\n", i, j, i, j);
+    OUT("  const __m512i m4 = _mm512_set1_epi8(15);\n");
+    if (sc->pf > 0) emit_row_stride(KILN_Q4_K, nr, s, len, cap);
+    OUT("  for (int64_t c0 = 0; c0 < nch; c0 += 8) {\n");
+    OUT("    const int64_t sbk = c0 / 8;\n");
+    for (int j = 0; j < nr; j++) {
+        OUT("    const uint8_t *k%d = (const uint8_t *)w[%d] + 144 * sbk; __m256 sv%d, mv%d;\n", j, j, j, j);
+        OUT("    { uint32_t u0, u1, u2; memcpy(&u0, k%d + 4, 4); memcpy(&u1, k%d + 8, 4); memcpy(&u2, k%d + 12, 4);\n", j, j, j);
+        OUT("      const uint32_t sl = u0 & 0x3f3f3f3fu, sh = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);\n");
+        OUT("      const uint32_t ml = u1 & 0x3f3f3f3fu, mh = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);\n");
+        OUT("      sv%d = _mm256_mul_ps(_mm256_set1_ps(kci_h(k%d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sh, (int)sl))));\n", j, j);
+        OUT("      mv%d = _mm256_mul_ps(_mm256_set1_ps(kci_h(k%d + 2)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)mh, (int)ml)))); }\n", j, j);
+    }
+    for (int i = 0; i < mr; i++) {
+        OUT("    const float xs%d = sa[%d][c0];\n", i, i);
+        OUT("    { const __m256 q = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(qsum[%d] + c0))), _mm256_set1_ps(xs%d));\n", i, i);
+        for (int j = 0; j < nr; j++) OUT("      m%d_%d = _mm256_fmadd_ps(mv%d, q, m%d_%d);\n", i, j, j, i, j);
+        OUT("    }\n");
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("    __m512 b%d_%d = _mm512_setzero_ps();\n", i, j);
+    OUT("    for (int p = 0; p < 4; p++) {\n");
+    OUT("      const __m512i ip = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,\n"
+        "                                          2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p);\n");
+    for (int j = 0; j < nr; j++) {
+        if (sc->pf > 0)
+            OUT("      _mm_prefetch((const char *)k%d + 144 * %d + 32 * p, _MM_HINT_T0); _mm_prefetch((const char *)k%d + %d * rs + 32 * p, _MM_HINT_T0);\n",
+                j, (sc->pf + 7) / 8, j, nr);
+        OUT("      const __m256i q%d = _mm256_loadu_si256((const __m256i *)(k%d + 16 + 32 * p));\n", j, j);
+        OUT("      const __m512i w%d = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q%d), _mm256_srli_epi16(q%d, 4), 1), m4);\n", j, j, j);
+        OUT("      const __m512 s%d = _mm512_permutexvar_ps(ip, _mm512_castps256_ps512(sv%d));\n", j, j);
+    }
+    for (int i = 0; i < mr; i++) {
+        OUT("      { const __m512i x = _mm512_loadu_si512((const void *)(qa[%d] + 32 * (c0 + 2 * p)));\n", i);
+        for (int j = 0; j < nr; j++)
+            OUT("        b%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w%d, x)), s%d, b%d_%d);\n",
+                i, j, j, j, i, j);
+        OUT("      }\n");
+    }
+    OUT("    }\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("    c%d_%d = _mm512_fmadd_ps(b%d_%d, _mm512_set1_ps(xs%d), c%d_%d);\n", i, j, i, j, i, i, j);
+    OUT("  }\n  (void)l8;\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            OUT("  { const __m128 h = _mm_add_ps(_mm256_castps256_ps128(m%d_%d), _mm256_extractf128_ps(m%d_%d, 1));\n", i, j, i, j);
+            OUT("    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));\n");
+            OUT("    res[%d] = _mm512_reduce_add_ps(c%d_%d) - _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))); }\n", i * nr + j, i, j);
+        }
+    OUT("}\n\n");
+}
+
 /* k-quants: A has one scale per 256 (cg_i8_group), so within a super-block
  * the products need only the weights' scales; A's is applied once per
  * super-block (8 chunks) */
@@ -261,6 +328,10 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
     int mr = sc->mr, nr = sc->nr, zs = zero_shift(t);
     char name[64];
     cg_i8_tile_name(t, sc, name, sizeof name);
+    if (t == KILN_Q4_K) {
+        emit_q4k_wide_tile(sc, name, s, len, cap);
+        return;
+    }
     if (t == KILN_Q4_K || t == KILN_Q6_K) {
         emit_kquant_tile(t, sc, name, s, len, cap);
         return;
