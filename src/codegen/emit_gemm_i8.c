@@ -66,6 +66,9 @@ static int gi_zero(kiln_dtype t) {
 /* elements per B scale */
 static int gi_kb(kiln_dtype t) { return t == KILN_Q6_K ? 16 : 32; }
 
+int cg_i8_zero(kiln_dtype t) { return gi_zero(t); }
+int cg_i8_kb(kiln_dtype t) { return gi_kb(t); }
+
 static void gi_block(kiln_dtype t, int *elems, int *bytes) {
     switch (t) {
     case KILN_Q8_0: *elems = 32; *bytes = 34; return;
@@ -107,7 +110,12 @@ static const char *gi_prelude =
     "}\n";
 
 /* kgb_<dt>(W, per-column element offsets at r = 0 (block-aligned), strip
- * width, k0, kl (multiples of 32), strip bytes, scales, minimums) */
+ * width (a multiple of 16), k0, kl (multiples of 32), strip bytes, scales,
+ * minimums). Sixteen columns at a time: each column's chunk of 32 bytes is
+ * eight 4-byte groups; the 16 x 8 groups are transposed in registers (two
+ * columns per zmm, an 8x8 dword transpose in each 256-bit half by
+ * unpacks, then 128-bit lanes gathered with permutex2var) into eight 64-byte
+ * rows [group][16 columns][4], the strip's layout. */
 static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     const char *tag = gi_tag(t);
     if (!tag) return;
@@ -116,16 +124,36 @@ static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     OUT("static __attribute__((unused)) void kgb_%s(const void *W, const int64_t *wo, int nr, int64_t k0, int64_t kl,\n"
         "    uint8_t *restrict bq, float *restrict bs, float *restrict bm) {\n",
         tag);
-    OUT("  for (int j = 0; j < nr; j++) {\n");
-    OUT("    const void *row = (const char *)W + (wo[j] / %d) * %d;\n", be, bb);
+    OUT("  const __m512i ilo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), ihi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);\n");
+    OUT("  for (int j0 = 0; j0 < nr; j0 += 16) {\n");
+    OUT("    const void *row[16];\n");
+    OUT("    for (int e = 0; e < 16; e++) row[e] = (const char *)W + (wo[j0 + e] / %d) * %d;\n", be, bb);
     OUT("    for (int64_t cl = 0; cl < kl / 32; cl++) {\n");
-    OUT("      __m256i w; __m256 ws; float wm; uint32_t g[8]; float sv[8];\n");
-    OUT("      kci_%s(row, k0 / 32 + cl, &w, &ws, &wm);\n", tag);
-    if (t == KILN_Q8_0) OUT("      w = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));\n");
-    OUT("      _mm256_storeu_si256((__m256i *)g, w); _mm256_storeu_ps(sv, ws);\n");
-    OUT("      for (int e = 0; e < 8; e++) memcpy(bq + 4 * ((cl * 8 + e) * nr + j), &g[e], 4);\n");
-    if (gi_kb(t) == 32) OUT("      bs[cl * nr + j] = sv[0]; bm[cl * nr + j] = wm;\n");
-    else OUT("      bs[2 * cl * nr + j] = sv[0]; bs[(2 * cl + 1) * nr + j] = sv[4]; (void)wm; (void)bm;\n");
+    OUT("      __m256i w[16];\n");
+    OUT("      for (int e = 0; e < 16; e++) {\n");
+    OUT("        __m256 ws; float wm;\n");
+    OUT("        kci_%s(row[e], k0 / 32 + cl, &w[e], &ws, &wm);\n", tag);
+    if (t == KILN_Q8_0) OUT("        w[e] = _mm256_xor_si256(w[e], _mm256_set1_epi8((char)0x80));\n");
+    if (gi_kb(t) == 32) OUT("        bs[cl * nr + j0 + e] = _mm256_cvtss_f32(ws); bm[cl * nr + j0 + e] = wm;\n");
+    else
+        OUT("        bs[2 * cl * nr + j0 + e] = _mm256_cvtss_f32(ws);\n"
+            "        bs[(2 * cl + 1) * nr + j0 + e] = _mm_cvtss_f32(_mm256_extractf128_ps(ws, 1)); (void)wm; (void)bm;\n");
+    OUT("      }\n");
+    OUT("      __m512i z[8], t[8], u[8];\n");
+    OUT("      for (int e = 0; e < 8; e++) z[e] = _mm512_inserti64x4(_mm512_castsi256_si512(w[e]), w[e + 8], 1);\n");
+    OUT("      for (int e = 0; e < 8; e += 2) {\n");
+    OUT("        t[e] = _mm512_unpacklo_epi32(z[e], z[e + 1]); t[e + 1] = _mm512_unpackhi_epi32(z[e], z[e + 1]); }\n");
+    OUT("      for (int h = 0; h < 2; h++) {\n");
+    OUT("        u[4 * h + 0] = _mm512_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);\n");
+    OUT("        u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);\n");
+    OUT("        u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);\n");
+    OUT("        u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]); }\n");
+    /* u[g] (g < 4) holds group g of columns 0-3 and 8-11 in its even
+     * 128-bit lanes and group g+4 in its odd ones; u[g+4] columns 4-7, 12-15 */
+    OUT("      uint8_t *dst = bq + 4 * ((cl * 8) * nr + j0);\n");
+    OUT("      for (int g = 0; g < 4; g++) {\n");
+    OUT("        _mm512_storeu_si512((void *)(dst + 4 * (g * nr)), _mm512_permutex2var_epi64(u[g], ilo, u[g + 4]));\n");
+    OUT("        _mm512_storeu_si512((void *)(dst + 4 * ((g + 4) * nr)), _mm512_permutex2var_epi64(u[g], ihi, u[g + 4])); }\n");
     OUT("    }\n  }\n}\n\n");
 }
 
@@ -200,7 +228,9 @@ void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
     int any = 0;
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
-        if (!cg_packed_i8_ok(t, sc)) continue;
+        /* the AMX form (emit_gemm_amx.c) shares the quantiser and packer */
+        int amx = sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_I8;
+        if (!cg_packed_i8_ok(t, sc) && !amx) continue;
         if (!any) {
             if (!(*i8_done & 1)) cg_emit_i8_prelude(s, len, cap);
             if (!(*i8_done & 2)) OUT("#include <stdlib.h>\n%s\n", gi_prelude);
@@ -208,7 +238,7 @@ void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
             emit_pack(t, s, len, cap);
         }
         any = 1;
-        if (done[sc->mr][sc->nr / 16]) continue;
+        if (amx || done[sc->mr][sc->nr / 16]) continue;
         done[sc->mr][sc->nr / 16] = 1;
         emit_micro(t, sc->mr, sc->nr, s, len, cap);
     }
@@ -226,15 +256,15 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
     sch_print_sym(p, x, s, len, cap);
 }
 
-void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
-                                size_t *len, size_t *cap) {
+void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, int pad_rows, char **s, size_t *len,
+                           size_t *cap) {
     const sch_contract *c = k->contract;
     kiln_dtype t = p->bufs[c->b_buf].dtype;
     const char *tag = gi_tag(t);
     if (!tag) return;
     int be, bb;
     gi_block(t, &be, &bb);
-    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim, kb = gi_kb(t);
+    int md = c->mdim, nd = c->ndim, kb = gi_kb(t);
     OUT("      {\n");
     /* the fast path needs K in 32s and block-aligned B rows */
     OUT("        int fast = K %% 32 == 0 && K > 0;\n");
@@ -260,10 +290,11 @@ void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const
     OUT("        const int64_t gob = w / ntiles;\n");
     OUT("        if (gq_o != gob) {\n");
     OUT("          if (!gq_a) {\n");
-    OUT("            gq_a = (int8_t *)malloc((size_t)(M * K) + 64);\n");
-    OUT("            gq_s = (float *)malloc((size_t)(M * (K / 32) + 1) * sizeof(float));\n");
-    OUT("            gq_m = (float *)malloc((size_t)(M * (K / 32) + 1) * sizeof(float));\n");
-    OUT("            gq_z = (int32_t *)malloc((size_t)(M * (K / 16) + 1) * sizeof(int32_t));\n");
+    /* rows past M (AMX tiles load whole 16-row blocks) are zero */
+    OUT("            gq_a = (int8_t *)calloc((size_t)((M + %d) * K) + 64, 1);\n", pad_rows);
+    OUT("            gq_s = (float *)calloc((size_t)((M + %d) * (K / 32) + 1), sizeof(float));\n", pad_rows);
+    OUT("            gq_m = (float *)calloc((size_t)((M + %d) * (K / 32) + 1), sizeof(float));\n", pad_rows);
+    OUT("            gq_z = (int32_t *)calloc((size_t)((M + %d) * (K / 16) + 1), sizeof(int32_t));\n", pad_rows);
     OUT("            if (!gq_a || !gq_s || !gq_m || !gq_z) { free(gq_a); free(gq_s); free(gq_m); free(gq_z); return 1; }\n");
     OUT("          }\n");
     OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
@@ -271,10 +302,25 @@ void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const
     OUT("            kgq_row(A + (");
     out_sym(p, c->a_base, s, len, cap);
     OUT("), K, %d, %d, gq_a + mq * K, gq_s + mq * (K / 32), gq_z + mq * (K / %d), gq_m + mq * (K / 32));\n", kb,
-        gi_zero(t), kb);
+        zero, kb);
     OUT("          }\n");
     OUT("          gq_o = gob;\n");
     OUT("        }\n");
+}
+
+void cg_emit_i8_item_end(char **s, size_t *len, size_t *cap) {
+    OUT("        }\n");
+    OUT("      }\n");
+}
+
+void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                                size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    const char *tag = gi_tag(t);
+    if (!tag) return;
+    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim, kb = gi_kb(t);
+    cg_emit_i8_item_begin(p, k, gi_zero(t), 0, s, len, cap);
     OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : K;\n", sc->kc, sc->kc, sc->kc);
     OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
     OUT("        const size_t qsz = ((size_t)(nstr * %d * kcb) + 63) & ~(size_t)63;\n", nr);
@@ -342,6 +388,5 @@ void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const
     OUT("                    }\n");
     OUT("              }\n            }\n          }\n        }\n");
     OUT("        free(bq); free(bs); free(bm);\n");
-    OUT("        }\n");
-    OUT("      }\n");
+    cg_emit_i8_item_end(s, len, cap);
 }

@@ -21,6 +21,18 @@ void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
  * across the items of one call) and their release after it */
 void cg_emit_packed_i8_pre(char **s, size_t *len, size_t *cap);
 void cg_emit_packed_i8_post(char **s, size_t *len, size_t *cap);
+/* the start of a work item of an int8 form: the scalar f32 loop when K is
+ * not in 32s or a B row is not block-aligned, else A quantised once per
+ * batch point and call (zero: B's zero point as the strips hold it; the A
+ * buffer has pad_rows zero rows past M), leaving in scope gq_a (int8, rows
+ * of K), gq_s (A's scale per 32), gq_z (-zero * sum(qa) per B block), gq_m
+ * (A's exact sums per 32); item_end closes what item_begin opened */
+void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, int pad_rows, char **s, size_t *len,
+                           size_t *cap);
+void cg_emit_i8_item_end(char **s, size_t *len, size_t *cap);
+/* the strip packer kgb_<dt> and B's zero point and elements per scale */
+int cg_i8_zero(kiln_dtype t);
+int cg_i8_kb(kiln_dtype t);
 /* the loops of one packed int8 schedule inside a work item: the contract of
  * emit_contract.c's emit_schedule, plus `w / ntiles` naming the batch point
  * (A is quantised again only when it changes) */

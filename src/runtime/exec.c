@@ -557,6 +557,7 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     sh->b_dtype = p->sp.bufs[c->b_buf].dtype;
     sh->nthreads = rt_pool_threads(p->pool);
     sh->vnni = rt_cpu_has("avx512_vnni");
+    sh->amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
     for (int d = 0; d < K->ndim; d++) {
         int64_t v = 0;
         if (values ? sym_eval(sp, K->dim[d], values, NULL, &v, NULL) != 0 : !sym_is_const(sp, K->dim[d], &v)) {
@@ -632,12 +633,13 @@ static void apply_tuning_db(kiln_program *p) {
     }
     /* a schedule the micro-kernel cannot take (a record from a newer kiln,
      * int8 arithmetic on a CPU without VNNI): back to the defaults */
-    int vnni = rt_cpu_has("avx512_vnni");
+    int vnni = rt_cpu_has("avx512_vnni"), amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
     for (int32_t k = 0; k < nk; k++) {
         sch_kernel *K = &p->sp.kernels[k];
         if (!K->contract) continue;
         int needs_vnni = K->contract->sched[0].arith == SCH_ARITH_I8 || K->contract->sched[1].arith == SCH_ARITH_I8;
-        if (cg_contract_emittable(&p->sp, K, p->isa) && (vnni || !needs_vnni)) continue;
+        int needs_amx = K->contract->sched[0].form == SCH_FORM_AMX || K->contract->sched[1].form == SCH_FORM_AMX;
+        if (cg_contract_emittable(&p->sp, K, p->isa) && (vnni || !needs_vnni) && (amx || !needs_amx)) continue;
         kiln_dtype bt = p->sp.bufs[K->contract->b_buf].dtype;
         K->contract->sched[0] = sch_contract_default_of(K->contract, 0, bt);
         K->contract->sched[1] = sch_contract_default_of(K->contract, 1, bt);

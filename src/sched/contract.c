@@ -321,6 +321,7 @@ void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap
                      s->arith == SCH_ARITH_I8 ? "i8" : "f32");
     if (n < 0 || (size_t)n >= cap) return;
     if (s->form == SCH_FORM_PACKED) n += snprintf(buf + n, cap - (size_t)n, " form=packed kc=%d", s->kc);
+    if (s->form == SCH_FORM_AMX) n += snprintf(buf + n, cap - (size_t)n, " form=amx kc=%d", s->kc);
     if (n < 0 || (size_t)n >= cap) return;
     if (s->pf > 0) snprintf(buf + n, cap - (size_t)n, " pf=%d", s->pf);
 }
@@ -344,6 +345,9 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
         if (strncmp(rest, "form=packed", 11) == 0 && (rest[11] == ' ' || !rest[11])) {
             t.form = SCH_FORM_PACKED;
             rest += 11;
+        } else if (strncmp(rest, "form=amx", 8) == 0 && (rest[8] == ' ' || !rest[8])) {
+            t.form = SCH_FORM_AMX;
+            rest += 8;
         } else if (sscanf(rest, "kc=%d%n", &v, &n) == 1 && v >= 0 && (rest[n] == ' ' || !rest[n])) {
             t.kc = v;
             rest += n;
@@ -353,6 +357,12 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
         } else {
             return 0;
         }
+    }
+    if (t.form == SCH_FORM_AMX) {
+        /* 16-row, 16-column AMX tiles; limits in emit_gemm_amx.c */
+        if ((t.mr != 16 && t.mr != 32) || (t.nr != 16 && t.nr != 32) || t.nc < 0 || t.mc < t.mr) return 0;
+        *s = t;
+        return 1;
     }
     if (t.form == SCH_FORM_PACKED) {
         /* packed tiles: nr is a multiple of 16 lanes, mr rows; limits in emit_gemm.c */

@@ -117,7 +117,34 @@ static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, c
     return (par_compute > memory ? par_compute : memory) + 2e-6;
 }
 
+/* The AMX form (emit_gemm_amx.c), in the same units: per 16x16 output
+ * tile and block of 32 k, a tile multiply (~8 FMA slots), its store and a
+ * rescale of 16 rows (load, convert, multiply, FMA, load and store of the
+ * f32 accumulator: ~6 slots each); A's quantisation on every thread; B's
+ * packing once; memory and balance as for the packed form. */
+static double cost_amx(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
+    int nt = sh->nthreads > 0 ? sh->nthreads : 1;
+    double tiles16 = (double)cdiv(sh->m, s->mr) * (double)(s->mr / 16) * (double)cdiv(sh->n, s->nr) *
+                     (double)(s->nr / 16) * (double)sh->nbatch;
+    double blocks = (double)cdiv(sh->k, 32);
+    double compute_slots = tiles16 * blocks * (8.0 + 16.0 * 6.0 / 2.0) + (double)nt * (double)sh->m * (double)sh->k / 16.0 * 6.0 +
+                           (double)sh->n * (double)sh->nbatch * blocks * (dequant_cost(sh->b_dtype) + 18.0);
+    double fma_rate = mc->fma_gflops * 1e9 / 32.0;
+    double compute = compute_slots / fma_rate;
+    int64_t chunk = sch_contract_chunk(s, sh->n, sh->nbatch, nt);
+    int64_t items = sh->nbatch * cdiv(sh->n, chunk);
+    double b_row = (double)kiln_dtype_bytes(sh->b_dtype, sh->k);
+    double bytes = b_row * (double)sh->n * (double)sh->nbatch + 4.0 * (double)sh->m * (double)sh->k * (double)sh->nbatch;
+    double memory = bytes / ((nt > 1 ? mc->bwn_gbs : mc->bw1_gbs) * 1e9);
+    int64_t per_thread = cdiv(items, nt);
+    double balance = items > 0 ? (double)items / (double)(per_thread * nt) : 1.0;
+    double used = (double)(items < nt ? items : nt);
+    double par_compute = compute / used / balance;
+    return (par_compute > memory ? par_compute : memory) + 2e-6;
+}
+
 double sch_cost_contract(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
+    if (s->form == SCH_FORM_AMX) return cost_amx(mc, sh, s);
     if (s->form == SCH_FORM_PACKED) return cost_packed(mc, sh, s);
     int nt = sh->nthreads > 0 ? sh->nthreads : 1;
     int64_t chunks = cdiv(sh->k, 32);

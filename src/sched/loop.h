@@ -125,8 +125,10 @@ typedef enum sch_arith {
 
 typedef enum sch_form {
     SCH_FORM_DOT = 0, /* mr x nr dot products along K (emit_contract.c): B read in place */
-    SCH_FORM_PACKED   /* B panels dequantised into a packed [k][n] buffer, outer products
+    SCH_FORM_PACKED,  /* B panels dequantised into a packed [k][n] buffer, outer products
                          of broadcast A with 16-lane rows of B (emit_gemm.c) */
+    SCH_FORM_AMX      /* int8 only: B packed as in the packed form, 16x16 int32 tiles
+                         of Intel AMX (tdpbssd), rescaled per block (emit_gemm_amx.c) */
 } sch_form;
 
 typedef struct sch_contract_sched {

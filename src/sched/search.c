@@ -118,6 +118,39 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
             }
         }
     }
+    /* ---- AMX int8 tiles, SCH_FORM_AMX (emit_gemm_amx.c): large M, block
+     * formats, a CPU with amx_int8: tiles of mr x nr in {16, 32}^2 outputs,
+     * K blocks kc in {all, 256, 1024}, A blocks mc in {32, 128}, items nc in
+     * {auto, 4, 16 strips} */
+    if (sh->m > SCH_SMALL_M && sh->amx && kiln_dtype_is_block(sh->b_dtype)) {
+        static const int akcs[] = {0, 256, 1024};
+        static const int amcs[] = {32, 128};
+        static const int ancs[] = {0, 4, 16};
+        for (int mr = 16; mr <= 32; mr += 16)
+            for (int nr = 16; nr <= 32; nr += 16)
+                for (size_t c = 0; c < sizeof akcs / sizeof *akcs; c++) {
+                    if (akcs[c] > 0 && akcs[c] >= sh->k) continue;
+                    for (size_t e = 0; e < sizeof amcs / sizeof *amcs; e++) {
+                        if (e > 0 && amcs[e - 1] >= sh->m) continue;
+                        for (size_t d = 0; d < sizeof ancs / sizeof *ancs; d++) {
+                            int nc = ancs[d] * nr;
+                            if (nc > 0 && nc >= sh->n && d > 1) continue;
+                            if (out && n < cap) {
+                                sch_contract_sched *s = &out[n];
+                                memset(s, 0, sizeof *s);
+                                s->mr = mr;
+                                s->nr = nr;
+                                s->mc = amcs[e];
+                                s->nc = nc;
+                                s->kc = akcs[c];
+                                s->arith = SCH_ARITH_I8;
+                                s->form = SCH_FORM_AMX;
+                            }
+                            n++;
+                        }
+                    }
+                }
+    }
     return out && n > cap ? cap : n;
 }
 
@@ -200,9 +233,11 @@ char *sch_space_describe(void) {
                 "panel;\n"
                 "               arithmetic f32, or int8 (VNNI, block formats: B repacked to uint8 strips, A "
                 "quantised per 32, approximate)\n"
+                "  amx form     (large M, block formats, AMX) 16x16 int32 tiles of tdpbssd, mr x nr in {16,32}^2, "
+                "rescaled per block; approximate as int8\n"
                 "other kernels (maps, reductions): vector width, accumulators, unroll, thread chunk "
                 "(space_generic.c)\n"
-                "space sizes at example shapes (a CPU with VNNI):\n",
+                "space sizes at example shapes (a CPU with VNNI and AMX):\n",
                 SCH_SMALL_M);
     static const struct {
         int64_t m, n, k;
@@ -210,7 +245,7 @@ char *sch_space_describe(void) {
     } ex[] = {{1, 2048, 2048, KILN_Q4_K}, {512, 2048, 2048, KILN_Q4_K}, {1, 4096, 4096, KILN_F32},
               {512, 4096, 4096, KILN_F32}};
     for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
-        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1};
+        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1};
         sch_appendf(&buf, &len, &cap, "  m=%-4lld n=%-5lld k=%-5lld B %-5s %6d schedules\n", (long long)sh.m,
                     (long long)sh.n, (long long)sh.k, kiln_dtype_name(sh.b_dtype), sch_space_contract(&sh, NULL, 0));
     }

@@ -16,6 +16,7 @@ typedef struct sch_contract_shape {
     kiln_dtype b_dtype;
     int nthreads;
     int vnni; /* the CPU has int8 dot products: int8 arithmetic joins the space */
+    int amx;  /* the CPU has AMX int8 tiles (and the kernel grants them): the AMX form joins */
 } sch_contract_shape;
 
 /* the machine as the cost model sees it (from `kiln device` measurements or

@@ -20,17 +20,20 @@
 #include "quant.h"
 #include "weights.h"
 
-/* the CPU's flags, as the runtime reads them */
-static int rt_has_vnni(void) {
+/* whether the CPU has flag (" name" in /proc/cpuinfo's flags line) */
+static int cpu_flag(const char *name) {
     FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[4096];
+    char line[4096], pat[64];
+    snprintf(pat, sizeof pat, " %s", name);
     int yes = 0;
     while (f && !yes && fgets(line, sizeof line, f))
-        if (strncmp(line, "flags", 5) == 0) yes = strstr(line, " avx512_vnni") != NULL;
+        if (strncmp(line, "flags", 5) == 0) {
+            const char *h = strstr(line, pat);
+            yes = h && (h[strlen(pat)] == ' ' || h[strlen(pat)] == '\n');
+        }
     if (f) fclose(f);
     return yes;
 }
-
 
 /* compile g, run it, compare output "y" with the reference; *contracted is
  * set when the compiled program has a contraction kernel */
@@ -304,7 +307,7 @@ int main(void) {
     test_batched();
     test_fused_operands();
     test_attention();
-    if (rt_has_vnni()) {
+    if (cpu_flag("avx512_vnni")) {
         /* the dot form (decode and prefill), then the packed form for
          * prefill: M not a multiple of mr, N not of nr, two K blocks */
         const int64_t dot_ms[3] = {1, 3, 7}, packed_ms[3] = {5, 17, 40};
@@ -313,6 +316,16 @@ int main(void) {
                        "mr=4 nr=32 nc=0 mc=16 arith=i8 form=packed kc=256", packed_ms, "_4x32(qr, sr, zr, ur");
         test_int8_form("_packed_wide", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
                        "mr=6 nr=16 nc=16 mc=64 arith=i8 form=packed kc=0", packed_ms, "_6x16(qr, sr, zr, ur");
+        /* AMX tiles: 2x2 tiles with two K blocks, one tile with K whole;
+         * M = 5, 17, 40 leave partial 16-row tiles */
+        if (cpu_flag("amx_tile") && cpu_flag("amx_int8")) {
+            test_int8_form("_amx", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", "mr=32 nr=32 nc=0 mc=64 arith=i8 form=amx kc=256",
+                           packed_ms, "kga_");
+            test_int8_form("_amx_16", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", "mr=16 nr=16 nc=16 mc=32 arith=i8 form=amx kc=0",
+                           packed_ms, "_16x16(gq_a");
+        } else {
+            printf("# AMX contractions not tested: this CPU has no amx_int8\n");
+        }
     }
     else printf("# int8 contractions not tested: this CPU has no AVX512-VNNI\n");
     return check_exit();
