@@ -49,9 +49,10 @@
 
 /* the loop IR's version: part of every hardware fingerprint and tuning
  * record, so that schedules recorded for an older IR (or an older schedule
- * space: 2 added the packed form, prefetch and int8) are not used as they
- * are, only as seeds */
-#define KILN_IR_VERSION 2
+ * space: 2 added the packed form, prefetch and int8; 3 the packed int8
+ * form and AMX tiles, and m chosen as the symbolic A-only loop) are not
+ * used as they are, only as seeds */
+#define KILN_IR_VERSION 3
 
 typedef enum sch_buf_kind {
     SCH_BUF_INPUT = 0, /* the caller's buffer of an input (read only) */
