@@ -20,9 +20,10 @@
  * configured once per work item (kamx_config) and released at its end.
  * mr, nr in {16, 32}; the 16x16 tile keeps its f32 accumulators in
  * registers and alternates two C tiles, so one block's multiply overlaps
- * the previous block's rescale. The process asks the kernel for the tile data state
- * once (arch_prctl ARCH_REQ_XCOMP_PERM); where that fails the kernel returns
- * an error (the search then rejects the candidate; never a default).
+ * the previous block's rescale. The process asks the kernel for the tile
+ * data state once (arch_prctl ARCH_REQ_XCOMP_PERM); where that fails the
+ * kernel returns an error (the search then rejects the candidate; AMX is
+ * never a default).
  *
  * Invariants: the fast path of cg_emit_i8_item_begin (K in 32s, rows
  * block-aligned); nothing is written outside [0, M) x [n0, n1); the tile

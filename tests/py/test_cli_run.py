@@ -399,6 +399,21 @@ def t_bench():
         assert x["model_n_params"] > 0 and x["model_size"] > 0, x
 
 
+def t_explain_model():
+    """kiln explain -m: the model's graph, its e-graph run and its kernels"""
+    r = kiln("explain", "-m", GEMMA, "--kernels")
+    assert r.returncode == 0, r.err[-400:]
+    assert re.search(r"^kernel 0: ", r.out, re.M), r.out[:400]
+    assert "contraction contract-" in r.out and "token_embd.weight" in r.out, r.out[:800]
+    r = kiln("explain", "-m", LLAMA, "--egraph")
+    assert r.returncode == 0 and "stopped:" in r.out and "e-graph:" in r.out, (r.err[-400:], r.out[:400])
+    r = kiln("explain", "-m", LLAMA, "--graph")
+    assert r.returncode == 0 and "INPUT" in r.out and 'output "logits"' in r.out, r.out[-400:]
+    expect_error(["explain", "-m", os.path.join(TMP, "nope.gguf")], 1, "nope.gguf")
+    r = kiln("explain", "-m", LLAMA, "--example", "softmax")
+    assert r.returncode == 2 and "exclude each other" in r.err and r.out == "", (r.returncode, r.err)
+
+
 suite.case("run_greedy_llama_bpe", t_greedy, LLAMA, BPE)
 suite.case("run_greedy_gemma3_spm", t_greedy, GEMMA, SPM)
 suite.case("prompt_tokens_bpe", t_prompt_tokens, LLAMA, BPE, bpe_encode)
@@ -412,4 +427,5 @@ suite.case("file_errors", t_file_errors)
 suite.case("model_errors", t_model_errors)
 suite.case("usage_errors", t_usage_errors)
 suite.case("bench_table_and_json", t_bench)
+suite.case("explain_model", t_explain_model)
 suite.finish()
