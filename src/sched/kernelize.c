@@ -432,7 +432,12 @@ static int check_stages(sch_program *p, uint8_t *force) {
     int nbad = 0;
     for (int32_t ki = 0; ki < p->nkernels; ki++) {
         sch_kernel *k = &p->kernels[ki];
-        for (int32_t i = 0; i < k->nstages; i++) {
+        /* from the last stage back, and only the last failing one per
+         * kernel per round: an outer reduction that cannot fuse (attention's
+         * product with V inside the output projection's kernel) makes the
+         * stages it contains fail too (softmax's max and sum, evaluated at
+         * its coordinates); once it has its own kernel they may fuse there */
+        for (int32_t i = k->nstages - 1; i >= 0; i--) {
             sch_stage *st = &k->stages[i];
             const node *m = graph_node(p->g, st->node);
             int ok = !st->guarded, last = 0;
@@ -446,6 +451,7 @@ static int check_stages(sch_program *p, uint8_t *force) {
             if (!ok && !force[st->node]) {
                 force[st->node] = 1;
                 nbad++;
+                break;
             }
         }
     }
@@ -462,7 +468,10 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
     for (;;) {
         s = build(g, p, force, err, errcap);
         if (s != KILN_OK) break;
-        if (check_stages(p, force) == 0 && sch_contract_analyse(p, force) == 0) break;
+        /* contractions first: giving a contraction's operand its own
+         * kernel (attention's probabilities) moves the reductions it holds
+         * (softmax's max and sum) there as stages, where they fit */
+        if (sch_contract_analyse(p, force) == 0 && check_stages(p, force) == 0) break;
         sch_program_free(p);
     }
     free(force);
