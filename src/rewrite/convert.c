@@ -98,7 +98,7 @@ eg_kiln *ek_from_graph(const kiln_graph *g, char *err, size_t cap) {
     ek->shared = kiln_xmalloc(sizeof(eg_id) * (size_t)(g->nnodes + 1));
     ek->shared_uses = kiln_xmalloc(sizeof(uint32_t) * (size_t)(g->nnodes + 1));
     for (int32_t i = 0; i < g->nnodes; i++) {
-        int op = g->nodes[i].op;
+        op_kind op = g->nodes[i].op;
         if (uses[i] < 2 || op == OP_INPUT || op == OP_CONST) continue;
         ek->shared[ek->nshared] = ncls[i];
         ek->shared_uses[ek->nshared++] = uses[i];
