@@ -186,6 +186,35 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
     sch_print_sym(p, x, s, len, cap);
 }
 
+void cg_emit_out_stride(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    int md = c->mdim, nd = c->ndim;
+    OUT("        int64_t oa, ob;\n");
+    for (int q = 0; q < 2; q++) {
+        OUT("        { ");
+        if (md >= 0) OUT("const int64_t i%d = 0; (void)i%d; ", md, md);
+        OUT("const int64_t i%d = n0 + %d; (void)i%d; %s = ", nd, q, nd, q ? "ob" : "oa");
+        out_sym(p, k->store_off, s, len, cap);
+        OUT("; }\n");
+    }
+    OUT("        const int64_t osn = ob - oa;\n");
+}
+
+void cg_emit_tile_scatter(const sch_program *p, const sch_kernel *k, int nr, char **s, size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    int md = c->mdim, nd = c->ndim;
+    OUT("                if (osn != 1)\n");
+    OUT("                  for (int i = 0; i < rows; i++)\n");
+    OUT("                    for (int j = 0; j < cols; j++) {\n");
+    if (md >= 0) OUT("                      const int64_t i%d = mm + i; (void)i%d;\n", md, md);
+    OUT("                      const int64_t i%d = ns + j; (void)i%d;\n", nd, nd);
+    OUT("                      float *op = out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(");\n");
+    OUT("                      *op = acc ? *op + ct[i * %d + j] : ct[i * %d + j];\n", nr, nr);
+    OUT("                    }\n");
+}
+
 void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                              size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
@@ -202,15 +231,7 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
     OUT("        float *bp = (float *)aligned_alloc(64, bpsz > 0 ? bpsz : 64);\n");
     OUT("        if (!bp) return 1;\n");
     /* out's stride along n (store_off is affine in n: row-major domain index) */
-    OUT("        int64_t oa, ob;\n");
-    for (int q = 0; q < 2; q++) {
-        OUT("        { ");
-        if (md >= 0) OUT("const int64_t i%d = 0; (void)i%d; ", md, md);
-        OUT("const int64_t i%d = n0 + %d; (void)i%d; %s = ", nd, q, nd, q ? "ob" : "oa");
-        out_sym(p, k->store_off, s, len, cap);
-        OUT("; }\n");
-    }
-    OUT("        const int64_t osn = ob - oa;\n");
+    cg_emit_out_stride(p, k, s, len, cap);
     OUT("        for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kcb) {\n");
     OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
     OUT("          const int acc = k0 > 0;\n");
@@ -260,16 +281,7 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
     OUT(") : ct + i * %d;\n", nr);
     OUT("                }\n");
     OUT("                kgp_%s_%dx%d(ar, bps, kl, cr, rows, cols, osn == 1 ? acc : 0);\n", tag, mr, nr);
-    OUT("                if (osn != 1)\n");
-    OUT("                  for (int i = 0; i < rows; i++)\n");
-    OUT("                    for (int j = 0; j < cols; j++) {\n");
-    if (md >= 0) OUT("                      const int64_t i%d = mm + i; (void)i%d;\n", md, md);
-    OUT("                      const int64_t i%d = ns + j; (void)i%d;\n", nd, nd);
-    OUT("                      float *op = out + (");
-    out_sym(p, k->store_off, s, len, cap);
-    OUT(");\n");
-    OUT("                      *op = acc ? *op + ct[i * %d + j] : ct[i * %d + j];\n", nr, nr);
-    OUT("                    }\n");
+    cg_emit_tile_scatter(p, k, nr, s, len, cap);
     OUT("              }\n            }\n          }\n        }\n");
     OUT("        free(bp);\n");
     OUT("      }\n");

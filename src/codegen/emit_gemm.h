@@ -23,4 +23,12 @@ void cg_emit_packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n,
 void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                              size_t *len, size_t *cap);
 
+/* shared by the packed forms (f32 here, int8 in emit_gemm_i8.c, AMX in
+ * emit_gemm_amx.c): osn, out's stride along n (store_off is affine in n),
+ * computed from the item's first two columns; and, for osn != 1, the copy
+ * of a tile's stack buffer ct[rows][nr] into out (added when acc), with
+ * mm, ns, rows, cols and acc in scope */
+void cg_emit_out_stride(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap);
+void cg_emit_tile_scatter(const sch_program *p, const sch_kernel *k, int nr, char **s, size_t *len, size_t *cap);
+
 #endif

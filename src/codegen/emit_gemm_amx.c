@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "contract.h"
+#include "emit_gemm.h"
 #include "emit_gemm_amx.h"
 #include "emit_gemm_i8.h"
 
@@ -233,15 +234,7 @@ void cg_emit_amx_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     OUT("        if (!bq || !bs || !bm || !fs || !cts) { free(bq); free(bs); free(bm); free(fs); free(cts);"
         " free(gq_a); free(gq_s); free(gq_m); free(gq_z); return 1; }\n");
     OUT("        kamx_config(%d);\n", kb);
-    OUT("        int64_t oa, ob;\n");
-    for (int q = 0; q < 2; q++) {
-        OUT("        { ");
-        if (md >= 0) OUT("const int64_t i%d = 0; (void)i%d; ", md, md);
-        OUT("const int64_t i%d = n0 + %d; (void)i%d; %s = ", nd, q, nd, q ? "ob" : "oa");
-        out_sym(p, k->store_off, s, len, cap);
-        OUT("; }\n");
-    }
-    OUT("        const int64_t osn = ob - oa;\n");
+    cg_emit_out_stride(p, k, s, len, cap);
     OUT("        for (int64_t k0 = 0; k0 < K; k0 += kcb) {\n");
     OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
     OUT("          const int acc = k0 > 0;\n");
@@ -281,16 +274,7 @@ void cg_emit_amx_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     OUT("                kga_%s_%dx%d(gq_a + mm * K + k0, K, gq_s + mm * (K / 32) + k0 / 32, gq_m + mm * (K / 32) + k0 / 32,"
         " bqs, bss, bms, kl / %d, cr, rows, cols, osn == 1 ? acc : 0, fs, cts);\n",
         tag, mr, nr, kb);
-    OUT("                if (osn != 1)\n");
-    OUT("                  for (int i = 0; i < rows; i++)\n");
-    OUT("                    for (int j = 0; j < cols; j++) {\n");
-    if (md >= 0) OUT("                      const int64_t i%d = mm + i; (void)i%d;\n", md, md);
-    OUT("                      const int64_t i%d = ns + j; (void)i%d;\n", nd, nd);
-    OUT("                      float *op = out + (");
-    out_sym(p, k->store_off, s, len, cap);
-    OUT(");\n");
-    OUT("                      *op = acc ? *op + ct[i * %d + j] : ct[i * %d + j];\n", nr, nr);
-    OUT("                    }\n");
+    cg_emit_tile_scatter(p, k, nr, s, len, cap);
     OUT("              }\n            }\n          }\n        }\n");
     OUT("        kamx_release();\n");
     OUT("        free(bq); free(bs); free(bm); free(fs); free(cts);\n");
