@@ -25,6 +25,7 @@
 
 #include "dtype.h"
 #include "emit_contract_i8.h"
+#include "emit_gemm_i8.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
@@ -130,14 +131,8 @@ static int zero_shift(kiln_dtype t) {
 }
 
 static const char *tag(kiln_dtype t) {
-    switch (t) {
-    case KILN_Q8_0: return "q8_0";
-    case KILN_Q4_0: return "q4_0";
-    case KILN_Q5_0: return "q5_0";
-    case KILN_Q4_K: return "q4_k";
-    case KILN_Q6_K: return "q6_k";
-    default: return "?";
-    }
+    const char *n = cg_i8_tag(t);
+    return n ? n : "?";
 }
 
 /* rs: the byte distance between consecutive B rows of the tile (rows are

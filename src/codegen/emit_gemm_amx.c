@@ -39,16 +39,7 @@
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
-static const char *ga_tag(kiln_dtype t) {
-    switch (t) {
-    case KILN_Q8_0: return "q8_0";
-    case KILN_Q4_0: return "q4_0";
-    case KILN_Q5_0: return "q5_0";
-    case KILN_Q4_K: return "q4_k";
-    case KILN_Q6_K: return "q6_k";
-    default: return NULL;
-    }
-}
+static const char *ga_tag(kiln_dtype t) { return cg_i8_tag(t); }
 
 int cg_amx_ok(kiln_dtype t, const sch_contract_sched *s) {
     if (!ga_tag(t) || s->form != SCH_FORM_AMX || s->arith != SCH_ARITH_I8) return 0;
@@ -238,19 +229,7 @@ void cg_emit_amx_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     OUT("        for (int64_t k0 = 0; k0 < K; k0 += kcb) {\n");
     OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
     OUT("          const int acc = k0 > 0;\n");
-    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
-    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
-    OUT("            int64_t wo[%d];\n", nr);
-    OUT("            for (int j = 0; j < %d; j++) {\n", nr);
-    OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
-    OUT("              wo[j] = ");
-    out_sym(p, c->b_base, s, len, cap);
-    OUT(";\n            }\n");
-    OUT("            uint8_t *bqs = bq + st * %d * kcb;\n", nr);
-    OUT("            kgb_%s((const void *)W, wo, %d, k0, kl, bqs, bs + st * %d * (kcb / %d), bm + st * %d * (kcb / %d));\n",
-        tag, nr, nr, kb, nr, kb);
-    OUT("            kamx_signed(bqs, (size_t)(%d * kl), %d);\n", nr, cg_i8_zero(t));
-    OUT("          }\n");
+    cg_emit_i8_pack_strips(p, k, nr, 1, s, len, cap);
     OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
     OUT("            for (int64_t st = 0; st < nstr; st++) {\n");

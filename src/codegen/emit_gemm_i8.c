@@ -68,6 +68,7 @@ static int gi_zero(kiln_dtype t) {
 static int gi_kb(kiln_dtype t) { return t == KILN_Q6_K ? 16 : 32; }
 
 int cg_i8_zero(kiln_dtype t) { return gi_zero(t); }
+const char *cg_i8_tag(kiln_dtype t) { return gi_tag(t); }
 int cg_i8_kb(kiln_dtype t) { return gi_kb(t); }
 
 static void gi_block(kiln_dtype t, int *elems, int *bytes) {
@@ -314,6 +315,28 @@ void cg_emit_i8_item_end(char **s, size_t *len, size_t *cap) {
     OUT("      }\n");
 }
 
+void cg_emit_i8_pack_strips(const sch_program *p, const sch_kernel *k, int nr, int make_signed, char **s, size_t *len,
+                            size_t *cap) {
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    const char *tag = gi_tag(t);
+    if (!tag) return;
+    int kb = gi_kb(t), nd = c->ndim;
+    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("            int64_t wo[%d];\n", nr);
+    OUT("            for (int j = 0; j < %d; j++) {\n", nr);
+    OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
+    OUT("              wo[j] = ");
+    sch_print_sym(p, c->b_base, s, len, cap);
+    OUT(";\n            }\n");
+    OUT("            uint8_t *bqs = bq + st * %d * kcb;\n", nr);
+    OUT("            kgb_%s((const void *)W, wo, %d, k0, kl, bqs, bs + st * %d * (kcb / %d), bm + st * %d * (kcb / %d));\n",
+        tag, nr, nr, kb, nr, kb);
+    if (make_signed) OUT("            kamx_signed(bqs, (size_t)(%d * kl), %d);\n", nr, gi_zero(t));
+    OUT("          }\n");
+}
+
 void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                                 size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
@@ -334,17 +357,7 @@ void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const
     OUT("        for (int64_t k0 = 0; k0 < K; k0 += kcb) {\n");
     OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
     OUT("          const int acc = k0 > 0;\n");
-    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
-    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
-    OUT("            int64_t wo[%d];\n", nr);
-    OUT("            for (int j = 0; j < %d; j++) {\n", nr);
-    OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
-    OUT("              wo[j] = ");
-    out_sym(p, c->b_base, s, len, cap);
-    OUT(";\n            }\n");
-    OUT("            kgb_%s((const void *)W, wo, %d, k0, kl, bq + st * %d * kcb, bs + st * %d * (kcb / %d), bm + st * %d * (kcb / %d));\n",
-        tag, nr, nr, nr, kb, nr, kb);
-    OUT("          }\n");
+    cg_emit_i8_pack_strips(p, k, nr, 0, s, len, cap);
     OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
     OUT("            for (int64_t st = 0; st < nstr; st++) {\n");

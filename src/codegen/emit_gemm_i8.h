@@ -30,9 +30,16 @@ void cg_emit_packed_i8_post(char **s, size_t *len, size_t *cap);
 void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, int pad_rows, char **s, size_t *len,
                            size_t *cap);
 void cg_emit_i8_item_end(char **s, size_t *len, size_t *cap);
-/* the strip packer kgb_<dt> and B's zero point and elements per scale */
+/* B's zero point as the strips hold it, elements per B scale, and the
+ * name tag of a block dtype (NULL for other dtypes) */
 int cg_i8_zero(kiln_dtype t);
 int cg_i8_kb(kiln_dtype t);
+const char *cg_i8_tag(kiln_dtype t);
+/* inside a K block of an int8 item (bq, bs, bm, nstr, kcb, k0, kl, n0, n1 in
+ * scope): every strip of nr columns packed by kgb_<dt>; make_signed shifts
+ * the bytes by B's zero point (kamx_signed, the AMX form's signed strips) */
+void cg_emit_i8_pack_strips(const sch_program *p, const sch_kernel *k, int nr, int make_signed, char **s, size_t *len,
+                            size_t *cap);
 /* the loops of one packed int8 schedule inside a work item: the contract of
  * emit_contract.c's emit_schedule, plus `w / ntiles` naming the batch point
  * (A is quantised again only when it changes) */
