@@ -96,18 +96,6 @@ static const char *i8_prelude =
     "  if (sb & 1) q = _mm256_srli_epi16(q, 4);\n"
     "  *w = _mm256_and_si256(q, _mm256_set1_epi8(15));\n"
     "  *ws = _mm256_set1_ps(kci_h(k) * (float)sc); *wm = kci_h(k + 2) * (float)m; }\n"
-    "/* q4_k by super-block: the 8 sub-block scales and minimums once, then the weights per chunk */\n"
-    "KI void kci_q4_k_scales(const void *row, int64_t sbk, float *dsc, float *dmn) {\n"
-    "  const uint8_t *k = (const uint8_t *)row + 144 * sbk, *s = k + 4; const float d = kci_h(k), dmin = kci_h(k + 2);\n"
-    "  for (int sb = 0; sb < 4; sb++) { dsc[sb] = d * (float)(s[sb] & 63); dmn[sb] = dmin * (float)(s[sb + 4] & 63); }\n"
-    "  for (int sb = 4; sb < 8; sb++) {\n"
-    "    dsc[sb] = d * (float)((s[sb + 4] & 0x0f) | ((s[sb - 4] >> 6) << 4));\n"
-    "    dmn[sb] = dmin * (float)((s[sb + 4] >> 4) | ((s[sb] >> 6) << 4)); } }\n"
-    "KI __m256i kci_q4_k_w(const void *row, int64_t c) {\n"
-    "  const uint8_t *k = (const uint8_t *)row + 144 * (c / 8); const int sb = (int)(c % 8);\n"
-    "  __m256i q = _mm256_loadu_si256((const __m256i *)(k + 16 + 32 * (sb / 2)));\n"
-    "  if (sb & 1) q = _mm256_srli_epi16(q, 4);\n"
-    "  return _mm256_and_si256(q, _mm256_set1_epi8(15)); }\n"
     "KI void kci_q6_k(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
     "  const uint8_t *k = (const uint8_t *)row + 210 * (c / 8); const int ch = (int)(c % 8), h = ch / 4, t = ch % 4;\n"
     "  const float d = kci_h(k + 208); const int8_t *sc = (const int8_t *)(k + 192) + 2 * ch;\n"
@@ -251,66 +239,70 @@ static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, c
     OUT("}\n\n");
 }
 
-/* k-quants: A has one scale per 256 (cg_i8_group), so within a super-block
- * the products need only the weights' scales; A's is applied once per
- * super-block (8 chunks) */
-static void emit_kquant_tile(kiln_dtype t, const sch_contract_sched *sc, const char *name, char **s, size_t *len,
-                             size_t *cap) {
+/* q6_k, 512 bits at a time: a super-block half h (128 elements) is 64
+ * bytes of low nibbles ql and 32 bytes of 2-bit high parts qh. Chunks 4h
+ * and 4h+1 are (ql & 15) | (qh bits 0-1, 2-3) << 4, chunks 4h+2 and 4h+3
+ * are (ql >> 4) | (qh bits 4-5, 6-7) << 4: with H = [qh, qh >> 2] in one
+ * zmm, pair 2h is (L & 15) | ((H << 4) & 0x30) and pair 2h+1 is
+ * ((L >> 4) & 15) | (H & 0x30). One vpdpbusd per pair and row of A starts
+ * from -32 * lane_sums(qa) (the zero point), and its 16 int32 lanes are
+ * scaled by d*sc of the 16-element groups (4 lanes each: scales 4p..4p+3
+ * of pair p). A's scale (one per 256) multiplies each super-block's sum. */
+static void emit_q6k_wide_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
     int mr = sc->mr, nr = sc->nr;
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
         "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
         name);
     for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) OUT("  __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j);
-    if (t == KILN_Q4_K)
-        for (int j = 0; j < nr; j++) OUT("  float dsc%d[8], dmn%d[8];\n", j, j);
-    /* prefetch the next tile's rows (B's rows are usually consecutive:
-     * their stride, from the first two; a hint past the end is harmless) */
-    if (sc->pf > 0) emit_row_stride(t, nr, s, len, cap);
+        for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
+    OUT("  const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);\n");
+    if (sc->pf > 0) emit_row_stride(KILN_Q6_K, nr, s, len, cap);
     OUT("  for (int64_t c0 = 0; c0 < nch; c0 += 8) {\n");
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) OUT("    __m256 b%d_%d = _mm256_setzero_ps(); float u%d_%d = 0.0f;\n", i, j, i, j);
-    if (t == KILN_Q4_K)
-        for (int j = 0; j < nr; j++) OUT("    kci_q4_k_scales(w[%d], c0 / 8, dsc%d, dmn%d);\n", j, j, j);
-    OUT("    for (int sbc = 0; sbc < 8; sbc++) {\n      const int64_t c = c0 + sbc;\n");
-    for (int j = 0; j < nr && sc->pf > 0; j++)
-        OUT("      _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n"
-            "      _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n",
-            j, sc->pf, bytes_per_32(t), j, nr, bytes_per_32(t));
+    OUT("    const int64_t sbk = c0 / 8;\n");
     for (int j = 0; j < nr; j++) {
-        if (t == KILN_Q4_K)
-            OUT("      const __m256i w%d = kci_q4_k_w(w[%d], c);\n", j, j);
-        else
-            OUT("      __m256i w%d; __m256 s%d; float n%d; kci_q6_k(w[%d], c, &w%d, &s%d, &n%d); (void)n%d;\n", j, j, j, j,
-                j, j, j, j);
+        OUT("    const uint8_t *k%d = (const uint8_t *)w[%d] + 210 * sbk;\n", j, j);
+        OUT("    const __m512 sv%d = _mm512_mul_ps(_mm512_set1_ps(kci_h(k%d + 208)),"
+            " _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(k%d + 192)))));\n",
+            j, j, j);
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("    __m512 b%d_%d = _mm512_setzero_ps();\n", i, j);
+    OUT("    for (int h = 0; h < 2; h++) {\n");
+    for (int j = 0; j < nr; j++) {
+        if (sc->pf > 0)
+            OUT("      _mm_prefetch((const char *)k%d + 210 * %d + 64 * h, _MM_HINT_T0);"
+                " _mm_prefetch((const char *)k%d + 210 * %d + 64 * h + 128, _MM_HINT_T0);"
+                " _mm_prefetch((const char *)k%d + %d * rs + 128 * h, _MM_HINT_T0);"
+                " _mm_prefetch((const char *)k%d + %d * rs + 128 * h + 64, _MM_HINT_T0);\n",
+                j, (sc->pf + 7) / 8, j, (sc->pf + 7) / 8, j, nr, j, nr);
+        OUT("      const __m512i L%d = _mm512_loadu_si512((const void *)(k%d + 64 * h));\n", j, j);
+        OUT("      const __m256i Q%d = _mm256_loadu_si256((const __m256i *)(k%d + 128 + 32 * h));\n", j, j);
+        OUT("      const __m512i H%d = _mm512_inserti64x4(_mm512_castsi256_si512(Q%d), _mm256_srli_epi16(Q%d, 2), 1);\n", j, j, j);
+        OUT("      const __m512i wa%d = _mm512_or_si512(_mm512_and_si512(L%d, m4), _mm512_and_si512(_mm512_slli_epi16(H%d, 4), m30));\n", j, j, j);
+        OUT("      const __m512i wb%d = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L%d, 4), m4), _mm512_and_si512(H%d, m30));\n", j, j, j);
+        OUT("      const __m512 sa%d = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(8 * h),"
+            " _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)), sv%d);\n", j, j);
+        OUT("      const __m512 sb%d = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(8 * h),"
+            " _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4)), sv%d);\n", j, j);
     }
     for (int i = 0; i < mr; i++) {
-        OUT("      { const __m256i x = _mm256_loadu_si256((const __m256i *)(qa[%d] + 32 * c));\n", i);
-        if (t == KILN_Q6_K) OUT("        const __m256i z = _mm256_slli_epi32(_mm256_loadu_si256(&l8[%d][c]), 5);\n", i);
+        OUT("      { const __m512i xa = _mm512_loadu_si512((const void *)(qa[%d] + 32 * (c0 + 4 * h)));\n", i);
+        OUT("        const __m512i xb = _mm512_loadu_si512((const void *)(qa[%d] + 32 * (c0 + 4 * h + 2)));\n", i);
+        OUT("        const __m512i za = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512((const void *)&l8[%d][c0 + 4 * h]), 5));\n", i);
+        OUT("        const __m512i zb = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512((const void *)&l8[%d][c0 + 4 * h + 2]), 5));\n", i);
         for (int j = 0; j < nr; j++) {
-            if (t == KILN_Q6_K) {
-                OUT("        b%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_dpbusd_epi32("
-                    "_mm256_setzero_si256(), w%d, x), z)), s%d, b%d_%d);\n",
-                    i, j, j, j, i, j);
-            } else {
-                OUT("        b%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x)), "
-                    "_mm256_set1_ps(dsc%d[sbc]), b%d_%d);\n",
-                    i, j, j, j, i, j);
-                OUT("        u%d_%d += dmn%d[sbc] * (float)qsum[%d][c];\n", i, j, j, i);
-            }
+            OUT("        b%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(za, wa%d, xa)), sa%d, b%d_%d);\n", i, j, j, j, i, j);
+            OUT("        b%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zb, wb%d, xb)), sb%d, b%d_%d);\n", i, j, j, j, i, j);
         }
         OUT("      }\n");
     }
     OUT("    }\n");
-    for (int i = 0; i < mr; i++) {
-        OUT("    { const float xs = sa[%d][c0];\n", i);
-        for (int j = 0; j < nr; j++)
-            OUT("      c%d_%d = _mm256_fmadd_ps(b%d_%d, _mm256_set1_ps(xs), c%d_%d); m%d_%d += u%d_%d * xs;\n", i, j, i, j, i,
-                j, i, j, i, j);
-        OUT("    }\n");
-    }
-    OUT("  }\n  (void)l8; (void)qsum;\n");
-    emit_results(mr, nr, s, len, cap);
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("    c%d_%d = _mm512_fmadd_ps(b%d_%d, _mm512_set1_ps(sa[%d][c0]), c%d_%d);\n", i, j, i, j, i, i, j);
+    OUT("  }\n  (void)qsum;\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("  res[%d] = _mm512_reduce_add_ps(c%d_%d);\n", i * nr + j, i, j);
+    OUT("}\n\n");
 }
 
 void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
@@ -327,8 +319,8 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
         emit_q4k_wide_tile(sc, name, s, len, cap);
         return;
     }
-    if (t == KILN_Q4_K || t == KILN_Q6_K) {
-        emit_kquant_tile(t, sc, name, s, len, cap);
+    if (t == KILN_Q6_K) {
+        emit_q6k_wide_tile(sc, name, s, len, cap);
         return;
     }
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
@@ -336,8 +328,6 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
         name);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) OUT("  __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j);
-    if (t == KILN_Q4_K)
-        for (int j = 0; j < nr; j++) OUT("  float dsc%d[8], dmn%d[8];\n", j, j);
     if (sc->pf > 0) emit_row_stride(t, nr, s, len, cap);
     OUT("  for (int64_t c = 0; c < nch; c++) {\n");
     for (int j = 0; j < nr && sc->pf > 0; j++)
@@ -345,15 +335,6 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
             "    _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n",
             j, sc->pf, bytes_per_32(t), j, nr, bytes_per_32(t));
     for (int j = 0; j < nr; j++) {
-        if (t == KILN_Q4_K) {
-            /* scales and minimums once per super-block of 8 chunks */
-            if (j == 0) OUT("    const int sbc = (int)(c & 7);\n");
-            OUT("    if (sbc == 0) kci_q4_k_scales(w[%d], c / 8, dsc%d, dmn%d);\n", j, j, j);
-            OUT("    const __m256i w%d = kci_q4_k_w(w[%d], c); const __m256 s%d = _mm256_set1_ps(dsc%d[sbc]);\n"
-                "    const float n%d = dmn%d[sbc];\n",
-                j, j, j, j, j, j);
-            continue;
-        }
         OUT("    __m256i w%d; __m256 s%d; float n%d; kci_%s(w[%d], c, &w%d, &s%d, &n%d);\n", j, j, j, tag(t), j, j, j, j);
         if (zs < 0) OUT("    const __m256i a%d = _mm256_abs_epi8(w%d);\n", j, j);
     }
@@ -371,7 +352,6 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
             else OUT("      const __m256i p%d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x);\n", j, j);
             OUT("      c%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p%d), _mm256_mul_ps(s%d, _mm256_set1_ps(xs)), c%d_%d);\n", i,
                 j, j, j, i, j);
-            if (t == KILN_Q4_K) OUT("      m%d_%d += n%d * xs * (float)qsum[%d][c];\n", i, j, j, i);
         }
         OUT("    }\n");
     }
