@@ -41,7 +41,8 @@
  * Usage: openblas [threads,..] [max_size] [reps] [--budget S] [--db PATH]
  *                 [--parts 123]
  *   defaults: threads 1,<online cores>; max_size 2048 (4096 optional); reps 5
- * Run through bench/openblas.sh, which sets OPENBLAS_CORETYPE.
+ * Run through bench/openblas.sh, which sets OPENBLAS_CORETYPE and
+ * OPENBLAS_THREAD_TIMEOUT.
  */
 #include <cblas.h>
 #include <dirent.h>
@@ -464,8 +465,9 @@ int main(int argc, char **argv) {
     peaks pk;
     memset(&pk, 0, sizeof pk);
     measure_peaks(&pk);
-    printf("OpenBLAS %s, core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_config(), openblas_get_corename(),
-           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(auto)");
+    printf("OpenBLAS %s, core %s (OPENBLAS_CORETYPE=%s, OPENBLAS_THREAD_TIMEOUT=%s)\n", openblas_get_config(),
+           openblas_get_corename(), getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(auto)",
+           getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "(default)");
     printf("kiln untuned: search_budget 0, tuning DB off; tuned: search_budget %.1f s per program, searched in an "
            "untimed first run (cands: candidates measured / length of that run; db: winner already in the DB; "
            "generic: no contraction kernel to search)\n",

@@ -17,6 +17,10 @@
 # defaults to SkylakeX: Debian's OpenBLAS 0.3.21 does not know the newest
 # cores (it takes Zen 5 for Haswell, half the speed), and SkylakeX is its
 # AVX-512 kernel set (DESIGN.md 10). Override it by setting the variable.
+# OPENBLAS_THREAD_TIMEOUT defaults to 18 (idle OpenBLAS threads spin 2^18
+# cycles, ~80 us, about as long as kiln's workers): OpenBLAS's own default,
+# 2^28 cycles (~80 ms), leaves its threads spinning through the next kiln
+# sample, which then ran at 1-thread speed at 2 threads, at random.
 set -eu
 cd "$(dirname "$0")/.."
 inc=""
@@ -35,4 +39,5 @@ if ! make -s build/libkiln.a; then
 fi
 ${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -Wshadow -Wconversion -Iinclude -Isrc/model -I"$inc" -o build/bench_openblas \
     bench/openblas.c build/libkiln.a -L"$libdir" -Wl,-rpath,"$libdir" -lopenblas -lm -ldl -lpthread
-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX} exec ./build/bench_openblas "$@"
+OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX} OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-18} \
+    exec ./build/bench_openblas "$@"

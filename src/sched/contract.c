@@ -163,6 +163,7 @@ sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype) {
         s.mr = 8;
         s.nr = 48;
         s.kc = 512;
+        s.pf = 16; /* strip prefetch: fp32 2048^3 140 -> 146-152 GFLOP/s */
     } else {
         s.mr = 1;
         s.nr = kiln_dtype_is_block(b_dtype) ? 4 : 8;
@@ -183,6 +184,7 @@ sch_contract_sched sch_contract_default_of(const sch_contract *c, int large_m, k
     s.nr = 32;
     s.mc = 64;
     s.kc = 256;
+    s.pf = large_m ? 16 : 0;
     return s;
 }
 

@@ -59,8 +59,10 @@ static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; 
 /* The packed form (emit_gemm.c), in the same units:
  *  - compute: per tile (mr x nr) and k, mr*nr/16 FMAs, mr broadcasts and
  *    nr/16 loads of the packed strip (the loads at twice the FMA rate); the
- *    tile's store or load-add-store once per K block; tile set-up
- *    ~4*mr per K block. A strip of kc x nr floats larger than ~32 KiB no
+ *    tile's store or load-add-store once per K block (~8 slots per
+ *    accumulator: out's rows are rarely cached; measured fp32 2048^3 kc=128
+ *    119 GFLOP/s against 146 with K whole); tile set-up ~4*mr per K block;
+ *    a strip prefetch (pf) one load slot per k. A strip of kc x nr floats larger than ~32 KiB no
  *    longer stays in L1 while the tiles of an A block stream past it: its
  *    loads then cost as much as FMAs.
  *  - packing: B dequantised once per item and K block, i.e. once in all:
@@ -93,9 +95,11 @@ static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, c
     } else {
         double strip = 4.0 * (double)kc * (double)s->nr;
         fma = tiles * kk * (double)(s->mr * nv);
-        loads = tiles * kk * (double)nv * (strip > 32768.0 ? 2.0 : 1.0);
-        other = tiles * kk * (double)s->mr + loads +
-                tiles * (double)kblocks * (2.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr);
+        /* a strip re-read from L2 costs twice, a third less when prefetched
+         * (pf); a prefetch is a load slot per k */
+        loads = tiles * kk * (double)nv * (strip > 32768.0 ? (s->pf > 0 ? 1.6 : 2.0) : 1.0);
+        other = tiles * kk * (double)s->mr + loads + (s->pf > 0 ? tiles * kk : 0.0) +
+                tiles * (double)kblocks * (8.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr);
         pack = (double)sh->n * (double)sh->nbatch * (double)cdiv(sh->k, 32) * (dequant_cost(sh->b_dtype) + 32.0);
     }
     double fma_rate = mc->fma_gflops * 1e9 / 32.0;

@@ -69,7 +69,7 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
      * strips nr in {16, 32, 48, 64} lanes, tiles mr with mr*(nr/16)
      * accumulators + nr/16 B registers + 1 broadcast <= 32 zmm, K blocks kc
      * in {all, 256, 512}, A blocks mc in {64, 256}, items nc in {auto, 4, 16
-     * strips}; arithmetic f32, or int8 for block formats on a CPU with VNNI
+     * strips}; arithmetic f32 (strip prefetch pf 16 or none), or int8 for block formats on a CPU with VNNI
      * (emit_gemm_i8.c: twice the accumulators, strips <= 48). Tiles taller
      * than M are skipped. */
     if (sh->m > SCH_SMALL_M) {
@@ -93,10 +93,12 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
                         for (size_t d = 0; d < sizeof pncs / sizeof *pncs; d++) {
                             int nc = pncs[d] * nr;
                             if (nc > 0 && nc >= sh->n && d > 1) continue;
-                            for (int ar = 0; ar < 2; ar++) {
-                                /* int8 (emit_gemm_i8.c): block formats with VNNI; int32 and
-                                 * f32 accumulators, strip and scale registers in 32 zmm */
-                                if (ar == 1 && !(sh->vnni && kiln_dtype_is_block(sh->b_dtype) && nr <= 48 &&
+                            for (int ar = 0; ar < 3; ar++) {
+                                /* 0, 1: f32 with the strip prefetched 16 K steps ahead or not
+                                 * (emit_gemm.c); 2: int8 (emit_gemm_i8.c): block formats with
+                                 * VNNI; int32 and f32 accumulators, strip and scale registers
+                                 * in 32 zmm */
+                                if (ar == 2 && !(sh->vnni && kiln_dtype_is_block(sh->b_dtype) && nr <= 48 &&
                                                  mr <= 12 && 2 * mr * nv + 2 * nv + 2 <= 32))
                                     continue;
                                 if (out && n < cap) {
@@ -107,7 +109,8 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
                                     s->mc = mc;
                                     s->nc = nc;
                                     s->kc = kc;
-                                    s->arith = ar ? SCH_ARITH_I8 : SCH_ARITH_F32;
+                                    s->arith = ar == 2 ? SCH_ARITH_I8 : SCH_ARITH_F32;
+                                    s->pf = ar == 0 ? 16 : 0;
                                     s->form = SCH_FORM_PACKED;
                                 }
                                 n++;

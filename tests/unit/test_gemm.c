@@ -73,13 +73,14 @@ static const kiln_dtype wtypes[8] = {KILN_F32, KILN_F16, KILN_BF16, KILN_Q8_0,
                                      KILN_Q4_0, KILN_Q5_0, KILN_Q4_K, KILN_Q6_K};
 
 /* packed schedules: strip widths 16..64, tall and short tiles, K blocks of
- * 32, 256 and all of K, mc below / above mr, fixed and automatic nc */
+ * 32, 256 and all of K, mc below / above mr, fixed and automatic nc, the
+ * strip prefetched 8 or 16 K steps ahead or not */
 /* the call each of them makes in the generated C */
-static const char *calls[4] = {"_6x32(ar, bps", "_4x64(ar, bps", "_14x16(ar, bps", "_9x48(ar, bps"};
+static const char *calls[4] = {"_6x32_p0(ar, bps", "_4x64_p16(ar, bps", "_14x16_p8(ar, bps", "_9x48_p0(ar, bps"};
 static const char *scheds[4] = {
     "mr=6 nr=32 nc=0 mc=64 arith=f32 form=packed kc=256",
-    "mr=4 nr=64 nc=64 mc=16 arith=f32 form=packed kc=0",
-    "mr=14 nr=16 nc=0 mc=8 arith=f32 form=packed kc=32",
+    "mr=4 nr=64 nc=64 mc=16 arith=f32 form=packed kc=0 pf=16",
+    "mr=14 nr=16 nc=0 mc=8 arith=f32 form=packed kc=32 pf=8",
     "mr=9 nr=48 nc=96 mc=256 arith=f32 form=packed kc=512",
 };
 
