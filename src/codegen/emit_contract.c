@@ -171,15 +171,17 @@ static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *le
     OUT("  for (int64_t c = 0; c < nch; c++) {\n");
     if (pf > 0) {
         /* B rows are streams the hardware prefetcher follows late: ask for
-         * the chunk pf ahead and for the next tile's rows (hints: past the
-         * end they are harmless; rs from cg_emit_row_stride) */
+         * the chunk pf ahead, for the next tile's rows and, into L2, for the
+         * tile ~32 KiB ahead (hints: past the end they are harmless; rs and
+         * far from cg_emit_row_stride) */
         int be, bb;
         dt_block(t, &be, &bb);
         int bytes32 = be == 1 ? 32 * bb : bb * 32 / be; /* bytes per 32 elements */
         for (int j = 0; j < nr; j++)
             OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n"
-                "    _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n",
-                j, pf, bytes32, j, nr, bytes32);
+                "    _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n"
+                "    _mm_prefetch((const char *)w[%d] + far + c * %d, _MM_HINT_T1);\n",
+                j, pf, bytes32, j, nr, bytes32, j, bytes32);
     }
     for (int j = 0; j < nr; j++) OUT("    __m512 u%d, v%d; kcv_%s(w[%d], c, &u%d, &v%d);\n", j, j, tag, j, j, j);
     for (int i = 0; i < mr; i++) {

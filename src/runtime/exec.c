@@ -503,6 +503,46 @@ char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflo
                     1e3 * t, by / 1e6, gbs, bw_gbs > 0 ? 100 * gbs / bw_gbs : 0.0, fls, flp);
     }
     free(shown);
+    /* and the same per group (contractions by weight dtype, the other
+     * kernels by kind), dearest first: what a token costs in all */
+    enum { NGROUP = 32 };
+    char gname[NGROUP][32];
+    double gt[NGROUP], gb[NGROUP];
+    int gn[NGROUP], ng = 0;
+    for (int32_t k = 0; k < nk; k++) {
+        const sch_kernel *K = &p->sp.kernels[k];
+        static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
+        char name[32];
+        if (K->contract) snprintf(name, sizeof name, "contract %s", kiln_dtype_name(p->sp.bufs[K->contract->b_buf].dtype));
+        else snprintf(name, sizeof name, "%s", kinds[K->kind]);
+        int g = 0;
+        while (g < ng && strcmp(gname[g], name) != 0) g++;
+        if (g == ng) {
+            if (ng == NGROUP) continue;
+            snprintf(gname[g], sizeof gname[g], "%s", name);
+            gt[g] = gb[g] = 0;
+            gn[g] = 0;
+            ng++;
+        }
+        gt[g] += p->prof[k];
+        gb[g] += p->prof_bytes[k];
+        gn[g]++;
+    }
+    sch_appendf(&buf, &len, &cap, "\n| %-20s | %7s | %6s | %9s | %9s | %7s | %6s |\n", "group", "kernels", "share", "ms/run",
+                "MB/run", "GB/s", "of bw");
+    sch_appendf(&buf, &len, &cap, "|----------------------|--------:|-------:|----------:|----------:|--------:|-------:|\n");
+    int8_t *gshown = kiln_xcalloc((size_t)ng + 1, 1);
+    for (int i = 0; i < ng; i++) {
+        int best = -1;
+        for (int g = 0; g < ng; g++)
+            if (!gshown[g] && (best < 0 || gt[g] > gt[best])) best = g;
+        gshown[best] = 1;
+        double t = gt[best] / runs, by = gb[best] / runs, gbs = t > 0 ? by / t / 1e9 : 0;
+        sch_appendf(&buf, &len, &cap, "| %-20s | %7d | %5.1f%% | %9.3f | %9.2f | %7.2f | %5.0f%% |\n", gname[best], gn[best],
+                    total > 0 ? 100 * gt[best] / total : 0.0, 1e3 * t, by / 1e6, gbs,
+                    bw_gbs > 0 ? 100 * gbs / bw_gbs : 0.0);
+    }
+    free(gshown);
     return buf;
 }
 

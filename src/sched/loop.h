@@ -50,9 +50,10 @@
 /* the loop IR's version: part of every hardware fingerprint and tuning
  * record, so that schedules recorded for an older IR (or an older schedule
  * space: 2 added the packed form, prefetch and int8; 3 the packed int8
- * form and AMX tiles, and m chosen as the symbolic A-only loop) are not
- * used as they are, only as seeds */
-#define KILN_IR_VERSION 3
+ * form and AMX tiles, and m chosen as the symbolic A-only loop; 4 the
+ * packed f32 strip prefetch, decode prefetch 32 and decode candidates timed
+ * with B flushed from 64 KiB up) are not used as they are, only as seeds */
+#define KILN_IR_VERSION 4
 
 typedef enum sch_buf_kind {
     SCH_BUF_INPUT = 0, /* the caller's buffer of an input (read only) */

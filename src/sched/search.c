@@ -23,7 +23,7 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
     static const int nrs[] = {1, 2, 4, 6, 8, 12, 16};
     static const int mcs[] = {16, 64, 256};
     static const int ncs[] = {0, 4, 16, 64};
-    static const int pfs[] = {0, 8, 16}; /* software prefetch distance, 32-element chunks */
+    static const int pfs[] = {0, 8, 16, 32}; /* software prefetch distance, 32-element chunks */
     int n = 0;
     for (size_t a = 0; a < sizeof mrs / sizeof *mrs; a++) {
         int mr = mrs[a];
