@@ -19,7 +19,8 @@ What is checked:
     unsupported tensor type, unknown tokenizer, bad and unknown flags: one
     line on stderr, exit 1 (file) or 2 (usage), never a signal;
   - `kiln bench -p 16 -n 8 -r 2 -t 1`: a table with pp16 and tg8 rows, and
-    --json parses into records with positive rates.
+    --json parses into records with positive rates; --profile's group table
+    accounts for every kernel and all of the measured time.
 
 The special and byte tokens' output rows (llama: output.weight; gemma3:
 the tied token_embd) are zero, so their logits are exactly 0 and random
@@ -399,6 +400,30 @@ def t_bench():
         assert x["model_n_params"] > 0 and x["model_size"] > 0, x
 
 
+def t_bench_profile():
+    """kiln bench --profile: per test, the dearest kernels and then every
+    kernel by group; the groups account for every kernel and all the time"""
+    r = kiln("bench", "-m", LLAMA, "-p", 8, "-n", 4, "-r", 1, "-t", 1, "--profile")
+    assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.err[-400:])
+    blocks = r.out.split("profile of ")[1:]
+    assert [b.split()[0] for b in blocks] == ["pp8", "tg4"], r.out[:600]
+    for b in blocks:
+        m = re.search(r"([\d.]+) ms per run over (\d+) runs, (\d+) kernels", b)
+        assert m, b[:400]
+        total_ms, nkernels = float(m.group(1)), int(m.group(3))
+        assert total_ms > 0 and nkernels > 0, m.group(0)
+        rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in b.splitlines() if l.startswith("|")]
+        kernel_rows = [c for c in rows if c[0].isdigit()]
+        group_rows = [c for c in rows if len(c) == 7 and c[1].isdigit()]
+        assert kernel_rows and all(int(c[0]) < nkernels for c in kernel_rows), kernel_rows[:3]
+        assert sum(int(c[1]) for c in group_rows) == nkernels, (nkernels, group_rows)
+        assert any(c[0].startswith("contract ") for c in group_rows), group_rows
+        share = sum(float(c[2].rstrip("%")) for c in group_rows)
+        assert abs(share - 100.0) <= 1.0, "group shares sum to %.1f%%" % share
+        ms = sum(float(c[3]) for c in group_rows)
+        assert abs(ms - total_ms) <= 0.02 * total_ms + 0.005, (ms, total_ms)
+
+
 def t_explain_model():
     """kiln explain -m: the model's graph, its e-graph run and its kernels"""
     r = kiln("explain", "-m", GEMMA, "--kernels")
@@ -427,5 +452,6 @@ suite.case("file_errors", t_file_errors)
 suite.case("model_errors", t_model_errors)
 suite.case("usage_errors", t_usage_errors)
 suite.case("bench_table_and_json", t_bench)
+suite.case("bench_profile", t_bench_profile)
 suite.case("explain_model", t_explain_model)
 suite.finish()
