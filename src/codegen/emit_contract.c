@@ -33,13 +33,14 @@
 #include "emit_contract_i8.h"
 #include "emit_gemm.h"
 #include "emit_gemm_amx.h"
+#include "emit_gemm_amx_bf16.h"
 #include "emit_gemm_i8.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
 int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
     if (sc->form == SCH_FORM_PACKED) return sc->arith == SCH_ARITH_I8 ? cg_packed_i8_ok(t, sc) : cg_packed_ok(t, sc);
-    if (sc->form == SCH_FORM_AMX) return cg_amx_ok(t, sc);
+    if (sc->form == SCH_FORM_AMX) return sc->arith == SCH_ARITH_BF16 ? cg_amx_bf16_ok(t, sc) : cg_amx_ok(t, sc);
     if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
     if (sc->pf < 0 || sc->pf > 64) return 0;
     if (sc->arith == SCH_ARITH_I8) return cg_i8_ok(t, sc);
@@ -268,6 +269,7 @@ static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
     cg_emit_packed_tiles(t, scheds, n, s, len, cap);
     cg_emit_packed_i8_tiles(t, scheds, n, i8_done, s, len, cap);
     cg_emit_amx_tiles(t, scheds, n, i8_done, s, len, cap);
+    cg_emit_amx_bf16_tiles(t, scheds, n, i8_done, s, len, cap);
 }
 
 void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t *len, size_t *cap) {
@@ -302,7 +304,8 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
 static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                           size_t *len, size_t *cap) {
     if (sc->form == SCH_FORM_AMX) {
-        cg_emit_amx_schedule(p, k, sc, s, len, cap);
+        if (sc->arith == SCH_ARITH_BF16) cg_emit_amx_bf16_schedule(p, k, sc, s, len, cap);
+        else cg_emit_amx_schedule(p, k, sc, s, len, cap);
         return;
     }
     if (sc->form == SCH_FORM_PACKED) {
@@ -419,6 +422,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     for (int b = 0; b < 2; b++)
         packed_i8 |= (sched[b].form == SCH_FORM_PACKED || sched[b].form == SCH_FORM_AMX) && sched[b].arith == SCH_ARITH_I8;
     if (packed_i8) cg_emit_packed_i8_pre(s, len, cap);
+    int amx_bf16 = 0;
+    for (int b = 0; b < 2; b++) amx_bf16 |= sched[b].form == SCH_FORM_AMX && sched[b].arith == SCH_ARITH_BF16;
+    if (amx_bf16) cg_emit_amx_bf16_pre(s, len, cap);
     OUT("  for (int64_t w = lo; w < hi; w++) {\n");
     OUT("    int64_t o = w / ntiles;\n");
     OUT("    const int64_t n0 = (w %% ntiles) * nc, n1 = n0 + nc < N ? n0 + nc : N;\n");
@@ -433,5 +439,6 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     emit_schedule(p, k, &sched[1], s, len, cap);
     OUT("    }\n  }\n");
     if (packed_i8) cg_emit_packed_i8_post(s, len, cap);
+    if (amx_bf16) cg_emit_amx_bf16_post(s, len, cap);
     OUT("  return 0;\n}\n\n");
 }

@@ -183,6 +183,11 @@ static void emit_micro_regs(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     OUT("}\n\n");
 }
 
+void cg_emit_amx_prelude(int *i8_done, char **s, size_t *len, size_t *cap) {
+    if (!(*i8_done & 4)) OUT("%s\n", amx_prelude);
+    *i8_done |= 4;
+}
+
 void cg_emit_amx_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
                        size_t *cap) {
     if (!ga_tag(t)) return;
@@ -191,8 +196,7 @@ void cg_emit_amx_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, in
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
         if (!cg_amx_ok(t, sc)) continue;
-        if (!(*i8_done & 4)) OUT("%s\n", amx_prelude);
-        *i8_done |= 4;
+        cg_emit_amx_prelude(i8_done, s, len, cap);
         if (done[sc->mr / 16][sc->nr / 16]) continue;
         done[sc->mr / 16][sc->nr / 16] = 1;
         emit_micro(t, sc->mr, sc->nr, s, len, cap);

@@ -15,6 +15,9 @@ int cg_amx_ok(kiln_dtype t, const sch_contract_sched *s);
  * quantiser and strip packer they use */
 void cg_emit_amx_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
                        size_t *cap);
+/* the AMX helpers (tile permission, configuration, release) once per
+ * translation unit: bit 2 of *i8_done */
+void cg_emit_amx_prelude(int *i8_done, char **s, size_t *len, size_t *cap);
 /* the loops of one AMX schedule inside a work item (emit_contract.c's
  * emit_schedule contract; needs cg_emit_packed_i8_pre/post around the
  * item loop) */

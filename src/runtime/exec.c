@@ -426,25 +426,38 @@ kiln_status kiln_run(kiln_program *p) {
     return KILN_OK;
 }
 
-/* bytes of every buffer kernel K reads or writes (each once) */
-static void mark_loads(const sch_program *sp, int32_t id, uint8_t *seen) {
+/* bytes of every buffer kernel K reads or writes (each once). A map
+ * kernel without stages reads at most one element per load and domain
+ * point, so a buffer it loads counts at most that much: an embedding row
+ * gathered from a 179 MB table is 2.5 KB, not the table. */
+static void count_loads(const sch_program *sp, int32_t id, uint16_t *loads) {
     if (id < 0) return;
     const lx *x = &sp->lx[id];
-    if (x->kind == LX_LOAD) seen[x->buf] = 1;
-    mark_loads(sp, x->a, seen);
-    mark_loads(sp, x->b, seen);
+    if (x->kind == LX_LOAD && loads[x->buf] < UINT16_MAX) loads[x->buf]++;
+    count_loads(sp, x->a, loads);
+    count_loads(sp, x->b, loads);
 }
 
-static double kernel_bytes(const kiln_program *p, const sch_kernel *K) {
-    uint8_t *seen = kiln_xcalloc((size_t)p->sp.nbufs + 1, 1);
-    seen[K->out_buf] = 1;
-    if (K->src_buf >= 0) seen[K->src_buf] = 1;
-    mark_loads(&p->sp, K->expr, seen);
-    for (int32_t i = 0; i < K->nstages; i++) mark_loads(&p->sp, K->stages[i].expr, seen);
+static double kernel_bytes(const kiln_program *p, const sch_kernel *K, int64_t domain) {
+    uint16_t *loads = kiln_xcalloc((size_t)p->sp.nbufs + 1, sizeof *loads);
+    count_loads(&p->sp, K->expr, loads);
+    for (int32_t i = 0; i < K->nstages; i++) count_loads(&p->sp, K->stages[i].expr, loads);
+    int per_point = K->kind == SCH_K_MAP && K->nstages == 0 && domain > 0;
     double b = 0;
-    for (int32_t i = 0; i < p->sp.nbufs; i++)
-        if (seen[i]) b += (double)p->bytes[i];
-    free(seen);
+    for (int32_t i = 0; i < p->sp.nbufs; i++) {
+        double bi = (double)p->bytes[i];
+        if (i == K->out_buf || i == K->src_buf) {
+            b += bi;
+            continue;
+        }
+        if (!loads[i]) continue;
+        if (per_point) {
+            double most = (double)loads[i] * (double)kiln_dtype_bytes(p->sp.bufs[i].dtype, domain);
+            if (most < bi) bi = most;
+        }
+        b += bi;
+    }
+    free(loads);
     return b;
 }
 
@@ -598,6 +611,7 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     sh->nthreads = rt_pool_threads(p->pool);
     sh->vnni = rt_cpu_has("avx512_vnni");
     sh->amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
+    sh->amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
     for (int d = 0; d < K->ndim; d++) {
         int64_t v = 0;
         if (values ? sym_eval(sp, K->dim[d], values, NULL, &v, NULL) != 0 : !sym_is_const(sp, K->dim[d], &v)) {
@@ -672,14 +686,23 @@ static void apply_tuning_db(kiln_program *p) {
         }
     }
     /* a schedule the micro-kernel cannot take (a record from a newer kiln,
-     * int8 arithmetic on a CPU without VNNI): back to the defaults */
+     * int8 arithmetic on a CPU without VNNI, AMX bf16 without amx_bf16):
+     * back to the defaults */
     int vnni = rt_cpu_has("avx512_vnni"), amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
+    int amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
     for (int32_t k = 0; k < nk; k++) {
         sch_kernel *K = &p->sp.kernels[k];
         if (!K->contract) continue;
         int needs_vnni = K->contract->sched[0].arith == SCH_ARITH_I8 || K->contract->sched[1].arith == SCH_ARITH_I8;
-        int needs_amx = K->contract->sched[0].form == SCH_FORM_AMX || K->contract->sched[1].form == SCH_FORM_AMX;
-        if (cg_contract_emittable(&p->sp, K, p->isa) && (vnni || !needs_vnni) && (amx || !needs_amx)) continue;
+        int needs_amx = 0, needs_bf16 = 0;
+        for (int b = 0; b < 2; b++) {
+            const sch_contract_sched *sc = &K->contract->sched[b];
+            needs_amx |= sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_I8;
+            needs_bf16 |= sc->arith == SCH_ARITH_BF16;
+        }
+        if (cg_contract_emittable(&p->sp, K, p->isa) && (vnni || !needs_vnni) && (amx || !needs_amx) &&
+            (amx_bf16 || !needs_bf16))
+            continue;
         kiln_dtype bt = p->sp.bufs[K->contract->b_buf].dtype;
         K->contract->sched[0] = sch_contract_default_of(K->contract, 0, bt);
         K->contract->sched[1] = sch_contract_default_of(K->contract, 1, bt);
@@ -1039,7 +1062,7 @@ static kiln_status run_work(kiln_program *p) {
         if (gres.mod) p->be->module_free(gres.mod);
         if (p->prof) {
             p->prof[k] += mono_s() - t0;
-            p->prof_bytes[k] += kernel_bytes(p, K);
+            p->prof_bytes[k] += kernel_bytes(p, K, K->ndim == 0 ? 1 : outer * inner);
         }
         if (r != 0) {
             graph_run_error(g, KILN_ERR_RANGE, "kiln_run: a %s index is out of range (kernel %d, node %d)",

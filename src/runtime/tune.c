@@ -279,7 +279,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
         memcpy(&fns[i], &cf, sizeof cf);
         memset(got, 0xff, job->out_bytes); /* NaN: a candidate that writes nothing fails */
         bufs[k->out_buf] = got;
-        int bad = job->inject_wrong == i + 1, approx = cands[i].arith == SCH_ARITH_I8;
+        int bad = job->inject_wrong == i + 1, approx = cands[i].arith != SCH_ARITH_F32;
         if (now_s() > deadline && i > 0) {
             times[i] = NAN; /* out of time: not measured (neither tried nor rejected) */
             continue;

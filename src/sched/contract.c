@@ -320,7 +320,7 @@ int64_t sch_contract_chunk(const sch_contract_sched *s, int64_t n, int64_t nbatc
 
 void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "mr=%d nr=%d nc=%d mc=%d arith=%s", s->mr, s->nr, s->nc, s->mc,
-                     s->arith == SCH_ARITH_I8 ? "i8" : "f32");
+                     s->arith == SCH_ARITH_I8 ? "i8" : s->arith == SCH_ARITH_BF16 ? "bf16" : "f32");
     if (n < 0 || (size_t)n >= cap) return;
     if (s->form == SCH_FORM_PACKED) n += snprintf(buf + n, cap - (size_t)n, " form=packed kc=%d", s->kc);
     if (s->form == SCH_FORM_AMX) n += snprintf(buf + n, cap - (size_t)n, " form=amx kc=%d", s->kc);
@@ -336,6 +336,7 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
     if (sscanf(text, "mr=%d nr=%d nc=%d mc=%d arith=%15s%n", &t.mr, &t.nr, &t.nc, &t.mc, arith, &used) != 5) return 0;
     if (strcmp(arith, "f32") == 0) t.arith = SCH_ARITH_F32;
     else if (strcmp(arith, "i8") == 0) t.arith = SCH_ARITH_I8;
+    else if (strcmp(arith, "bf16") == 0) t.arith = SCH_ARITH_BF16;
     else return 0;
     /* then optional key=value words: form=packed, kc=N, pf=N (the dot form's
      * text has no form=, so records from before it existed stay readable) */
@@ -366,6 +367,7 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
         *s = t;
         return 1;
     }
+    if (t.arith == SCH_ARITH_BF16) return 0; /* bf16: the AMX form only */
     if (t.form == SCH_FORM_PACKED) {
         /* packed tiles: nr is a multiple of 16 lanes, mr rows; limits in emit_gemm.c */
         if (t.mr < 1 || t.mr > 16 || t.nr < 16 || t.nr > 64 || t.nr % 16 != 0 || t.nc < 0 || t.mc < 1) return 0;

@@ -133,6 +133,15 @@ static double cost_amx(const sch_machine *mc, const sch_contract_shape *sh, cons
     double blocks = (double)cdiv(sh->k, 32);
     double compute_slots = tiles16 * blocks * (8.0 + 16.0 * 6.0 / 2.0) + (double)nt * (double)sh->m * (double)sh->k / 16.0 * 6.0 +
                            (double)sh->n * (double)sh->nbatch * blocks * (dequant_cost(sh->b_dtype) + 18.0);
+    if (s->arith == SCH_ARITH_BF16) {
+        /* bf16 tiles (emit_gemm_amx_bf16.c): a 16x16x32 bf16 multiply ~16
+         * cycles (32 slots), no rescale; the tiles stored once per K block;
+         * A converted on every thread; B dequantised, converted and
+         * transposed once */
+        double kblocks = (double)cdiv(sh->k, s->kc > 0 && s->kc < sh->k ? s->kc : (sh->k > 0 ? sh->k : 1));
+        compute_slots = tiles16 * blocks * 32.0 + tiles16 * kblocks * 48.0 + (double)nt * (double)sh->m * (double)sh->k / 16.0 * 2.0 +
+                        (double)sh->n * (double)sh->nbatch * blocks * (dequant_cost(sh->b_dtype) + 12.0);
+    }
     double fma_rate = mc->fma_gflops * 1e9 / 32.0;
     double compute = compute_slots / fma_rate;
     int64_t chunk = sch_contract_chunk(s, sh->n, sh->nbatch, nt);

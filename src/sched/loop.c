@@ -485,7 +485,9 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
         for (int b = 0; b < 2; b++) {
             const sch_contract_sched *s = &c->sched[b];
             sch_appendf(buf, len, cap, " [%s] mr=%d nr=%d nc=%d mc=%d arith=%s", b ? "M>4" : "M<=4", s->mr, s->nr,
-                        s->nc, s->mc, s->arith == SCH_ARITH_I8 ? "i8 (approximate)" : "f32");
+                        s->nc, s->mc, s->arith == SCH_ARITH_I8     ? "i8 (approximate)"
+                        : s->arith == SCH_ARITH_BF16 ? "bf16 (approximate)"
+                                                     : "f32");
         }
         sch_appendf(buf, len, cap, "\n");
     }

@@ -122,15 +122,17 @@ typedef enum sch_kernel_kind {
  * per cache block mc, and the arithmetic. */
 typedef enum sch_arith {
     SCH_ARITH_F32 = 0, /* dequantise B to f32, multiply-add in f32 */
-    SCH_ARITH_I8       /* quantise A rows to int8 per 32, integer dot products (an approximation) */
+    SCH_ARITH_I8,      /* quantise A rows to int8 per 32, integer dot products (an approximation) */
+    SCH_ARITH_BF16     /* A and dequantised B rounded to bf16, f32 sums (an approximation; AMX form only) */
 } sch_arith;
 
 typedef enum sch_form {
     SCH_FORM_DOT = 0, /* mr x nr dot products along K (emit_contract.c): B read in place */
     SCH_FORM_PACKED,  /* B panels dequantised into a packed [k][n] buffer, outer products
                          of broadcast A with 16-lane rows of B (emit_gemm.c) */
-    SCH_FORM_AMX      /* int8 only: B packed as in the packed form, 16x16 int32 tiles
-                         of Intel AMX (tdpbssd), rescaled per block (emit_gemm_amx.c) */
+    SCH_FORM_AMX      /* Intel AMX tiles: int8 (B packed as in the packed form, 16x16
+                         int32 tiles of tdpbssd, rescaled per block: emit_gemm_amx.c) or
+                         bf16 (16x16 f32 tiles of tdpbf16ps: emit_gemm_amx_bf16.c) */
 } sch_form;
 
 typedef struct sch_contract_sched {

@@ -121,11 +121,14 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
             }
         }
     }
-    /* ---- AMX int8 tiles, SCH_FORM_AMX (emit_gemm_amx.c): large M, block
-     * formats, a CPU with amx_int8: tiles of mr x nr in {16, 32}^2 outputs,
+    /* ---- AMX tiles, SCH_FORM_AMX: large M, block formats; int8 tiles
+     * (emit_gemm_amx.c) on a CPU with amx_int8, bf16 tiles
+     * (emit_gemm_amx_bf16.c) with amx_bf16: tiles of mr x nr in {16, 32}^2 outputs,
      * K blocks kc in {all, 256, 1024}, A blocks mc in {32, 128}, items nc in
      * {auto, 4, 16 strips} */
-    if (sh->m > SCH_SMALL_M && sh->amx && kiln_dtype_is_block(sh->b_dtype)) {
+    for (int ar = 0; ar < 2; ar++) {
+        /* 0: int8 tiles (emit_gemm_amx.c); 1: bf16 tiles (emit_gemm_amx_bf16.c) */
+        if (!(sh->m > SCH_SMALL_M && (ar ? sh->amx_bf16 : sh->amx) && kiln_dtype_is_block(sh->b_dtype))) continue;
         static const int akcs[] = {0, 256, 1024};
         static const int amcs[] = {32, 128};
         static const int ancs[] = {0, 4, 16};
@@ -146,7 +149,7 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
                                 s->mc = amcs[e];
                                 s->nc = nc;
                                 s->kc = akcs[c];
-                                s->arith = SCH_ARITH_I8;
+                                s->arith = ar ? SCH_ARITH_BF16 : SCH_ARITH_I8;
                                 s->form = SCH_FORM_AMX;
                             }
                             n++;
@@ -248,7 +251,7 @@ char *sch_space_describe(void) {
     } ex[] = {{1, 2048, 2048, KILN_Q4_K}, {512, 2048, 2048, KILN_Q4_K}, {1, 4096, 4096, KILN_F32},
               {512, 4096, 4096, KILN_F32}};
     for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
-        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1};
+        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1, 1};
         sch_appendf(&buf, &len, &cap, "  m=%-4lld n=%-5lld k=%-5lld B %-5s %6d schedules\n", (long long)sh.m,
                     (long long)sh.n, (long long)sh.k, kiln_dtype_name(sh.b_dtype), sch_space_contract(&sh, NULL, 0));
     }

@@ -17,6 +17,7 @@ typedef struct sch_contract_shape {
     int nthreads;
     int vnni; /* the CPU has int8 dot products: int8 arithmetic joins the space */
     int amx;  /* the CPU has AMX int8 tiles (and the kernel grants them): the AMX form joins */
+    int amx_bf16; /* the CPU has AMX bf16 tiles and AVX-512 bf16: the AMX form's bf16 arithmetic joins */
 } sch_contract_shape;
 
 /* the machine as the cost model sees it (from `kiln device` measurements or

@@ -278,6 +278,78 @@ static void test_int8_form(const char *form, const char *small, const char *larg
     }
 }
 
+/* AMX bf16 tiles (an approximation): A and the dequantised B rounded to
+ * bf16, so each product is within 2^-7 of its own size: every output within
+ * 2^-7 sum |a| |w| (|w| of the dequantised weight: <= 1.1 |w| + 0.2 here),
+ * plus f32 noise; and not exact */
+static void test_bf16_amx(const char *form, const char *large, const char *tile) {
+    const kiln_dtype bt[5] = {KILN_Q8_0, KILN_Q4_0, KILN_Q5_0, KILN_Q4_K, KILN_Q6_K};
+    const int64_t ms[3] = {5, 17, 40};
+    for (int ti = 0; ti < 5; ti++) {
+        kiln_dtype t = bt[ti];
+        /* K not a multiple of the K block (256) where the format allows */
+        int64_t K = t == KILN_Q4_K || t == KILN_Q6_K ? 512 : 544, N = 37;
+        char name[96], why[300] = "", shape[32];
+        snprintf(name, sizeof name, "contract_bf16%s_%s", form, kiln_dtype_name(t));
+        CASE_BEGIN(name);
+        setenv("KILN_CONTRACT_SCHED_LARGE", large, 1);
+        kiln_graph *g = kiln_graph_new();
+        snprintf(shape, sizeof shape, "m, %lld", (long long)K);
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, shape);
+        snprintf(shape, sizeof shape, "37, %lld", (long long)K);
+        kiln_tensor w = kiln_input(g, "w", t, shape);
+        kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+        float *wf = rand_f32(N * K, -1, 1);
+        size_t wbytes;
+        void *wb = make_weights(t, wf, N * K, &wbytes);
+        kiln_bind_input(g, "w", wb, wbytes);
+        for (int mi = 0; mi < 3; mi++) {
+            int64_t M = ms[mi];
+            float *xb = rand_f32(M * K, -1, 1);
+            kiln_bind_dim(g, "m", M);
+            kiln_bind_input(g, "x", xb, (size_t)(M * K) * sizeof(float));
+            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+            float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
+            kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
+            kiln_status st;
+            kiln_program *p = kiln_compile(g, NULL, &st);
+            CHECK(p && kiln_run(p) == KILN_OK, "m=%lld: %s", (long long)M, kiln_graph_error(g));
+            if (p) {
+                char *text = kiln_program_kernels(p);
+                CHECK(strstr(text, "arith=bf16 (approximate)") != NULL, "m=%lld: not a bf16 schedule", (long long)M);
+                free(text);
+                const char *src = kiln_program_source(p);
+                CHECK(src && strstr(src, tile) != NULL, "m=%lld: no call of %s in the source", (long long)M, tile);
+                kiln_read_output(g, "y", got, (size_t)(M * N) * sizeof *got);
+                double worst = 0;
+                for (int64_t m = 0; m < M && !why[0]; m++)
+                    for (int64_t n = 0; n < N; n++) {
+                        double sum = 0;
+                        for (int64_t e = 0; e < K; e++) sum += fabs(xb[m * K + e]) * (1.1 * fabs(wf[n * K + e]) + 0.2);
+                        double bound = sum / 128.0 + 1e-5 * (double)K;
+                        double err = fabs(ref[m * N + n] - got[m * N + n]);
+                        if (err / bound > worst) worst = err / bound;
+                        if (err > bound)
+                            snprintf(why, sizeof why, "m=%lld n=%lld: reference %g, bf16 %g, bound %g", (long long)m,
+                                     (long long)n, ref[m * N + n], got[m * N + n], bound);
+                    }
+                CHECK(!why[0], "%s", why);
+                CHECK(worst > 1e-4, "m=%lld: bf16 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
+                      worst);
+            }
+            kiln_program_free(p);
+            free(ref);
+            free(got);
+            free(xb);
+        }
+        unsetenv("KILN_CONTRACT_SCHED_LARGE");
+        free(wf);
+        free(wb);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+}
+
 static void test_attention(void) {
     char why[300] = "";
     CASE_BEGIN("contract_attention_gqa");
@@ -328,5 +400,13 @@ int main(void) {
         }
     }
     else printf("# int8 contractions not tested: this CPU has no AVX512-VNNI\n");
+    /* AMX bf16 tiles: 2x2 tiles with K blocks of 256 (and a last of 32),
+     * one tile with K whole; M = 5, 17, 40 leave partial 16-row tiles */
+    if (cpu_flag("amx_tile") && cpu_flag("amx_bf16") && cpu_flag("avx512_bf16")) {
+        test_bf16_amx("_amx", "mr=32 nr=32 nc=0 mc=64 arith=bf16 form=amx kc=256", "kah_32x32(gh_a");
+        test_bf16_amx("_amx_16", "mr=16 nr=16 nc=16 mc=32 arith=bf16 form=amx kc=0", "kah_16x16(gh_a");
+    } else {
+        printf("# AMX bf16 contractions not tested: this CPU has no amx_bf16\n");
+    }
     return check_exit();
 }

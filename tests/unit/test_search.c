@@ -239,7 +239,7 @@ static void test_concurrent_tuners(void) {
 
 static void test_space_and_model(void) {
     CASE_BEGIN("search_space_and_cost_model");
-    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1, 0, 0};
+    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1, 0, 0, 0};
     const sch_machine mc_default_for_test = sch_machine_default();
     int n = sch_space_contract(&sh, NULL, 0);
     CHECK(n > 50, "space of %d", n);
@@ -255,13 +255,17 @@ static void test_space_and_model(void) {
     }
     /* with VNNI: int8 in both forms, every schedule emittable; the packed
      * int8 form keeps int32 and f32 accumulators (2 per tile entry) */
-    sch_contract_shape shv = {512, 640, 2048, 1, KILN_Q4_K, 1, 1, 1};
+    sch_contract_shape shv = {512, 640, 2048, 1, KILN_Q4_K, 1, 1, 1, 1};
     int nvn = sch_space_contract(&shv, NULL, 0);
     sch_contract_sched *spv = malloc((size_t)nvn * sizeof *spv);
     CHECK(sch_space_contract(&shv, spv, nvn) == nvn, "enumeration size differs (vnni)");
-    int packed_i8 = 0, dot_i8 = 0, amx = 0;
+    int packed_i8 = 0, dot_i8 = 0, amx = 0, amx_bf16 = 0;
     for (int i = 0; i < nvn; i++) {
         CHECK(cg_contract_sched_ok(KILN_Q4_K, &spv[i]), "schedule %d of the VNNI space is not emittable", i);
+        if (spv[i].arith == SCH_ARITH_BF16) {
+            CHECK(spv[i].form == SCH_FORM_AMX, "schedule %d: bf16 outside the AMX form", i);
+            amx_bf16++;
+        }
         if (spv[i].arith != SCH_ARITH_I8) continue;
         if (spv[i].form == SCH_FORM_AMX) {
             amx++;
@@ -273,14 +277,16 @@ static void test_space_and_model(void) {
             dot_i8++;
         }
     }
-    CHECK(packed_i8 > 10 && dot_i8 > 10 && amx > 10, "int8 schedules: %d packed, %d dot, %d amx", packed_i8, dot_i8, amx);
+    CHECK(packed_i8 > 10 && dot_i8 > 10 && amx > 10 && amx_bf16 > 10,
+          "approximate schedules: %d packed int8, %d dot int8, %d amx int8, %d amx bf16", packed_i8, dot_i8, amx, amx_bf16);
     /* and every schedule's text reads back as the same schedule */
     for (int i = 0; i < nvn; i++) {
         char text[128];
         sch_contract_sched back;
         sch_contract_sched_print(&spv[i], text, sizeof text);
         CHECK(sch_contract_sched_parse(text, &back) && back.mr == spv[i].mr && back.nr == spv[i].nr &&
-                  back.form == spv[i].form && back.arith == spv[i].arith && back.kc == spv[i].kc && back.mc == spv[i].mc,
+                  back.form == spv[i].form && back.arith == spv[i].arith && back.kc == spv[i].kc && back.mc == spv[i].mc &&
+                  back.pf == spv[i].pf,
               "schedule '%s' does not read back", text);
     }
     /* the model sees int8's four-to-one dot products at prefill sizes */

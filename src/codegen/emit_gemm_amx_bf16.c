@@ -1,0 +1,253 @@
+/* emit_gemm_amx_bf16.c — the contraction form on Intel AMX bf16 tiles
+ * (SCH_FORM_AMX, SCH_ARITH_BF16): prompt-sized products of f32 activations A
+ * with block-format weights B on tdpbf16ps. An approximation, like the int8
+ * forms: A and the dequantised B are rounded to bf16 (8 significant bits,
+ * round to nearest even), their products summed in f32 by the tile unit.
+ *
+ * Unlike the int8 AMX form (emit_gemm_amx.c), whose 16x16 int32 tiles must
+ * be stored and rescaled by A's and B's scales after every block of 32 (the
+ * rescale, not the tile multiply, bounds it), here the scales are inside the
+ * bf16 values: the f32 accumulator tiles stay in the tile unit for all of K
+ * and are stored once per K block.
+ *
+ *   A: converted to bf16 once per thread call and batch point (gh_a,
+ *      (M + 32) rows of K, the 32 rows past M zero so that 16-row tiles
+ *      never read past the buffer);
+ *   B: per work item and K block, each nr-column strip dequantised to f32
+ *      (the dot form's kcv_<dt>), rounded to bf16 and laid out as AMX B tiles
+ *      want it, [k/2][nr][2]: sixteen columns at a time, a 16 x 8 dword
+ *      transpose in registers (the int8 strip packer's, emit_gemm_i8.c);
+ *   kah_<mr>x<nr>: C[mr/16][nr/16] f32 16x16 tiles += A tile (16 rows x 32
+ *      bf16, pitch 2K bytes) x B tile (16 pair rows x 16 columns) per 32 k,
+ *      then stored to a scratch block and written (or added) to out.
+ * Tiles 0-3 C, 4-5 A, 6-7 B: kamx_config(64) of the int8 form's helpers.
+ *
+ * Invariants: K a multiple of 32 and B's rows block-aligned (else the item
+ * runs the scalar f32 loop); nothing is written outside [0, M) x [n0, n1);
+ * the tile configuration is released before the kernel returns.
+ *
+ * Error: each product a*w has relative error <= 2^-7 (two bf16 roundings),
+ * so |y - y_exact| <= 2^-7 sum |a w| plus the f32 sum's — the tests use
+ * that bound.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "contract.h"
+#include "emit_gemm.h"
+#include "emit_gemm_amx.h"
+#include "emit_gemm_amx_bf16.h"
+#include "emit_gemm_i8.h"
+
+#define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
+
+#define KAMXB "__attribute__((target(\"amx-tile,amx-bf16,avx512bf16\")))"
+
+int cg_amx_bf16_ok(kiln_dtype t, const sch_contract_sched *s) {
+    if (!cg_i8_tag(t) || s->form != SCH_FORM_AMX || s->arith != SCH_ARITH_BF16) return 0;
+    if ((s->mr != 16 && s->mr != 32) || (s->nr != 16 && s->nr != 32)) return 0;
+    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
+    return s->mc >= s->mr && s->mc % s->mr == 0 && s->nc >= 0;
+}
+
+/* the row converter (once per translation unit) */
+static const char *bf16_prelude =
+    "/* AMX bf16 helpers (emit_gemm_amx_bf16.c) */\n"
+    "static " KAMXB " __attribute__((unused)) void kah_row(const float *a, int64_t K, uint16_t *o) {\n"
+    "  for (int64_t k = 0; k < K; k += 32) {\n"
+    "    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(a + k));\n"
+    "    _mm512_storeu_si512((void *)(o + k), (__m512i)h);\n"
+    "  }\n"
+    "}\n";
+
+/* kah_pack_<dt>(W, per-column element offsets at r = 0 (block-aligned),
+ * strip width (a multiple of 16), k0, kl (multiples of 32), strip) */
+static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
+    const char *tag = cg_i8_tag(t);
+    int be = 32, bb = 34;
+    switch (t) {
+    case KILN_Q8_0: bb = 34; break;
+    case KILN_Q4_0: bb = 18; break;
+    case KILN_Q5_0: bb = 22; break;
+    case KILN_Q4_K: be = 256; bb = 144; break;
+    case KILN_Q6_K: be = 256; bb = 210; break;
+    default: return;
+    }
+    OUT("static " KAMXB " __attribute__((unused)) void kah_pack_%s(const void *W, const int64_t *wo, int nr, int64_t k0,"
+        " int64_t kl, uint16_t *restrict bq) {\n",
+        tag);
+    OUT("  const __m512i ilo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), ihi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);\n");
+    OUT("  for (int j0 = 0; j0 < nr; j0 += 16) {\n");
+    OUT("    const void *row[16];\n");
+    OUT("    for (int e = 0; e < 16; e++) row[e] = (const char *)W + (wo[j0 + e] / %d) * %d;\n", be, bb);
+    OUT("    for (int64_t cl = 0; cl < kl / 32; cl++) {\n");
+    OUT("      __m256i w[2][16];\n");
+    OUT("      for (int e = 0; e < 16; e++) {\n");
+    OUT("        __m512 lo, hi; kcv_%s(row[e], k0 / 32 + cl, &lo, &hi);\n", tag);
+    OUT("        w[0][e] = (__m256i)_mm512_cvtneps_pbh(lo); w[1][e] = (__m256i)_mm512_cvtneps_pbh(hi);\n");
+    OUT("      }\n");
+    /* each half: 16 columns x 8 dwords (k pairs) -> 8 rows [pair][16 columns][2] */
+    OUT("      for (int h = 0; h < 2; h++) {\n");
+    OUT("        __m512i z[8], t[8], u[8];\n");
+    OUT("        for (int e = 0; e < 8; e++) z[e] = _mm512_inserti64x4(_mm512_castsi256_si512(w[h][e]), w[h][e + 8], 1);\n");
+    OUT("        for (int e = 0; e < 8; e += 2) {\n");
+    OUT("          t[e] = _mm512_unpacklo_epi32(z[e], z[e + 1]); t[e + 1] = _mm512_unpackhi_epi32(z[e], z[e + 1]); }\n");
+    OUT("        for (int q = 0; q < 2; q++) {\n");
+    OUT("          u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q + 0], t[4 * q + 2]);\n");
+    OUT("          u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q + 0], t[4 * q + 2]);\n");
+    OUT("          u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);\n");
+    OUT("          u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]); }\n");
+    OUT("        uint8_t *dst = (uint8_t *)bq + 4 * ((cl * 16 + 8 * h) * nr + j0);\n");
+    OUT("        for (int g = 0; g < 4; g++) {\n");
+    OUT("          _mm512_storeu_si512((void *)(dst + 4 * (g * nr)), _mm512_permutex2var_epi64(u[g], ilo, u[g + 4]));\n");
+    OUT("          _mm512_storeu_si512((void *)(dst + 4 * ((g + 4) * nr)), _mm512_permutex2var_epi64(u[g], ihi, u[g + 4])); }\n");
+    OUT("      }\n");
+    OUT("    }\n  }\n}\n\n");
+}
+
+/* kah_<mr>x<nr>(A rows at k0 (bf16, pitch K), K, strip at k0, blocks of 32,
+ * out rows, valid rows, valid columns, add to out, f32 scratch [4][256]) */
+static void emit_micro(int mr, int nr, char **s, size_t *len, size_t *cap) {
+    int mt = mr / 16, nt = nr / 16;
+    OUT("static " KAMXB " __attribute__((unused, noinline)) void kah_%dx%d(const uint16_t *a, int64_t K, const uint16_t *b,"
+        " int64_t nb, float *const *c, int rows, int cols, int acc, float *restrict ct) {\n",
+        mr, nr);
+    for (int mi = 0; mi < mt; mi++)
+        for (int nj = 0; nj < nt; nj++) OUT("  _tile_zero(%d);\n", mi * 2 + nj);
+    OUT("  for (int64_t bb = 0; bb < nb; bb++) {\n");
+    for (int mi = 0; mi < mt; mi++) OUT("    _tile_loadd(%d, a + %d * K + bb * 32, 2 * K);\n", 4 + mi, 16 * mi);
+    for (int nj = 0; nj < nt; nj++) OUT("    _tile_loadd(%d, b + bb * %d + %d, %d);\n", 6 + nj, 32 * nr, 32 * nj, 4 * nr);
+    for (int mi = 0; mi < mt; mi++)
+        for (int nj = 0; nj < nt; nj++) OUT("    _tile_dpbf16ps(%d, %d, %d);\n", mi * 2 + nj, 4 + mi, 6 + nj);
+    OUT("  }\n");
+    for (int mi = 0; mi < mt; mi++)
+        for (int nj = 0; nj < nt; nj++) OUT("  _tile_stored(%d, ct + %d, 64);\n", mi * 2 + nj, 256 * (mi * 2 + nj));
+    for (int nj = 0; nj < nt; nj++)
+        OUT("  const __mmask16 q%d = (__mmask16)(cols >= %d ? 0xffffu : cols <= %d ? 0u : (1u << (unsigned)(cols - %d)) - 1u);\n",
+            nj, 16 * (nj + 1), 16 * nj, 16 * nj);
+    OUT("  for (int r = 0; r < rows; r++) {\n");
+    for (int nj = 0; nj < nt; nj++)
+        OUT("    { const __m512 v = _mm512_load_ps(ct + 256 * ((r / 16) * 2 + %d) + 16 * (r %% 16));\n"
+            "      _mm512_mask_storeu_ps(c[r] + %d, q%d, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(q%d, c[r] + %d), v) : v); }\n",
+            nj, 16 * nj, nj, nj, 16 * nj);
+    OUT("  }\n}\n\n");
+}
+
+void cg_emit_amx_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
+                            size_t *cap) {
+    int done[3][3], packed = 0;
+    memset(done, 0, sizeof done);
+    for (int i = 0; i < n; i++) {
+        const sch_contract_sched *sc = &scheds[i];
+        if (!cg_amx_bf16_ok(t, sc)) continue;
+        cg_emit_amx_prelude(i8_done, s, len, cap);
+        if (!(*i8_done & 8)) OUT("%s\n", bf16_prelude);
+        *i8_done |= 8;
+        if (!packed) emit_pack(t, s, len, cap);
+        packed = 1;
+        /* the micro-kernels do not depend on B's dtype: once per unit */
+        if (done[sc->mr / 16][sc->nr / 16] || (*i8_done & (16 << (sc->mr / 16 * 2 + sc->nr / 16 - 3)))) continue;
+        done[sc->mr / 16][sc->nr / 16] = 1;
+        *i8_done |= 16 << (sc->mr / 16 * 2 + sc->nr / 16 - 3);
+        emit_micro(sc->mr, sc->nr, s, len, cap);
+    }
+}
+
+void cg_emit_amx_bf16_pre(char **s, size_t *len, size_t *cap) {
+    OUT("  uint16_t *gh_a = NULL; int64_t gh_o = -1;\n");
+}
+
+void cg_emit_amx_bf16_post(char **s, size_t *len, size_t *cap) { OUT("  free(gh_a);\n"); }
+
+static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
+    sch_print_sym(p, x, s, len, cap);
+}
+
+void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                               size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    const char *tag = cg_i8_tag(t);
+    if (!tag) return;
+    int be = t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32;
+    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim;
+    OUT("      {\n");
+    /* the fast path needs K in 32s and block-aligned B rows */
+    OUT("        int fast = K %% 32 == 0 && K > 0;\n");
+    OUT("        for (int64_t j = n0; fast && j < n1; j++) {\n");
+    OUT("          const int64_t i%d = j; (void)i%d;\n", nd, nd);
+    OUT("          if ((");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(") %% %d != 0) fast = 0;\n        }\n", be);
+    OUT("        if (!fast) {\n");
+    OUT("          for (int64_t mq = 0; mq < M; mq++) for (int64_t j = n0; j < n1; j++) {\n");
+    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
+    OUT("            const int64_t i%d = j; (void)i%d;\n", nd, nd);
+    OUT("            const float *ar = A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT(");\n            const int64_t bo = ");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(";\n            float accum = 0.0f;\n");
+    OUT("            for (int64_t r = 0; r < K; r++) accum += ar[r] * kdq_%s(W, bo + r);\n", tag);
+    OUT("            out[");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT("] = accum;\n          }\n        } else {\n");
+    /* A in bf16 once per batch point and call */
+    OUT("        const int64_t gob = w / ntiles;\n");
+    OUT("        if (gh_o != gob) {\n");
+    OUT("          if (!gh_a && !(gh_a = (uint16_t *)calloc((size_t)((M + 32) * K) + 32, sizeof(uint16_t)))) return 1;\n");
+    OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
+    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
+    OUT("            kah_row(A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT("), K, gh_a + mq * K);\n");
+    OUT("          }\n");
+    OUT("          gh_o = gob;\n");
+    OUT("        }\n");
+    OUT("        if (!kamx_ready()) return 1;\n");
+    OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : K;\n", sc->kc, sc->kc, sc->kc);
+    OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
+    OUT("        uint16_t *bq = (uint16_t *)aligned_alloc(64, ((size_t)(nstr * %d * kcb) * sizeof(uint16_t) + 63) & ~(size_t)63);\n",
+        nr);
+    OUT("        float *cts = (float *)aligned_alloc(64, 1024 * sizeof(float));\n");
+    OUT("        if (!bq || !cts) { free(bq); free(cts); return 1; }\n");
+    OUT("        kamx_config(64);\n");
+    cg_emit_out_stride(p, k, s, len, cap);
+    OUT("        for (int64_t k0 = 0; k0 < K; k0 += kcb) {\n");
+    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
+    OUT("          const int acc = k0 > 0;\n");
+    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("            int64_t wo[%d];\n", nr);
+    OUT("            for (int j = 0; j < %d; j++) {\n", nr);
+    OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
+    OUT("              wo[j] = ");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(";\n            }\n");
+    OUT("            kah_pack_%s((const void *)W, wo, %d, k0, kl, bq + st * %d * kcb);\n", tag, nr, nr);
+    OUT("          }\n");
+    OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
+    OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
+    OUT("            for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("              const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
+    OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
+    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
+    OUT("                float *cr[%d]; float ct[%d] __attribute__((aligned(64)));\n", mr, mr * nr);
+    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
+    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
+    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
+    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
+    OUT("                  cr[i] = osn == 1 ? out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(") : ct + i * %d;\n", nr);
+    OUT("                }\n");
+    OUT("                kah_%dx%d(gh_a + mm * K + k0, K, bq + st * %d * kcb, kl / 32, cr, rows, cols, osn == 1 ? acc : 0, cts);\n",
+        mr, nr, nr);
+    cg_emit_tile_scatter(p, k, nr, s, len, cap);
+    OUT("              }\n            }\n          }\n        }\n");
+    OUT("        kamx_release();\n");
+    OUT("        free(bq); free(cts);\n");
+    OUT("        }\n");
+    OUT("      }\n");
+}
