@@ -1153,7 +1153,7 @@ static int cmd_bench(int argc, char **argv) {
 
 static void tune_help(void) {
     printf("usage: kiln tune [--show [--json]] [--export FILE | --import FILE]\n"
-           "       kiln tune -m MODEL.gguf [--budget SECONDS] [-t N] [--json]\n"
+           "       kiln tune -m MODEL.gguf [--budget SECONDS] [-t N] [--retune] [--json]\n"
            "       kiln tune --space [-m MODEL.gguf [-t N]]\n"
            "the tuning DB: the winning schedule of every searched kernel, per hardware\n"
            "fingerprint ($KILN_TUNEDB, else $XDG_CACHE_HOME/kiln/tune.db, else\n"
@@ -1168,6 +1168,8 @@ static void tune_help(void) {
            "  -m, --model FILE        compile the GGUF model with a schedule search, then show\n"
            "  --budget SECONDS        the search's time budget (suffix s, m or h; default 60s)\n"
            "  -t, --threads N         threads the kernels are tuned for (default: online cores)\n"
+           "  --retune                search again where this machine already has records (after\n"
+           "                          a kiln upgrade widened the search); the records seed it\n"
            "  --space                 the schedule space: its axes, and with -m each contraction's size\n");
 }
 
@@ -1353,7 +1355,7 @@ static int tune_model(const char *path, double budget, int threads) {
 
 static int cmd_tune(int argc, char **argv) {
     const char *model_path = NULL, *export_path = NULL, *import_path = NULL;
-    int show = 0, json = 0, space = 0, budget_set = 0, threads_set = 0;
+    int show = 0, json = 0, space = 0, budget_set = 0, threads_set = 0, retune = 0;
     double budget = 60;
     long long threads = online_cores();
     for (int i = 0; i < argc; i++) {
@@ -1368,10 +1370,11 @@ static int cmd_tune(int argc, char **argv) {
             tune_help();
             return 0;
         }
-        if (IS("--show") || IS("--json") || IS("--space")) {
+        if (IS("--show") || IS("--json") || IS("--space") || IS("--retune")) {
             if (eq) return cmd_usage_error("tune", "%s takes no value", flag);
             if (IS("--show")) show = 1;
             else if (IS("--json")) json = 1;
+            else if (IS("--retune")) retune = 1;
             else space = 1;
             continue;
         }
@@ -1419,8 +1422,13 @@ static int cmd_tune(int argc, char **argv) {
         return rc;
     }
     if (export_path && import_path) return cmd_usage_error("tune", "give --export or --import, not both");
-    if ((budget_set || threads_set) && !model_path)
-        return cmd_usage_error("tune", "--budget and --threads go with -m MODEL.gguf");
+    if ((budget_set || threads_set || retune) && !model_path)
+        return cmd_usage_error("tune", "--budget, --threads and --retune go with -m MODEL.gguf");
+    /* the search reads it (exec.c, tune_generic.c): this machine's records seed it */
+    if (retune && setenv("KILN_RETUNE", "1", 1) != 0) {
+        fprintf(stderr, "kiln tune: cannot set KILN_RETUNE\n");
+        return 1;
+    }
     /* the table is shown when asked for, after tuning, or when nothing else is asked */
     if (model_path || (!export_path && !import_path)) show = 1;
     if (json && !show) return cmd_usage_error("tune", "--json goes with --show");

@@ -58,5 +58,8 @@ const char *rt_cc_identity(void);
 cg_isa rt_cpu_isa(void);
 /* 1 when /proc/cpuinfo (or cpuid) lists the flag */
 int rt_cpu_has(const char *flag);
+/* 1 when $KILN_RETUNE is 1 (`kiln tune --retune`): this machine's own
+ * tuning records only seed the search instead of replacing it */
+int rt_retune(void);
 
 #endif

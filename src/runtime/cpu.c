@@ -69,6 +69,11 @@ const char *rt_cc_identity(void) {
 
 /* ---- ISA from the fingerprint ----------------------------------------- */
 
+int rt_retune(void) {
+    const char *v = getenv("KILN_RETUNE");
+    return v && v[0] == '1' && v[1] == 0;
+}
+
 int rt_cpu_has(const char *flag) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return 0;

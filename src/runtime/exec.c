@@ -658,7 +658,7 @@ static void apply_tuning_db(kiln_program *p) {
             sch_contract_sched sc;
             if (!sch_tunedb_lookup(p->fingerprint, K->contract->key, bucket, &r, &exact)) continue;
             if (!sch_contract_sched_parse(r.schedule, &sc)) continue; /* never trusted */
-            if (exact) {
+            if (exact && !rt_retune()) {
                 K->contract->sched[b] = sc;
                 p->tuned[k * 2 + b] = 1;
             } else {

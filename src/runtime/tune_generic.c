@@ -122,7 +122,9 @@ int rt_gtune_apply_db(rt_gtune_state *st, sch_program *sp, char **fingerprint) {
         sch_tune_record r;
         int exact = 0;
         sch_generic_sched gs;
-        if (!sch_tunedb_lookup(*fingerprint ? *fingerprint : "", st->key[k], bucket, &r, &exact) || !exact) continue;
+        if (!sch_tunedb_lookup(*fingerprint ? *fingerprint : "", st->key[k], bucket, &r, &exact) || !exact ||
+            rt_retune())
+            continue;
         if (!sch_generic_sched_parse(r.schedule, &gs)) continue; /* never trusted */
         sp->kernels[k].gsched = gs;
         st->settled[k] = 1;
@@ -258,7 +260,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
         sch_tune_record r;
         int exact = 0;
         sch_generic_sched gs;
-        if (sch_tunedb_lookup(fp, st->key[k], bucket, &r, &exact) && exact &&
+        if (!rt_retune() && sch_tunedb_lookup(fp, st->key[k], bucket, &r, &exact) && exact &&
             sch_generic_sched_parse(r.schedule, &gs)) {
             res->changed = settle_all(st, job, bucket, &gs);
             res->from_db = 1;

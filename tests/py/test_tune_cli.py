@@ -272,7 +272,7 @@ def case_bad_flags():
     for args in (["--bogus"], ["--show=yes"], ["--export"], ["--import"], ["--budget", "5"],
                  ["-m", "x.gguf", "--budget", "soon"], ["-m", "x.gguf", "--budget", "-3"],
                  ["--export", "a", "--import", "b"], ["--json", "--export", os.path.join(TMP, "x")],
-                 ["--space", "--show"], ["-t", "0", "-m", "x.gguf"], ["-m"]):
+                 ["--space", "--show"], ["-t", "0", "-m", "x.gguf"], ["-m"], ["--retune"], ["--retune=1", "-m", "x.gguf"]):
         rc, out, err = kiln(args, db)
         assert rc == 2, (args, rc, err)
         lines = err.strip().splitlines()
@@ -298,6 +298,22 @@ def case_tune_model():
     recs = json.loads(out)
     assert len(recs) >= 1, (out, err)  # the tiny model's projections were searched
     assert all(r["tried"] >= 1 and r["best_s"] > 0 for r in recs), recs  # a spent budget may stop at the default
+    # tuned again: this machine's records are used as they are (a bucket the
+    # first budget did not reach may be searched now)
+    rc, out, err = kiln(["-m", path, "--budget", "5s", "-t", "1", "--json"], db, timeout=600)
+    assert rc == 0, (rc, err)
+    key = lambda r: (r["key"], r["bucket"])
+    first = {key(r): r["best_s"] for r in recs}
+    again = {key(r): r["best_s"] for r in json.loads(out)}
+    kept = [k for k in first if again.get(k) == first[k]]
+    assert kept, (first, again)
+    # --retune: those are searched again and replaced by new measurements
+    rc, out, err = kiln(["-m", path, "--budget", "5s", "-t", "1", "--retune", "--json"], db, timeout=600)
+    assert rc == 0, (rc, err)
+    retuned = {key(r): r["best_s"] for r in json.loads(out)}
+    assert set(again) <= set(retuned), (retuned, again)
+    changed = [k for k in kept if retuned[k] != again[k]]
+    assert len(changed) >= len(kept) // 2, (kept, changed)
 
 
 suite.case("show_empty_db", case_show_empty)
