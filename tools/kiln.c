@@ -1153,7 +1153,7 @@ static int cmd_bench(int argc, char **argv) {
 
 static void tune_help(void) {
     printf("usage: kiln tune [--show [--json]] [--export FILE | --import FILE]\n"
-           "       kiln tune -m MODEL.gguf [--budget SECONDS] [-t N] [--retune] [--json]\n"
+           "       kiln tune -m MODEL.gguf [--budget SECONDS] [-t N] [-p N] [--retune] [--json]\n"
            "       kiln tune --space [-m MODEL.gguf [-t N]]\n"
            "the tuning DB: the winning schedule of every searched kernel, per hardware\n"
            "fingerprint ($KILN_TUNEDB, else $XDG_CACHE_HOME/kiln/tune.db, else\n"
@@ -1168,6 +1168,8 @@ static void tune_help(void) {
            "  -m, --model FILE        compile the GGUF model with a schedule search, then show\n"
            "  --budget SECONDS        the search's time budget (suffix s, m or h; default 60s)\n"
            "  -t, --threads N         threads the kernels are tuned for (default: online cores)\n"
+           "  -p, --prompt N          prompt tokens the prefill kernels are tuned at (default 256;\n"
+           "                          one schedule then serves every prompt of more than 4)\n"
            "  --retune                search again where this machine already has records (after\n"
            "                          a kiln upgrade widened the search); the records seed it\n"
            "  --space                 the schedule space: its axes, and with -m each contraction's size\n");
@@ -1313,7 +1315,7 @@ static int tune_show(int json) {
 /* compile the model with a schedule search of budget seconds: the search
  * measures each contraction on real data during the first runs, so the
  * model runs a 64-token prompt (prefill shapes) and one decode step */
-static int tune_model(const char *path, double budget, int threads) {
+static int tune_model(const char *path, double budget, int threads, int prompt) {
     model_options o = model_default_options();
     o.gguf_flags = (unsigned)GGUF_OPEN_READ;
     o.compiled = 1;
@@ -1333,7 +1335,7 @@ static int tune_model(const char *path, double budget, int threads) {
         return 1;
     }
     double t1 = now_s();
-    int n = 64;
+    int n = prompt;
     if (model_n_ctx(m) < n + 1) n = (int)model_n_ctx(m) - 1;
     int32_t *toks = kiln_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
     for (int i = 0; i < n; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
@@ -1355,7 +1357,8 @@ static int tune_model(const char *path, double budget, int threads) {
 
 static int cmd_tune(int argc, char **argv) {
     const char *model_path = NULL, *export_path = NULL, *import_path = NULL;
-    int show = 0, json = 0, space = 0, budget_set = 0, threads_set = 0, retune = 0;
+    int show = 0, json = 0, space = 0, budget_set = 0, threads_set = 0, retune = 0, prompt_set = 0;
+    long long prompt = 256;
     double budget = 60;
     long long threads = online_cores();
     for (int i = 0; i < argc; i++) {
@@ -1379,12 +1382,12 @@ static int cmd_tune(int argc, char **argv) {
             continue;
         }
         if (!(IS("-m") || IS("--model") || IS("--budget") || IS("--export") || IS("--import") || IS("-t") ||
-              IS("--threads")))
+              IS("--threads") || IS("-p") || IS("--prompt")))
             return cmd_usage_error("tune", "unknown option '%s'", a);
         int missing = 0;
         const char *v = opt_value(argc, argv, &i, eq, &missing);
         if (missing) return cmd_usage_error("tune", "%s needs a value", flag);
-        if (!*v && !(IS("--budget") || IS("-t") || IS("--threads")))
+        if (!*v && !(IS("--budget") || IS("-t") || IS("--threads") || IS("-p") || IS("--prompt")))
             return cmd_usage_error("tune", "%s needs a file name", flag);
         if (IS("-m") || IS("--model")) model_path = v;
         else if (IS("--export")) export_path = v;
@@ -1393,6 +1396,10 @@ static int cmd_tune(int argc, char **argv) {
             if (parse_budget(v, &budget))
                 return cmd_usage_error("tune", "bad value '%s' for --budget: want seconds >= 0 (e.g. 60, 60s, 2m)", v);
             budget_set = 1;
+        } else if (IS("-p") || IS("--prompt")) {
+            if (parse_int(v, 5, 65536, &prompt))
+                return cmd_usage_error("tune", "bad value '%s' for %s: want an integer in 5..65536", v, flag);
+            prompt_set = 1;
         } else {
             if (parse_int(v, 1, 1024, &threads))
                 return cmd_usage_error("tune", "bad value '%s' for %s: want an integer in 1..1024", v, flag);
@@ -1422,8 +1429,8 @@ static int cmd_tune(int argc, char **argv) {
         return rc;
     }
     if (export_path && import_path) return cmd_usage_error("tune", "give --export or --import, not both");
-    if ((budget_set || threads_set || retune) && !model_path)
-        return cmd_usage_error("tune", "--budget, --threads and --retune go with -m MODEL.gguf");
+    if ((budget_set || threads_set || retune || prompt_set) && !model_path)
+        return cmd_usage_error("tune", "--budget, --threads, --prompt and --retune go with -m MODEL.gguf");
     /* the search reads it (exec.c, tune_generic.c): this machine's records seed it */
     if (retune && setenv("KILN_RETUNE", "1", 1) != 0) {
         fprintf(stderr, "kiln tune: cannot set KILN_RETUNE\n");
@@ -1445,7 +1452,7 @@ static int cmd_tune(int argc, char **argv) {
         }
         fprintf(note, "imported %d record%s from %s into %s\n", n, n == 1 ? "" : "s", import_path, sch_tunedb_path());
     }
-    if (model_path && tune_model(model_path, budget, (int)threads)) return 1;
+    if (model_path && tune_model(model_path, budget, (int)threads, (int)prompt)) return 1;
     if (export_path) {
         kiln_status st = sch_tunedb_export(export_path, &n, err, sizeof err);
         if (st != KILN_OK) {

@@ -272,7 +272,8 @@ def case_bad_flags():
     for args in (["--bogus"], ["--show=yes"], ["--export"], ["--import"], ["--budget", "5"],
                  ["-m", "x.gguf", "--budget", "soon"], ["-m", "x.gguf", "--budget", "-3"],
                  ["--export", "a", "--import", "b"], ["--json", "--export", os.path.join(TMP, "x")],
-                 ["--space", "--show"], ["-t", "0", "-m", "x.gguf"], ["-m"], ["--retune"], ["--retune=1", "-m", "x.gguf"]):
+                 ["--space", "--show"], ["-t", "0", "-m", "x.gguf"], ["-m"], ["--retune"], ["--retune=1", "-m", "x.gguf"],
+                 ["-p", "64"], ["-m", "x.gguf", "-p", "3"], ["-m", "x.gguf", "--prompt", "many"]):
         rc, out, err = kiln(args, db)
         assert rc == 2, (args, rc, err)
         lines = err.strip().splitlines()
