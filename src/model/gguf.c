@@ -13,6 +13,7 @@
  *  - Values are decoded from little-endian bytes explicitly, so the reader
  *    does not depend on the host's byte order or alignment.
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE */
 #include "gguf.h"
 
 #include <errno.h>
@@ -33,6 +34,7 @@ struct gguf_file {
     uint64_t size;
     void *map;           /* mmap'd region, or NULL */
     uint8_t *owned;      /* read-into-memory copy, or NULL */
+    size_t owned_map;    /* > 0: owned is an anonymous mapping of this many bytes (else malloc'd) */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
@@ -422,6 +424,32 @@ kiln_status gguf_open_memory(const void *data, size_t size, unsigned flags, gguf
     return finish_open(f, flags, out, err, cap);
 }
 
+/* the buffer a file is read into: files of 4 MiB and more get an anonymous
+ * mapping in 2 MiB pages where the kernel has them (MADV_HUGEPAGE; THP is
+ * often "madvise" only): decode streams every weight once per token, and
+ * with 4 KiB pages each 4 KiB of it is a TLB miss and a page walk (gemma3
+ * 270m tg, 2-core AVX-512 VM: 40.5 -> 46.0 t/s at 1 thread, 66.8 -> 82.5 at
+ * 2). *mapped = the mapping's length, 0 for a malloc'd buffer. */
+static uint8_t *read_buffer(uint64_t size, size_t *mapped) {
+    *mapped = 0;
+#if defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
+    if (size >= ((uint64_t)4 << 20)) {
+        const size_t huge = (size_t)2 << 20, len = ((size_t)size + huge - 1) / huge * huge;
+        /* over-allocate by one huge page and trim, so the buffer is 2 MiB aligned */
+        uint8_t *m = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m != MAP_FAILED) {
+            size_t lead = (huge - (size_t)((uintptr_t)m % huge)) % huge;
+            if (lead) munmap(m, lead);
+            if (huge - lead) munmap(m + lead + len, huge - lead);
+            (void)madvise(m + lead, len, MADV_HUGEPAGE); /* a hint: no huge pages is not an error */
+            *mapped = len;
+            return m + lead;
+        }
+    }
+#endif
+    return kiln_xmalloc(size ? (size_t)size : 1);
+}
+
 kiln_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
     if (!out || !path) return KILN_ERR_INVALID;
@@ -446,7 +474,7 @@ kiln_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *e
         return KILN_ERR_IO;
     }
     if ((flags & GGUF_OPEN_READ) || f->size == 0) {
-        f->owned = kiln_xmalloc(f->size ? (size_t)f->size : 1);
+        f->owned = read_buffer(f->size, &f->owned_map);
         uint64_t got = 0;
         while (got < f->size) {
             ssize_t n = read(fd, f->owned + got, (size_t)(f->size - got));
@@ -486,7 +514,8 @@ void gguf_close(gguf_file *f) {
     if (!f) return;
     free_contents(f);
     if (f->map) munmap(f->map, (size_t)f->size);
-    free(f->owned);
+    if (f->owned_map) munmap(f->owned, f->owned_map);
+    else free(f->owned);
     free(f);
 }
 
