@@ -203,17 +203,13 @@ void cg_emit_amx_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, in
     }
 }
 
-static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
-    sch_print_sym(p, x, s, len, cap);
-}
-
 void cg_emit_amx_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                           size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
     kiln_dtype t = p->bufs[c->b_buf].dtype;
     const char *tag = ga_tag(t);
     if (!tag) return;
-    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim, kb = cg_i8_kb(t);
+    int mr = sc->mr, nr = sc->nr, kb = cg_i8_kb(t);
     /* signed strips: no zero-point term, so A's is quantised with zero 0 */
     cg_emit_i8_item_begin(p, k, 0, 32, s, len, cap);
     OUT("        if (!kamx_ready()) { free(gq_a); free(gq_s); free(gq_m); free(gq_z); return 1; }\n");
@@ -243,15 +239,7 @@ void cg_emit_amx_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     OUT("              const float *bss = bs + st * %d * (kcb / %d), *bms = bm + st * %d * (kcb / %d);\n", nr, kb, nr, kb);
     OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
-    OUT("                float *cr[%d]; float ct[%d] __attribute__((aligned(64)));\n", mr, mr * nr);
-    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
-    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
-    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
-    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
-    OUT("                  cr[i] = osn == 1 ? out + (");
-    out_sym(p, k->store_off, s, len, cap);
-    OUT(") : ct + i * %d;\n", nr);
-    OUT("                }\n");
+    cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
     /* rows past M read the zero rows of gq_a; their scales are never used
      * for stored rows, but must be readable: gq_s/gq_m hold M rows only */
     OUT("                kga_%s_%dx%d(gq_a + mm * K + k0, K, gq_s + mm * (K / 32) + k0 / 32, gq_m + mm * (K / 32) + k0 / 32,"

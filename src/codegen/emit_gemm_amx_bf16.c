@@ -171,27 +171,7 @@ void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const 
     if (!tag) return;
     int be = t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32;
     int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim;
-    OUT("      {\n");
-    /* the fast path needs K in 32s and block-aligned B rows */
-    OUT("        int fast = K %% 32 == 0 && K > 0;\n");
-    OUT("        for (int64_t j = n0; fast && j < n1; j++) {\n");
-    OUT("          const int64_t i%d = j; (void)i%d;\n", nd, nd);
-    OUT("          if ((");
-    out_sym(p, c->b_base, s, len, cap);
-    OUT(") %% %d != 0) fast = 0;\n        }\n", be);
-    OUT("        if (!fast) {\n");
-    OUT("          for (int64_t mq = 0; mq < M; mq++) for (int64_t j = n0; j < n1; j++) {\n");
-    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
-    OUT("            const int64_t i%d = j; (void)i%d;\n", nd, nd);
-    OUT("            const float *ar = A + (");
-    out_sym(p, c->a_base, s, len, cap);
-    OUT(");\n            const int64_t bo = ");
-    out_sym(p, c->b_base, s, len, cap);
-    OUT(";\n            float accum = 0.0f;\n");
-    OUT("            for (int64_t r = 0; r < K; r++) accum += ar[r] * kdq_%s(W, bo + r);\n", tag);
-    OUT("            out[");
-    out_sym(p, k->store_off, s, len, cap);
-    OUT("] = accum;\n          }\n        } else {\n");
+    cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
     /* A in bf16 once per batch point and call */
     OUT("        const int64_t gob = w / ntiles;\n");
     OUT("        if (gh_o != gob) {\n");
@@ -233,21 +213,12 @@ void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const 
     OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
     OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
-    OUT("                float *cr[%d]; float ct[%d] __attribute__((aligned(64)));\n", mr, mr * nr);
-    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
-    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
-    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
-    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
-    OUT("                  cr[i] = osn == 1 ? out + (");
-    out_sym(p, k->store_off, s, len, cap);
-    OUT(") : ct + i * %d;\n", nr);
-    OUT("                }\n");
+    cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
     OUT("                kah_%dx%d(gh_a + mm * K + k0, K, bq + st * %d * kcb, kl / 32, cr, rows, cols, osn == 1 ? acc : 0, cts);\n",
         mr, nr, nr);
     cg_emit_tile_scatter(p, k, nr, s, len, cap);
     OUT("              }\n            }\n          }\n        }\n");
     OUT("        kamx_release();\n");
     OUT("        free(bq); free(cts);\n");
-    OUT("        }\n");
-    OUT("      }\n");
+    cg_emit_i8_item_end(s, len, cap);
 }

@@ -258,17 +258,13 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
     sch_print_sym(p, x, s, len, cap);
 }
 
-void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, int pad_rows, char **s, size_t *len,
-                           size_t *cap) {
+/* the fast path needs K in 32s and block-aligned B rows (be elements per
+ * block); otherwise the item runs a scalar f32 loop through kdq_<tag> */
+void cg_emit_block_item_begin(const sch_program *p, const sch_kernel *k, int be, const char *tag, char **s, size_t *len,
+                              size_t *cap) {
     const sch_contract *c = k->contract;
-    kiln_dtype t = p->bufs[c->b_buf].dtype;
-    const char *tag = gi_tag(t);
-    if (!tag) return;
-    int be, bb;
-    gi_block(t, &be, &bb);
-    int md = c->mdim, nd = c->ndim, kb = gi_kb(t);
+    int md = c->mdim, nd = c->ndim;
     OUT("      {\n");
-    /* the fast path needs K in 32s and block-aligned B rows */
     OUT("        int fast = K %% 32 == 0 && K > 0;\n");
     OUT("        for (int64_t j = n0; fast && j < n1; j++) {\n");
     OUT("          const int64_t i%d = j; (void)i%d;\n", nd, nd);
@@ -288,6 +284,35 @@ void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, 
     OUT("            out[");
     out_sym(p, k->store_off, s, len, cap);
     OUT("] = accum;\n          }\n        } else {\n");
+}
+
+/* the output row pointers of an mr x nr tile at rows mm.., columns ns..:
+ * into out when its stride along n is 1, else into the stack tile ct
+ * (rows past M repeat the last row and are never stored) */
+void cg_emit_tile_rows(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    int md = c->mdim, nd = c->ndim;
+    OUT("                float *cr[%d]; float ct[%d] __attribute__((aligned(64)));\n", mr, mr * nr);
+    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
+    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
+    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
+    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
+    OUT("                  cr[i] = osn == 1 ? out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(") : ct + i * %d;\n", nr);
+    OUT("                }\n");
+}
+
+void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, int pad_rows, char **s, size_t *len,
+                           size_t *cap) {
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    const char *tag = gi_tag(t);
+    if (!tag) return;
+    int be, bb;
+    gi_block(t, &be, &bb);
+    int md = c->mdim, kb = gi_kb(t);
+    cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
     /* A quantised once per batch point and call */
     OUT("        const int64_t gob = w / ntiles;\n");
     OUT("        if (gq_o != gob) {\n");

@@ -30,6 +30,13 @@ void cg_emit_packed_i8_post(char **s, size_t *len, size_t *cap);
 void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, int pad_rows, char **s, size_t *len,
                            size_t *cap);
 void cg_emit_i8_item_end(char **s, size_t *len, size_t *cap);
+/* "{ fast check; if (!fast) { scalar f32 loop } else {": the start of an
+ * item of a form that needs K in 32s and block-aligned B rows (be elements
+ * per block, dequantiser kdq_<tag>); cg_emit_i8_item_end closes it */
+void cg_emit_block_item_begin(const sch_program *p, const sch_kernel *k, int be, const char *tag, char **s, size_t *len,
+                              size_t *cap);
+/* cr[0..mr): the output rows of the tile at mm (rows valid), ns (osn, ct) */
+void cg_emit_tile_rows(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len, size_t *cap);
 /* B's zero point as the strips hold it, elements per B scale, and the
  * name tag of a block dtype (NULL for other dtypes) */
 int cg_i8_zero(kiln_dtype t);
