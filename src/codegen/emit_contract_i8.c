@@ -177,71 +177,102 @@ static void emit_results(int mr, int nr, char **s, size_t *len, size_t *cap) {
 
 int cg_i8_group(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
 
-/* q4_k, 512 bits at a time: a super-block's 32-byte run of nibbles holds
- * two chunks (low nibbles: chunk 2p, high: 2p+1), unpacked into one zmm and
- * multiplied with the 64 matching bytes of A by one vpdpbusd (int32 lanes
- * 0-7 chunk 2p, 8-15 chunk 2p+1), scaled by d*sc of each half. The 12 bytes
- * of 6-bit scales and minimums are decoded with 32-bit masks (sc 0-3: bytes
- * 0-3 & 63; sc 4-7: bytes 8-11 low nibbles | top 2 bits of bytes 0-3 << 4;
- * the minimums likewise from bytes 4-7 and the high nibbles), and the
- * minimum term is one 8-lane FMA per super-block: dmin*m[sb] * sum(qa) of
- * chunk sb. A's scale (one per 256) multiplies each super-block's sum. */
+/* q4_k, 128 elements at a time: two consecutive 32-byte runs of nibbles
+ * (one 64-byte load) hold chunks 4q, 4q+2 in their low nibbles and 4q+1,
+ * 4q+3 in their high ones, so one and / shift-and gives two zmm of weights;
+ * A's matching 64 bytes are two 32-byte halves of qa (shared by the tile's
+ * rows). The products stay integer over the whole super-block: vpmaddubsw
+ * (u8 weight x s8 activation, pairs summed into int16: at most 2*15*127)
+ * then vpdpwssd with the chunk's 6-bit scale in each int16 lane (the
+ * scales broadcast from one 8 x int16 vector by vpshufb), so a super-block
+ * costs one int32 -> f32 conversion and one FMA (by d * A's scale) per
+ * row, not one per chunk. The 12 bytes of 6-bit scales and minimums are
+ * decoded with 32-bit masks (sc 0-3: bytes 0-3 & 63; sc 4-7: bytes 8-11 low
+ * nibbles | top 2 bits of bytes 0-3 << 4; the minimums likewise from bytes
+ * 4-7 and the high nibbles), and the minimum term is integer too: one
+ * vpmaddwd of the 8 minimums with the chunks' sums of qa, then one FMA by
+ * -dmin * A's scale into the same accumulator. Prefetch: the super-block
+ * pf chunks ahead and the next tile's rows into L1, ~32 KiB ahead into L2,
+ * each at offsets 0, 48, 96 (so no 64-byte line of a row is skipped). */
 static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
     int mr = sc->mr, nr = sc->nr;
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
         "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
         name);
     for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps(); __m256 m%d_%d = _mm256_setzero_ps();\n", i, j, i, j);
+        for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
     OUT("  const __m512i m4 = _mm512_set1_epi8(15);\n");
+    /* vpshufb controls: int16 scale s0 in the low 256 bits, s1 in the high */
+    for (int q = 0; q < 2; q++)
+        for (int h = 0; h < 2; h++) {
+            int s0 = 4 * q + h, s1 = 4 * q + 2 + h;
+            unsigned a = (unsigned)(2 * s0) | (unsigned)(2 * s0 + 1) << 8, b = (unsigned)(2 * s1) | (unsigned)(2 * s1 + 1) << 8;
+            a |= a << 16;
+            b |= b << 16;
+            OUT("  const __m512i ct%d%d = _mm512_set_epi32(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d);\n", q, h,
+                (int)b, (int)b, (int)b, (int)b, (int)b, (int)b, (int)b, (int)b, (int)a, (int)a, (int)a, (int)a, (int)a, (int)a,
+                (int)a, (int)a);
+        }
     if (sc->pf > 0) emit_row_stride(KILN_Q4_K, nr, s, len, cap);
     OUT("  for (int64_t c0 = 0; c0 < nch; c0 += 8) {\n");
     OUT("    const int64_t sbk = c0 / 8;\n");
     for (int j = 0; j < nr; j++) {
-        OUT("    const uint8_t *k%d = (const uint8_t *)w[%d] + 144 * sbk; __m256 sv%d, mv%d;\n", j, j, j, j);
+        OUT("    const uint8_t *k%d = (const uint8_t *)w[%d] + 144 * sbk; __m512i S%d; __m128i M%d;\n", j, j, j, j);
+        OUT("    const float d%d = kci_h(k%d), n%d = -kci_h(k%d + 2);\n", j, j, j, j);
         OUT("    { uint32_t u0, u1, u2; memcpy(&u0, k%d + 4, 4); memcpy(&u1, k%d + 8, 4); memcpy(&u2, k%d + 12, 4);\n", j, j, j);
         OUT("      const uint32_t sl = u0 & 0x3f3f3f3fu, sh = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);\n");
         OUT("      const uint32_t ml = u1 & 0x3f3f3f3fu, mh = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);\n");
-        OUT("      sv%d = _mm256_mul_ps(_mm256_set1_ps(kci_h(k%d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sh, (int)sl))));\n", j, j);
-        OUT("      mv%d = _mm256_mul_ps(_mm256_set1_ps(kci_h(k%d + 2)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)mh, (int)ml)))); }\n", j, j);
+        OUT("      S%d = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)((uint64_t)sh << 32 | sl))));\n", j);
+        OUT("      M%d = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)((uint64_t)mh << 32 | ml))); }\n", j);
     }
+    /* the minimum term, integer: sum over chunks of m * sum(qa) (<= 63 * 32 * 127 each) */
     for (int i = 0; i < mr; i++) {
         OUT("    const float xs%d = sa[%d][c0];\n", i, i);
-        OUT("    { const __m256 q = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(qsum[%d] + c0))), _mm256_set1_ps(xs%d));\n", i, i);
-        for (int j = 0; j < nr; j++) OUT("      m%d_%d = _mm256_fmadd_ps(mv%d, q, m%d_%d);\n", i, j, j, i, j);
+        OUT("    { const __m128i qs = _mm256_cvtepi32_epi16(_mm256_loadu_si256((const __m256i *)(qsum[%d] + c0)));\n", i);
+        for (int j = 0; j < nr; j++)
+            OUT("      c%d_%d = _mm512_fmadd_ps(_mm512_zextps128_ps512(_mm_cvtepi32_ps(_mm_madd_epi16(M%d, qs))), _mm512_set1_ps(n%d * xs%d), c%d_%d);\n",
+                i, j, j, j, i, i, j);
         OUT("    }\n");
     }
     for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) OUT("    __m512 b%d_%d = _mm512_setzero_ps();\n", i, j);
-    OUT("    for (int p = 0; p < 4; p++) {\n");
-    OUT("      const __m512i ip = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,\n"
-        "                                          2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p);\n");
-    for (int j = 0; j < nr; j++) {
-        if (sc->pf > 0)
-            OUT("      _mm_prefetch((const char *)k%d + 144 * %d + 32 * p, _MM_HINT_T0); _mm_prefetch((const char *)k%d + %d * rs + 32 * p, _MM_HINT_T0);"
-                " _mm_prefetch((const char *)k%d + far + 48 * p, _MM_HINT_T1);\n",
-                j, (sc->pf + 7) / 8, j, nr, j);
-        OUT("      const __m256i q%d = _mm256_loadu_si256((const __m256i *)(k%d + 16 + 32 * p));\n", j, j);
-        OUT("      const __m512i w%d = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q%d), _mm256_srli_epi16(q%d, 4), 1), m4);\n", j, j, j);
-        OUT("      const __m512 s%d = _mm512_permutexvar_ps(ip, _mm512_castps256_ps512(sv%d));\n", j, j);
+        for (int j = 0; j < nr; j++) OUT("    __m512i b%d_%d = _mm512_setzero_si512();\n", i, j);
+    for (int q = 0; q < 2; q++) {
+        OUT("    {\n");
+        for (int j = 0; j < nr; j++) {
+            if (sc->pf > 0) {
+                int ahead = 144 * ((sc->pf + 7) / 8);
+                if (q == 0)
+                    OUT("      _mm_prefetch((const char *)k%d + %d, _MM_HINT_T0); _mm_prefetch((const char *)k%d + %d, _MM_HINT_T0);"
+                        " _mm_prefetch((const char *)k%d + %d * rs, _MM_HINT_T0); _mm_prefetch((const char *)k%d + %d * rs + 48, _MM_HINT_T0);"
+                        " _mm_prefetch((const char *)k%d + far, _MM_HINT_T1);\n",
+                        j, ahead, j, ahead + 48, j, nr, j, nr, j);
+                else
+                    OUT("      _mm_prefetch((const char *)k%d + %d, _MM_HINT_T0); _mm_prefetch((const char *)k%d + %d * rs + 96, _MM_HINT_T0);"
+                        " _mm_prefetch((const char *)k%d + far + 48, _MM_HINT_T1); _mm_prefetch((const char *)k%d + far + 96, _MM_HINT_T1);\n",
+                        j, ahead + 96, j, nr, j, j);
+            }
+            OUT("      const __m512i L%d = _mm512_loadu_si512((const void *)(k%d + %d));\n", j, j, 16 + 64 * q);
+            OUT("      const __m512i lo%d = _mm512_and_si512(L%d, m4), hi%d = _mm512_and_si512(_mm512_srli_epi16(L%d, 4), m4);\n", j, j, j, j);
+            OUT("      const __m512i sl%d = _mm512_shuffle_epi8(S%d, ct%d0), sh%d = _mm512_shuffle_epi8(S%d, ct%d1);\n", j, j, q, j, j, q);
+        }
+        for (int i = 0; i < mr; i++) {
+            OUT("      { const int8_t *x = qa[%d] + 32 * (c0 + %d);\n", i, 4 * q);
+            OUT("        const __m512i xl = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x)), _mm256_loadu_si256((const __m256i *)(x + 64)), 1);\n");
+            OUT("        const __m512i xh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + 32))), _mm256_loadu_si256((const __m256i *)(x + 96)), 1);\n");
+            for (int j = 0; j < nr; j++) {
+                OUT("        b%d_%d = _mm512_dpwssd_epi32(b%d_%d, _mm512_maddubs_epi16(lo%d, xl), sl%d);\n", i, j, i, j, j, j);
+                OUT("        b%d_%d = _mm512_dpwssd_epi32(b%d_%d, _mm512_maddubs_epi16(hi%d, xh), sh%d);\n", i, j, i, j, j, j);
+            }
+            OUT("      }\n");
+        }
+        OUT("    }\n");
     }
-    for (int i = 0; i < mr; i++) {
-        OUT("      { const __m512i x = _mm512_loadu_si512((const void *)(qa[%d] + 32 * (c0 + 2 * p)));\n", i);
-        for (int j = 0; j < nr; j++)
-            OUT("        b%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w%d, x)), s%d, b%d_%d);\n",
-                i, j, j, j, i, j);
-        OUT("      }\n");
-    }
-    OUT("    }\n");
     for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) OUT("    c%d_%d = _mm512_fmadd_ps(b%d_%d, _mm512_set1_ps(xs%d), c%d_%d);\n", i, j, i, j, i, i, j);
+        for (int j = 0; j < nr; j++)
+            OUT("    c%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b%d_%d), _mm512_set1_ps(d%d * xs%d), c%d_%d);\n", i, j, i, j, j, i, i, j);
     OUT("  }\n  (void)l8;\n");
     for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) {
-            OUT("  { const __m128 h = _mm_add_ps(_mm256_castps256_ps128(m%d_%d), _mm256_extractf128_ps(m%d_%d, 1));\n", i, j, i, j);
-            OUT("    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));\n");
-            OUT("    res[%d] = _mm512_reduce_add_ps(c%d_%d) - _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))); }\n", i * nr + j, i, j);
-        }
+        for (int j = 0; j < nr; j++) OUT("  res[%d] = _mm512_reduce_add_ps(c%d_%d);\n", i * nr + j, i, j);
     OUT("}\n\n");
 }
 
