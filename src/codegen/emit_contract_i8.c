@@ -344,6 +344,108 @@ static void emit_q6k_wide_tile(const sch_contract_sched *sc, const char *name, c
     OUT("}\n\n");
 }
 
+/* q8_0, q4_0, q5_0, two 32-element blocks per zmm (one vpdpbusd per pair
+ * of blocks and row pair instead of two 256-bit ones):
+ *   - q8_0: the two blocks' 32 weight bytes side by side, A's 64 bytes as
+ *     they are; signed, so dpbusd(|w|, x negated where w < 0);
+ *   - q4_0, q5_0: the two blocks' 16 bytes of nibbles side by side, then
+ *     their high nibbles: 128-bit lanes [b0 low, b1 low, b0 high, b1 high]
+ *     (elements 0-15 of each block, then 16-31), so A's 64 bytes are
+ *     permuted the same way (qwords 0 1 4 5 2 3 6 7, once per row of A,
+ *     shared by the tile's rows), and so are its lane sums for the zero
+ *     point, which start the accumulation (-8 or -16 * lane sums); q5_0's
+ *     fifth bits are a 64-bit mask in that lane order, added as 16.
+ * The int32 lanes are scaled by d of their block times A's scale of that
+ * block (lanes [d0 x8, d1 x8], or [d0 x4, d1 x4, d0 x4, d1 x4]). An odd
+ * last block runs as one 256-bit block (kci_<dt>). Prefetch: per pair, the
+ * block pf ahead and the next tile's rows into L1, ~32 KiB ahead into L2. */
+static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, const char *name, char **s, size_t *len,
+                                   size_t *cap) {
+    int mr = sc->mr, nr = sc->nr, zs = zero_shift(t), bb = bytes_per_32(t), nib = t != KILN_Q8_0;
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
+        "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
+        name);
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("  __m512 z%d_%d = _mm512_setzero_ps(); __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j, i, j);
+    OUT("  const __m512i ap = _mm512_set_epi64(7, 6, 3, 2, 5, 4, 1, 0);\n");
+    OUT("  const __m512i sp = %s;\n",
+        nib ? "_mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)"
+            : "_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)");
+    if (nib) OUT("  const __m512i m4 = _mm512_set1_epi8(15);\n");
+    if (t == KILN_Q5_0) OUT("  const __m512i v16 = _mm512_set1_epi8(16);\n");
+    if (sc->pf > 0) emit_row_stride(t, nr, s, len, cap);
+    OUT("  int64_t c = 0;\n");
+    OUT("  for (; c + 2 <= nch; c += 2) {\n");
+    for (int j = 0; j < nr; j++) {
+        OUT("    const uint8_t *b%d = (const uint8_t *)w[%d] + %d * c;\n", j, j, bb);
+        if (sc->pf > 0)
+            OUT("    _mm_prefetch((const char *)b%d + %d, _MM_HINT_T0); _mm_prefetch((const char *)b%d + %d * rs, _MM_HINT_T0);"
+                " _mm_prefetch((const char *)b%d + far, _MM_HINT_T1);\n",
+                j, bb * sc->pf, j, nr, j);
+        OUT("    uint16_t h%d[2]; memcpy(&h%d[0], b%d, 2); memcpy(&h%d[1], b%d + %d, 2);\n", j, j, j, j, j, bb);
+        OUT("    const __m512 d%d = _mm512_permutexvar_ps(sp, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)(h%d[0] | (uint32_t)h%d[1] << 16)))));\n",
+            j, j, j);
+        if (t == KILN_Q8_0) {
+            OUT("    const __m512i w%d = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b%d + 2))),"
+                " _mm256_loadu_si256((const __m256i *)(b%d + %d)), 1);\n", j, j, j, bb + 2);
+            OUT("    const __m512i a%d = _mm512_abs_epi8(w%d); const __mmask64 n%d = _mm512_movepi8_mask(w%d);\n", j, j, j, j);
+        } else {
+            int off = t == KILN_Q5_0 ? 6 : 2;
+            OUT("    const __m256i y%d = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b%d + %d))),"
+                " _mm_loadu_si128((const __m128i *)(b%d + %d)), 1);\n", j, j, off, j, bb + off);
+            OUT("    __m512i w%d = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y%d), _mm256_srli_epi16(y%d, 4), 1), m4);\n",
+                j, j, j);
+            if (t == KILN_Q5_0) {
+                OUT("    { uint32_t q0, q1; memcpy(&q0, b%d + 2, 4); memcpy(&q1, b%d + %d, 4);\n", j, j, bb + 2);
+                OUT("      const __mmask64 hm = (__mmask64)((q0 & 0xffffu) | (q1 & 0xffffu) << 16 | (uint64_t)(q0 >> 16) << 32 | (uint64_t)(q1 >> 16) << 48);\n");
+                OUT("      w%d = _mm512_mask_add_epi8(w%d, hm, w%d, v16); }\n", j, j, j);
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m512 xs = _mm512_permutexvar_ps(sp, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(sa[%d] + c)))));\n", i);
+        if (nib) {
+            OUT("      const __m512i x = _mm512_permutexvar_epi64(ap, _mm512_loadu_si512((const void *)(qa[%d] + 32 * c)));\n", i);
+            OUT("      const __m512i z = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_permutexvar_epi64(ap, _mm512_loadu_si512((const void *)&l8[%d][c])), %d));\n",
+                i, zs);
+        } else {
+            OUT("      const __m512i x = _mm512_loadu_si512((const void *)(qa[%d] + 32 * c));\n", i);
+        }
+        for (int j = 0; j < nr; j++) {
+            if (nib) OUT("      const __m512i p%d = _mm512_dpbusd_epi32(z, w%d, x);\n", j, j);
+            else OUT("      const __m512i p%d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a%d, _mm512_mask_sub_epi8(x, n%d, _mm512_setzero_si512(), x));\n", j, j, j);
+            OUT("      z%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p%d), _mm512_mul_ps(d%d, xs), z%d_%d);\n", i, j, j, j, i, j);
+        }
+        OUT("    }\n");
+    }
+    OUT("  }\n");
+    /* the odd last block: as the 256-bit tile does it */
+    OUT("  for (; c < nch; c++) {\n");
+    for (int j = 0; j < nr; j++) {
+        OUT("    __m256i w%d; __m256 s%d; float n%d; kci_%s(w[%d], c, &w%d, &s%d, &n%d);\n", j, j, j, tag(t), j, j, j, j);
+        if (zs < 0) OUT("    const __m256i a%d = _mm256_abs_epi8(w%d);\n", j, j);
+    }
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m256i x = _mm256_loadu_si256((const __m256i *)(qa[%d] + 32 * c)); const float xs = sa[%d][c];\n", i, i);
+        if (zs > 0) OUT("      const __m256i z = _mm256_slli_epi32(_mm256_loadu_si256(&l8[%d][c]), %d);\n", i, zs);
+        for (int j = 0; j < nr; j++) {
+            if (zs < 0)
+                OUT("      const __m256i p%d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), a%d, _mm256_sign_epi8(x, w%d));\n", j, j, j);
+            else OUT("      const __m256i p%d = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x), z);\n", j, j);
+            OUT("      c%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p%d), _mm256_mul_ps(s%d, _mm256_set1_ps(xs)), c%d_%d);\n", i, j, j, j,
+                i, j);
+        }
+        OUT("    }\n");
+    }
+    OUT("  }\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++)
+            OUT("  c%d_%d = _mm256_add_ps(c%d_%d, _mm256_add_ps(_mm512_castps512_ps256(z%d_%d), _mm512_extractf32x8_ps(z%d_%d, 1)));\n", i, j,
+                i, j, i, j, i, j);
+    OUT("  (void)qsum;\n");
+    emit_results(mr, nr, s, len, cap);
+}
+
 void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
     snprintf(buf, bufcap, "kci8_%s_%dx%d_p%d", tag(t), sc->mr, sc->nr, sc->pf);
 }
@@ -360,6 +462,10 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
     }
     if (t == KILN_Q6_K) {
         emit_q6k_wide_tile(sc, name, s, len, cap);
+        return;
+    }
+    if (t == KILN_Q8_0 || t == KILN_Q4_0 || t == KILN_Q5_0) {
+        emit_block32_wide_tile(t, sc, name, s, len, cap);
         return;
     }
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
