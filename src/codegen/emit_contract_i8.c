@@ -382,6 +382,11 @@ static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, c
             OUT("    _mm_prefetch((const char *)b%d + %d, _MM_HINT_T0); _mm_prefetch((const char *)b%d + %d * rs, _MM_HINT_T0);"
                 " _mm_prefetch((const char *)b%d + far, _MM_HINT_T1);\n",
                 j, bb * sc->pf, j, nr, j);
+        /* a pair of q8_0 blocks is 68 bytes: one hint per pair would skip a line in 16 */
+        if (sc->pf > 0 && t == KILN_Q8_0)
+            OUT("    _mm_prefetch((const char *)b%d + %d, _MM_HINT_T0); _mm_prefetch((const char *)b%d + %d * rs + 64, _MM_HINT_T0);"
+                " _mm_prefetch((const char *)b%d + far + 64, _MM_HINT_T1);\n",
+                j, bb * sc->pf + 64, j, nr, j);
         OUT("    uint16_t h%d[2]; memcpy(&h%d[0], b%d, 2); memcpy(&h%d[1], b%d + %d, 2);\n", j, j, j, j, j, bb);
         OUT("    const __m512 d%d = _mm512_permutexvar_ps(sp, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)(h%d[0] | (uint32_t)h%d[1] << 16)))));\n",
             j, j, j);
