@@ -52,8 +52,10 @@
  * space: 2 added the packed form, prefetch and int8; 3 the packed int8
  * form and AMX tiles, and m chosen as the symbolic A-only loop; 4 the
  * packed f32 strip prefetch, decode prefetch 32 and decode candidates timed
- * with B flushed from 64 KiB up) are not used as they are, only as seeds */
-#define KILN_IR_VERSION 4
+ * with B flushed from 64 KiB up; 5 the integer-scale q4_k and two-block
+ * q8_0/q4_0/q5_0 decode tiles, whose best tile widths differ) are not used
+ * as they are, only as seeds */
+#define KILN_IR_VERSION 5
 
 typedef enum sch_buf_kind {
     SCH_BUF_INPUT = 0, /* the caller's buffer of an input (read only) */
