@@ -20,7 +20,7 @@
 
 int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, int cap) {
     static const int mrs[] = {1, 2, 3, 4, 6, 8};
-    static const int nrs[] = {1, 2, 4, 6, 8, 12, 16};
+    static const int nrs[] = {1, 2, 3, 4, 6, 8, 12, 16};
     static const int mcs[] = {16, 64, 256};
     static const int ncs[] = {0, 4, 16, 64};
     static const int pfs[] = {0, 8, 16, 32}; /* software prefetch distance, 32-element chunks */
@@ -229,7 +229,7 @@ char *sch_space_describe(void) {
     sch_appendf(&buf, &len, &cap,
                 "contractions (every matmul, matrix-vector and batched product), per kernel and M bucket "
                 "(M <= %d decode, larger prefill):\n"
-                "  dot form     mr in {1,2,3,4,6,8} x nr in {1,2,4,6,8,12,16} register tiles that fit 32 vector "
+                "  dot form     mr in {1,2,3,4,6,8} x nr in {1,2,3,4,6,8,12,16} register tiles that fit 32 vector "
                 "registers;\n"
                 "               mc in {16,64,256} rows of A per block; nc in {auto, 4, 16, 64} tiles of B per work "
                 "item;\n"
