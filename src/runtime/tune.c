@@ -61,15 +61,36 @@ static int run_candidate(const launch_args *la, const rt_tune_job *job, rt_kerne
 /* In decode (the small-M bucket) a model streams every weight matrix from
  * memory once per token: the next layer's weights are never in cache. A
  * candidate timed again and again on the same B would run from cache and
- * win for the wrong reason, so B's lines are flushed before each timing. */
-static void flush_b(const rt_tune_job *job) {
+ * win for the wrong reason, so B's lines are flushed before each timing.
+ * Every thread of the launch flushes a slice (bufs[0]: B, vars: bytes,
+ * slices): the pool's workers are then awake when the timed launch comes,
+ * as they are between a model's kernels. A flush by the caller alone
+ * (milliseconds for a few MB) outlasted the workers' spin, so each timed
+ * 2-thread run began with a futex wake-up, tens of microseconds here. */
+static int flush_slices(void *const *bufs, const int64_t *vars, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {
+    (void)chunk;
+    (void)flags;
 #if defined(__x86_64__) || defined(__i386__)
-    const char *b = job->bufs[job->sp->kernels[job->kernel].contract->b_buf];
-    for (size_t i = 0; b && i < job->b_bytes; i += 64) __builtin_ia32_clflush(b + i);
+    const char *b = (const char *)bufs[0];
+    const uint64_t bytes = (uint64_t)vars[0], n = (uint64_t)vars[1];
+    for (int64_t w = lo; b && w < hi; w++)
+        for (uint64_t i = bytes * (uint64_t)w / n / 64 * 64; i < bytes * (uint64_t)(w + 1) / n; i += 64)
+            __builtin_ia32_clflush(b + i);
     __builtin_ia32_mfence();
 #else
-    (void)job;
+    (void)bufs;
+    (void)vars;
+    (void)lo;
+    (void)hi;
 #endif
+    return 0;
+}
+
+static void flush_b(const launch_args *la, const rt_tune_job *job) {
+    void *b = job->bufs[job->sp->kernels[job->kernel].contract->b_buf];
+    void *const bufs[1] = {b};
+    const int64_t vars[2] = {(int64_t)job->b_bytes, la->nthreads > 1 ? la->nthreads : 1};
+    la->be->launch(la->pool, flush_slices, bufs, vars, vars[1], 1, 0, la->nthreads <= 1);
 }
 
 static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
@@ -81,7 +102,7 @@ static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_k
      * decode, where a prefetch distance the warm runs could not see helped */
     int cold = job->bucket == 0 && job->b_bytes >= ((size_t)64 << 10) && !getenv("KILN_TUNE_WARM");
     for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
-        if (cold) flush_b(job);
+        if (cold) flush_b(la, job);
         double t0 = now_s();
         run_candidate(la, job, fn, s);
         double dt = now_s() - t0;
