@@ -15,6 +15,11 @@
  *     A, so the unsigned operand is |w|);
  * then converted to f32 and multiplied by the lane scales (d, or d*sc per
  * 16 elements for q6_k) times sa; q4_k subtracts dmin*m * sa * sum(qa).
+ * That is the arithmetic; the dot-form tiles run it 512 bits wide: two
+ * 32-element blocks per vpdpbusd (emit_block32_wide_tile), q4_k with its
+ * 6-bit scales applied in integer by vpdpwssd (emit_q4k_wide_tile), q6_k a
+ * half super-block per pair of vpdpbusd (emit_q6k_wide_tile); the packed
+ * and AMX forms (emit_gemm_i8.c, emit_gemm_amx.c) use kci_<dt> per block.
  *
  * Error: A's rounding, at most sa/2 per element, so |y - y_exact| <=
  * sum over A's blocks (32 or 256) of (sa/2) * sum|w| — the tests and the search's check use
@@ -344,6 +349,31 @@ static void emit_q6k_wide_tile(const sch_contract_sched *sc, const char *name, c
     OUT("}\n\n");
 }
 
+/* one 32-element block c of a 32-element format (q8_0, q4_0, q5_0) for
+ * the tile's rows: kci_<dt> gives its 32 weight bytes and scale; one 256-bit
+ * vpdpbusd per row pair (q8_0: |w| against A with w's signs; q4_0, q5_0:
+ * minus the zero point times A's lane sums), scaled by d x A's scale into
+ * the f32 accumulators c<i>_<j> */
+static void emit_chunk256(kiln_dtype t, int mr, int nr, char **s, size_t *len, size_t *cap) {
+    int zs = zero_shift(t);
+    for (int j = 0; j < nr; j++) {
+        OUT("    __m256i w%d; __m256 s%d; float n%d; kci_%s(w[%d], c, &w%d, &s%d, &n%d); (void)n%d;\n", j, j, j, tag(t), j, j, j, j, j);
+        if (zs < 0) OUT("    const __m256i a%d = _mm256_abs_epi8(w%d);\n", j, j);
+    }
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m256i x = _mm256_loadu_si256((const __m256i *)(qa[%d] + 32 * c)); const float xs = sa[%d][c];\n", i, i);
+        if (zs > 0) OUT("      const __m256i z = _mm256_slli_epi32(_mm256_loadu_si256(&l8[%d][c]), %d);\n", i, zs);
+        for (int j = 0; j < nr; j++) {
+            if (zs < 0)
+                OUT("      const __m256i p%d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), a%d, _mm256_sign_epi8(x, w%d));\n", j, j, j);
+            else OUT("      const __m256i p%d = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x), z);\n", j, j);
+            OUT("      c%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p%d), _mm256_mul_ps(s%d, _mm256_set1_ps(xs)), c%d_%d);\n", i, j, j, j,
+                i, j);
+        }
+        OUT("    }\n");
+    }
+}
+
 /* q8_0, q4_0, q5_0, two 32-element blocks per zmm (one vpdpbusd per pair
  * of blocks and row pair instead of two 256-bit ones):
  *   - q8_0: the two blocks' 32 weight bytes side by side, A's 64 bytes as
@@ -424,24 +454,9 @@ static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, c
         OUT("    }\n");
     }
     OUT("  }\n");
-    /* the odd last block: as the 256-bit tile does it */
+    /* the odd last block, 256 bits wide */
     OUT("  for (; c < nch; c++) {\n");
-    for (int j = 0; j < nr; j++) {
-        OUT("    __m256i w%d; __m256 s%d; float n%d; kci_%s(w[%d], c, &w%d, &s%d, &n%d);\n", j, j, j, tag(t), j, j, j, j);
-        if (zs < 0) OUT("    const __m256i a%d = _mm256_abs_epi8(w%d);\n", j, j);
-    }
-    for (int i = 0; i < mr; i++) {
-        OUT("    { const __m256i x = _mm256_loadu_si256((const __m256i *)(qa[%d] + 32 * c)); const float xs = sa[%d][c];\n", i, i);
-        if (zs > 0) OUT("      const __m256i z = _mm256_slli_epi32(_mm256_loadu_si256(&l8[%d][c]), %d);\n", i, zs);
-        for (int j = 0; j < nr; j++) {
-            if (zs < 0)
-                OUT("      const __m256i p%d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), a%d, _mm256_sign_epi8(x, w%d));\n", j, j, j);
-            else OUT("      const __m256i p%d = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x), z);\n", j, j);
-            OUT("      c%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p%d), _mm256_mul_ps(s%d, _mm256_set1_ps(xs)), c%d_%d);\n", i, j, j, j,
-                i, j);
-        }
-        OUT("    }\n");
-    }
+    emit_chunk256(t, mr, nr, s, len, cap);
     OUT("  }\n");
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++)
@@ -458,55 +473,9 @@ void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size
 /* kci8_<dt>_<mr>x<nr>_p<pf>(qa rows, their scales, lane sums and sums, B
  * rows, chunks, results [mr][nr]) */
 void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap) {
-    int mr = sc->mr, nr = sc->nr, zs = zero_shift(t);
     char name[64];
     cg_i8_tile_name(t, sc, name, sizeof name);
-    if (t == KILN_Q4_K) {
-        emit_q4k_wide_tile(sc, name, s, len, cap);
-        return;
-    }
-    if (t == KILN_Q6_K) {
-        emit_q6k_wide_tile(sc, name, s, len, cap);
-        return;
-    }
-    if (t == KILN_Q8_0 || t == KILN_Q4_0 || t == KILN_Q5_0) {
-        emit_block32_wide_tile(t, sc, name, s, len, cap);
-        return;
-    }
-    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
-        "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
-        name);
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) OUT("  __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j);
-    if (sc->pf > 0) emit_row_stride(t, nr, s, len, cap);
-    OUT("  for (int64_t c = 0; c < nch; c++) {\n");
-    for (int j = 0; j < nr && sc->pf > 0; j++)
-        OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n"
-            "    _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n"
-            "    _mm_prefetch((const char *)w[%d] + far + c * %d, _MM_HINT_T1);\n",
-            j, sc->pf, bytes_per_32(t), j, nr, bytes_per_32(t), j, bytes_per_32(t));
-    for (int j = 0; j < nr; j++) {
-        OUT("    __m256i w%d; __m256 s%d; float n%d; kci_%s(w[%d], c, &w%d, &s%d, &n%d);\n", j, j, j, tag(t), j, j, j, j);
-        if (zs < 0) OUT("    const __m256i a%d = _mm256_abs_epi8(w%d);\n", j, j);
-    }
-    for (int i = 0; i < mr; i++) {
-        OUT("    { const __m256i x = _mm256_loadu_si256((const __m256i *)(qa[%d] + 32 * c)); const float xs = sa[%d][c];\n",
-            i, i);
-        if (zs > 0) OUT("      const __m256i z = _mm256_slli_epi32(_mm256_loadu_si256(&l8[%d][c]), %d);\n", i, zs);
-        for (int j = 0; j < nr; j++) {
-            if (zs < 0)
-                OUT("      const __m256i p%d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), a%d, _mm256_sign_epi8(x, w%d));\n",
-                    j, j, j);
-            else if (zs > 0)
-                OUT("      const __m256i p%d = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x), z);\n", j,
-                    j);
-            else OUT("      const __m256i p%d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w%d, x);\n", j, j);
-            OUT("      c%d_%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p%d), _mm256_mul_ps(s%d, _mm256_set1_ps(xs)), c%d_%d);\n", i,
-                j, j, j, i, j);
-        }
-        OUT("    }\n");
-    }
-    OUT("  }\n");
-    OUT("  (void)l8; (void)qsum;\n");
-    emit_results(mr, nr, s, len, cap);
+    if (t == KILN_Q4_K) emit_q4k_wide_tile(sc, name, s, len, cap);
+    else if (t == KILN_Q6_K) emit_q6k_wide_tile(sc, name, s, len, cap);
+    else emit_block32_wide_tile(t, sc, name, s, len, cap); /* q8_0, q4_0, q5_0 (cg_i8_ok) */
 }
