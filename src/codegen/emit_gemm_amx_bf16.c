@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "contract.h"
+#include "emit_contract_i8.h"
 #include "emit_gemm.h"
 #include "emit_gemm_amx.h"
 #include "emit_gemm_amx_bf16.h"
@@ -169,7 +170,7 @@ void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const 
     kiln_dtype t = p->bufs[c->b_buf].dtype;
     const char *tag = cg_i8_tag(t);
     if (!tag) return;
-    int be = t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32;
+    int be = cg_i8_group(t); /* elements per block: B rows start on one */
     int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim;
     cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
     /* A in bf16 once per batch point and call */
