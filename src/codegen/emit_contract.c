@@ -63,8 +63,11 @@ int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa)
     }
     for (int b = 0; b < 2; b++) {
         if (!cg_contract_sched_ok(t, &k->contract->sched[b])) return 0;
-        /* a B strided along K: only the packed form reads it */
-        if (k->contract->b_kstride != SYM_NONE && k->contract->sched[b].form != SCH_FORM_PACKED) return 0;
+        /* a B strided along K: only the packed form and f32 B's AMX bf16 form read it */
+        const sch_contract_sched *sc = &k->contract->sched[b];
+        if (k->contract->b_kstride != SYM_NONE && sc->form != SCH_FORM_PACKED &&
+            !(sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_BF16 && t == KILN_F32))
+            return 0;
     }
     return 1;
 }

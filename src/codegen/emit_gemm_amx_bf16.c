@@ -45,7 +45,7 @@
 #define KAMXB "__attribute__((target(\"amx-tile,amx-bf16,avx512bf16\")))"
 
 int cg_amx_bf16_ok(kiln_dtype t, const sch_contract_sched *s) {
-    if (!cg_i8_tag(t) || s->form != SCH_FORM_AMX || s->arith != SCH_ARITH_BF16) return 0;
+    if ((t != KILN_F32 && !cg_i8_tag(t)) || s->form != SCH_FORM_AMX || s->arith != SCH_ARITH_BF16) return 0;
     if ((s->mr != 16 && s->mr != 32) || (s->nr != 16 && s->nr != 32)) return 0;
     if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
     return s->mc >= s->mr && s->mc % s->mr == 0 && s->nc >= 0;
@@ -64,9 +64,10 @@ static const char *bf16_prelude =
 /* kah_pack_<dt>(W, per-column element offsets at r = 0 (block-aligned),
  * strip width (a multiple of 16), k0, kl (multiples of 32), strip) */
 static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
-    const char *tag = cg_i8_tag(t);
+    const char *tag = t == KILN_F32 ? "f32" : cg_i8_tag(t);
     int be = 32, bb = 34;
     switch (t) {
+    case KILN_F32: be = 1; bb = 4; break;
     case KILN_Q8_0: bb = 34; break;
     case KILN_Q4_0: bb = 18; break;
     case KILN_Q5_0: bb = 22; break;
@@ -75,8 +76,9 @@ static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     default: return;
     }
     OUT("static " KAMXB " __attribute__((unused)) void kah_pack_%s(const void *W, const int64_t *wo, int nr, int64_t k0,"
-        " int64_t kl, uint16_t *restrict bq) {\n",
+        " int64_t kl, int64_t K, uint16_t *restrict bq) {\n",
         tag);
+    OUT("  (void)K;\n");
     OUT("  const __m512i ilo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), ihi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);\n");
     OUT("  for (int j0 = 0; j0 < nr; j0 += 16) {\n");
     OUT("    const void *row[16];\n");
@@ -84,7 +86,8 @@ static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     OUT("    for (int64_t cl = 0; cl < kl / 32; cl++) {\n");
     OUT("      __m256i w[2][16];\n");
     OUT("      for (int e = 0; e < 16; e++) {\n");
-    OUT("        __m512 lo, hi; kcv_%s(row[e], k0 / 32 + cl, &lo, &hi);\n", tag);
+    if (t == KILN_F32) OUT("        __m512 lo, hi; kah_ld32((const float *)row[e], k0 + 32 * cl, K, &lo, &hi);\n");
+    else OUT("        __m512 lo, hi; kcv_%s(row[e], k0 / 32 + cl, &lo, &hi);\n", tag);
     OUT("        w[0][e] = (__m256i)_mm512_cvtneps_pbh(lo); w[1][e] = (__m256i)_mm512_cvtneps_pbh(hi);\n");
     OUT("      }\n");
     /* each half: 16 columns x 8 dwords (k pairs) -> 8 rows [pair][16 columns][2] */
@@ -105,6 +108,50 @@ static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     OUT("      }\n");
     OUT("    }\n  }\n}\n\n");
 }
+
+/* f32 B (activations: attention's keys and values). K is any length: the
+ * operands are zero-padded to Kp (K rounded up to 32), A by kah_row_pad,
+ * B by the packers' masked loads, so the padding adds nothing.
+ *   kah_pack_f32(W, per-column element offsets at r = 0, strip width, k0,
+ *     kl, K, strip): column j contiguous along K (W[wo[j] + r]), 32 k of 16
+ *     columns rounded and transposed as the block packer does;
+ *   kah_pack_f32s(W, offset of the strip's column 0 at r = 0, K stride,
+ *     valid columns, strip width, k0, kl, K, strip): B contiguous along n
+ *     (W[o + r * ks + j]): rows k and k+1 of 16 columns rounded in one
+ *     vcvtne2ps2bf16 and interleaved into pairs by one vpermw. */
+static const char *f32_helpers =
+    "static " KAMXB " __attribute__((unused)) void kah_row_pad(const float *a, int64_t K, uint16_t *o) {\n"
+    "  int64_t k = 0;\n"
+    "  for (; k + 32 <= K; k += 32)\n"
+    "    _mm512_storeu_si512((void *)(o + k), (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(a + k)));\n"
+    "  if (k < K) {\n"
+    "    const int r = (int)(K - k);\n"
+    "    const __mmask16 m0 = (__mmask16)(r >= 16 ? 0xffffu : (1u << r) - 1u), m1 = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);\n"
+    "    _mm512_storeu_si512((void *)(o + k), (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, a + k + 16), _mm512_maskz_loadu_ps(m0, a + k)));\n"
+    "  }\n"
+    "}\n"
+    "KI void kah_ld32(const float *r, int64_t k, int64_t K, __m512 *lo, __m512 *hi) {\n"
+    "  if (k + 32 <= K) { *lo = _mm512_loadu_ps(r + k); *hi = _mm512_loadu_ps(r + k + 16); return; }\n"
+    "  const int64_t n = K - k;\n"
+    "  const __mmask16 m0 = (__mmask16)(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);\n"
+    "  const __mmask16 m1 = (__mmask16)(n >= 32 ? 0xffffu : n <= 16 ? 0u : (1u << (n - 16)) - 1u);\n"
+    "  *lo = _mm512_maskz_loadu_ps(m0, r + k); *hi = _mm512_maskz_loadu_ps(m1, r + k + 16);\n"
+    "}\n"
+    "static " KAMXB " __attribute__((unused)) void kah_pack_f32s(const float *W, int64_t o, int64_t ks, int cols, int nr,"
+    " int64_t k0, int64_t kl, int64_t K, uint16_t *restrict bq) {\n"
+    "  const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,\n"
+    "                                      23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);\n"
+    "  for (int64_t p = 0; p < kl / 2; p++) {\n"
+    "    const int64_t k = k0 + 2 * p;\n"
+    "    for (int j0 = 0; j0 < nr; j0 += 16) {\n"
+    "      const int c = cols - j0;\n"
+    "      const __mmask16 mj = (__mmask16)(c >= 16 ? 0xffffu : c <= 0 ? 0u : (1u << c) - 1u);\n"
+    "      const __m512 x0 = _mm512_maskz_loadu_ps(k < K ? mj : 0, W + o + (k < K ? k : 0) * ks + j0);\n"
+    "      const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < K ? mj : 0, W + o + (k + 1 < K ? k + 1 : 0) * ks + j0);\n"
+    "      _mm512_storeu_si512((void *)(bq + 2 * (p * nr + j0)), _mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(x1, x0)));\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
 
 /* kah_<mr>x<nr>(A rows at k0 (bf16, pitch K), K, strip at k0, blocks of 32,
  * out rows, valid rows, valid columns, add to out, f32 scratch [4][256]) */
@@ -144,6 +191,7 @@ void cg_emit_amx_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int 
         cg_emit_amx_prelude(i8_done, s, len, cap);
         if (!(*i8_done & 8)) OUT("%s\n", bf16_prelude);
         *i8_done |= 8;
+        if (!packed && t == KILN_F32) OUT("%s\n", f32_helpers);
         if (!packed) emit_pack(t, s, len, cap);
         packed = 1;
         /* the micro-kernels do not depend on B's dtype: once per unit */
@@ -164,14 +212,96 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
     sch_print_sym(p, x, s, len, cap);
 }
 
+/* the item loops shared by both operand kinds: B packed per K block and
+ * strip (pack: the call, with st, ns, wo[] and kl in scope), then the
+ * tiles over [0, M) x the item's strips; A's rows in gh_a at pitch kp */
+static void emit_item_loops(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, const char *kp,
+                            const char *pack, char **s, size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    int mr = sc->mr, nr = sc->nr, nd = c->ndim;
+    OUT("        if (!kamx_ready()) return 1;\n");
+    OUT("        const int64_t kcb = %d > 0 && %d < %s ? %d : %s;\n", sc->kc, sc->kc, kp, sc->kc, kp);
+    OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
+    OUT("        uint16_t *bq = (uint16_t *)aligned_alloc(64, ((size_t)(nstr * %d * kcb) * sizeof(uint16_t) + 63) & ~(size_t)63);\n",
+        nr);
+    OUT("        float *cts = (float *)aligned_alloc(64, 1024 * sizeof(float));\n");
+    OUT("        if (!bq || !cts) { free(bq); free(cts); return 1; }\n");
+    OUT("        kamx_config(64);\n");
+    cg_emit_out_stride(p, k, s, len, cap);
+    OUT("        for (int64_t k0 = 0; k0 < %s; k0 += kcb) {\n", kp);
+    OUT("          const int64_t kl = %s - k0 < kcb ? %s - k0 : kcb;\n", kp, kp);
+    OUT("          const int acc = k0 > 0;\n");
+    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("            const int cols = (int)(n1 - ns < %d ? n1 - ns : %d); (void)cols;\n", nr, nr);
+    OUT("            int64_t wo[%d];\n", nr);
+    OUT("            for (int j = 0; j < %d; j++) {\n", nr);
+    OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
+    OUT("              wo[j] = ");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(";\n            }\n");
+    OUT("            %s;\n", pack);
+    OUT("          }\n");
+    OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
+    OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
+    OUT("            for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("              const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
+    OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
+    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
+    cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
+    OUT("                kah_%dx%d(gh_a + mm * %s + k0, %s, bq + st * %d * kcb, kl / 32, cr, rows, cols, osn == 1 ? acc : 0, cts);\n",
+        mr, nr, kp, kp, nr);
+    cg_emit_tile_scatter(p, k, nr, s, len, cap);
+    OUT("              }\n            }\n          }\n        }\n");
+    OUT("        kamx_release();\n");
+    OUT("        free(bq); free(cts);\n");
+}
+
+/* f32 B: K padded to Kp, no block alignment to check (see f32_helpers) */
+static void emit_f32_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                              size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    int md = c->mdim;
+    OUT("      {\n");
+    OUT("        const int64_t Kp = (K + 31) / 32 * 32;\n");
+    OUT("        const int64_t gob = w / ntiles;\n");
+    OUT("        if (gh_o != gob) {\n");
+    OUT("          if (!gh_a && !(gh_a = (uint16_t *)calloc((size_t)((M + 32) * Kp) + 32, sizeof(uint16_t)))) return 1;\n");
+    OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
+    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
+    OUT("            kah_row_pad(A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT("), K, gh_a + mq * Kp);\n");
+    OUT("          }\n");
+    OUT("          gh_o = gob;\n");
+    OUT("        }\n");
+    char pack[256];
+    if (c->b_kstride == SYM_NONE) {
+        snprintf(pack, sizeof pack, "kah_pack_f32((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb)", sc->nr, sc->nr);
+        emit_item_loops(p, k, sc, "Kp", pack, s, len, cap);
+    } else {
+        OUT("        const int64_t bks = ");
+        out_sym(p, c->b_kstride, s, len, cap);
+        OUT(";\n");
+        snprintf(pack, sizeof pack, "kah_pack_f32s(W, wo[0], bks, cols, %d, k0, kl, K, bq + st * %d * kcb)", sc->nr, sc->nr);
+        emit_item_loops(p, k, sc, "Kp", pack, s, len, cap);
+    }
+    OUT("      }\n");
+}
+
 void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                                size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
     kiln_dtype t = p->bufs[c->b_buf].dtype;
+    if (t == KILN_F32) {
+        emit_f32_schedule(p, k, sc, s, len, cap);
+        return;
+    }
     const char *tag = cg_i8_tag(t);
     if (!tag) return;
     int be = cg_i8_group(t); /* elements per block: B rows start on one */
-    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim;
+    int nr = sc->nr, md = c->mdim;
     cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
     /* A in bf16 once per batch point and call */
     OUT("        const int64_t gob = w / ntiles;\n");
@@ -185,41 +315,8 @@ void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const 
     OUT("          }\n");
     OUT("          gh_o = gob;\n");
     OUT("        }\n");
-    OUT("        if (!kamx_ready()) return 1;\n");
-    OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : K;\n", sc->kc, sc->kc, sc->kc);
-    OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
-    OUT("        uint16_t *bq = (uint16_t *)aligned_alloc(64, ((size_t)(nstr * %d * kcb) * sizeof(uint16_t) + 63) & ~(size_t)63);\n",
-        nr);
-    OUT("        float *cts = (float *)aligned_alloc(64, 1024 * sizeof(float));\n");
-    OUT("        if (!bq || !cts) { free(bq); free(cts); return 1; }\n");
-    OUT("        kamx_config(64);\n");
-    cg_emit_out_stride(p, k, s, len, cap);
-    OUT("        for (int64_t k0 = 0; k0 < K; k0 += kcb) {\n");
-    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
-    OUT("          const int acc = k0 > 0;\n");
-    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
-    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
-    OUT("            int64_t wo[%d];\n", nr);
-    OUT("            for (int j = 0; j < %d; j++) {\n", nr);
-    OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
-    OUT("              wo[j] = ");
-    out_sym(p, c->b_base, s, len, cap);
-    OUT(";\n            }\n");
-    OUT("            kah_pack_%s((const void *)W, wo, %d, k0, kl, bq + st * %d * kcb);\n", tag, nr, nr);
-    OUT("          }\n");
-    OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
-    OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
-    OUT("            for (int64_t st = 0; st < nstr; st++) {\n");
-    OUT("              const int64_t ns = n0 + st * %d;\n", nr);
-    OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
-    OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
-    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
-    cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
-    OUT("                kah_%dx%d(gh_a + mm * K + k0, K, bq + st * %d * kcb, kl / 32, cr, rows, cols, osn == 1 ? acc : 0, cts);\n",
-        mr, nr, nr);
-    cg_emit_tile_scatter(p, k, nr, s, len, cap);
-    OUT("              }\n            }\n          }\n        }\n");
-    OUT("        kamx_release();\n");
-    OUT("        free(bq); free(cts);\n");
+    char pack[128];
+    snprintf(pack, sizeof pack, "kah_pack_%s((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb)", tag, nr, nr);
+    emit_item_loops(p, k, sc, "K", pack, s, len, cap);
     cg_emit_i8_item_end(s, len, cap);
 }

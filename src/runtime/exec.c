@@ -612,6 +612,7 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     sh->vnni = rt_cpu_has("avx512_vnni");
     sh->amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
     sh->amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
+    sh->b_activation = p->sp.bufs[c->b_buf].kind != SCH_BUF_INPUT;
     for (int d = 0; d < K->ndim; d++) {
         int64_t v = 0;
         if (values ? sym_eval(sp, K->dim[d], values, NULL, &v, NULL) != 0 : !sym_is_const(sp, K->dim[d], &v)) {

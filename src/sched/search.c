@@ -123,12 +123,14 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
     }
     /* ---- AMX tiles, SCH_FORM_AMX: large M, block formats; int8 tiles
      * (emit_gemm_amx.c) on a CPU with amx_int8, bf16 tiles
-     * (emit_gemm_amx_bf16.c) with amx_bf16: tiles of mr x nr in {16, 32}^2 outputs,
+     * (emit_gemm_amx_bf16.c) with amx_bf16, which also take f32 B that the
+     * program computed (sh->b_activation: attention's keys and values): tiles of mr x nr in {16, 32}^2 outputs,
      * K blocks kc in {all, 256, 1024}, A blocks mc in {32, 128}, items nc in
      * {auto, 4, 16 strips} */
     for (int ar = 0; ar < 2; ar++) {
         /* 0: int8 tiles (emit_gemm_amx.c); 1: bf16 tiles (emit_gemm_amx_bf16.c) */
-        if (!(sh->m > SCH_SMALL_M && (ar ? sh->amx_bf16 : sh->amx) && kiln_dtype_is_block(sh->b_dtype))) continue;
+        int b_ok = kiln_dtype_is_block(sh->b_dtype) || (ar && sh->b_dtype == KILN_F32 && sh->b_activation);
+        if (!(sh->m > SCH_SMALL_M && (ar ? sh->amx_bf16 : sh->amx) && b_ok)) continue;
         static const int akcs[] = {0, 256, 1024};
         static const int amcs[] = {32, 128};
         static const int ancs[] = {0, 4, 16};
@@ -248,12 +250,14 @@ char *sch_space_describe(void) {
     static const struct {
         int64_t m, n, k;
         kiln_dtype t;
-    } ex[] = {{1, 2048, 2048, KILN_Q4_K}, {512, 2048, 2048, KILN_Q4_K}, {1, 4096, 4096, KILN_F32},
-              {512, 4096, 4096, KILN_F32}};
+        int act;
+    } ex[] = {{1, 2048, 2048, KILN_Q4_K, 0}, {512, 2048, 2048, KILN_Q4_K, 0}, {1, 4096, 4096, KILN_F32, 0},
+              {512, 4096, 4096, KILN_F32, 0}, {512, 512, 64, KILN_F32, 1}};
     for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
-        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1, 1};
-        sch_appendf(&buf, &len, &cap, "  m=%-4lld n=%-5lld k=%-5lld B %-5s %6d schedules\n", (long long)sh.m,
-                    (long long)sh.n, (long long)sh.k, kiln_dtype_name(sh.b_dtype), sch_space_contract(&sh, NULL, 0));
+        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1, 1, ex[i].act};
+        sch_appendf(&buf, &len, &cap, "  m=%-4lld n=%-5lld k=%-5lld B %-5s %-10s %6d schedules\n", (long long)sh.m,
+                    (long long)sh.n, (long long)sh.k, kiln_dtype_name(sh.b_dtype), ex[i].act ? "activation" : "input",
+                    sch_space_contract(&sh, NULL, 0));
     }
     return buf;
 }

@@ -355,6 +355,80 @@ static void test_bf16_amx(const char *form, const char *large, const char *tile)
     }
 }
 
+/* AMX bf16 tiles with f32 B that the graph computes (search.h b_activation:
+ * attention's keys and values), K not a multiple of 32 (both operands
+ * zero-padded): B contiguous along K, (h, m, k) x transpose((h, n, k)), and
+ * B strided along K, (h, m, k) x (h, k, n); B = b1 + b2 so that it is an
+ * intermediate. Within 2^-7 sum |a| |b| plus f32 noise, and not exact. */
+static void test_bf16_amx_f32(const char *form, const char *large) {
+    const int64_t ms[3] = {5, 17, 40}, K = 45, N = 37, H = 2;
+    for (int strided = 0; strided < 2; strided++) {
+        char name[96], why[300] = "";
+        snprintf(name, sizeof name, "contract_bf16%s_f32_%s", form, strided ? "strided" : "rows");
+        CASE_BEGIN(name);
+        setenv("KILN_CONTRACT_SCHED_LARGE", large, 1);
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor a = kiln_input(g, "a", KILN_F32, "2, m, 45");
+        const char *bshape = strided ? "2, 45, 37" : "2, 37, 45";
+        kiln_tensor b = kiln_add(g, kiln_input(g, "b1", KILN_F32, bshape), kiln_input(g, "b2", KILN_F32, bshape));
+        kiln_output(g, kiln_matmul(g, a, strided ? b : kiln_transpose(g, b, 1, 2)), "y");
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        float *b1 = rand_f32(H * K * N, -1, 1), *b2 = rand_f32(H * K * N, -1, 1);
+        kiln_bind_input(g, "b1", b1, (size_t)(H * K * N) * sizeof(float));
+        kiln_bind_input(g, "b2", b2, (size_t)(H * K * N) * sizeof(float));
+        for (int mi = 0; mi < 3 && !why[0]; mi++) {
+            int64_t M = ms[mi];
+            float *ab = rand_f32(H * M * K, -1, 1);
+            kiln_bind_dim(g, "m", M);
+            kiln_bind_input(g, "a", ab, (size_t)(H * M * K) * sizeof(float));
+            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+            float *ref = malloc((size_t)(H * M * N) * sizeof *ref), *got = malloc((size_t)(H * M * N) * sizeof *got);
+            kiln_read_output(g, "y", ref, (size_t)(H * M * N) * sizeof *ref);
+            kiln_status st;
+            kiln_program *p = kiln_compile(g, NULL, &st);
+            CHECK(p && kiln_run(p) == KILN_OK, "m=%lld: %s", (long long)M, kiln_graph_error(g));
+            if (p) {
+                char *text = kiln_program_kernels(p);
+                CHECK(strstr(text, "arith=bf16 (approximate)") != NULL, "m=%lld: not a bf16 schedule", (long long)M);
+                free(text);
+                const char *src = kiln_program_source(p);
+                const char *pack = strided ? "kah_pack_f32s(W" : "kah_pack_f32((const void *)W";
+                CHECK(src && strstr(src, pack) != NULL, "m=%lld: no call of %s in the source", (long long)M, pack);
+                kiln_read_output(g, "y", got, (size_t)(H * M * N) * sizeof *got);
+                double worst = 0;
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t m = 0; m < M && !why[0]; m++)
+                        for (int64_t n = 0; n < N; n++) {
+                            double sum = 0;
+                            for (int64_t e = 0; e < K; e++) {
+                                int64_t bi = strided ? (h * K + e) * N + n : (h * N + n) * K + e;
+                                sum += fabs(ab[(h * M + m) * K + e]) * fabs(b1[bi] + b2[bi]);
+                            }
+                            double bound = sum / 128.0 + 1e-5 * (double)K;
+                            int64_t o = (h * M + m) * N + n;
+                            double err = fabs(ref[o] - got[o]);
+                            if (err / bound > worst) worst = err / bound;
+                            if (err > bound)
+                                snprintf(why, sizeof why, "m=%lld h=%lld n=%lld: reference %g, bf16 %g, bound %g", (long long)m,
+                                         (long long)h, (long long)n, ref[o], got[o], bound);
+                        }
+                CHECK(!why[0], "%s", why);
+                CHECK(worst > 1e-4, "m=%lld: bf16 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
+                      worst);
+            }
+            kiln_program_free(p);
+            free(ref);
+            free(got);
+            free(ab);
+        }
+        unsetenv("KILN_CONTRACT_SCHED_LARGE");
+        free(b1);
+        free(b2);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+}
+
 static void test_attention(void) {
     char why[300] = "";
     CASE_BEGIN("contract_attention_gqa");
@@ -410,6 +484,8 @@ int main(void) {
     if (cpu_flag("amx_tile") && cpu_flag("amx_bf16") && cpu_flag("avx512_bf16")) {
         test_bf16_amx("_amx", "mr=32 nr=32 nc=0 mc=64 arith=bf16 form=amx kc=256", "kah_32x32(gh_a");
         test_bf16_amx("_amx_16", "mr=16 nr=16 nc=16 mc=32 arith=bf16 form=amx kc=0", "kah_16x16(gh_a");
+        test_bf16_amx_f32("_amx", "mr=32 nr=32 nc=0 mc=64 arith=bf16 form=amx kc=32");
+        test_bf16_amx_f32("_amx_16", "mr=16 nr=16 nc=16 mc=32 arith=bf16 form=amx kc=0");
     } else {
         printf("# AMX bf16 contractions not tested: this CPU has no amx_bf16\n");
     }
