@@ -650,8 +650,23 @@ static void apply_tuning_db(kiln_program *p) {
         if (!cg_contract_emittable(&p->sp, K, p->isa)) continue;
         for (int b = 0; b < 2; b++) {
             sch_contract_shape sh;
-            if (!contract_shape(p, k, NULL, b, &sh)) continue;
             if (K->contract->mdim < 0 && b == 1) continue;
+            if (!contract_shape(p, k, NULL, b, &sh)) {
+                /* symbolic sizes besides M (attention over the positions so
+                 * far): the schedule last tuned for this kernel, M bucket and
+                 * thread count, at whatever length it was tuned */
+                char pre[16], suf[16];
+                sch_tune_record r;
+                sch_contract_sched sc;
+                snprintf(pre, sizeof pre, "m%s%d,", b ? ">" : "<=", SCH_SMALL_M);
+                snprintf(suf, sizeof suf, ",t=%d", rt_pool_threads(p->pool));
+                if (!rt_retune() && sch_tunedb_lookup_latest(p->fingerprint, K->contract->key, pre, suf, &r) &&
+                    sch_contract_sched_parse(r.schedule, &sc)) {
+                    K->contract->sched[b] = sc;
+                    p->tuned[k * 2 + b] = 1;
+                }
+                continue;
+            }
             char bucket[96];
             sch_bucket_text(&sh, bucket, sizeof bucket);
             sch_tune_record r;

@@ -723,6 +723,25 @@ int sch_tunedb_lookup(const char *fingerprint, const char *key, const char *buck
     return found;
 }
 
+int sch_tunedb_lookup_latest(const char *fingerprint, const char *key, const char *prefix, const char *suffix,
+                             sch_tune_record *out) {
+    if (!fingerprint || !key || !prefix || !suffix) return 0;
+    db_image img;
+    db_load(&img);
+    int hit = -1;
+    size_t pl = strlen(prefix), sl = strlen(suffix);
+    for (int i = 0; i < img.n; i++) {
+        const sch_tune_record *r = &img.recs[i];
+        size_t bl = strlen(r->bucket);
+        if (strcmp(r->key, key) != 0 || strcmp(r->fingerprint, fingerprint) != 0) continue;
+        if (bl < pl + sl || strncmp(r->bucket, prefix, pl) != 0 || strcmp(r->bucket + bl - sl, suffix) != 0) continue;
+        if (hit < 0 || strcmp(r->date, img.recs[hit].date) >= 0) hit = i;
+    }
+    if (hit >= 0 && out) *out = img.recs[hit];
+    image_free(&img);
+    return hit >= 0;
+}
+
 kiln_status sch_tunedb_export(const char *path, int *n, char *err, size_t errcap) {
     if (n) *n = 0;
     if (!path || !*path) {

@@ -44,6 +44,13 @@ const char *sch_tunedb_path(void);
 int sch_tunedb_lookup(const char *fingerprint, const char *key, const char *bucket, sch_tune_record *out,
                       int *exact);
 
+/* For a kernel whose sizes are symbolic (attention over the positions so
+ * far): this fingerprint's latest record for key whose bucket begins with
+ * prefix (the M bucket, "m>4,") and ends with suffix (the threads, ",t=2"),
+ * whatever sizes it was tuned at. Returns 1 when found. */
+int sch_tunedb_lookup_latest(const char *fingerprint, const char *key, const char *prefix, const char *suffix,
+                             sch_tune_record *out);
+
 /* Insert or replace a record (atomic, locked). Returns KILN_OK or KILN_ERR_IO
  * with a message in err. */
 kiln_status sch_tunedb_store(const sch_tune_record *r, char *err, size_t errcap);

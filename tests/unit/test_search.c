@@ -146,6 +146,54 @@ static void test_search_and_reuse(void) {
     CASE_END();
 }
 
+/* a contraction whose N is symbolic (attention over the positions so far)
+ * has no bucket at compile time: the second compile, at another N, takes
+ * the record the first one tuned and measures nothing */
+static void test_symbolic_reuse(void) {
+    char why[300] = "";
+    CASE_BEGIN("search_symbolic_sizes_reuse_latest_record");
+    unlink(db_path);
+    for (int pass = 0; pass < 2 && !why[0]; pass++) {
+        int64_t m = 8, n = pass ? 56 : 40, k = 64;
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 64");
+        kiln_tensor w = kiln_input(g, "w", KILN_F32, "n, 64");
+        kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+        float *xb = rand_f32(m * k, 7), *wb = rand_f32(n * k, 8);
+        kiln_bind_dim(g, "m", m);
+        kiln_bind_dim(g, "n", n);
+        kiln_bind_input(g, "x", xb, (size_t)(m * k) * sizeof(float));
+        kiln_bind_input(g, "w", wb, (size_t)(n * k) * sizeof(float));
+        float *ref = malloc((size_t)(m * n) * sizeof *ref), *got = malloc((size_t)(m * n) * sizeof *got);
+        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+        kiln_read_output(g, "y", ref, (size_t)(m * n) * sizeof *ref);
+        kiln_compile_options o = kiln_compile_defaults();
+        o.search_budget = 20;
+        o.threads = 1;
+        kiln_status st;
+        kiln_program *p = kiln_compile(g, &o, &st);
+        CHECK(p && kiln_run(p) == KILN_OK, "pass %d: %s", pass, kiln_graph_error(g));
+        if (p) {
+            int meas = kiln_program_measurements(p);
+            if (pass == 0) CHECK(meas > 0, "first compile measured %d candidates", meas);
+            else CHECK(meas == 0, "second compile (n=%lld) measured %d candidates", (long long)n, meas);
+            kiln_read_output(g, "y", got, (size_t)(m * n) * sizeof *got);
+            for (int64_t i = 0; i < m * n && !why[0]; i++)
+                if (fabs(ref[i] - got[i]) > 1e-4 + 1e-4 * fabs(ref[i]))
+                    snprintf(why, sizeof why, "pass %d element %lld: reference %g, tuned %g", pass, (long long)i, ref[i],
+                             got[i]);
+            CHECK(!why[0], "%s", why);
+        }
+        kiln_program_free(p);
+        free(ref);
+        free(got);
+        free(xb);
+        free(wb);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+}
+
 static void test_wrong_candidate_rejected(void) {
     char why[300] = "";
     CASE_BEGIN("search_injected_wrong_candidate_rejected");
@@ -325,6 +373,7 @@ int main(void) {
     setenv("KILN_TUNEDB", db_path, 1);
     test_space_and_model();
     test_search_and_reuse();
+    test_symbolic_reuse();
     test_wrong_candidate_rejected();
     test_sampled_reference();
     test_corrupt_db();
