@@ -263,35 +263,42 @@ static void emit_item_loops(const sch_program *p, const sch_kernel *k, const sch
     OUT("        free(bq); free(cts);\n");
 }
 
+/* A in bf16 tiles once per batch point and call (gh_a, see the top): each
+ * row by conv (kah_row, or kah_row_pad for a K padded to 32) at pitch kp */
+static void emit_a_tiles(const sch_program *p, const sch_kernel *k, const char *conv, const char *kp, char **s,
+                         size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    int md = c->mdim;
+    OUT("        const int64_t gob = w / ntiles;\n");
+    OUT("        if (gh_o != gob) {\n");
+    OUT("          if (!gh_a && !(gh_a = (uint16_t *)calloc((size_t)((M + 32) * %s) + 32, sizeof(uint16_t)))) return 1;\n", kp);
+    OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
+    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
+    OUT("            %s(A + (", conv);
+    out_sym(p, c->a_base, s, len, cap);
+    OUT("), K, gh_a + (mq / 16) * 16 * %s + (mq %% 16) * 32);\n", kp);
+    OUT("          }\n");
+    OUT("          gh_o = gob;\n");
+    OUT("        }\n");
+}
+
 /* f32 B: K padded to Kp, no block alignment to check (see f32_helpers) */
 static void emit_f32_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                               size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
-    int md = c->mdim;
     OUT("      {\n");
     OUT("        const int64_t Kp = (K + 31) / 32 * 32;\n");
-    OUT("        const int64_t gob = w / ntiles;\n");
-    OUT("        if (gh_o != gob) {\n");
-    OUT("          if (!gh_a && !(gh_a = (uint16_t *)calloc((size_t)((M + 32) * Kp) + 32, sizeof(uint16_t)))) return 1;\n");
-    OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
-    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
-    OUT("            kah_row_pad(A + (");
-    out_sym(p, c->a_base, s, len, cap);
-    OUT("), K, gh_a + (mq / 16) * 16 * Kp + (mq %% 16) * 32);\n");
-    OUT("          }\n");
-    OUT("          gh_o = gob;\n");
-    OUT("        }\n");
+    emit_a_tiles(p, k, "kah_row_pad", "Kp", s, len, cap);
     char pack[256];
     if (c->b_kstride == SYM_NONE) {
         snprintf(pack, sizeof pack, "kah_pack_f32((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb)", sc->nr, sc->nr);
-        emit_item_loops(p, k, sc, "Kp", pack, s, len, cap);
     } else {
         OUT("        const int64_t bks = ");
         out_sym(p, c->b_kstride, s, len, cap);
         OUT(";\n");
         snprintf(pack, sizeof pack, "kah_pack_f32s(W, wo[0], bks, cols, %d, k0, kl, K, bq + st * %d * kcb)", sc->nr, sc->nr);
-        emit_item_loops(p, k, sc, "Kp", pack, s, len, cap);
     }
+    emit_item_loops(p, k, sc, "Kp", pack, s, len, cap);
     OUT("      }\n");
 }
 
@@ -306,20 +313,9 @@ void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const 
     const char *tag = cg_i8_tag(t);
     if (!tag) return;
     int be = cg_i8_group(t); /* elements per block: B rows start on one */
-    int nr = sc->nr, md = c->mdim;
+    int nr = sc->nr;
     cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
-    /* A in bf16 once per batch point and call */
-    OUT("        const int64_t gob = w / ntiles;\n");
-    OUT("        if (gh_o != gob) {\n");
-    OUT("          if (!gh_a && !(gh_a = (uint16_t *)calloc((size_t)((M + 32) * K) + 32, sizeof(uint16_t)))) return 1;\n");
-    OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
-    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
-    OUT("            kah_row(A + (");
-    out_sym(p, c->a_base, s, len, cap);
-    OUT("), K, gh_a + (mq / 16) * 16 * K + (mq %% 16) * 32);\n");
-    OUT("          }\n");
-    OUT("          gh_o = gob;\n");
-    OUT("        }\n");
+    emit_a_tiles(p, k, "kah_row", "K", s, len, cap);
     char pack[128];
     snprintf(pack, sizeof pack, "kah_pack_%s((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb)", tag, nr, nr);
     emit_item_loops(p, k, sc, "K", pack, s, len, cap);

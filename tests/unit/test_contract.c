@@ -198,6 +198,26 @@ static void test_fused_operands(void) {
     CASE_END();
 }
 
+/* compile g (inputs bound), run it and read output "y" (n floats) into got;
+ * the kernels must carry `arith` ("arith=i8 (approximate)") and the source
+ * must call `call`. Returns 1 when the program ran. */
+static int run_approx(kiln_graph *g, int64_t M, const char *arith, const char *call, float *got, int64_t n) {
+    kiln_status st;
+    kiln_program *p = kiln_compile(g, NULL, &st);
+    int ran = p && kiln_run(p) == KILN_OK;
+    CHECK(ran, "m=%lld: %s", (long long)M, kiln_graph_error(g));
+    if (ran) {
+        char *text = kiln_program_kernels(p);
+        CHECK(strstr(text, arith) != NULL, "m=%lld: no %s schedule", (long long)M, arith);
+        free(text);
+        const char *src = kiln_program_source(p);
+        CHECK(src && strstr(src, call) != NULL, "m=%lld: no call of %s in the source", (long long)M, call);
+        kiln_read_output(g, "y", got, (size_t)n * sizeof *got);
+    }
+    kiln_program_free(p);
+    return ran;
+}
+
 /* int8 arithmetic (an approximation): each output within the bound of A's
  * rounding, sum over A's blocks (32, or 256 for k-quants) of
  * (max|a| / 254) * sum |w|, plus f32 noise */
@@ -233,16 +253,7 @@ static void test_int8_form(const char *form, const char *small, const char *larg
             CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
             float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
             kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
-            kiln_status st;
-            kiln_program *p = kiln_compile(g, NULL, &st);
-            CHECK(p && kiln_run(p) == KILN_OK, "m=%lld: %s", (long long)M, kiln_graph_error(g));
-            if (p) {
-                char *text = kiln_program_kernels(p);
-                CHECK(strstr(text, "arith=i8 (approximate)") != NULL, "m=%lld: not an int8 schedule", (long long)M);
-                free(text);
-                const char *src = kiln_program_source(p);
-                CHECK(src && strstr(src, tile) != NULL, "m=%lld: no call of %s in the source", (long long)M, tile);
-                kiln_read_output(g, "y", got, (size_t)(M * N) * sizeof *got);
+            if (run_approx(g, M, "arith=i8 (approximate)", tile, got, M * N)) {
                 double worst = 0;
                 for (int64_t m = 0; m < M && !why[0]; m++)
                     for (int64_t n = 0; n < N; n++) {
@@ -269,7 +280,6 @@ static void test_int8_form(const char *form, const char *small, const char *larg
                 CHECK(worst > 1e-4, "m=%lld: int8 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
                       worst);
             }
-            kiln_program_free(p);
             free(ref);
             free(got);
             free(xb);
@@ -316,16 +326,7 @@ static void test_bf16_amx(const char *form, const char *large, const char *tile)
             CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
             float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
             kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
-            kiln_status st;
-            kiln_program *p = kiln_compile(g, NULL, &st);
-            CHECK(p && kiln_run(p) == KILN_OK, "m=%lld: %s", (long long)M, kiln_graph_error(g));
-            if (p) {
-                char *text = kiln_program_kernels(p);
-                CHECK(strstr(text, "arith=bf16 (approximate)") != NULL, "m=%lld: not a bf16 schedule", (long long)M);
-                free(text);
-                const char *src = kiln_program_source(p);
-                CHECK(src && strstr(src, tile) != NULL, "m=%lld: no call of %s in the source", (long long)M, tile);
-                kiln_read_output(g, "y", got, (size_t)(M * N) * sizeof *got);
+            if (run_approx(g, M, "arith=bf16 (approximate)", tile, got, M * N)) {
                 double worst = 0;
                 for (int64_t m = 0; m < M && !why[0]; m++)
                     for (int64_t n = 0; n < N; n++) {
@@ -342,7 +343,6 @@ static void test_bf16_amx(const char *form, const char *large, const char *tile)
                 CHECK(worst > 1e-4, "m=%lld: bf16 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
                       worst);
             }
-            kiln_program_free(p);
             free(ref);
             free(got);
             free(xb);
@@ -384,17 +384,8 @@ static void test_bf16_amx_f32(const char *form, const char *large) {
             CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
             float *ref = malloc((size_t)(H * M * N) * sizeof *ref), *got = malloc((size_t)(H * M * N) * sizeof *got);
             kiln_read_output(g, "y", ref, (size_t)(H * M * N) * sizeof *ref);
-            kiln_status st;
-            kiln_program *p = kiln_compile(g, NULL, &st);
-            CHECK(p && kiln_run(p) == KILN_OK, "m=%lld: %s", (long long)M, kiln_graph_error(g));
-            if (p) {
-                char *text = kiln_program_kernels(p);
-                CHECK(strstr(text, "arith=bf16 (approximate)") != NULL, "m=%lld: not a bf16 schedule", (long long)M);
-                free(text);
-                const char *src = kiln_program_source(p);
-                const char *pack = strided ? "kah_pack_f32s(W" : "kah_pack_f32((const void *)W";
-                CHECK(src && strstr(src, pack) != NULL, "m=%lld: no call of %s in the source", (long long)M, pack);
-                kiln_read_output(g, "y", got, (size_t)(H * M * N) * sizeof *got);
+            const char *pack = strided ? "kah_pack_f32s(W" : "kah_pack_f32((const void *)W";
+            if (run_approx(g, M, "arith=bf16 (approximate)", pack, got, H * M * N)) {
                 double worst = 0;
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t m = 0; m < M && !why[0]; m++)
@@ -416,7 +407,6 @@ static void test_bf16_amx_f32(const char *form, const char *large) {
                 CHECK(worst > 1e-4, "m=%lld: bf16 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
                       worst);
             }
-            kiln_program_free(p);
             free(ref);
             free(got);
             free(ab);
