@@ -8,13 +8,16 @@
  * of --version) and the flags. Files are written to a temporary name and
  * renamed, so concurrent processes never load a half-written object; a .so
  * that fails to load is rebuilt. The source is kept next to the object so a
- * compiler failure can point at it.
+ * compiler failure can point at it. A hit touches the object's mtime; after
+ * each new object the directory is trimmed to $KILN_CACHE_MAX_MB (default
+ * 1024), least recently used pairs first (cache_trim.c).
  *
  * Errors are the world's (no compiler, compiler failure, unwritable cache):
  * reported as a kiln_status with a message, never a crash.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +28,7 @@
 
 #include "backend.h"
 #include "base.h"
+#include "cache_trim.h"
 #include "gpu.h"
 
 struct rt_module {
@@ -232,6 +236,7 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
     if (access(sopath, R_OK) == 0) {
         m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
         if (m->handle) {
+            utimensat(AT_FDCWD, sopath, NULL, 0); /* recently used: the trim keeps it */
             *out = m;
             return KILN_OK;
         }
@@ -278,6 +283,7 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
         free(m);
         return KILN_ERR_IO;
     }
+    rt_cache_trim(dir, rt_cache_limit(), sopath);
     *out = m;
     return KILN_OK;
 }
