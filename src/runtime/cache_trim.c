@@ -3,9 +3,9 @@
  * Every compiled program leaves kiln-<hash>.c and kiln-<hash>.so in the
  * cache directory (cpu.c), and a tuning search compiles hundreds of
  * candidates, so without a bound the directory only grows (1.4 GB and
- * 8,000 files on the development machine after a few weeks). After each
- * new object cpu.c calls rt_cache_trim, which removes whole pairs in least
- * recently used order. Removing an object another process has loaded is
+ * 8,000 files on the development machine after a few weeks). cpu.c calls
+ * rt_cache_trim after a process's first new object and then every 1/16 of
+ * the bound it adds; it removes whole pairs in least recently used order. Removing an object another process has loaded is
  * safe (the mapping stays); one that a process is about to dlopen fails to
  * load there and is rebuilt (cpu.c treats an unloadable object as damaged).
  *

@@ -8,9 +8,10 @@
  * of --version) and the flags. Files are written to a temporary name and
  * renamed, so concurrent processes never load a half-written object; a .so
  * that fails to load is rebuilt. The source is kept next to the object so a
- * compiler failure can point at it. A hit touches the object's mtime; after
- * each new object the directory is trimmed to $KILN_CACHE_MAX_MB (default
- * 1024), least recently used pairs first (cache_trim.c).
+ * compiler failure can point at it. A hit touches the object's mtime; the
+ * directory is trimmed to $KILN_CACHE_MAX_MB (default 1024), least recently
+ * used pairs first (cache_trim.c), after a process's first new object and
+ * then every 1/16 of the bound it adds (trim_cache).
  *
  * Errors are the world's (no compiler, compiler failure, unwritable cache):
  * reported as a kiln_status with a message, never a crash.
@@ -204,6 +205,25 @@ static char *read_text(const char *path, size_t max) {
     return buf;
 }
 
+/* The trim reads the whole directory (thousands of entries after a tuning
+ * search), so a process does it after its first new object and then each
+ * time its new objects add up to 1/16 of the bound, not after every compile
+ * of a search's hundreds. */
+static void trim_cache(const char *dir, const char *sopath) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int trimmed;
+    static uint64_t since;
+    uint64_t limit = rt_cache_limit();
+    struct stat st;
+    if (limit == 0) return;
+    pthread_mutex_lock(&mu);
+    since += stat(sopath, &st) == 0 ? (uint64_t)st.st_size : 0;
+    int now = !trimmed || since > limit / 16;
+    if (now) trimmed = 1, since = 0;
+    pthread_mutex_unlock(&mu);
+    if (now) rt_cache_trim(dir, limit, sopath);
+}
+
 static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
     *out = NULL;
     const char *cc = rt_cc();
@@ -283,7 +303,7 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
         free(m);
         return KILN_ERR_IO;
     }
-    rt_cache_trim(dir, rt_cache_limit(), sopath);
+    trim_cache(dir, sopath);
     *out = m;
     return KILN_OK;
 }

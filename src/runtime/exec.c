@@ -612,7 +612,7 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     sh->vnni = rt_cpu_has("avx512_vnni");
     sh->amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
     sh->amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
-    sh->b_activation = p->sp.bufs[c->b_buf].kind != SCH_BUF_INPUT;
+    sh->b_activation = c->b_computed;
     for (int d = 0; d < K->ndim; d++) {
         int64_t v = 0;
         if (values ? sym_eval(sp, K->dim[d], values, NULL, &v, NULL) != 0 : !sym_is_const(sp, K->dim[d], &v)) {
@@ -658,8 +658,7 @@ static void apply_tuning_db(kiln_program *p) {
                 char pre[16], suf[16];
                 sch_tune_record r;
                 sch_contract_sched sc;
-                snprintf(pre, sizeof pre, "m%s%d,", b ? ">" : "<=", SCH_SMALL_M);
-                snprintf(suf, sizeof suf, ",t=%d", rt_pool_threads(p->pool));
+                sch_bucket_affixes(b, rt_pool_threads(p->pool), pre, sizeof pre, suf, sizeof suf);
                 if (!rt_retune() && sch_tunedb_lookup_latest(p->fingerprint, K->contract->key, pre, suf, &r) &&
                     sch_contract_sched_parse(r.schedule, &sc)) {
                     K->contract->sched[b] = sc;

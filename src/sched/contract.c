@@ -279,6 +279,7 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     c->a_base = abase;
     c->b_base = bbase;
     c->b_kstride = kstride;
+    c->b_computed = p->bufs[c->b_buf].kind != SCH_BUF_INPUT;
     c->mdim = md;
     c->ndim = nd;
     kiln_dtype bt = p->bufs[c->b_buf].dtype;
@@ -295,7 +296,7 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     if (kstride != SYM_NONE) h = fnv_step(h, 0x5354u); /* strided B: its own records */
     /* f32 B computed by the program (search.h b_activation): its space has
      * the bf16 tiles, a caller's f32 input's has not, so their own records */
-    if (bt == KILN_F32 && p->bufs[c->b_buf].kind != SCH_BUF_INPUT) h = fnv_step(h, 0x4143u);
+    if (bt == KILN_F32 && c->b_computed) h = fnv_step(h, 0x4143u);
     snprintf(c->key, sizeof c->key, "contract-%s-%016llx", kiln_dtype_name(bt), (unsigned long long)h);
     k->contract = c;
     return forced;

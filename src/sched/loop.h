@@ -161,6 +161,8 @@ typedef struct sch_contract {
                               n + 1 is b_base + 1): only the packed form takes it */
     int mdim, ndim;        /* domain positions of m (-1: none, M = 1) and n */
     sch_contract_sched sched[2];
+    int b_computed;        /* B is not a caller's input (an intermediate, or a state such as
+                              the KV cache): search.h b_activation */
     char key[32];          /* tuning key: hash of the kernel's shape-free structure */
 } sch_contract;
 

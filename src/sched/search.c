@@ -220,9 +220,15 @@ int sch_sched_simpler(const sch_contract_sched *a, const sch_contract_sched *b) 
     return a->mc < b->mc;
 }
 
+void sch_bucket_affixes(int large, int nthreads, char *pre, size_t precap, char *suf, size_t sufcap) {
+    snprintf(pre, precap, "m%s%d,", large ? ">" : "<=", SCH_SMALL_M);
+    snprintf(suf, sufcap, ",t=%d", nthreads);
+}
+
 void sch_bucket_text(const sch_contract_shape *sh, char *buf, size_t cap) {
-    snprintf(buf, cap, "m%s%d,n=%lld,k=%lld,b=%lld,t=%d", sh->m <= SCH_SMALL_M ? "<=" : ">", SCH_SMALL_M,
-             (long long)sh->n, (long long)sh->k, (long long)sh->nbatch, sh->nthreads);
+    char pre[16], suf[16];
+    sch_bucket_affixes(sh->m > SCH_SMALL_M, sh->nthreads, pre, sizeof pre, suf, sizeof suf);
+    snprintf(buf, cap, "%sn=%lld,k=%lld,b=%lld%s", pre, (long long)sh->n, (long long)sh->k, (long long)sh->nbatch, suf);
 }
 
 char *sch_space_describe(void) {

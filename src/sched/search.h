@@ -56,6 +56,10 @@ int sch_sched_simpler(const sch_contract_sched *a, const sch_contract_sched *b);
 /* the shape bucket text of a tuning record: "m<=4,n=640,k=2048,t=1" */
 void sch_bucket_text(const sch_contract_shape *sh, char *buf, size_t cap);
 
+/* the parts of that text a kernel with symbolic sizes still knows: the M
+ * bucket ("m>4,": large = 1) and the threads (",t=2") */
+void sch_bucket_affixes(int large, int nthreads, char *pre, size_t precap, char *suf, size_t sufcap);
+
 /* the space's axes and its size at a few example shapes (malloc'd text) */
 char *sch_space_describe(void);
 
