@@ -324,18 +324,26 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     int is_float = be == 1;
     int i8 = sc->arith == SCH_ARITH_I8;
     if (i8) {
-        /* A's rows quantised once for this item (emit_contract_i8.c) */
-        OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0;\n");
-        OUT("      int8_t *qa = qok ? (int8_t *)malloc((size_t)(M * K) + 32) : NULL;\n");
-        OUT("      float *qs = qok ? (float *)malloc((size_t)(M * qch + 1) * sizeof(float)) : NULL;\n");
-        OUT("      int32_t *qsum = qok ? (int32_t *)malloc((size_t)(M * qch + 1) * sizeof(int32_t)) : NULL;\n");
-        OUT("      __m256i *ql8 = qok ? (__m256i *)aligned_alloc(32, (size_t)(M * qch + 1) * 32) : NULL;\n");
-        OUT("      const int qready = qa && qs && qsum && ql8;\n");
-        OUT("      for (int64_t mq = 0; qready && mq < M; mq++) {\n");
-        if (c->mdim >= 0) OUT("        const int64_t i%d = mq;\n", c->mdim);
-        OUT("        kcq_row(A + (");
+        /* A's rows quantised once per call and batch point, not per item
+         * (dq_*, declared by dot_i8_pre): with ~8 items per thread, a
+         * decode matvec of 1 MB quantised its one row 8 times over */
+        OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0, dgo = w / ntiles;\n");
+        OUT("      if (qok && dq_o != dgo) {\n");
+        OUT("        if (!dq_a) {\n");
+        OUT("          dq_a = (int8_t *)malloc((size_t)(M * K) + 32);\n");
+        OUT("          dq_s = (float *)malloc((size_t)(M * qch + 1) * sizeof(float));\n");
+        OUT("          dq_z = (int32_t *)malloc((size_t)(M * qch + 1) * sizeof(int32_t));\n");
+        OUT("          dq_l = (__m256i *)aligned_alloc(32, (size_t)(M * qch + 1) * 32);\n");
+        OUT("        }\n");
+        OUT("        for (int64_t mq = 0; dq_a && dq_s && dq_z && dq_l && mq < M; mq++) {\n");
+        if (c->mdim >= 0) OUT("          const int64_t i%d = mq;\n", c->mdim);
+        OUT("          kcq_row(A + (");
         out_sym(p, c->a_base, s, len, cap);
-        OUT("), K, %d, qa + mq * K, qs + mq * qch, ql8 + mq * qch, qsum + mq * qch);\n      }\n", cg_i8_group(t));
+        OUT("), K, %d, dq_a + mq * K, dq_s + mq * qch, dq_l + mq * qch, dq_z + mq * qch);\n        }\n", cg_i8_group(t));
+        OUT("        dq_o = dgo;\n");
+        OUT("      }\n");
+        OUT("      int8_t *qa = dq_a; float *qs = dq_s; int32_t *qsum = dq_z; __m256i *ql8 = dq_l;\n");
+        OUT("      const int qready = qok && qa && qs && qsum && ql8;\n");
     }
     OUT("      for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("        const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
@@ -386,7 +394,6 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     out_sym(p, k->store_off, s, len, cap);
     OUT("] = res[i * %d + j];\n", nr);
     OUT("              }\n            }\n          }\n        }\n      }\n");
-    if (i8) OUT("      free(qa); free(qs); free(qsum); free(ql8);\n");
 }
 
 void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap) {
@@ -428,6 +435,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     int amx_bf16 = 0;
     for (int b = 0; b < 2; b++) amx_bf16 |= sched[b].form == SCH_FORM_AMX && sched[b].arith == SCH_ARITH_BF16;
     if (amx_bf16) cg_emit_amx_bf16_pre(s, len, cap);
+    int dot_i8 = 0;
+    for (int b = 0; b < 2; b++) dot_i8 |= sched[b].form == SCH_FORM_DOT && sched[b].arith == SCH_ARITH_I8;
+    if (dot_i8) OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; int64_t dq_o = -1;\n");
     OUT("  for (int64_t w = lo; w < hi; w++) {\n");
     OUT("    int64_t o = w / ntiles;\n");
     OUT("    const int64_t n0 = (w %% ntiles) * nc, n1 = n0 + nc < N ? n0 + nc : N;\n");
@@ -443,5 +453,6 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     OUT("    }\n  }\n");
     if (packed_i8) cg_emit_packed_i8_post(s, len, cap);
     if (amx_bf16) cg_emit_amx_bf16_post(s, len, cap);
+    if (dot_i8) OUT("  free(dq_a); free(dq_s); free(dq_z); free(dq_l);\n");
     OUT("  return 0;\n}\n\n");
 }

@@ -218,6 +218,34 @@ static int run_approx(kiln_graph *g, int64_t M, const char *arith, const char *c
     return ran;
 }
 
+/* the int8 forms' error bound: each output within A's rounding, sum over
+ * A's blocks of grp (32, or 256 for k-quants) of (max|a| / 254) * sum |w|,
+ * plus f32 noise. Returns the worst error / bound; why gets the first
+ * output over it. x: [M][K], w: [N][K] (the f32 weights before quantising) */
+static double int8_worst(const float *x, const float *w, const float *ref, const float *got, int64_t M, int64_t N,
+                         int64_t K, int64_t grp, char *why, size_t cap) {
+    double worst = 0;
+    for (int64_t m = 0; m < M && !why[0]; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double bound = 1e-4 * (double)K;
+            for (int64_t b = 0; b < K / grp; b++) {
+                double amax = 0, wsum = 0;
+                for (int64_t e = 0; e < grp; e++) {
+                    double a = fabs(x[m * K + grp * b + e]);
+                    amax = a > amax ? a : amax;
+                    wsum += fabs(w[n * K + grp * b + e]) * 1.1; /* dequantised |w| <= 1.1 |w| + step */
+                }
+                bound += amax / 254.0 * (wsum + (double)grp * 0.2);
+            }
+            double err = fabs(ref[m * N + n] - got[m * N + n]);
+            if (err / bound > worst) worst = err / bound;
+            if (err > bound && !why[0])
+                snprintf(why, cap, "m=%lld n=%lld: reference %g, int8 %g, bound %g", (long long)m, (long long)n,
+                         ref[m * N + n], got[m * N + n], bound);
+        }
+    return worst;
+}
+
 /* int8 arithmetic (an approximation): each output within the bound of A's
  * rounding, sum over A's blocks (32, or 256 for k-quants) of
  * (max|a| / 254) * sum |w|, plus f32 noise */
@@ -254,27 +282,8 @@ static void test_int8_form(const char *form, const char *small, const char *larg
             float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
             kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
             if (run_approx(g, M, "arith=i8 (approximate)", tile, got, M * N)) {
-                double worst = 0;
-                for (int64_t m = 0; m < M && !why[0]; m++)
-                    for (int64_t n = 0; n < N; n++) {
-                        /* A's scale covers 32 elements, 256 for the k-quants */
-                        int64_t grp = t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32;
-                        double bound = 1e-4 * (double)K;
-                        for (int64_t b = 0; b < K / grp; b++) {
-                            double amax = 0, wsum = 0;
-                            for (int64_t e = 0; e < grp; e++) {
-                                double a = fabs(xb[m * K + grp * b + e]);
-                                amax = a > amax ? a : amax;
-                                wsum += fabs(wf[n * K + grp * b + e]) * 1.1; /* dequantised |w| <= 1.1 |w| + step */
-                            }
-                            bound += amax / 254.0 * (wsum + (double)grp * 0.2);
-                        }
-                        double err = fabs(ref[m * N + n] - got[m * N + n]);
-                        if (err / bound > worst) worst = err / bound;
-                        if (err > bound)
-                            snprintf(why, sizeof why, "m=%lld n=%lld: reference %g, int8 %g, bound %g", (long long)m,
-                                     (long long)n, ref[m * N + n], got[m * N + n], bound);
-                    }
+                int64_t grp = t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32;
+                double worst = int8_worst(xb, wf, ref, got, M, N, K, grp, why, sizeof why);
                 CHECK(!why[0], "%s", why);
                 /* and not exact: the int8 path really ran (an f32 result would be within 1e-5) */
                 CHECK(worst > 1e-4, "m=%lld: int8 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
@@ -291,6 +300,40 @@ static void test_int8_form(const char *form, const char *small, const char *larg
         kiln_graph_free(g);
         CASE_END();
     }
+}
+
+/* the dot form quantises A once per call and batch point, not per item:
+ * x [3, m, K] times q8_0 weights, several items (nc=8 of N=37) per batch
+ * point, so a stale row from another batch point or item would show */
+static void test_int8_batch_points(void) {
+    CASE_BEGIN("contract_int8_batch_points");
+    const int64_t B = 3, m = 2, K = 96, N = 37;
+    char why[300] = "";
+    setenv("KILN_CONTRACT_SCHED_SMALL", "mr=1 nr=4 nc=8 mc=64 arith=i8", 1);
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, "3, m, 96");
+    kiln_tensor w = kiln_input(g, "w", KILN_Q8_0, "37, 96");
+    kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+    float *wf = rand_f32(N * K, -1, 1), *xb = rand_f32(B * m * K, -1, 1);
+    size_t wbytes;
+    void *wb = make_weights(KILN_Q8_0, wf, N * K, &wbytes);
+    kiln_bind_input(g, "w", wb, wbytes);
+    kiln_bind_dim(g, "m", m);
+    kiln_bind_input(g, "x", xb, (size_t)(B * m * K) * sizeof(float));
+    CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float ref[3 * 2 * 37], got[3 * 2 * 37];
+    kiln_read_output(g, "y", ref, sizeof ref);
+    if (run_approx(g, m, "arith=i8 (approximate)", "kci8_", got, B * m * N)) {
+        double worst = int8_worst(xb, wf, ref, got, B * m, N, K, 32, why, sizeof why);
+        CHECK(!why[0], "%s", why);
+        CHECK(worst > 1e-4, "int8 result indistinguishable from f32 (worst %g of the bound)", worst);
+    }
+    unsetenv("KILN_CONTRACT_SCHED_SMALL");
+    free(wf);
+    free(xb);
+    free(wb);
+    kiln_graph_free(g);
+    CASE_END();
 }
 
 /* AMX bf16 tiles (an approximation): A and the dequantised B rounded to
@@ -453,6 +496,7 @@ int main(void) {
          * prefill: M not a multiple of mr, N not of nr, two K blocks */
         const int64_t dot_ms[3] = {1, 3, 7}, packed_ms[3] = {5, 17, 40};
         test_int8_form("", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", "mr=2 nr=4 nc=0 mc=16 arith=i8", dot_ms, "kci8_");
+        test_int8_batch_points();
         test_int8_form("_packed", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
                        "mr=4 nr=32 nc=0 mc=16 arith=i8 form=packed kc=256", packed_ms, "_4x32(qr, sr, zr, ur");
         test_int8_form("_packed_wide", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
