@@ -434,7 +434,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     if (packed_i8) cg_emit_packed_i8_pre(s, len, cap);
     int amx_bf16 = 0;
     for (int b = 0; b < 2; b++) amx_bf16 |= sched[b].form == SCH_FORM_AMX && sched[b].arith == SCH_ARITH_BF16;
-    if (amx_bf16) cg_emit_amx_bf16_pre(s, len, cap);
+    if (amx_bf16) cg_emit_amx_bf16_pre(p, k, s, len, cap);
     int dot_i8 = 0;
     for (int b = 0; b < 2; b++) dot_i8 |= sched[b].form == SCH_FORM_DOT && sched[b].arith == SCH_ARITH_I8;
     if (dot_i8) OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; int64_t dq_o = -1;\n");

@@ -10,7 +10,12 @@
  * bf16 values: the f32 accumulator tiles stay in the tile unit for all of K
  * and are stored once per K block.
  *
- *   A: converted to bf16 once per thread call and batch point into tiles
+ *   A: converted to bf16 once per batch point into tiles: by the runtime's
+ *      CG_KF_PREP launch, each thread a share of the rows, into a scratch
+ *      buffer all threads then read (one batch point, M > 4: at 2 threads
+ *      llama1b q4_k pp512 469 -> 518 t/s, each thread had converted all of
+ *      A), else by each thread for itself at the first item of a batch
+ *      point (gh_a); either way into tiles
  *      (gh_a: 16-row groups of K, each group 16 x 32 tiles of 1 KiB laid
  *      end to end, row r's 32 values of chunk c at (r / 16) * 16 K +
  *      c * 512 + (r % 16) * 32, so a tile load reads 1 KiB in a row; at
@@ -207,15 +212,54 @@ void cg_emit_amx_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int 
     }
 }
 
-void cg_emit_amx_bf16_pre(char **s, size_t *len, size_t *cap) {
-    OUT("  uint16_t *gh_a = NULL; int64_t gh_o = -1;\n");
+/* A's converter and pitch: f32 B pads K to Kp = 32s (kah_row_pad), block
+ * formats have K in 32s already (kah_row) */
+static const char *a_conv(const sch_program *p, const sch_kernel *k) {
+    return p->bufs[k->contract->b_buf].dtype == KILN_F32 ? "kah_row_pad" : "kah_row";
 }
-
-void cg_emit_amx_bf16_post(char **s, size_t *len, size_t *cap) { OUT("  free(gh_a);\n"); }
 
 static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
     sch_print_sym(p, x, s, len, cap);
 }
+
+/* one row of A (mq) into its place in the tile layout at ga, pitch kp */
+static void emit_a_row(const sch_program *p, const sch_kernel *k, const char *kp, const char *ga, char **s,
+                       size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    if (c->mdim >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", c->mdim, c->mdim);
+    OUT("            %s(A + (", a_conv(p, k));
+    out_sym(p, c->a_base, s, len, cap);
+    OUT("), K, %s + (mq / 16) * 16 * %s + (mq %% 16) * 32);\n", ga, kp);
+}
+
+size_t cg_amx_bf16_scratch(kiln_dtype b_dtype, int64_t m, int64_t k) {
+    int64_t kp = b_dtype == KILN_F32 ? (k + 31) / 32 * 32 : k;
+    return (size_t)(((m + 15) / 16 + 2) * 16 * kp) * sizeof(uint16_t) + 64;
+}
+
+void cg_emit_amx_bf16_pre(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    const char *kp = p->bufs[c->b_buf].dtype == KILN_F32 ? "((K + 31) / 32 * 32)" : "K";
+    OUT("  uint16_t *gh_a = NULL, *gh_own = NULL; int64_t gh_o = -1;\n");
+    /* CG_KF_PREP: the runtime's first launch of a shared conversion, over
+     * 16-row groups [lo, hi) of A (two past M's last zeroed), into B[nbufs]
+     * (one batch point: every other loop index is 0) */
+    OUT("  if (flags & %d) {\n", CG_KF_PREP);
+    OUT("    uint16_t *ga = (uint16_t *)B[%d];\n", p->nbufs);
+    for (int d = 0; d < k->ndim; d++)
+        if (d != c->mdim && d != c->ndim) OUT("    const int64_t i%d = 0; (void)i%d;\n", d, d);
+    OUT("    for (int64_t gq = lo; gq < hi; gq++) {\n");
+    OUT("      for (int64_t mq = 16 * gq; mq < 16 * gq + 16; mq++) {\n");
+    OUT("        if (mq >= M) {\n");
+    OUT("          for (int64_t cq = 0; cq < %s / 32; cq++) memset(ga + (mq / 16) * 16 * %s + cq * 512 + (mq %% 16) * 32, 0, 64);\n", kp, kp);
+    OUT("          continue;\n        }\n");
+    OUT("        {\n");
+    emit_a_row(p, k, kp, "ga", s, len, cap);
+    OUT("        }\n");
+    OUT("      }\n    }\n    return 0;\n  }\n");
+}
+
+void cg_emit_amx_bf16_post(char **s, size_t *len, size_t *cap) { OUT("  free(gh_own);\n"); }
 
 /* the item loops shared by both operand kinds: B packed per K block and
  * strip (pack: the call, with st, ns, wo[] and kl in scope), then the
@@ -264,19 +308,20 @@ static void emit_item_loops(const sch_program *p, const sch_kernel *k, const sch
 }
 
 /* A in bf16 tiles once per batch point and call (gh_a, see the top): each
- * row by conv (kah_row, or kah_row_pad for a K padded to 32) at pitch kp */
-static void emit_a_tiles(const sch_program *p, const sch_kernel *k, const char *conv, const char *kp, char **s,
-                         size_t *len, size_t *cap) {
-    const sch_contract *c = k->contract;
-    int md = c->mdim;
+ * row by kah_row (kah_row_pad for a K padded to 32) at pitch kp; or, after
+ * the runtime's CG_KF_PREP launch (flag CG_KF_SHARED), A as that launch
+ * left it in B[nbufs], converted once for all threads */
+static void emit_a_tiles(const sch_program *p, const sch_kernel *k, const char *kp, char **s, size_t *len,
+                         size_t *cap) {
     OUT("        const int64_t gob = w / ntiles;\n");
     OUT("        if (gh_o != gob) {\n");
-    OUT("          if (!gh_a && !(gh_a = (uint16_t *)calloc((size_t)((M + 32) * %s) + 32, sizeof(uint16_t)))) return 1;\n", kp);
+    OUT("          if (flags & %d) gh_a = (uint16_t *)B[%d];\n", CG_KF_SHARED, p->nbufs);
+    OUT("          else {\n");
+    OUT("          if (!gh_own && !(gh_own = (uint16_t *)calloc((size_t)((M + 32) * %s) + 32, sizeof(uint16_t)))) return 1;\n", kp);
+    OUT("          gh_a = gh_own;\n");
     OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
-    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
-    OUT("            %s(A + (", conv);
-    out_sym(p, c->a_base, s, len, cap);
-    OUT("), K, gh_a + (mq / 16) * 16 * %s + (mq %% 16) * 32);\n", kp);
+    emit_a_row(p, k, kp, "gh_a", s, len, cap);
+    OUT("          }\n");
     OUT("          }\n");
     OUT("          gh_o = gob;\n");
     OUT("        }\n");
@@ -288,7 +333,7 @@ static void emit_f32_schedule(const sch_program *p, const sch_kernel *k, const s
     const sch_contract *c = k->contract;
     OUT("      {\n");
     OUT("        const int64_t Kp = (K + 31) / 32 * 32;\n");
-    emit_a_tiles(p, k, "kah_row_pad", "Kp", s, len, cap);
+    emit_a_tiles(p, k, "Kp", s, len, cap);
     char pack[256];
     if (c->b_kstride == SYM_NONE) {
         snprintf(pack, sizeof pack, "kah_pack_f32((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb)", sc->nr, sc->nr);
@@ -315,7 +360,7 @@ void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const 
     int be = cg_i8_group(t); /* elements per block: B rows start on one */
     int nr = sc->nr;
     cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
-    emit_a_tiles(p, k, "kah_row", "K", s, len, cap);
+    emit_a_tiles(p, k, "K", s, len, cap);
     char pack[128];
     snprintf(pack, sizeof pack, "kah_pack_%s((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb)", tag, nr, nr);
     emit_item_loops(p, k, sc, "K", pack, s, len, cap);

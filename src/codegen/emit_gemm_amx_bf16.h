@@ -17,8 +17,20 @@ int cg_amx_bf16_ok(kiln_dtype t, const sch_contract_sched *s);
  * form's prelude, whose kcv_<dt> the packer uses */
 void cg_emit_amx_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
                             size_t *cap);
-/* the per-call A buffer, declared before and freed after the item loop */
-void cg_emit_amx_bf16_pre(char **s, size_t *len, size_t *cap);
+/* A shared by the threads of one launch: the runtime first launches the
+ * kernel with flags CG_KF_PREP over 16-row groups of A, ceil(M / 16) + 2
+ * of them, each converting its rows (the last two groups zeroed) into the
+ * scratch buffer B[nbufs] of at least cg_amx_bf16_scratch bytes; then
+ * launches the work items with CG_KF_SHARED, and the items read A from
+ * there instead of each thread converting all of it. Only for one batch
+ * point (the prep sets every batch index to 0). Without either flag a
+ * kernel converts A itself, once per thread and batch point. */
+#define CG_KF_PREP 2
+#define CG_KF_SHARED 4
+size_t cg_amx_bf16_scratch(kiln_dtype b_dtype, int64_t m, int64_t k);
+/* the per-call A buffer, declared before and freed after the item loop,
+ * and the CG_KF_PREP launch's body (the scratch is B[p->nbufs]) */
+void cg_emit_amx_bf16_pre(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap);
 void cg_emit_amx_bf16_post(char **s, size_t *len, size_t *cap);
 /* the loops of one bf16 AMX schedule inside a work item */
 void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,

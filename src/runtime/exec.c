@@ -37,6 +37,7 @@
 #include "tunedb.h"
 #include "tune_generic.h"
 #include "../codegen/emit_contract.h"
+#include "../codegen/emit_gemm_amx_bf16.h"
 
 struct kiln_program {
     kiln_graph *g;    /* what the kernels compute: the e-graph's extraction of user */
@@ -59,6 +60,8 @@ struct kiln_program {
     int64_t *values;
     uint32_t nvalues;
     size_t stream_min; /* outputs of at least this many bytes get non-temporal stores */
+    void *scratch;     /* bufs[sp.nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h) */
+    size_t scratch_cap;
     double *prof;      /* KILN_PROFILE: seconds per kernel, summed over runs (else NULL) */
     double *prof_bytes; /* bytes touched per kernel, summed over runs */
     double *prof_flops; /* contraction flops per kernel, summed over runs */
@@ -304,6 +307,7 @@ void kiln_program_free(kiln_program *p) {
     free(p->source);
     free(p->fns);
     free(p->bufs);
+    free(p->scratch);
     free(p->bytes);
     free(p->live);
     free(p->values);
@@ -823,6 +827,24 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     return KILN_OK;
 }
 
+/* whether the threads of a launch share one conversion of A (the AMX bf16
+ * form with one batch point: every thread needs all of A), with the
+ * scratch buffer, bufs[nbufs], grown to hold it */
+static int shared_a(kiln_program *p, const sch_kernel *K, const sch_contract_sched *sc, int64_t nbatch, int64_t m,
+                    int64_t rn) {
+    if (nbatch != 1 || sc->form != SCH_FORM_AMX || sc->arith != SCH_ARITH_BF16 || m <= SCH_SMALL_M || rn <= 0) return 0;
+    size_t need = cg_amx_bf16_scratch(p->sp.bufs[K->contract->b_buf].dtype, m, rn);
+    if (need > p->scratch_cap) {
+        void *b = NULL;
+        if (posix_memalign(&b, 64, need) != 0) return 0; /* each thread converts for itself */
+        free(p->scratch);
+        p->scratch = b;
+        p->scratch_cap = need;
+    }
+    p->bufs[p->sp.nbufs] = p->scratch;
+    return 1;
+}
+
 /* a contraction kernel's work items: (batch point, run of nc rows of B), see
  * emit_contract.c */
 static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bound, int nthreads) {
@@ -852,7 +874,14 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
     int64_t items = nbatch * ((n + chunk - 1) / chunk);
     int serial = nthreads <= 1 || m * n * (rn > 0 ? rn : 1) < 32768;
     double t0 = p->prof ? mono_s() : 0;
-    int r = p->be->launch(p->pool, fn, p->bufs, p->values, items, chunk, 0, serial);
+    int64_t flags = 0, r = 0;
+    if (!serial && shared_a(p, K, sc, nbatch, m, rn)) {
+        /* A converted once, each thread a share of its 16-row groups, then
+         * read by every thread's items (emit_gemm_amx_bf16.h) */
+        r = p->be->launch(p->pool, fn, p->bufs, p->values, (m + 15) / 16 + 2, 1, CG_KF_PREP, 0);
+        flags = CG_KF_SHARED;
+    }
+    if (r == 0) r = p->be->launch(p->pool, fn, p->bufs, p->values, items, chunk, flags, serial);
     if (p->prof) {
         p->prof[k] += mono_s() - t0;
         p->prof_bytes[k] += (double)(p->bytes[c->a_buf] + p->bytes[c->b_buf] + p->bytes[K->out_buf]);

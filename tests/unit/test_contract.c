@@ -198,14 +198,17 @@ static void test_fused_operands(void) {
     CASE_END();
 }
 
-/* compile g (inputs bound), run it and read output "y" (n floats) into got;
- * the kernels must carry `arith` ("arith=i8 (approximate)") and the source
- * must call `call`. Returns 1 when the program ran. */
-static int run_approx(kiln_graph *g, int64_t M, const char *arith, const char *call, float *got, int64_t n) {
+/* compile g (inputs bound) for `threads` threads, run it and read output
+ * "y" (n floats) into got; the kernels must carry `arith` ("arith=i8
+ * (approximate)") and the source must call `call`. Returns 1 when it ran. */
+static int run_approx_threads(kiln_graph *g, int64_t M, const char *arith, const char *call, float *got, int64_t n,
+                              int threads) {
     kiln_status st;
-    kiln_program *p = kiln_compile(g, NULL, &st);
+    kiln_compile_options o = kiln_compile_defaults();
+    o.threads = threads;
+    kiln_program *p = kiln_compile(g, &o, &st);
     int ran = p && kiln_run(p) == KILN_OK;
-    CHECK(ran, "m=%lld: %s", (long long)M, kiln_graph_error(g));
+    CHECK(ran, "m=%lld, %d threads: %s", (long long)M, threads, kiln_graph_error(g));
     if (ran) {
         char *text = kiln_program_kernels(p);
         CHECK(strstr(text, arith) != NULL, "m=%lld: no %s schedule", (long long)M, arith);
@@ -216,6 +219,21 @@ static int run_approx(kiln_graph *g, int64_t M, const char *arith, const char *c
     }
     kiln_program_free(p);
     return ran;
+}
+
+/* run_approx_threads at 1 thread, and again at 2, which must give the same
+ * bits: with two threads the AMX bf16 form converts A once for both
+ * (emit_gemm_amx_bf16.h, CG_KF_PREP), with one each thread converts its own */
+static int run_approx(kiln_graph *g, int64_t M, const char *arith, const char *call, float *got, int64_t n) {
+    if (!run_approx_threads(g, M, arith, call, got, n, 1)) return 0;
+    float *two = malloc((size_t)n * sizeof *two + 1);
+    int same = 0;
+    if (run_approx_threads(g, M, arith, call, two, n, 2)) {
+        same = memcmp(got, two, (size_t)n * sizeof *got) == 0;
+        CHECK(same, "m=%lld: 1 and 2 threads give different results", (long long)M);
+    }
+    free(two);
+    return same;
 }
 
 /* the int8 forms' error bound: each output within A's rounding, sum over
