@@ -60,6 +60,7 @@ struct kiln_program {
     int64_t *values;
     uint32_t nvalues;
     size_t stream_min; /* outputs of at least this many bytes get non-temporal stores */
+    int poison;        /* KILN_POISON_RESULTS: result buffers filled with 0xff before every run */
     void *scratch;     /* bufs[sp.nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h) */
     size_t scratch_cap;
     double *prof;      /* KILN_PROFILE: seconds per kernel, summed over runs (else NULL) */
@@ -238,6 +239,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
      * every written line (measured on the 2-core VM: 16 MiB copy 9 -> 26
      * GB/s, 256 MiB 6.7 -> 10.8 GB/s; equal at 4 MiB) */
     p->stream_min = (size_t)8 << 20;
+    p->poison = getenv("KILN_POISON_RESULTS") && strcmp(getenv("KILN_POISON_RESULTS"), "0") != 0;
     const char *sm = getenv("KILN_STREAM_MIN");
     if (sm && sm[0]) p->stream_min = (size_t)strtoull(sm, NULL, 10);
     p->compiling = 0;
@@ -1013,6 +1015,10 @@ static kiln_status run_work(kiln_program *p) {
                 void *mem = NULL;
                 r->data = posix_memalign(&mem, 64, r->bytes ? r->bytes : 1) == 0 ? mem : NULL;
             }
+            /* KILN_POISON_RESULTS (the tests): all bits set (an f32/f16 NaN)
+             * before the kernels run, so that an element no kernel writes
+             * shows, even in a buffer taken over from the reference run */
+            if (r->data && p->poison) memset(r->data, 0xff, r->bytes);
             if (!r->data) {
                 graph_run_error(g, KILN_ERR_NOMEM, "kiln_run: cannot allocate %zu bytes for output '%s'", r->bytes,
                                 g->outputs[B->output].name);

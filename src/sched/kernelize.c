@@ -475,6 +475,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
         sch_program_free(p);
     }
     free(force);
+    if (s == KILN_OK) sch_split_guards(p);
     return s;
 }
 

@@ -260,6 +260,10 @@ void sch_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __a
 /* ---- kernelize (kernelize.c) ---- */
 /* cut g into kernels. Returns KILN_OK or an error with a message in err. */
 kiln_status sch_kernelize(kiln_graph *g, sch_program *out, char *err, size_t errcap);
+/* split MAP kernels at the constant points where guards on their last loop
+ * variable switch (split.c; sch_kernelize calls it); returns how many were
+ * split. KILN_SPLIT=0 turns it off (to compare). */
+int sch_split_guards(sch_program *p);
 void sch_program_free(sch_program *p);
 
 #endif
