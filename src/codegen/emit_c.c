@@ -68,6 +68,7 @@ typedef struct emitter {
     const sch_program *p;
     const cg_options *opt;
     const sch_generic_sched *gs; /* the schedule of the kernel being emitted (NULL: default) */
+    int keep_stage;              /* the stage whose values also go to the row buffer krow (-1: none) */
     char *s;
     size_t len, cap;
 } emitter;
@@ -501,7 +502,7 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
  * are combined pairwise, then the lanes in order. A scalar tail finishes the
  * row. Leaves the f32 result in `res`. */
 static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar, int32_t expr, const char *res,
-                            int w512, int ind) {
+                            int w512, int keep, int ind) {
     int W = w512 ? 16 : 8;
     const char *pre = w512 ? "_mm512" : "_mm256";
     const char *vt = w512 ? "__m512" : "__m256";
@@ -536,6 +537,10 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
         emit_vec_expr(e, expr, w512, rvar);
         OUT(";\n");
         indent(e, ind);
+        if (keep) {
+            OUT("      if (kwhole) %s_storeu_ps(&krow[%s], x);\n", pre, rn);
+            indent(e, ind);
+        }
         if (is_sum) {
             if (w512)
                 OUT("      da%d = _mm512_add_pd(da%d, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));\n"
@@ -581,6 +586,7 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
     OUT("  for (int64_t %s = r0; %s < rn; %s++) {\n", rn, rn, rn);
     emit_lx(e, expr, ind + 4);
     indent(e, ind);
+    if (keep) OUT("    if (kwhole) krow[%s] = t%d;\n%*s", rn, expr, ind, "");
     if (is_sum) OUT("    acc += (double)t%d;\n", expr);
     else OUT("    acc = kfmax(acc, t%d);\n", expr);
     indent(e, ind);
@@ -594,12 +600,14 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
 /* a reduction of expr over rvar in [0, rdim) into a new local `res` holding
  * the value in dtype vt's representation (as a stored-then-loaded value:
  * float sums rounded from the double accumulator, integer sums wrapped) */
-static void emit_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar, int32_t expr, const char *res, int ind) {
+static void emit_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar, int32_t expr, const char *res, int keep,
+                        int ind) {
     kiln_dtype vt = e->p->lx[expr].dtype;
     if (vec_lanes(e) && vt == KILN_F32 && vec_expr_ok(e->p, expr, rvar)) {
-        emit_vec_reduce(e, red_op, rdim, rvar, expr, res, vec_lanes(e) == 16, ind);
+        emit_vec_reduce(e, red_op, rdim, rvar, expr, res, vec_lanes(e) == 16, keep, ind);
         return;
     }
+    KILN_ASSERT(!keep); /* stage_reuse only picks vectorised stages */
     char rn[32];
     sch_rvar_name(e->p, rvar, rn, sizeof rn);
     int is_float = !is_intdt(vt);
@@ -638,7 +646,7 @@ static void emit_stages(emitter *e, const sch_kernel *k, int row, int ind) {
         snprintf(res, sizeof res, "s%d", (int)i);
         indent(e, ind);
         OUT("/* s%d: fused %s#%d */\n", (int)i, op_table[e->p->g->nodes[st->node].op].name, st->node);
-        emit_reduce(e, st->red_op, st->rdim, st->rvar, st->expr, res, ind);
+        emit_reduce(e, st->red_op, st->rdim, st->rvar, st->expr, res, row && (int)i == e->keep_stage, ind);
     }
 }
 
@@ -650,7 +658,7 @@ static void emit_point(emitter *e, const sch_kernel *k, int ind) {
     emit_stages(e, k, 0, ind);
     char val[32];
     if (k->kind == SCH_K_REDUCE) {
-        emit_reduce(e, k->red_op, k->rdim, k->rvar, k->expr, "red", ind);
+        emit_reduce(e, k->red_op, k->rdim, k->rvar, k->expr, "red", 0, ind);
         snprintf(val, sizeof val, "red");
     } else {
         emit_lx(e, k->expr, ind);
@@ -678,6 +686,104 @@ static int vec_map_ok(const sch_program *p, const sch_kernel *k) {
         if (!k->stages[i].row) return 0;
     /* the store is row-major over the domain, so contiguous along it too */
     return vec_expr_ok(p, k->expr, k->var[k->ndim - 1]);
+}
+
+/* ---- a row stage's values reused by its row (softmax) ------------------
+ * A MAP whose value is X * Y, X the very expression a SUM row stage adds
+ * up (at the loop variable instead of the reduce variable) and Y the same
+ * all along the row (softmax: exp2((x - max) c) * (1 / sum)), keeps the
+ * stage's values in a row buffer krow as it sums them, and the row becomes
+ * krow[i] * Y: X (its loads, and softmax's second exp2) is not evaluated
+ * again. Only when an item holds a whole row (kwhole; the runtime splits few
+ * long rows into chunks, which recompute the stages per chunk). */
+
+/* whether tree a, read at the variable that map renames, computes what tree
+ * b does, node for node */
+static int lx_same_renamed(const sch_program *p, int32_t a, int32_t b, const sym_id *map, uint32_t nv) {
+    const lx *x = &p->lx[a], *y = &p->lx[b];
+    if (x->kind != y->kind || x->dtype != y->dtype) return 0;
+    switch (x->kind) {
+    case LX_CONST: return memcmp(&x->value, &y->value, sizeof x->value) == 0;
+    case LX_STAGE: return x->stage == y->stage;
+    case LX_LOAD: return x->buf == y->buf && sym_subst(p->g->syms, x->s, map, nv) == y->s;
+    case LX_UNARY: return x->op == y->op && lx_same_renamed(p, x->a, y->a, map, nv);
+    case LX_BINARY:
+        return x->op == y->op && lx_same_renamed(p, x->a, y->a, map, nv) && lx_same_renamed(p, x->b, y->b, map, nv);
+    default: return 0;
+    }
+}
+
+/* whether tree id has the same value all along var (vector-path nodes only) */
+static int invariant_along(const sch_program *p, int32_t id, sym_id var) {
+    const lx *x = &p->lx[id];
+    switch (x->kind) {
+    case LX_CONST:
+    case LX_STAGE: return 1;
+    case LX_LOAD: return load_step(p, x->s, var) == 0;
+    case LX_UNARY: return invariant_along(p, x->a, var);
+    case LX_BINARY: return invariant_along(p, x->a, var) && invariant_along(p, x->b, var);
+    default: return 0;
+    }
+}
+
+/* the stage (*si) whose values the row reuses and the row-invariant factor
+ * (*yid), see above; 0 when the kernel has none */
+static int stage_reuse(const sch_program *p, const sch_kernel *k, int *si, int32_t *yid) {
+    if (k->kind != SCH_K_MAP || k->ndim == 0 || !vec_map_ok(p, k)) return 0;
+    const lx *m = &p->lx[k->expr];
+    if (m->kind != LX_BINARY || m->op != OP_MUL) return 0;
+    sym_pool *sp = p->g->syms;
+    sym_id lv = k->var[k->ndim - 1];
+    uint32_t nv = sym_var_count(sp);
+    sym_id *map = kiln_xmalloc((size_t)(nv + 1) * sizeof *map);
+    int found = 0;
+    for (int side = 0; side < 2 && !found; side++) {
+        int32_t X = side ? m->b : m->a, Y = side ? m->a : m->b;
+        if (!invariant_along(p, Y, lv)) continue;
+        for (int32_t i = 0; i < k->nstages && !found; i++) {
+            const sch_stage *st = &k->stages[i];
+            if (!st->row || st->red_op != OP_SUM || p->lx[st->expr].dtype != KILN_F32 ||
+                st->rdim != k->dim[k->ndim - 1] || !vec_expr_ok(p, st->expr, st->rvar))
+                continue;
+            for (uint32_t v = 0; v < nv; v++) map[v] = SYM_NONE;
+            map[sym_get(sp, st->rvar)->c] = lv;
+            if (lx_same_renamed(p, st->expr, X, map, nv)) {
+                *si = (int)i;
+                *yid = Y;
+                found = 1;
+            }
+        }
+    }
+    free(map);
+    return found;
+}
+
+/* a whole row as krow[i] * Y (the kept stage filled krow), with the same
+ * non-temporal stores as emit_vec_map_row */
+static void emit_reuse_row(emitter *e, const sch_kernel *k, int32_t y) {
+    int w512 = vec_lanes(e) == 16;
+    int W = w512 ? 16 : 8, n = k->ndim;
+    const char *pre = w512 ? "_mm512" : "_mm256";
+    OUT("    if (kwhole) {\n");
+    emit_lx(e, y, 6);
+    OUT("      const %s ky = ", w512 ? "__m512" : "__m256");
+    emit_vec_expr(e, y, w512, k->var[n - 1]);
+    OUT(";\n      int64_t i%d = 0;\n", n - 1);
+    OUT("      if (flags & 1) {\n        for (; i%d < d%d && ((uintptr_t)&out[", n - 1, n - 1);
+    out_sym(e, k->store_off);
+    OUT("] & %d) != 0; i%d++) out[", W * 4 - 1, n - 1);
+    out_sym(e, k->store_off);
+    OUT("] = krow[i%d] * t%d;\n", n - 1, y);
+    OUT("        for (; i%d + %d <= d%d; i%d += %d) %s_stream_ps(&out[", n - 1, W, n - 1, n - 1, W, pre);
+    out_sym(e, k->store_off);
+    OUT("], %s_mul_ps(%s_loadu_ps(&krow[i%d]), ky));\n      }\n", pre, pre, n - 1);
+    OUT("      for (; i%d + %d <= d%d; i%d += %d) %s_storeu_ps(&out[", n - 1, W, n - 1, n - 1, W, pre);
+    out_sym(e, k->store_off);
+    OUT("], %s_mul_ps(%s_loadu_ps(&krow[i%d]), ky));\n", pre, pre, n - 1);
+    OUT("      for (; i%d < d%d; i%d++) out[", n - 1, n - 1, n - 1);
+    out_sym(e, k->store_off);
+    OUT("] = krow[i%d] * t%d;\n", n - 1, y);
+    OUT("    } else {\n");
 }
 
 /* one row [jlo, jhi) of a vectorised MAP: with flags bit 0 (the runtime
@@ -754,9 +860,22 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
         OUT("  %s *restrict out = (%s *)B[%d];\n", storage_ctype(ot), storage_ctype(ot), k->out_buf);
     free(used);
     int vec_map = vec_lanes(e) && vec_map_ok(p, k);
+    int32_t reuse_y = -1;
+    e->keep_stage = -1;
+    if (vec_map && stage_reuse(p, k, &e->keep_stage, &reuse_y))
+        OUT("  float *krow = NULL;\n");
     open_outer(e, k);
+    if (e->keep_stage >= 0) {
+        OUT("    if (!krow) krow = (float *)malloc((size_t)(d%d > 0 ? d%d : 1) * sizeof(float));\n", k->ndim - 1,
+            k->ndim - 1);
+        OUT("    const int kwhole = krow && jlo == 0 && jhi == d%d;\n", k->ndim - 1);
+    }
     emit_stages(e, k, 1, 4);
-    if (vec_map) {
+    if (vec_map && e->keep_stage >= 0) {
+        emit_reuse_row(e, k, reuse_y);
+        emit_vec_map_row(e, k);
+        OUT("    }\n");
+    } else if (vec_map) {
         emit_vec_map_row(e, k);
     } else if (k->ndim == 0) {
         emit_point(e, k, 4);
@@ -767,6 +886,8 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
         OUT("    }\n");
     }
     close_outer(e);
+    if (e->keep_stage >= 0) OUT("  free(krow);\n");
+    e->keep_stage = -1;
     if (vec_map) OUT("  if (flags & 1) _mm_sfence();\n");
     OUT("  return kerr;\n}\n\n");
     e->gs = NULL;

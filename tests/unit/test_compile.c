@@ -552,6 +552,11 @@ static void test_fusion(void) {
             kiln_program *p = kiln_compile(g, NULL, NULL);
             CHECK(p && kiln_run(p) == KILN_OK && kiln_program_arena_bytes(p) == 0, "an arena of %zu bytes",
                   p ? kiln_program_arena_bytes(p) : 0);
+            /* softmax's row reads the exponentials its sum kept (emit_c.c,
+             * stage_reuse), rmsnorm's row (x * w / rms) is not a stage's value */
+            const char *src = p ? kiln_program_source(p) : NULL;
+            CHECK(src && (strstr(src, "krow[") != NULL) == !which, "%s: row reuse %s", which ? "rmsnorm" : "softmax",
+                  src && strstr(src, "krow[") ? "present" : "absent");
             kiln_program_free(p);
             ocase outs[1] = {{"y", KILN_F32}};
             CHECK(compare_both(g, outs, 1, why, sizeof why), "%s: %s", which ? "rmsnorm" : "softmax", why);
