@@ -24,10 +24,22 @@ void eg_copy_bindings(const kiln_graph *src, kiln_graph *dst) {
         const char *name = sym_var_name(src->syms, v);
         if (sym_find_var(dst->syms, name) >= 0) kiln_bind_dim(dst, name, src->dim_values[v]);
     }
+    /* dst's bindings were made by earlier calls in src's order (less the
+     * inputs the optimised graph dropped), so the next one is almost always
+     * the same name: one strcmp per input, not a search of every node */
+    int32_t next = 0;
     for (int32_t i = 0; i < src->ninputs; i++) {
+        if (next < dst->ninputs && strcmp(dst->inputs[next].name, src->inputs[i].name) == 0) {
+            dst->inputs[next].data = src->inputs[i].data;
+            dst->inputs[next].bytes = src->inputs[i].bytes;
+            next++;
+            continue;
+        }
         for (int32_t n = 0; n < dst->nnodes; n++) {
             if (dst->nodes[n].op == OP_INPUT && strcmp(dst->nodes[n].name, src->inputs[i].name) == 0) {
                 kiln_bind_input(dst, src->inputs[i].name, src->inputs[i].data, src->inputs[i].bytes);
+                for (int32_t j = 0; j < dst->ninputs; j++)
+                    if (strcmp(dst->inputs[j].name, src->inputs[i].name) == 0) next = j + 1;
                 break;
             }
         }
