@@ -914,9 +914,13 @@ static kiln_status run_work(kiln_program *p) {
     for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
         const sch_buf *B = &sp->bufs[b];
         int64_t numel = 0;
-        snprintf(what, sizeof what, "the size of buffer %d", (int)b);
-        s = eval_sym_b(p, bound, B->numel, &numel, what);
-        if (s != KILN_OK) break;
+        uint32_t missing = 0;
+        if (sym_eval(g->syms, B->numel, p->values, bound, &numel, &missing) != 0) {
+            /* the message only when it is needed: this loop runs for every buffer of every run */
+            snprintf(what, sizeof what, "the size of buffer %d", (int)b);
+            s = eval_sym_b(p, bound, B->numel, &numel, what);
+            break;
+        }
         if (numel < 0) {
             graph_run_error(g, KILN_ERR_SHAPE, "kiln_run: buffer %d has a negative size", (int)b);
             s = KILN_ERR_SHAPE;
@@ -964,8 +968,20 @@ static kiln_status run_work(kiln_program *p) {
     }
     /* the arena: liveness over kernel indices (the same every run: computed
      * at the first, only the sizes change) */
-    if (s == KILN_OK) {
-        for (int32_t b = 0; b < sp->nbufs; b++) p->live[b].bytes = p->bytes[b];
+    /* the arena is planned with each buffer's size rounded up to a power of
+     * two, and again only when some buffer outgrows its place: decode's
+     * attention buffers grow with every token, and a plan per token cost
+     * about 1% of a small model's step */
+    int replan = !p->live_ready || p->arena_used > p->arena_cap; /* the latter: the last arena failed */
+    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK && !replan; b++) replan = p->bytes[b] > p->live[b].bytes;
+    if (s == KILN_OK && replan) {
+        for (int32_t b = 0; b < sp->nbufs; b++) {
+            /* up to a multiple of an eighth of the next power of two: at most 12.5% more */
+            size_t c = 64;
+            while (c < p->bytes[b]) c *= 2;
+            size_t q = c / 8 > 64 ? c / 8 : 64;
+            p->live[b].bytes = p->bytes[b] ? (p->bytes[b] + q - 1) / q * q : 0;
+        }
     }
     if (s == KILN_OK && !p->live_ready) {
         p->live_ready = 1;
@@ -988,7 +1004,7 @@ static kiln_status run_work(kiln_program *p) {
             }
         }
     }
-    if (s == KILN_OK) {
+    if (s == KILN_OK && replan) {
         size_t need = rt_memplan(p->live, sp->nbufs);
         if (need > p->arena_cap) {
             if (p->arena) p->be->dealloc(p->arena);
