@@ -9,7 +9,10 @@
  * the last) times ceil(last dim / chunk) chunks of the last dim (chunk <= 0:
  * one chunk), so a thread pool can split rows and, for few long rows, chunks
  * of a row. flags bit 0 asks for non-temporal stores (an output too large to
- * stay in cache; only vectorised maps use it). Fused reductions (stages, see
+ * stay in cache; only vectorised maps use it); bits 1 and 2 are a
+ * contraction's shared conversion of A (emit_gemm_amx_bf16.h: CG_KF_PREP,
+ * CG_KF_SHARED), for which B has one entry past the program's buffers, the
+ * runtime's scratch. Fused reductions (stages, see
  * loop.h) are computed per row before the innermost loop, or per point.
  * Returns 0, or 1 when a GATHER/SCATTER index was out of range.
  * QUANTIZE and COPY kernels are host steps and have no function.

@@ -325,7 +325,8 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     int i8 = sc->arith == SCH_ARITH_I8;
     if (i8) {
         /* A's rows quantised once per call and batch point, not per item
-         * (dq_*, declared by dot_i8_pre): with ~8 items per thread, a
+         * (dq_*, declared before the item loop by cg_emit_contract_kernel_as,
+         * freed after it): with ~8 items per thread, a
          * decode matvec of 1 MB quantised its one row 8 times over */
         OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0, dgo = w / ntiles;\n");
         OUT("      if (qok && dq_o != dgo) {\n");

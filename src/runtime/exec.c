@@ -1113,7 +1113,7 @@ static kiln_status run_work(kiln_program *p) {
         if (s != KILN_OK) break;
         work += outer * stage_work;
         int64_t chunk = 0, items = outer;
-        int serial = K->kind == SCH_K_SCATTER || nthreads <= 1 || work < 32768;
+        int serial = (K->kind == SCH_K_SCATTER && !K->disjoint) || nthreads <= 1 || work < 32768;
         if (!serial && outer < 4 * (int64_t)nthreads && inner >= 2048) {
             /* few long rows: split rows into chunks so every thread has work */
             int64_t per_row = (4 * (int64_t)nthreads + outer - 1) / outer;

@@ -475,7 +475,10 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
         sch_program_free(p);
     }
     free(force);
-    if (s == KILN_OK) sch_split_guards(p);
+    if (s == KILN_OK) {
+        sch_split_guards(p);
+        for (int32_t k = 0; k < p->nkernels; k++) p->kernels[k].disjoint = sch_scatter_disjoint(p, &p->kernels[k]);
+    }
     return s;
 }
 

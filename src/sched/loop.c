@@ -502,7 +502,7 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
                 if (k->stages[i].row) print_stage(p, k, i, ind, buf, len, cap);
         sch_appendf(buf, len, cap, "%*sfor i%d in [0, ", ind, "", d);
         print_text_sym(p, k->dim[d], buf, len, cap);
-        sch_appendf(buf, len, cap, ")%s\n", d == 0 && k->kind != SCH_K_SCATTER ? "  (parallel)" : "");
+        sch_appendf(buf, len, cap, ")%s\n", d == 0 && (k->kind != SCH_K_SCATTER || k->disjoint) ? "  (parallel)" : "");
     }
     for (int32_t i = 0; i < k->nstages; i++)
         if (!k->stages[i].row) print_stage(p, k, i, ind, buf, len, cap);

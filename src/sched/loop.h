@@ -204,6 +204,8 @@ typedef struct sch_kernel {
     int32_t nstages, cap_stages;
     sch_contract *contract; /* REDUCE only: non-NULL when it is a contraction */
     sch_generic_sched gsched; /* MAP/REDUCE emitted generically: all zero = the default */
+    int disjoint;             /* SCATTER: every domain point writes its own element, so it may
+                                 run in parallel (scatter.c) */
 } sch_kernel;
 
 /* how the emitter names a variable of the sym pool inside a kernel */
@@ -264,6 +266,9 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *out, char *err, size_t err
  * variable switch (split.c; sch_kernelize calls it); returns how many were
  * split. KILN_SPLIT=0 turns it off (to compare). */
 int sch_split_guards(sch_program *p);
+/* 1 when SCATTER kernel k provably writes a distinct element at every point
+ * of its domain (scatter.c; sch_kernelize sets k->disjoint from it) */
+int sch_scatter_disjoint(const sch_program *p, const sch_kernel *k);
 void sch_program_free(sch_program *p);
 
 #endif

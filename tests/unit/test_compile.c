@@ -403,6 +403,66 @@ static void test_data_ops(void) {
     CASE_END();
 }
 
+/* scatter.c: a KV-cache write (rows pos .. pos+seq-1, a pure function of
+ * the loop index) writes a distinct element per point and runs in
+ * parallel; rows read from an input, or rows that repeat (i / 2), stay
+ * serial, and every form equals the reference (the later write wins) */
+static void test_scatter_parallel(void) {
+    CASE_BEGIN("compile_scatter_disjoint_runs_parallel");
+    for (int form = 0; form < 3; form++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor cache = kiln_state(g, "cache", KILN_F32, "2048, 40");
+        kiln_tensor kv = kiln_input(g, "kv", KILN_F32, "seq, 40");
+        kiln_sym pos = kiln_sym_parse(g, "pos"), end = kiln_sym_parse(g, "pos + seq");
+        kiln_tensor rows = kiln_slice(g, kiln_iota(g, KILN_I32, 1, &end, 0), 0, pos, end, 1);
+        if (form == 1) rows = kiln_input(g, "rows", KILN_I32, "seq");
+        if (form == 2) rows = kiln_cast(g, kiln_mul(g, kiln_cast(g, rows, KILN_F32), kiln_const(g, 0.5, KILN_F32)), KILN_I32);
+        kiln_output(g, kiln_sum(g, kiln_scatter(g, cache, rows, kiln_mul(g, kv, kv)), 1), "rowsum");
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        /* 1000 x 40 points: past the runtime's threshold for a parallel launch */
+        enum { SEQ = 1000, CTX = 2048, W = 40 };
+        float *c_ref = malloc(CTX * W * 4), *c_got = malloc(CTX * W * 4), *kvb = malloc(SEQ * W * 4);
+        float *s_ref = malloc(CTX * 4), *s_got = malloc(CTX * 4);
+        int32_t *rv = malloc(SEQ * 4);
+        for (int i = 0; i < CTX * W; i++) c_ref[i] = c_got[i] = (float)(i % 977);
+        for (int i = 0; i < SEQ * W; i++) kvb[i] = (float)urand(-2, 2);
+        for (int i = 0; i < SEQ; i++) rv[i] = (int32_t)((i * 7) % CTX);
+        kiln_bind_dim(g, "seq", SEQ);
+        kiln_bind_dim(g, "pos", 7);
+        kiln_bind_input(g, "kv", kvb, SEQ * W * 4);
+        if (form == 1) kiln_bind_input(g, "rows", rv, SEQ * 4);
+        kiln_bind_input(g, "cache", c_ref, CTX * W * 4);
+        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+        kiln_read_output(g, "rowsum", s_ref, CTX * 4);
+        kiln_bind_input(g, "cache", c_got, CTX * W * 4);
+        kiln_compile_options o = kiln_compile_defaults();
+        o.threads = 2;
+        kiln_program *p = kiln_compile(g, &o, NULL);
+        CHECK(p && kiln_run(p) == KILN_OK, "form %d: %s", form, kiln_graph_error(g));
+        char *k = p ? kiln_program_kernels(p) : NULL;
+        const char *sc = k ? strstr(k, ": scatter") : NULL;
+        const char *next = sc ? strstr(sc + 1, "\nkernel ") : NULL;
+        const char *par = sc ? strstr(sc, "(parallel)") : NULL;
+        int parallel = par && (!next || par < next);
+        CHECK(sc && parallel == (form == 0), "form %d: the scatter is %s: %s", form, parallel ? "parallel" : "serial",
+              k ? k : "");
+        free(k);
+        kiln_read_output(g, "rowsum", s_got, CTX * 4);
+        CHECK(memcmp(c_ref, c_got, CTX * W * 4) == 0, "form %d: the caches differ after the update", form);
+        for (int i = 0; i < CTX; i++)
+            CHECK(fabsf(s_ref[i] - s_got[i]) <= 1e-5f * (1 + fabsf(s_ref[i])), "form %d row %d", form, i);
+        free(c_ref);
+        free(c_got);
+        free(kvb);
+        free(s_ref);
+        free(s_got);
+        free(rv);
+        kiln_program_free(p);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+}
+
 static void test_symbolic_rebind(void) {
     CASE_BEGIN("compile_rebind_sizes_without_recompiling");
     kiln_graph *g = kiln_graph_new();
@@ -930,5 +990,6 @@ int main(void) {
     test_vector_paths();
     test_split_guards();
     test_rebind_inputs();
+    test_scatter_parallel();
     return check_exit();
 }
