@@ -182,10 +182,10 @@ int sch_split_guards(sch_program *p) {
             if (i > 0) {
                 /* own copies of the arrays sch_program_free releases */
                 q->fused = kiln_xmalloc((size_t)(orig.nfused + 1) * sizeof *q->fused);
-                memcpy(q->fused, orig.fused, (size_t)orig.nfused * sizeof *q->fused);
+                if (orig.nfused) memcpy(q->fused, orig.fused, (size_t)orig.nfused * sizeof *q->fused);
                 q->cap_fused = orig.nfused + 1;
                 q->stages = kiln_xmalloc((size_t)(orig.nstages + 1) * sizeof *q->stages);
-                memcpy(q->stages, orig.stages, (size_t)orig.nstages * sizeof *q->stages);
+                if (orig.nstages) memcpy(q->stages, orig.stages, (size_t)orig.nstages * sizeof *q->stages);
                 q->cap_stages = orig.nstages + 1;
             }
             make_piece(p, q, i == 0 ? 0 : pts[i - 1], i == npts ? D : pts[i]);
