@@ -413,16 +413,8 @@ static void close_outer(emitter *e) { OUT("  }\n"); }
 /* the shift of a load's offset when `var` grows by one (1: contiguous, 0:
  * broadcast), or -1 when it is neither */
 static int64_t load_step(const sch_program *p, sym_id off, sym_id var) {
-    sym_pool *sp = p->g->syms;
-    const sym_node *rv = sym_get(sp, var);
-    uint32_t nv = sym_var_count(sp);
-    sym_id *map = kiln_xmalloc((size_t)nv * sizeof *map);
-    for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
-    map[rv->c] = sym_add(sp, var, sym_const(sp, 1));
-    sym_id shifted = sym_subst(sp, off, map, nv);
-    free(map);
     int64_t c;
-    if (sym_is_const(sp, sym_sub(sp, shifted, off), &c) && (c == 0 || c == 1)) return c;
+    if (sym_is_const(p->g->syms, sym_step(p->g->syms, off, var), &c) && (c == 0 || c == 1)) return c;
     return -1;
 }
 
@@ -727,9 +719,9 @@ static int invariant_along(const sch_program *p, int32_t id, sym_id var) {
 }
 
 /* the stage (*si) whose values the row reuses and the row-invariant factor
- * (*yid), see above; 0 when the kernel has none */
+ * (*yid), see above; 0 when the kernel has none. For a kernel vec_map_ok
+ * accepted. */
 static int stage_reuse(const sch_program *p, const sch_kernel *k, int *si, int32_t *yid) {
-    if (k->kind != SCH_K_MAP || k->ndim == 0 || !vec_map_ok(p, k)) return 0;
     const lx *m = &p->lx[k->expr];
     if (m->kind != LX_BINARY || m->op != OP_MUL) return 0;
     sym_pool *sp = p->g->syms;

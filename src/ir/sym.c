@@ -1071,6 +1071,20 @@ sym_id sym_subst(sym_pool *p, sym_id s, const sym_id *map, uint32_t nvars) {
     return r;
 }
 
+sym_id sym_subst_var(sym_pool *p, sym_id s, sym_id var, sym_id with) {
+    uint32_t nv = sym_var_count(p);
+    sym_id *map = kiln_xmalloc(((size_t)nv + 1) * sizeof *map);
+    for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
+    map[N(p, var)->c] = with;
+    sym_id r = sym_subst(p, s, map, nv);
+    free(map);
+    return r;
+}
+
+sym_id sym_step(sym_pool *p, sym_id s, sym_id var) {
+    return sym_sub(p, sym_subst_var(p, s, var, sym_add(p, var, sym_const(p, 1))), s);
+}
+
 /* -------------------------------------------------------------- evaluation */
 
 static int eval_rec(const sym_pool *p, sym_id s, const int64_t *values, const uint8_t *bound, int64_t *out,

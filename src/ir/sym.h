@@ -82,6 +82,11 @@ sym_id sym_raw(sym_pool *p, sym_kind k, sym_id a, sym_id b);
 sym_id sym_simplify(sym_pool *p, sym_id s);
 /* replace variable number i by map[i] (SYM_NONE keeps it); nvars entries */
 sym_id sym_subst(sym_pool *p, sym_id s, const sym_id *map, uint32_t nvars);
+/* replace the one variable `var` (a variable node) by `with` */
+sym_id sym_subst_var(sym_pool *p, sym_id s, sym_id var, sym_id with);
+/* how s changes when variable `var` grows by one: s[var := var + 1] - s
+ * (simplified; a constant when s is affine in var) */
+sym_id sym_step(sym_pool *p, sym_id s, sym_id var);
 
 /* variables */
 uint32_t sym_var_count(const sym_pool *p);

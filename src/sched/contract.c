@@ -71,12 +71,7 @@ static int sym_uses(const sym_pool *sp, sym_id s, sym_id v) {
 
 /* the offset of `off` at r = 0 when off = base + r exactly, else SYM_NONE */
 static sym_id unit_base(sym_pool *sp, sym_id off, sym_id r) {
-    uint32_t nv = sym_var_count(sp);
-    sym_id *map = kiln_xmalloc(((size_t)nv + 1) * sizeof *map);
-    for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
-    map[sym_get(sp, r)->c] = sym_const(sp, 0);
-    sym_id base = sym_subst(sp, off, map, nv);
-    free(map);
+    sym_id base = sym_subst_var(sp, off, r, sym_const(sp, 0));
     if (sym_uses(sp, base, r)) return SYM_NONE;
     int64_t c;
     if (!sym_is_const(sp, sym_sub(sp, off, sym_add(sp, base, r)), &c) || c != 0) return SYM_NONE;
@@ -87,21 +82,12 @@ static sym_id unit_base(sym_pool *sp, sym_id off, sym_id r) {
  * and B is contiguous along loop variable n (base at n + 1 is base + 1);
  * *base gets the offset at r = 0. SYM_NONE when not of that form. */
 static sym_id strided_base(sym_pool *sp, sym_id off, sym_id r, sym_id n, sym_id *base) {
-    uint32_t nv = sym_var_count(sp);
-    sym_id *map = kiln_xmalloc(((size_t)nv + 1) * sizeof *map);
-    for (uint32_t i = 0; i < nv; i++) map[i] = SYM_NONE;
-    map[sym_get(sp, r)->c] = sym_const(sp, 0);
-    sym_id b = sym_subst(sp, off, map, nv);
-    map[sym_get(sp, r)->c] = sym_const(sp, 1);
-    sym_id stride = sym_sub(sp, sym_subst(sp, off, map, nv), b);
-    map[sym_get(sp, r)->c] = SYM_NONE;
-    map[sym_get(sp, n)->c] = sym_add(sp, n, sym_const(sp, 1));
-    sym_id bn = sym_subst(sp, b, map, nv);
-    free(map);
+    sym_id b = sym_subst_var(sp, off, r, sym_const(sp, 0));
+    sym_id stride = sym_sub(sp, sym_subst_var(sp, off, r, sym_const(sp, 1)), b);
     int64_t c;
     if (sym_uses(sp, b, r) || sym_uses(sp, stride, r) || sym_uses(sp, stride, n)) return SYM_NONE;
     if (!sym_is_const(sp, sym_sub(sp, off, sym_add(sp, b, sym_mul(sp, r, stride))), &c) || c != 0) return SYM_NONE;
-    if (!sym_is_const(sp, sym_sub(sp, bn, b), &c) || c != 1) return SYM_NONE;
+    if (!sym_is_const(sp, sym_step(sp, b, n), &c) || c != 1) return SYM_NONE;
     *base = b;
     return stride;
 }

@@ -58,20 +58,13 @@ int sch_scatter_disjoint(const sch_program *p, const sch_kernel *k) {
     sym_id row = index_value(p, let->a);
     if (row == SYM_NONE) return 0;
     sym_pool *sp = p->g->syms;
-    uint32_t nv = sym_var_count(sp);
-    sym_id *map = kiln_xmalloc((size_t)(nv + 1) * sizeof *map);
-    for (uint32_t v = 0; v < nv; v++) map[v] = SYM_NONE;
-    map[sym_get(sp, let->s)->c] = row;
-    sym_id off = sym_subst(sp, k->store_off, map, nv);
+    sym_id off = sym_subst_var(sp, k->store_off, let->s, row);
     /* the coefficient of each loop variable: off(i_d + 1) - off(i_d) */
     int64_t coef[KILN_MAX_DIMS], ext[KILN_MAX_DIMS];
     int ok = 1, nd = 0;
     for (int d = 0; d < k->ndim && ok; d++) {
-        for (uint32_t v = 0; v < nv; v++) map[v] = SYM_NONE;
-        uint32_t iv = (uint32_t)sym_get(sp, k->var[d])->c;
-        map[iv] = sym_add(sp, k->var[d], sym_const(sp, 1));
         int64_t c, n = -1;
-        ok = sym_is_const(sp, sym_sub(sp, sym_subst(sp, off, map, nv), off), &c);
+        ok = sym_is_const(sp, sym_step(sp, off, k->var[d]), &c);
         if (!ok) break;
         if (!sym_is_const(sp, k->dim[d], &n)) n = -1; /* symbolic: only the largest stride may be */
         if (n == 1) continue;
@@ -80,7 +73,6 @@ int sch_scatter_disjoint(const sch_program *p, const sch_kernel *k) {
         ext[nd] = n;
         nd++;
     }
-    free(map);
     if (!ok) return 0;
     /* sort by stride, then check the mixed-radix condition */
     for (int i = 1; i < nd; i++)
