@@ -9,7 +9,9 @@
 #      cases split over the cores because NVRTC compiles one program per case)
 #   3. the random-graph fuzz on the device (test_compile_fuzz, KILN_BACKEND)
 #   4. tiny models through the KV cache, greedy tokens equal the interpreter's
-#   5. bf16 GEMM (4096^3) TFLOP/s against the device's bf16 tensor peak
+#   5. bf16 GEMM (4096^3) TFLOP/s against the device's bf16 tensor peak, with
+#      the tensor-core contraction form (CUDA: KILN_GPU_CONTRACT="form=mma
+#      arith=bf16") and with the default tiled form
 #   6. prefill and generation tokens/s (`kiln bench`) on the default model
 #      and on a random Llama-1B-shaped q8_0 model (bench/make_models.py)
 #
@@ -79,38 +81,46 @@ step ops_on_device 150 env KILN_TEST_GPU_BACKEND="$BE" KILN_TEST_JOBS="$JOBS" py
 # 1-ulp differences are expected there (see emit_gpu.h)
 step fuzz_on_device 60 env KILN_BACKEND="$BE" KILN_FUZZ_GRAPHS=100 "$BUILD/tests/test_compile_fuzz"
 step models_on_device 60 env KILN_TEST_GPU_BACKEND="$BE" python3 tests/py/test_backend_opencl_models.py
+# the contraction kernels: tile schedules, and on CUDA the tensor-core forms
+step contract_on_device 60 python3 tests/py/test_gpu_contract.py
 
 # ---- 5. bf16 GEMM -------------------------------------------------------------
 N=4096
 [ "$QUICK" = 1 ] && N=256
-log "bf16 GEMM ${N}^3 on $BE"
-GEMM=$(KILN_GPU_RESIDENT=1 timeout 90 python3 - "$BE" "$N" <<'PY'
+SCHEDS=("form=tile")
+[ "$BE" = cuda ] && SCHEDS=("form=mma arith=bf16" "form=tile")
+for SCHED in "${SCHEDS[@]}"; do
+log "bf16 GEMM ${N}^3 on $BE, contractions: $SCHED"
+GEMM=$(KILN_GPU_CONTRACT="$SCHED" KILN_GPU_RESIDENT=1 timeout 90 python3 - "$BE" "$N" <<'PY'
 import sys, time
 import numpy as np
 sys.path.insert(0, "tests/py")
 import kiln_ctypes as K
 be, n = sys.argv[1], int(sys.argv[2])
 g = K.Graph()
-a = g.input("a", K.BF16, "%d,%d" % (n, n))
+# c = a b^T: a f32 (the activations; the kernel rounds them to bf16 in
+# shared memory), b a bf16 (n, k) weight, c f32 (a contraction's output is
+# f32 and its A operand an f32 buffer; other dtypes are the generic reduction)
+a = g.input("a", K.F32, "%d,%d" % (n, n))
 b = g.input("b", K.BF16, "%d,%d" % (n, n))
-g.output(g.matmul(a, b), "c")
+g.output(g.linear(a, g.cast(b, K.F32)), "c")
 rng = np.random.default_rng(0)
 A = rng.standard_normal((n, n)).astype(np.float32)
 B = rng.standard_normal((n, n)).astype(np.float32)
-g.bind("a", K.to_storage(A, K.BF16), K.BF16)
+g.bind("a", A)
 g.bind("b", K.to_storage(B, K.BF16), K.BF16)
 p = g.compile(backend=be)
 p.run()  # uploads the inputs (then resident), builds the kernels
-c = K.from_storage(g.result("c"), K.BF16).astype(np.float64)
-Ar = K.from_storage(K.to_storage(A, K.BF16), K.BF16).astype(np.float64)
+c = g.result("c").astype(np.float64)
+Ar = A.astype(np.float64)
 Br = K.from_storage(K.to_storage(B, K.BF16), K.BF16).astype(np.float64)
 rows = rng.choice(n, 8, replace=False)
-want = Ar[rows] @ Br
+want = Ar[rows] @ Br.T
 err = np.max(np.abs(c[rows] - want)) / np.max(np.abs(want))
 best = 1e30
 for _ in range(3 if n >= 2048 else 10):
     t = time.perf_counter()
-    p.run()  # includes downloading the n*n bf16 result
+    p.run()  # includes downloading the n*n f32 result
     best = min(best, time.perf_counter() - t)
 p.free()
 print("%.6f %.3e" % (2.0 * n ** 3 / best / 1e12, err))
@@ -133,12 +143,13 @@ else
     if [ -n "$sms" ] && [ -n "$mhz" ] && [ "$per" -gt 0 ]; then
         peak=$(python3 -c "print('%.1f' % ($sms * $mhz * 1e6 * $per / 1e12))")
         pct=$(python3 -c "print('%.2f' % (100 * $tflops / $peak))")
-        echo "   bf16 GEMM ${N}^3: $tflops TFLOP/s = ${pct}% of the bf16 tensor peak $peak TFLOP/s (sm_$arch, $sms SMs at $mhz MHz); max rel. error $relerr"
+        echo "   bf16 GEMM ${N}^3 ($SCHED): $tflops TFLOP/s = ${pct}% of the bf16 tensor peak $peak TFLOP/s (sm_$arch, $sms SMs at $mhz MHz); max rel. error $relerr"
     else
-        echo "   bf16 GEMM ${N}^3: $tflops TFLOP/s (no peak known for this device); max rel. error $relerr"
+        echo "   bf16 GEMM ${N}^3 ($SCHED): $tflops TFLOP/s (no peak known for this device); max rel. error $relerr"
     fi
     python3 -c "import sys; sys.exit(0 if float('$relerr') < 2e-2 else 1)" || { echo "   GEMM result is wrong"; fails=$((fails + 1)); }
 fi
+done
 
 # ---- 6. tokens/s ------------------------------------------------------------------
 PP=512 TG=128 REPS=2

@@ -23,20 +23,12 @@
 #include <string.h>
 
 #include "base.h"
-
-typedef struct gemitter {
-    const sch_program *p;
-    const cg_gpu_options *opt;
-    char *s;
-    size_t len, cap;
-} gemitter;
-
-#define OUT(...) sch_appendf(&e->s, &e->len, &e->cap, __VA_ARGS__)
+#include "emit_gpu_internal.h"
 
 static int is_intdt(kiln_dtype t) { return t == KILN_I32 || t == KILN_U8; }
 static const char *ctype(kiln_dtype t) { return is_intdt(t) ? "i64" : "float"; }
 
-static const char *storage_type(kiln_dtype t) {
+const char *cg_gpu_storage_type(kiln_dtype t) {
     switch (t) {
     case KILN_F32: return "float";
     case KILN_F16:
@@ -72,7 +64,7 @@ static void collect_bufs(const sch_program *p, int32_t id, uint8_t *used) {
     collect_bufs(p, x->b, used);
 }
 
-static uint8_t *kernel_used(const sch_program *p, const sch_kernel *k) {
+uint8_t *cg_gpu_kernel_used(const sch_program *p, const sch_kernel *k) {
     uint8_t *used = kiln_xcalloc((size_t)p->nbufs + 1, 1);
     collect_bufs(p, k->expr, used);
     for (int32_t i = 0; i < k->nstages; i++) collect_bufs(p, k->stages[i].expr, used);
@@ -81,7 +73,7 @@ static uint8_t *kernel_used(const sch_program *p, const sch_kernel *k) {
 }
 
 int32_t cg_gpu_kernel_args(const sch_program *p, int32_t k, int32_t *out) {
-    uint8_t *used = kernel_used(p, &p->kernels[k]);
+    uint8_t *used = cg_gpu_kernel_used(p, &p->kernels[k]);
     int32_t n = 0;
     for (int32_t b = 0; b < p->nbufs; b++)
         if (used[b] && !cg_gpu_buf_in_arena(p, b)) out[n++] = b;
@@ -104,6 +96,10 @@ static const char *hdr_opencl =
     "#define KI static inline\n"
     "#define KKERNEL __kernel void\n"
     "#define KGID ((i64)get_global_id(0))\n"
+    "#define KGRP ((i64)get_group_id(0))\n"
+    "#define KLID ((int)get_local_id(0))\n"
+    "#define KLOCAL __local\n"
+    "#define KBARRIER barrier(CLK_LOCAL_MEM_FENCE)\n"
     "#define KBITS(f) as_uint(f)\n"
     "#define KFLT(u) as_float(u)\n"
     "#define KNAN NAN\n"
@@ -130,6 +126,10 @@ static const char *hdr_cuda =
     "#define KI static __device__ __forceinline__\n"
     "#define KKERNEL extern \"C\" __global__ void\n"
     "#define KGID ((i64)blockIdx.x * (i64)blockDim.x + (i64)threadIdx.x)\n"
+    "#define KGRP ((i64)blockIdx.x)\n"
+    "#define KLID ((int)threadIdx.x)\n"
+    "#define KLOCAL __shared__\n"
+    "#define KBARRIER __syncthreads()\n"
     "#define KBITS(f) __float_as_uint(f)\n"
     "#define KFLT(u) __uint_as_float(u)\n"
     "#define KNAN __int_as_float(0x7fc00000)\n"
@@ -223,7 +223,7 @@ static const char *body_prelude =
     "  int q = (lo | (hi << 4)) - 32; float ds = d * (float)sc[e / 16]; return ds * (float)q; }\n"
     "\n";
 
-static void indent(gemitter *e, int n) { OUT("%*s", n, ""); }
+void cg_gpu_indent(gemitter *e, int n) { OUT("%*s", n, ""); }
 
 static void out_int(gemitter *e, int64_t v) {
     if (v == INT64_MIN) OUT("((i64)(-9223372036854775807 - 1))");
@@ -232,7 +232,7 @@ static void out_int(gemitter *e, int64_t v) {
 
 /* a sym expression as int64 arithmetic with floor division (as sch_print_sym
  * prints it for C, spelled for both dialects) */
-static void out_sym(gemitter *e, sym_id s) {
+void cg_gpu_out_sym(gemitter *e, sym_id s) {
     const sym_pool *sp = e->p->g->syms;
     const sym_node *n = sym_get(sp, s);
     switch (n->kind) {
@@ -267,22 +267,22 @@ static void out_sym(gemitter *e, sym_id s) {
     }
     if (fn) {
         OUT("%s(", fn);
-        out_sym(e, n->a);
+        cg_gpu_out_sym(e, n->a);
         OUT(", ");
-        out_sym(e, n->b);
+        cg_gpu_out_sym(e, n->b);
         OUT(")");
     } else if (n->kind == SYM_LT || n->kind == SYM_AND) {
         /* comparisons are int in both dialects: widen so the value mixes with i64 */
         OUT("(i64)(");
-        out_sym(e, n->a);
+        cg_gpu_out_sym(e, n->a);
         OUT("%s", op);
-        out_sym(e, n->b);
+        cg_gpu_out_sym(e, n->b);
         OUT(")");
     } else {
         OUT("(");
-        out_sym(e, n->a);
+        cg_gpu_out_sym(e, n->a);
         OUT("%s", op);
-        out_sym(e, n->b);
+        cg_gpu_out_sym(e, n->b);
         OUT(")");
     }
 }
@@ -331,36 +331,36 @@ static void emit_load(gemitter *e, const lx *x) {
     case KILN_Q5_0: OUT("kdq_q5_0(b%d, ", x->buf); break;
     default: KILN_ASSERT(0 && "bad dtype");
     }
-    out_sym(e, x->s);
+    cg_gpu_out_sym(e, x->s);
     if (t == KILN_F16 || t == KILN_BF16) OUT("])");
     else if (kiln_dtype_is_block(t)) OUT(")");
     else OUT("]");
 }
 
-static void emit_lx(gemitter *e, int32_t id, int ind) {
+void cg_gpu_emit_lx(gemitter *e, int32_t id, int ind) {
     const lx *x = &e->p->lx[id];
     char a[32] = "", b[32] = "";
     if (x->a >= 0) snprintf(a, sizeof a, "t%d", x->a);
     if (x->b >= 0) snprintf(b, sizeof b, "t%d", x->b);
     switch (x->kind) {
     case LX_CONST:
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("const %s t%d = ", ctype(x->dtype), id);
         emit_const(e, x->dtype, x->value);
         OUT(";\n");
         return;
     case LX_LOAD:
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("const %s t%d = ", ctype(x->dtype), id);
         emit_load(e, x);
         OUT(";\n");
         return;
     case LX_INDEX: {
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("const i64 t%d_i = ", id);
-        out_sym(e, x->s);
+        cg_gpu_out_sym(e, x->s);
         OUT(";\n");
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("const %s t%d = ", ctype(x->dtype), id);
         char nm[32];
         snprintf(nm, sizeof nm, "t%d_i", id);
@@ -369,7 +369,7 @@ static void emit_lx(gemitter *e, int32_t id, int ind) {
         return;
     }
     case LX_UNARY: {
-        emit_lx(e, x->a, ind);
+        cg_gpu_emit_lx(e, x->a, ind);
         char ex[96];
         switch (x->op) {
         case OP_EXP2: snprintf(ex, sizeof ex, "KEXP2(%s)", a); break;
@@ -379,16 +379,16 @@ static void emit_lx(gemitter *e, int32_t id, int ind) {
         case OP_RECIP: snprintf(ex, sizeof ex, "(1.0f / %s)", a); break;
         default: KILN_ASSERT(0 && "bad unary op");
         }
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("const float t%d = ", id);
         out_round(e, x->dtype, ex);
         OUT(";\n");
         return;
     }
     case LX_BINARY: {
-        emit_lx(e, x->a, ind);
-        emit_lx(e, x->b, ind);
-        indent(e, ind);
+        cg_gpu_emit_lx(e, x->a, ind);
+        cg_gpu_emit_lx(e, x->b, ind);
+        cg_gpu_indent(e, ind);
         OUT("const %s t%d = ", ctype(x->dtype), id);
         char ex[128];
         if (!is_intdt(x->dtype)) {
@@ -414,8 +414,8 @@ static void emit_lx(gemitter *e, int32_t id, int ind) {
         return;
     }
     case LX_CAST: {
-        emit_lx(e, x->a, ind);
-        indent(e, ind);
+        cg_gpu_emit_lx(e, x->a, ind);
+        cg_gpu_indent(e, ind);
         OUT("const %s t%d = ", ctype(x->dtype), id);
         kiln_dtype from = e->p->lx[x->a].dtype;
         if (kiln_dtype_is_block(from)) from = KILN_F32;
@@ -424,48 +424,48 @@ static void emit_lx(gemitter *e, int32_t id, int ind) {
         return;
     }
     case LX_GUARD:
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("%s t%d = 0;\n", ctype(x->dtype), id);
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("if (");
-        out_sym(e, x->s);
+        cg_gpu_out_sym(e, x->s);
         OUT(") {\n");
-        emit_lx(e, x->a, ind + 2);
-        indent(e, ind + 2);
+        cg_gpu_emit_lx(e, x->a, ind + 2);
+        cg_gpu_indent(e, ind + 2);
         OUT("t%d = %s;\n", id, a);
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("}\n");
         return;
     case LX_LET: {
-        emit_lx(e, x->a, ind);
+        cg_gpu_emit_lx(e, x->a, ind);
         const lx *ix = &e->p->lx[x->a];
         const sym_node *sn = sym_get(e->p->g->syms, x->s);
         const sch_var *sv = sch_var_lookup(e->p, (uint32_t)sn->c);
         KILN_ASSERT(sv && sv->role == SCH_VAR_LET);
         char var[32];
         snprintf(var, sizeof var, "g%d", sv->index);
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         if (is_intdt(ix->dtype)) OUT("i64 %s = %s;\n", var, a);
         else OUT("i64 %s = (%s >= 0.0f && %s < 9.0e18f) ? (i64)%s : (i64)-1;\n", var, a, a, a);
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("const int %s_ok = %s >= 0 && %s < ", var, var, var);
-        out_sym(e, x->s2);
+        cg_gpu_out_sym(e, x->s2);
         OUT(";\n");
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("if (!%s_ok) { kbad = 1; %s = 0; }\n", var, var);
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("%s t%d = 0;\n", ctype(x->dtype), id);
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("if (%s_ok) {\n", var);
-        emit_lx(e, x->b, ind + 2);
-        indent(e, ind + 2);
+        cg_gpu_emit_lx(e, x->b, ind + 2);
+        cg_gpu_indent(e, ind + 2);
         OUT("t%d = %s;\n", id, b);
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("}\n");
         return;
     }
     case LX_STAGE:
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("const %s t%d = s%d;\n", ctype(x->dtype), id, x->stage);
         return;
     }
@@ -480,28 +480,28 @@ static void emit_reduce(gemitter *e, op_kind red_op, sym_id rdim, sym_id rvar, i
     char rn[32];
     sch_rvar_name(e->p, rvar, rn, sizeof rn);
     int is_float = !is_intdt(vt);
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     OUT("%s %s;\n", ctype(vt), res);
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     if (red_op == OP_SUM) OUT(is_float ? "{ kacc acc = (kacc)0;\n" : "{ u64 acc = 0;\n");
     else if (is_float) OUT("{ float acc = -KINF;\n");
     else OUT("{ i64 acc = %s;\n", vt == KILN_I32 ? "(i64)(-2147483647 - 1)" : "(i64)0");
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     OUT("  const i64 rn = ");
-    out_sym(e, rdim);
+    cg_gpu_out_sym(e, rdim);
     OUT(";\n");
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     OUT("  for (i64 %s = 0; %s < rn; %s++) {\n", rn, rn, rn);
-    emit_lx(e, expr, ind + 4);
-    indent(e, ind + 4);
+    cg_gpu_emit_lx(e, expr, ind + 4);
+    cg_gpu_indent(e, ind + 4);
     if (red_op == OP_SUM) OUT(is_float ? "acc += (kacc)t%d;\n" : "acc += (u64)t%d;\n", expr);
     else if (is_float)
         OUT("if (t%d != t%d) { acc = t%d; break; }\n%*sif (t%d > acc) acc = t%d;\n", expr, expr, expr, ind + 4, "",
             expr, expr);
     else OUT("if (t%d > acc) acc = t%d;\n", expr, expr);
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     OUT("  }\n");
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     if (red_op == OP_SUM && is_float)
         OUT("  %s = %s; }\n", res, vt == KILN_F16 ? "kd16(acc)" : vt == KILN_BF16 ? "kdbf(acc)" : "(float)acc");
     else if (red_op == OP_SUM) OUT("  %s = %s(acc); }\n", res, vt == KILN_I32 ? "kw32" : "kwu8");
@@ -538,10 +538,10 @@ static void emit_point(gemitter *e, const sch_kernel *k, int ind) {
         emit_reduce(e, k->red_op, k->rdim, k->rvar, k->expr, "red", ind);
         snprintf(val, sizeof val, "red");
     } else {
-        emit_lx(e, k->expr, ind);
+        cg_gpu_emit_lx(e, k->expr, ind);
         snprintf(val, sizeof val, "t%d", k->expr);
     }
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     if (k->kind == SCH_K_SCATTER) {
         const sym_node *sn = sym_get(p->g->syms, p->lx[k->expr].s);
         const sch_var *sv = sch_var_lookup(p, (uint32_t)sn->c);
@@ -549,7 +549,7 @@ static void emit_point(gemitter *e, const sch_kernel *k, int ind) {
     } else {
         OUT("out[");
     }
-    out_sym(e, k->store_off);
+    cg_gpu_out_sym(e, k->store_off);
     OUT("] = ");
     out_store(e, ot, val);
     OUT(";\n");
@@ -559,13 +559,13 @@ static void emit_point(gemitter *e, const sch_kernel *k, int ind) {
  * dims d0 .. d{last-1} (row-major) */
 static void emit_decode(gemitter *e, const char *lin, int last, int ind) {
     if (last <= 0) return;
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     OUT("i64 o = %s;\n", lin);
     for (int d = last - 1; d >= 1; d--) {
-        indent(e, ind);
+        cg_gpu_indent(e, ind);
         OUT("const i64 i%d = o %% d%d; o /= d%d;\n", d, d, d);
     }
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     OUT("const i64 i0 = o;\n");
 }
 
@@ -573,43 +573,57 @@ static void emit_decode(gemitter *e, const char *lin, int last, int ind) {
 static void emit_row(gemitter *e, const sch_kernel *k, int ind) {
     int n = k->ndim;
     emit_stages(e, k, 1, ind);
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     OUT("for (i64 i%d = 0; i%d < d%d; i%d++) {\n", n - 1, n - 1, n - 1, n - 1);
     emit_point(e, k, ind + 2);
-    indent(e, ind);
+    cg_gpu_indent(e, ind);
     OUT("}\n");
+}
+
+void cg_gpu_emit_signature(gemitter *e, int32_t kid, const char *suffix) {
+    const sch_program *p = e->p;
+    const sch_kernel *k = &p->kernels[kid];
+    uint8_t *used = cg_gpu_kernel_used(p, k);
+    OUT("KKERNEL kiln_k%d%s(KG u8 *A, KG const i64 *v, KG const i64 *bo, KG i32 *kerr, const i64 n", kid, suffix);
+    for (int32_t b = 0; b < p->nbufs; b++) {
+        if (!used[b] || cg_gpu_buf_in_arena(p, b)) continue;
+        const char *ty = cg_gpu_storage_type(p->bufs[b].dtype);
+        if (b == k->out_buf) OUT(", KG %s *b%d", ty, b);
+        else OUT(", KG const %s *b%d", ty, b);
+    }
+    OUT(") {\n");
+    free(used);
+}
+
+void cg_gpu_emit_setup(gemitter *e, int32_t kid) {
+    const sch_program *p = e->p;
+    const sch_kernel *k = &p->kernels[kid];
+    kiln_dtype ot = p->bufs[k->out_buf].dtype;
+    uint8_t *used = cg_gpu_kernel_used(p, k);
+    OUT("  int kbad = 0; (void)A; (void)v; (void)bo; (void)n;\n");
+    for (int32_t b = 0; b < p->nbufs; b++) {
+        if (!used[b] || !cg_gpu_buf_in_arena(p, b)) continue;
+        const char *ty = cg_gpu_storage_type(p->bufs[b].dtype);
+        if (b == k->out_buf) OUT("  KG %s *b%d = (KG %s *)(A + bo[%d]);\n", ty, b, ty, b);
+        else OUT("  KG const %s *b%d = (KG const %s *)(A + bo[%d]);\n", ty, b, ty, b);
+    }
+    free(used);
+    OUT("  KG %s *out = b%d;\n", cg_gpu_storage_type(ot), k->out_buf);
+    for (int d = 0; d < k->ndim; d++) {
+        OUT("  const i64 d%d = ", d);
+        cg_gpu_out_sym(e, k->dim[d]);
+        OUT(";\n");
+    }
 }
 
 static void emit_kernel(gemitter *e, int32_t kid) {
     const sch_program *p = e->p;
     const sch_kernel *k = &p->kernels[kid];
-    kiln_dtype ot = p->bufs[k->out_buf].dtype;
-    KILN_ASSERT(!kiln_dtype_is_block(ot));
-    uint8_t *used = kernel_used(p, k);
-    OUT("KKERNEL kiln_k%d(KG u8 *A, KG const i64 *v, KG const i64 *bo, KG i32 *kerr, const i64 n", kid);
-    for (int32_t b = 0; b < p->nbufs; b++) {
-        if (!used[b] || cg_gpu_buf_in_arena(p, b)) continue;
-        const char *ty = storage_type(p->bufs[b].dtype);
-        if (b == k->out_buf) OUT(", KG %s *b%d", ty, b);
-        else OUT(", KG const %s *b%d", ty, b);
-    }
-    OUT(") {\n");
+    KILN_ASSERT(!kiln_dtype_is_block(p->bufs[k->out_buf].dtype));
+    cg_gpu_emit_signature(e, kid, "");
     OUT("  const i64 w = KGID;\n  if (w >= n) return;\n");
-    OUT("  int kbad = 0; (void)A; (void)v; (void)bo;\n");
-    for (int32_t b = 0; b < p->nbufs; b++) {
-        if (!used[b] || !cg_gpu_buf_in_arena(p, b)) continue;
-        const char *ty = storage_type(p->bufs[b].dtype);
-        if (b == k->out_buf) OUT("  KG %s *b%d = (KG %s *)(A + bo[%d]);\n", ty, b, ty, b);
-        else OUT("  KG const %s *b%d = (KG const %s *)(A + bo[%d]);\n", ty, b, ty, b);
-    }
-    free(used);
-    OUT("  KG %s *out = b%d;\n", storage_type(ot), k->out_buf);
+    cg_gpu_emit_setup(e, kid);
     int nd = k->ndim;
-    for (int d = 0; d < nd; d++) {
-        OUT("  const i64 d%d = ", d);
-        out_sym(e, k->dim[d]);
-        OUT(";\n");
-    }
     cg_gpu_mode mode = cg_gpu_kernel_mode(p, kid);
     if (nd == 0) {
         OUT("  {\n");
@@ -645,8 +659,11 @@ char *cg_emit_gpu(const sch_program *p, const cg_gpu_options *opt) {
     e->opt = opt;
     OUT("%s", opt->dialect == CG_GPU_CUDA ? hdr_cuda : hdr_opencl);
     OUT("%s", body_prelude);
-    for (int32_t k = 0; k < p->nkernels; k++)
-        if (cg_gpu_is_device_kernel(p, k)) emit_kernel(e, k);
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        if (!cg_gpu_is_device_kernel(p, k)) continue;
+        emit_kernel(e, k);
+        if (p->kernels[k].contract) cg_gpu_emit_contract(e, k);
+    }
     if (!e->s) OUT("\n");
     return e->s;
 }

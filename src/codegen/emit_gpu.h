@@ -44,8 +44,60 @@ typedef enum cg_gpu_dialect { CG_GPU_OPENCL = 0, CG_GPU_CUDA } cg_gpu_dialect;
 
 typedef enum cg_gpu_mode { CG_GPU_POINT = 0, CG_GPU_ROW, CG_GPU_SERIAL } cg_gpu_mode;
 
+/* How a contraction kernel (sch_kernel.contract, see contract.h) runs on a
+ * GPU. Every contraction keeps its generic entry point kiln_k<k> (one work
+ * item per output, the exact reference numerics); beside it the printer
+ * emits
+ *   kiln_k<k>_tile  (both dialects): a work-group of (bm/tm) x (bn/tn) work
+ *       items computes a bm x bn block of outputs (m x n), each item tm x tn
+ *       of them in registers; the operands pass through local memory in bk
+ *       steps along r, dequantised and widened to f32 on the way in; f32
+ *       products summed in f32 along r (an approximation: another order and
+ *       precision than the reference's double sum);
+ *   kiln_k<k>_mma_bf16, _mma_f16, _mma_i8 (CUDA only, sm_80 and later): 4
+ *       warps compute a 64 x 64 block with tensor-core mma.sync
+ *       instructions; operands rounded to bf16 / f16 in shared memory
+ *       (m16n8k16, f32 accumulators), or quantised to int8 per 32 along r
+ *       with one f32 scale per row of each block (m16n8k16 s8, int32 sums
+ *       rescaled into f32) — approximations like the CPU's bf16 and int8
+ *       arithmetic. Below sm_80 the body is empty and the entry point reports
+ *       itself through kerr.
+ * Work-groups run over (batch, m block, n block) with n fastest; the
+ * runtime launches blocks x group-size work items in groups of that size. */
+typedef enum cg_gpu_cform {
+    CG_GPU_CF_GENERIC = 0, /* kiln_k<k> */
+    CG_GPU_CF_TILE,        /* kiln_k<k>_tile */
+    CG_GPU_CF_MMA          /* kiln_k<k>_mma_<arith> (CUDA) */
+} cg_gpu_cform;
+typedef enum cg_gpu_carith { CG_GPU_CA_BF16 = 0, CG_GPU_CA_F16, CG_GPU_CA_I8 } cg_gpu_carith;
+typedef struct cg_gpu_contract_sched {
+    cg_gpu_cform form;
+    cg_gpu_carith arith; /* MMA */
+    int bm, bn, bk, tm, tn; /* TILE */
+} cg_gpu_contract_sched;
+
+#define CG_GPU_MMA_BM 64
+#define CG_GPU_MMA_BN 64
+#define CG_GPU_MMA_THREADS 128
+
+/* the default: the tile form, 64 x 64 blocks of 4 x 4 per item, bk 16 */
+cg_gpu_contract_sched cg_gpu_contract_default(void);
+/* text form "form=tile bm=64 bn=64 bk=16 tm=4 tn=4", "form=mma arith=bf16",
+ * "form=generic"; parse returns 0 and a reason in err on bad text or an
+ * invalid tile (tm must divide bm, tn bn; 32 to 1024 work items of at most
+ * 64 outputs each; at most 32 KiB of local memory) */
+void cg_gpu_contract_print(const cg_gpu_contract_sched *s, char *buf, size_t cap);
+int cg_gpu_contract_parse(const char *text, cg_gpu_contract_sched *s, char *err, size_t errcap);
+/* work items per group, output rows and columns per group of schedule s */
+int cg_gpu_contract_threads(const cg_gpu_contract_sched *s);
+int cg_gpu_contract_block_m(const cg_gpu_contract_sched *s);
+int cg_gpu_contract_block_n(const cg_gpu_contract_sched *s);
+/* the entry point of contraction kernel k under s ("kiln_k5_tile") */
+void cg_gpu_contract_entry(const cg_gpu_contract_sched *s, int32_t k, char *buf, size_t cap);
+
 typedef struct cg_gpu_options {
     cg_gpu_dialect dialect;
+    cg_gpu_contract_sched contract; /* the tile entry points' shape */
 } cg_gpu_options;
 
 /* the whole program (malloc'd) */

@@ -488,6 +488,11 @@ static kiln_status cuda_finish(rt_gpu *d, char *err, size_t errcap) {
     return KILN_OK;
 }
 
+static void cuda_caps(rt_gpu *d, rt_gpu_caps *out) {
+    out->max_group = d->max_threads > 0 ? d->max_threads : 1024;
+    out->tensor_mma = d->cc_major >= 8;
+}
+
 const rt_gpu_ops rt_cuda_ops = {
     .name = "cuda",
     .dialect = CG_GPU_CUDA,
@@ -505,4 +510,5 @@ const rt_gpu_ops rt_cuda_ops = {
     .copy = cuda_copy,
     .launch = cuda_launch,
     .finish = cuda_finish,
+    .caps = cuda_caps,
 };

@@ -39,6 +39,12 @@ typedef struct rt_gpu_arg {
     int64_t i64;
 } rt_gpu_arg;
 
+/* what the executor needs to know to pick entry points */
+typedef struct rt_gpu_caps {
+    int max_group;  /* work items a group may have */
+    int tensor_mma; /* 1: mma.sync with bf16 / f16 / s8 operands (CUDA sm_80 and later) */
+} rt_gpu_caps;
+
 typedef struct rt_gpu_ops {
     const char *name; /* "opencl", "cuda" */
     cg_gpu_dialect dialect;
@@ -63,6 +69,7 @@ typedef struct rt_gpu_ops {
     kiln_status (*launch)(rt_gpu *d, rt_gpu_prog *p, const char *name, const rt_gpu_arg *args, int nargs,
                           int64_t items, int group, char *err, size_t errcap);
     kiln_status (*finish)(rt_gpu *d, char *err, size_t errcap);
+    void (*caps)(rt_gpu *d, rt_gpu_caps *out);
 } rt_gpu_ops;
 
 /* the GPU backend called name ("opencl", "cuda"), or NULL (e.g. for "cpu") */

@@ -104,6 +104,7 @@ struct rt_gpu_program {
     char device_name[300];
     int emit_only; /* KILN_GPU_EMIT_ONLY: source only, nothing to run on */
     int group;
+    cg_gpu_contract_sched contract; /* how contraction kernels run (KILN_GPU_CONTRACT) */
     int resident;
     int32_t nbufs, nkernels;
     /* per buffer */
@@ -133,9 +134,23 @@ rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp,
                                    char *err, size_t errcap) {
     cg_gpu_options o;
     o.dialect = ops->dialect;
+    o.contract = cg_gpu_contract_default();
+    const char *cs = getenv("KILN_GPU_CONTRACT");
+    if (cs && cs[0] && !cg_gpu_contract_parse(cs, &o.contract, err, errcap)) {
+        *source_out = NULL;
+        *st = KILN_ERR_INVALID;
+        return NULL;
+    }
+    if (o.contract.form == CG_GPU_CF_MMA && ops->dialect != CG_GPU_CUDA) {
+        snprintf(err, errcap, "KILN_GPU_CONTRACT: form=mma (tensor cores) is CUDA only, not %s", ops->name);
+        *source_out = NULL;
+        *st = KILN_ERR_INVALID;
+        return NULL;
+    }
     char *src = cg_emit_gpu(sp, &o);
     *source_out = src;
     rt_gpu_program *gp = kiln_xcalloc(1, sizeof *gp);
+    gp->contract = o.contract;
     gp->ops = ops;
     gp->nbufs = sp->nbufs;
     gp->nkernels = sp->nkernels;
@@ -185,6 +200,17 @@ rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp,
     char *fp = ops->fingerprint(gp->dev);
     snprintf(gp->device_name, sizeof gp->device_name, "%s", fp);
     free(fp);
+    rt_gpu_caps caps;
+    ops->caps(gp->dev, &caps);
+    if (gp->contract.form == CG_GPU_CF_MMA && !caps.tensor_mma) {
+        snprintf(err, errcap, "KILN_GPU_CONTRACT: form=mma needs mma.sync (CUDA sm_80 or later); %s has not",
+                 gp->device_name);
+        *st = KILN_ERR_UNSUPPORTED;
+        rt_gpu_program_free(gp);
+        return NULL;
+    }
+    /* a tile larger than the device's groups: the generic entry points */
+    if (cg_gpu_contract_threads(&gp->contract) > caps.max_group) gp->contract.form = CG_GPU_CF_GENERIC;
     *st = KILN_OK;
     return gp;
 }
@@ -416,11 +442,12 @@ kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_prog
             if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
             continue;
         }
-        int64_t total = 1, outer = 1;
+        int64_t total = 1, outer = 1, ext[KILN_MAX_DIMS];
         for (int d = 0; d < K->ndim && s == KILN_OK; d++) {
             int64_t v = 0;
             snprintf(what, sizeof what, "the loops of kernel %d", (int)k);
             EVAL(K->dim[d], &v, what);
+            ext[d] = v;
             total *= v;
             if (d + 1 < K->ndim) outer *= v;
         }
@@ -428,6 +455,17 @@ kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_prog
         if (total <= 0) continue;
         cg_gpu_mode mode = cg_gpu_kernel_mode(sp, k);
         int64_t items = mode == CG_GPU_SERIAL ? 1 : mode == CG_GPU_ROW ? outer : total;
+        int group = mode == CG_GPU_SERIAL ? 1 : gp->group;
+        char name[48];
+        snprintf(name, sizeof name, "kiln_k%d", (int)k);
+        if (K->contract && gp->contract.form != CG_GPU_CF_GENERIC) {
+            /* blocks of (m, n) outputs per batch point, a fixed group each */
+            int64_t m = K->contract->mdim >= 0 ? ext[K->contract->mdim] : 1, nn = ext[K->contract->ndim];
+            int64_t bm = cg_gpu_contract_block_m(&gp->contract), bn = cg_gpu_contract_block_n(&gp->contract);
+            group = cg_gpu_contract_threads(&gp->contract);
+            items = total / (m * nn) * ((m + bm - 1) / bm) * ((nn + bn - 1) / bn) * group;
+            cg_gpu_contract_entry(&gp->contract, k, name, sizeof name);
+        }
         int na = 0;
         args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->arena, 0};
         args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->vbuf, 0};
@@ -436,9 +474,7 @@ kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_prog
         args[na++] = (rt_gpu_arg){RT_GPU_ARG_I64, 0, items};
         int32_t nx = cg_gpu_kernel_args(sp, k, gp->args_tmp);
         for (int32_t i = 0; i < nx; i++) args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->mem[gp->args_tmp[i]], 0};
-        char name[32];
-        snprintf(name, sizeof name, "kiln_k%d", (int)k);
-        s = ops->launch(dev, gp->prog, name, args, na, items, mode == CG_GPU_SERIAL ? 1 : gp->group, err, sizeof err);
+        s = ops->launch(dev, gp->prog, name, args, na, items, group, err, sizeof err);
         if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
     }
     free(args);
@@ -452,6 +488,13 @@ kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_prog
     for (int32_t k = 0; k < sp->nkernels && s == KILN_OK; k++) {
         if (!gp->kerr[k]) continue;
         const sch_kernel *K = &sp->kernels[k];
+        if (gp->kerr[k] == 2) {
+            graph_run_error(g, KILN_ERR_UNSUPPORTED,
+                            "kiln_run: kernel %d: this device lacks the tensor-core instructions of its entry point",
+                            (int)k);
+            s = KILN_ERR_UNSUPPORTED;
+            continue;
+        }
         graph_run_error(g, KILN_ERR_RANGE, "kiln_run: a %s index is out of range (kernel %d, node %d)",
                         K->kind == SCH_K_SCATTER ? "SCATTER" : "GATHER", (int)k, (int)K->root);
         s = KILN_ERR_RANGE;
@@ -574,12 +617,12 @@ static char *ocl_fp(void) { return gpu_fp(&rt_opencl_ops); }
 static char *cuda_fp(void) { return gpu_fp(&rt_cuda_ops); }
 static char *ocl_emit(const sch_program *p, const cg_options *opt) {
     (void)opt;
-    cg_gpu_options o = {CG_GPU_OPENCL};
+    cg_gpu_options o = {CG_GPU_OPENCL, cg_gpu_contract_default()};
     return cg_emit_gpu(p, &o);
 }
 static char *cuda_emit(const sch_program *p, const cg_options *opt) {
     (void)opt;
-    cg_gpu_options o = {CG_GPU_CUDA};
+    cg_gpu_options o = {CG_GPU_CUDA, cg_gpu_contract_default()};
     return cg_emit_gpu(p, &o);
 }
 

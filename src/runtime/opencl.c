@@ -458,6 +458,11 @@ static kiln_status ocl_finish(rt_gpu *d, char *err, size_t errcap) {
     return KILN_OK;
 }
 
+static void ocl_caps(rt_gpu *d, rt_gpu_caps *out) {
+    out->max_group = d->max_group > 1024 ? 1024 : (int)d->max_group;
+    out->tensor_mma = 0;
+}
+
 const rt_gpu_ops rt_opencl_ops = {
     .name = "opencl",
     .dialect = CG_GPU_OPENCL,
@@ -475,4 +480,5 @@ const rt_gpu_ops rt_opencl_ops = {
     .copy = ocl_copy,
     .launch = ocl_launch,
     .finish = ocl_finish,
+    .caps = ocl_caps,
 };

@@ -1,0 +1,202 @@
+"""test_gpu_contract.py — the GPU backends' contraction kernels (emit_gpu.h
+cg_gpu_cform): the tiled SIMT form on every GPU backend with a device (in CI
+the PoCL CPU device), and the tensor-core mma forms on a CUDA device of
+sm_80 or later (skipped with a message without one; their code is compiled
+with NVRTC by test_backend_cuda.py for every contraction of the op suites).
+
+Each case builds a contraction — matmul, batched matmul through 3-D views,
+matrix-vector, a linear layer over a q8_0 weight written here — under a
+schedule chosen with KILN_GPU_CONTRACT, runs it on the device and compares
+with numpy in float64. The tile form sums f32 products in f32, so the
+tolerance is 2e-6 * sqrt(K) of the output's largest magnitude; the mma forms
+round the operands (bf16 8 bits of mantissa, f16 11, int8 per 32), so theirs
+are looser. Bad schedule text and form=mma on OpenCL must be refused with a
+clear error at compile time.
+"""
+import os
+import sys
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+import kiln_ctypes as K  # noqa: E402
+
+os.environ.setdefault("XDG_CACHE_HOME", "/tmp/kiln-test-cache-%d" % os.getuid())
+os.environ.setdefault("KILN_CHECK_EGRAPH", "0")
+os.environ["KILN_TEST_NOFORK"] = "1"  # OpenCL drivers keep threads: no forked cases
+
+S = K.Suite("test_gpu_contract")
+RNG = np.random.default_rng(7)
+
+
+def probe(backend):
+    """None when backend can compile and run a graph, else why not"""
+    if backend == "opencl" and os.environ.get("KILN_TEST_OPENCL") == "0":
+        return "KILN_TEST_OPENCL=0"
+    g = K.Graph()
+    x = g.input("x", K.F32, "3")
+    g.output(g.add(x, x), "y")
+    g.bind("x", np.array([1, 2, 3], np.float32))
+    try:
+        p = g.compile(backend=backend)
+    except K.KilnError as e:
+        return str(e)
+    try:
+        p.run()
+        ok = np.array_equal(g.result("y"), np.array([2, 4, 6], np.float32))
+    finally:
+        p.free()
+    return None if ok else "the probe graph computed a wrong result"
+
+
+def q8_0_bytes(w):
+    """(n, k) f32, k a multiple of 32 -> (q8_0 storage bytes, the values they hold)"""
+    n, k = w.shape
+    blocks = w.reshape(n, k // 32, 32).astype(np.float64)
+    amax = np.max(np.abs(blocks), axis=2, keepdims=True)
+    d = (amax / 127.0).astype(np.float16)
+    df = d.astype(np.float64)
+    q = np.where(df > 0, np.rint(blocks / np.where(df > 0, df, 1)), 0).clip(-127, 127).astype(np.int8)
+    raw = np.concatenate([d.view(np.uint8).reshape(n, k // 32, 2), q.view(np.uint8)], axis=2)
+    return np.ascontiguousarray(raw.reshape(n, k // 32 * 34)), (q.astype(np.float64) * df).reshape(n, k)
+
+
+def with_schedule(sched, fn):
+    old = os.environ.get("KILN_GPU_CONTRACT")
+    if sched is None:
+        os.environ.pop("KILN_GPU_CONTRACT", None)
+    else:
+        os.environ["KILN_GPU_CONTRACT"] = sched
+    try:
+        return fn()
+    finally:
+        if old is None:
+            os.environ.pop("KILN_GPU_CONTRACT", None)
+        else:
+            os.environ["KILN_GPU_CONTRACT"] = old
+
+
+def run_on(backend, g, name):
+    p = g.compile(backend=backend)
+    try:
+        p.run()
+        return g.result(name).astype(np.float64)
+    finally:
+        p.free()
+
+
+def check(got, want, k, rel):
+    scale = float(np.max(np.abs(want))) or 1.0
+    tol = rel * max(1.0, np.sqrt(k)) * scale
+    err = float(np.max(np.abs(got - want)))
+    if not err <= tol:
+        raise AssertionError("max error %.3g > tolerance %.3g (scale %.3g)" % (err, tol, scale))
+
+
+def case_matmul(backend, sched, rel, m, k, n):
+    def go():
+        g = K.Graph()
+        a = g.input("a", K.F32, "%d,%d" % (m, k))
+        b = g.input("b", K.F32, "%d,%d" % (k, n))
+        g.output(g.matmul(a, b), "y")
+        A = RNG.standard_normal((m, k)).astype(np.float32)
+        B = RNG.standard_normal((k, n)).astype(np.float32)
+        g.bind("a", A)
+        g.bind("b", B)
+        check(run_on(backend, g, "y"), A.astype(np.float64) @ B.astype(np.float64), k, rel)
+    with_schedule(sched, go)
+
+
+def case_batched(backend, sched, rel, bt, m, k, n):
+    """(bt, m, k) x (bt, k, n): the batch loop beside m and n"""
+    def go():
+        g = K.Graph()
+        a = g.input("a", K.F32, "%d,%d,%d" % (bt, m, k))
+        b = g.input("b", K.F32, "%d,%d,%d" % (bt, k, n))
+        g.output(g.matmul(a, b), "y")
+        A = RNG.standard_normal((bt, m, k)).astype(np.float32)
+        B = RNG.standard_normal((bt, k, n)).astype(np.float32)
+        g.bind("a", A)
+        g.bind("b", B)
+        check(run_on(backend, g, "y"), np.matmul(A.astype(np.float64), B.astype(np.float64)), k, rel)
+    with_schedule(sched, go)
+
+
+def case_linear_q8_0(backend, sched, rel, m, k, n):
+    """x (m, k) times a q8_0 weight (n, k) transposed: B is a block format
+    dequantised on its way into the tiles"""
+    def go():
+        g = K.Graph()
+        x = g.input("x", K.F32, "%d,%d" % (m, k))
+        w = g.input("w", K.Q8_0, "%d,%d" % (n, k))
+        g.output(g.linear(x, w), "y")
+        X = RNG.standard_normal((m, k)).astype(np.float32)
+        raw, wv = q8_0_bytes(RNG.standard_normal((n, k)).astype(np.float32))
+        g.bind("x", X)
+        g.bind_raw("w", raw, raw.nbytes)
+        check(run_on(backend, g, "y"), X.astype(np.float64) @ wv.T, k, rel)
+    with_schedule(sched, go)
+
+
+def case_refused(backend, sched, needle):
+    def go():
+        g = K.Graph()
+        a = g.input("a", K.F32, "4,8")
+        b = g.input("b", K.F32, "8,4")
+        g.output(g.matmul(a, b), "y")
+        try:
+            g.compile(backend=backend).free()
+        except K.KilnError as e:
+            if needle not in str(e):
+                raise AssertionError("refused, but the message does not say %r: %s" % (needle, e))
+            return
+        raise AssertionError("KILN_GPU_CONTRACT=%r was accepted" % sched)
+    with_schedule(sched, go)
+
+
+TILES = [None, "form=tile bm=32 bn=16 bk=8 tm=2 tn=2", "form=tile bm=16 bn=64 bk=32 tm=1 tn=4",
+         "form=generic"]
+SHAPES = [(1, 64, 96), (7, 33, 70), (130, 100, 67)]
+
+
+def tile_cases(backend):
+    for sched in TILES:
+        tag = (sched or "default").replace("form=", "").replace(" ", "_").replace("=", "")
+        for (m, k, n) in SHAPES:
+            S.case("%s_%s_matmul_%dx%dx%d" % (backend, tag, m, k, n), case_matmul, backend, sched, 2e-6, m, k, n)
+        S.case("%s_%s_batched" % (backend, tag), case_batched, backend, sched, 2e-6, 3, 17, 40, 23)
+        S.case("%s_%s_linear_q8_0" % (backend, tag), case_linear_q8_0, backend, sched, 2e-6, 5, 64, 48)
+    S.case("%s_refuses_bad_schedule" % backend, case_refused, backend, "form=tile bm=99",
+           "GPU contraction schedule")
+    S.case("%s_refuses_unknown_key" % backend, case_refused, backend, "form=tile warp=4",
+           "GPU contraction schedule")
+
+
+MMA = [("bf16", 1e-2), ("f16", 2e-3), ("i8", 2e-2)]
+
+
+def mma_cases():
+    for arith, rel in MMA:
+        sched = "form=mma arith=" + arith
+        for (m, k, n) in SHAPES + [(256, 512, 192)]:
+            S.case("cuda_mma_%s_matmul_%dx%dx%d" % (arith, m, k, n), case_matmul, "cuda", sched, rel, m, k, n)
+        S.case("cuda_mma_%s_batched" % arith, case_batched, "cuda", sched, rel, 3, 17, 40, 23)
+        S.case("cuda_mma_%s_linear_q8_0" % arith, case_linear_q8_0, "cuda", sched, rel, 5, 64, 48)
+
+
+ran = False
+for be in ("opencl", "cuda"):
+    why = probe(be)
+    if why is not None:
+        print("SKIP test_gpu_contract on %s: no usable device: %s" % (be, why.splitlines()[0][:200]))
+        continue
+    ran = True
+    tile_cases(be)
+    if be == "opencl":
+        S.case("opencl_refuses_mma", case_refused, "opencl", "form=mma arith=bf16", "CUDA only")
+    else:
+        mma_cases()
+if not ran:
+    print("# test_gpu_contract: no GPU backend has a device here; nothing checked")
+S.finish()
