@@ -652,13 +652,17 @@ static void emit_kernel(gemitter *e, int32_t kid) {
     OUT("  if (kbad) kerr[%d] = 1;\n}\n\n", kid);
 }
 
+void cg_gpu_emit_preamble(gemitter *e) {
+    OUT("%s", e->opt->dialect == CG_GPU_CUDA ? hdr_cuda : hdr_opencl);
+    OUT("%s", body_prelude);
+}
+
 char *cg_emit_gpu(const sch_program *p, const cg_gpu_options *opt) {
     gemitter e0, *e = &e0;
     memset(e, 0, sizeof *e);
     e->p = p;
     e->opt = opt;
-    OUT("%s", opt->dialect == CG_GPU_CUDA ? hdr_cuda : hdr_opencl);
-    OUT("%s", body_prelude);
+    cg_gpu_emit_preamble(e);
     for (int32_t k = 0; k < p->nkernels; k++) {
         if (!cg_gpu_is_device_kernel(p, k)) continue;
         emit_kernel(e, k);

@@ -100,6 +100,18 @@ typedef struct cg_gpu_options {
     cg_gpu_contract_sched contract; /* the tile entry points' shape */
 } cg_gpu_options;
 
+/* The search space of a contraction on a GPU (data): the tile shapes, then
+ * with tensor_mma the three mma forms. Writes up to cap schedules to out and
+ * returns how many there are. */
+int cg_gpu_contract_space(int tensor_mma, cg_gpu_contract_sched *out, int cap);
+/* A program holding only contraction kernel k under each of s[0..n-1], entry
+ * points kiln_k<k>_v<j> (cg_gpu_contract_variant_name) with the kernel ABI
+ * above (malloc'd). wrong >= 0 makes candidate `wrong` (a tile form) add 1
+ * to every output: the search's test that a wrong candidate is rejected. */
+char *cg_emit_gpu_contract_variants(const sch_program *p, int32_t k, const cg_gpu_options *opt,
+                                    const cg_gpu_contract_sched *s, int n, int wrong);
+void cg_gpu_contract_variant_name(int32_t k, int j, char *buf, size_t cap);
+
 /* the whole program (malloc'd) */
 char *cg_emit_gpu(const sch_program *p, const cg_gpu_options *opt);
 /* 1 when kernel k has a device entry point (MAP, REDUCE, SCATTER) */

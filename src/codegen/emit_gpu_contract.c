@@ -232,12 +232,13 @@ static void emit_store(gemitter *e, const sch_kernel *k, const cshape *c, const 
 
 /* ---- the tile form -------------------------------------------------------------- */
 
-static void emit_tile_kernel(gemitter *e, int32_t kid, const cg_gpu_contract_sched *s) {
+static void emit_tile_kernel(gemitter *e, int32_t kid, const cg_gpu_contract_sched *s, const char *suffix,
+                             int wrong) {
     const sch_kernel *k = &e->p->kernels[kid];
     cshape c = contract_shape(e->p, k);
     int bm = s->bm, bn = s->bn, bk = s->bk, tm = s->tm, tn = s->tn;
     int tx = bn / tn, ty = bm / tm, threads = tx * ty;
-    cg_gpu_emit_signature(e, kid, "_tile");
+    cg_gpu_emit_signature(e, kid, suffix);
     OUT("  KLOCAL float ta[%d][%d];\n  KLOCAL float tb[%d][%d];\n", bk, bm, bk, bn);
     cg_gpu_emit_setup(e, kid);
     emit_block_origin(e, k, &c, bm, bn);
@@ -261,7 +262,8 @@ static void emit_tile_kernel(gemitter *e, int32_t kid, const cg_gpu_contract_sch
     char mexpr[64], nexpr[64], val[32];
     snprintf(mexpr, sizeof mexpr, "m0 + ty + q * %d", ty);
     snprintf(nexpr, sizeof nexpr, "n0 + tx + j * %d", tx);
-    snprintf(val, sizeof val, "acc[q * %d + j]", tn);
+    /* wrong: a deliberately broken candidate (the search's own test) */
+    snprintf(val, sizeof val, wrong ? "acc[q * %d + j] + 1.0f" : "acc[q * %d + j]", tn);
     emit_store(e, k, &c, mexpr, nexpr, val, 6);
     OUT("  if (kbad) kerr[%d] = 1;\n}\n\n", kid);
 }
@@ -282,14 +284,13 @@ static void emit_tile_kernel(gemitter *e, int32_t kid, const cg_gpu_contract_sch
  * operand tiles are stored k-contiguous ([row][k]) so each register is one
  * aligned 32-bit load. */
 
-static void emit_mma_float(gemitter *e, int32_t kid, cg_gpu_carith arith) {
+static void emit_mma_float(gemitter *e, int32_t kid, cg_gpu_carith arith, const char *suffix) {
     const sch_kernel *k = &e->p->kernels[kid];
     cshape c = contract_shape(e->p, k);
     const int bk = 32, pad = 8, threads = CG_GPU_MMA_THREADS;
     const char *ty = arith == CG_GPU_CA_BF16 ? "bf16" : "f16";
     const char *cvt = arith == CG_GPU_CA_BF16 ? "kf2bf" : "kf2h";
-    char suffix[16], store[64];
-    snprintf(suffix, sizeof suffix, "_mma_%s", ty);
+    char store[64];
     cg_gpu_emit_signature(e, kid, suffix);
     OUT("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n");
     OUT("  __shared__ __align__(16) u16 ta[%d][%d];\n", CG_GPU_MMA_BM, bk + pad);
@@ -339,11 +340,11 @@ static void emit_mma_float(gemitter *e, int32_t kid, cg_gpu_carith arith) {
     OUT("#else\n  (void)A; (void)v; (void)bo; (void)n; kerr[%d] = 2;\n#endif\n}\n\n", kid);
 }
 
-static void emit_mma_i8(gemitter *e, int32_t kid) {
+static void emit_mma_i8(gemitter *e, int32_t kid, const char *suffix) {
     const sch_kernel *k = &e->p->kernels[kid];
     cshape c = contract_shape(e->p, k);
     const int bk = 32, threads = CG_GPU_MMA_THREADS;
-    cg_gpu_emit_signature(e, kid, "_mma_i8");
+    cg_gpu_emit_signature(e, kid, suffix);
     OUT("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n");
     OUT("  __shared__ float fa_[%d][%d];\n  __shared__ float fb_[%d][%d];\n", CG_GPU_MMA_BM, bk + 1, CG_GPU_MMA_BN,
         bk + 1);
@@ -402,12 +403,80 @@ static void emit_mma_i8(gemitter *e, int32_t kid) {
     OUT("#else\n  (void)A; (void)v; (void)bo; (void)n; kerr[%d] = 2;\n#endif\n}\n\n", kid);
 }
 
+static void emit_form(gemitter *e, int32_t kid, const cg_gpu_contract_sched *s, const char *suffix, int wrong) {
+    if (s->form == CG_GPU_CF_MMA && s->arith == CG_GPU_CA_I8) emit_mma_i8(e, kid, suffix);
+    else if (s->form == CG_GPU_CF_MMA) emit_mma_float(e, kid, s->arith, suffix);
+    else emit_tile_kernel(e, kid, s, suffix, wrong);
+}
+
 void cg_gpu_emit_contract(gemitter *e, int32_t kid) {
     cg_gpu_contract_sched s = e->opt->contract;
     if (s.form != CG_GPU_CF_TILE) s = cg_gpu_contract_default();
-    emit_tile_kernel(e, kid, &s);
+    emit_tile_kernel(e, kid, &s, "_tile", 0);
     if (e->opt->dialect != CG_GPU_CUDA) return;
-    emit_mma_float(e, kid, CG_GPU_CA_BF16);
-    emit_mma_float(e, kid, CG_GPU_CA_F16);
-    emit_mma_i8(e, kid);
+    static const cg_gpu_carith ariths[3] = {CG_GPU_CA_BF16, CG_GPU_CA_F16, CG_GPU_CA_I8};
+    for (int i = 0; i < 3; i++) {
+        cg_gpu_contract_sched m = s;
+        m.form = CG_GPU_CF_MMA;
+        m.arith = ariths[i];
+        char suffix[16];
+        snprintf(suffix, sizeof suffix, "_mma_%s", arith_names[ariths[i]]);
+        emit_form(e, kid, &m, suffix, 0);
+    }
+}
+
+/* ---- the search's candidates ---------------------------------------------------- */
+
+/* the tile shapes searched: work-groups of 128 or 256 items, blocks from
+ * 16 x 64 to 128 x 128, bk 8 to 32 (the first is the default) */
+static const int tile_space[][5] = {
+    {64, 64, 16, 4, 4}, {32, 32, 16, 2, 2}, {64, 64, 8, 4, 4},  {128, 64, 8, 8, 4}, {64, 128, 8, 4, 8},
+    {32, 64, 16, 2, 4}, {16, 64, 32, 1, 4}, {128, 128, 8, 8, 8}, {32, 64, 32, 4, 4},
+};
+
+int cg_gpu_contract_space(int tensor_mma, cg_gpu_contract_sched *out, int cap) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof tile_space / sizeof tile_space[0]; i++) {
+        if (n < cap) {
+            cg_gpu_contract_sched s = cg_gpu_contract_default();
+            s.bm = tile_space[i][0];
+            s.bn = tile_space[i][1];
+            s.bk = tile_space[i][2];
+            s.tm = tile_space[i][3];
+            s.tn = tile_space[i][4];
+            out[n] = s;
+        }
+        n++;
+    }
+    for (int a = 0; tensor_mma && a < 3; a++) {
+        if (n < cap) {
+            cg_gpu_contract_sched s = cg_gpu_contract_default();
+            s.form = CG_GPU_CF_MMA;
+            s.arith = (cg_gpu_carith)a;
+            out[n] = s;
+        }
+        n++;
+    }
+    return n;
+}
+
+void cg_gpu_contract_variant_name(int32_t k, int j, char *buf, size_t cap) {
+    snprintf(buf, cap, "kiln_k%d_v%d", (int)k, j);
+}
+
+char *cg_emit_gpu_contract_variants(const sch_program *p, int32_t k, const cg_gpu_options *opt,
+                                    const cg_gpu_contract_sched *s, int n, int wrong) {
+    gemitter e0, *e = &e0;
+    memset(e, 0, sizeof *e);
+    e->p = p;
+    e->opt = opt;
+    cg_gpu_emit_preamble(e);
+    for (int j = 0; j < n; j++) {
+        KILN_ASSERT(s[j].form != CG_GPU_CF_GENERIC);
+        KILN_ASSERT(s[j].form != CG_GPU_CF_MMA || opt->dialect == CG_GPU_CUDA);
+        char suffix[16];
+        snprintf(suffix, sizeof suffix, "_v%d", j);
+        emit_form(e, k, &s[j], suffix, j == wrong);
+    }
+    return e->s;
 }

@@ -26,6 +26,8 @@ void cg_gpu_indent(gemitter *e, int n);
 void cg_gpu_out_sym(gemitter *e, sym_id s);
 /* the statements computing lx tree id into the local t<id> */
 void cg_gpu_emit_lx(gemitter *e, int32_t id, int ind);
+/* the dialect's header and the helper functions every program starts with */
+void cg_gpu_emit_preamble(gemitter *e);
 /* `KKERNEL kiln_k<kid><suffix>(the ABI's arguments) {` */
 void cg_gpu_emit_signature(gemitter *e, int32_t kid, const char *suffix);
 /* kbad, the arena buffers b<j>, `out`, the loop extents d<d> */

@@ -208,6 +208,8 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
             kiln_program_free(p);
             return NULL;
         }
+        const char *inj = getenv("KILN_TUNE_INJECT_WRONG");
+        rt_gpu_program_set_search(p->gpu, o.search_budget, inj && inj[0] ? atoi(inj) : 0);
         p->pool = rt_pool_new(1);
         p->compiling = 0;
         return p;
@@ -328,7 +330,9 @@ void kiln_program_free(kiln_program *p) {
 const char *kiln_program_source(const kiln_program *p) { return p ? p->source : ""; }
 const char *kiln_program_library(const kiln_program *p) { return p && p->mod ? p->be->module_path(p->mod) : ""; }
 int kiln_program_kernel_count(const kiln_program *p) { return p ? (int)p->sp.nkernels : 0; }
-int kiln_program_measurements(const kiln_program *p) { return p ? p->measurements : 0; }
+int kiln_program_measurements(const kiln_program *p) {
+    return p ? p->measurements + rt_gpu_program_measurements(p->gpu) : 0;
+}
 size_t kiln_program_arena_bytes(const kiln_program *p) { return p ? p->arena_used : 0; }
 
 char *kiln_program_kernels(const kiln_program *p) {

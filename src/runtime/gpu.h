@@ -92,6 +92,12 @@ void rt_gpu_program_free(rt_gpu_program *gp);
 /* one run of sp on g's current bindings (as run_work in exec.c): results land
  * in g->results, states are written back; errors go to g via graph_run_error */
 kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_program *sp);
+/* search contraction schedules on first runs within budget_s seconds in all
+ * (0: none; the DB's records are used either way); inject_wrong makes one
+ * candidate wrong on purpose (KILN_TUNE_INJECT_WRONG, tests) */
+void rt_gpu_program_set_search(rt_gpu_program *gp, double budget_s, int inject_wrong);
+/* candidates measured by its searches so far */
+int rt_gpu_program_measurements(const rt_gpu_program *gp);
 /* "opencl: <device name>" (owned by gp) */
 const char *rt_gpu_program_device(const rt_gpu_program *gp);
 

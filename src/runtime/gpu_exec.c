@@ -36,15 +36,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "base.h"
 #include "dtype.h"
 #include "gpu.h"
+#include "gpu_tune.h"
 #include "graph.h"
 #include "interp.h"
 #include "memplan.h"
 #include "quant.h"
+#include "tunedb.h"
 #include "view.h"
 
 const rt_gpu_ops *rt_gpu_find(const char *name) {
@@ -94,6 +98,16 @@ kiln_status rt_gpu_default_device(const rt_gpu_ops *ops, rt_gpu **out, char *err
 
 /* ---- the executor ---- */
 
+/* what a contraction kernel runs for one M bucket: the tuning DB's or the
+ * search's schedule, from a program of its own (prog), or, with prog NULL,
+ * the main program's entry point for gp->contract */
+typedef struct gpu_choice {
+    int decided;
+    rt_gpu_prog *prog;
+    char name[48];
+    cg_gpu_contract_sched s;
+} gpu_choice;
+
 /* KILN_GPU_RESIDENT: inputs from this size on are taken as constant weights */
 #define RESIDENT_MIN ((size_t)1 << 20)
 
@@ -105,6 +119,11 @@ struct rt_gpu_program {
     int emit_only; /* KILN_GPU_EMIT_ONLY: source only, nothing to run on */
     int group;
     cg_gpu_contract_sched contract; /* how contraction kernels run (KILN_GPU_CONTRACT) */
+    int contract_forced;            /* KILN_GPU_CONTRACT set: no DB, no search */
+    rt_gpu_caps caps;
+    double search_budget, search_spent;
+    int measurements, inject_wrong;
+    gpu_choice *choice; /* per contraction kernel and M bucket (k * 2 + (M > 4)) */
     int resident;
     int32_t nbufs, nkernels;
     /* per buffer */
@@ -151,6 +170,8 @@ rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp,
     *source_out = src;
     rt_gpu_program *gp = kiln_xcalloc(1, sizeof *gp);
     gp->contract = o.contract;
+    gp->contract_forced = cs && cs[0];
+    gp->choice = kiln_xcalloc((size_t)sp->nkernels * 2 + 1, sizeof *gp->choice);
     gp->ops = ops;
     gp->nbufs = sp->nbufs;
     gp->nkernels = sp->nkernels;
@@ -202,6 +223,7 @@ rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp,
     free(fp);
     rt_gpu_caps caps;
     ops->caps(gp->dev, &caps);
+    gp->caps = caps;
     if (gp->contract.form == CG_GPU_CF_MMA && !caps.tensor_mma) {
         snprintf(err, errcap, "KILN_GPU_CONTRACT: form=mma needs mma.sync (CUDA sm_80 or later); %s has not",
                  gp->device_name);
@@ -227,6 +249,9 @@ void rt_gpu_program_free(rt_gpu_program *gp) {
         gp->ops->free(gp->dev, gp->ebuf);
     }
     if (gp->prog) gp->ops->prog_free(gp->prog);
+    for (int32_t i = 0; gp->choice && i < gp->nkernels * 2; i++)
+        if (gp->choice[i].prog) gp->ops->prog_free(gp->choice[i].prog);
+    free(gp->choice);
     free(gp->bytes);
     free(gp->live);
     free(gp->mem);
@@ -282,6 +307,131 @@ static void free_results(output_value *r, int32_t n) {
     if (!r) return;
     for (int32_t i = 0; i < n; i++) free(r[i].data);
     free(r);
+}
+
+void rt_gpu_program_set_search(rt_gpu_program *gp, double budget_s, int inject_wrong) {
+    if (!gp) return;
+    gp->search_budget = budget_s;
+    gp->inject_wrong = inject_wrong;
+}
+
+int rt_gpu_program_measurements(const rt_gpu_program *gp) { return gp ? gp->measurements : 0; }
+
+static void utc_now(char *buf, size_t cap) {
+    time_t t = time(NULL);
+    struct tm tmv;
+    gmtime_r(&t, &tmv);
+    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+}
+
+/* the tuning DB's bucket of a contraction on a GPU */
+static void gpu_bucket(int64_t m, int64_t n, int64_t rn, int64_t nbatch, char *buf, size_t cap) {
+    snprintf(buf, cap, "gpu,%s,n=%lld,k=%lld,b=%lld", m > SCH_SMALL_M ? "m>4" : "m<=4", (long long)n,
+             (long long)rn, (long long)nbatch);
+}
+
+/* settle gp->choice for contraction kernel k at this M bucket: the DB's
+ * record for this device, else (with search budget left, and
+ * KILN_GPU_CONTRACT unset) a search on this run's buffers, whose winner has
+ * then already run (*ran = 1), else the default */
+static kiln_status decide_contract(rt_gpu_program *gp, const sch_program *sp, int32_t k, int64_t m, int64_t n,
+                                   int64_t nbatch, int64_t rn, const rt_gpu_arg *args, int na, int64_t total,
+                                   int *ran, char *err, size_t errcap) {
+    const sch_kernel *K = &sp->kernels[k];
+    gpu_choice *ch = &gp->choice[k * 2 + (m > SCH_SMALL_M)];
+    ch->decided = 1;
+    ch->s = gp->contract;
+    *ran = 0;
+    if (gp->contract_forced) return KILN_OK;
+    char bucket[96];
+    gpu_bucket(m, n, rn, nbatch, bucket, sizeof bucket);
+    sch_tune_record rec;
+    int exact = 0;
+    cg_gpu_contract_sched sc;
+    char perr[256];
+    if (sch_tunedb_lookup(gp->device_name, K->contract->key, bucket, &rec, &exact) && exact && !rt_retune() &&
+        cg_gpu_contract_parse(rec.schedule, &sc, perr, sizeof perr) &&
+        (sc.form != CG_GPU_CF_MMA || gp->caps.tensor_mma) && cg_gpu_contract_threads(&sc) <= gp->caps.max_group) {
+        ch->s = sc;
+        if (sc.form == CG_GPU_CF_GENERIC) return KILN_OK; /* the generic entry point won */
+        cg_gpu_options o;
+        o.dialect = gp->ops->dialect;
+        o.contract = cg_gpu_contract_default();
+        char *src = cg_emit_gpu_contract_variants(sp, k, &o, &sc, 1, -1);
+        kiln_status s = gp->ops->build(gp->dev, src, &ch->prog, err, errcap);
+        free(src);
+        if (s != KILN_OK) return s;
+        ch->s = sc;
+        cg_gpu_contract_variant_name(k, 0, ch->name, sizeof ch->name);
+        return KILN_OK;
+    }
+    if (gp->search_budget <= gp->search_spent) return KILN_OK;
+    rt_gpu_tune_job j;
+    memset(&j, 0, sizeof j);
+    char gname[32];
+    snprintf(gname, sizeof gname, "kiln_k%d", (int)k);
+    j.ops = gp->ops;
+    j.dev = gp->dev;
+    j.sp = sp;
+    j.k = k;
+    j.main_prog = gp->prog;
+    j.generic_name = gname;
+    j.total = total;
+    j.generic_group = gp->group;
+    /* the generic entry point takes its item count in argument 4 */
+    rt_gpu_arg *jargs = kiln_xmalloc((size_t)na * sizeof *jargs);
+    memcpy(jargs, args, (size_t)na * sizeof *jargs);
+    jargs[4].i64 = total;
+    j.args = jargs;
+    j.nargs = na;
+    j.m = m;
+    j.n = n;
+    j.nbatch = nbatch;
+    j.rn = rn;
+    j.out_mem = buf_mem(gp, sp, K->out_buf, &j.out_off);
+    j.out_bytes = gp->bytes[K->out_buf];
+    j.tensor_mma = gp->caps.tensor_mma;
+    j.max_group = gp->caps.max_group;
+    j.inject_wrong = gp->inject_wrong;
+    double left = gp->search_budget - gp->search_spent, share = gp->search_budget / 8 > 2.0 ? gp->search_budget / 8 : 2.0;
+    j.budget_s = left < share ? left : share;
+    int show = isatty(2) || getenv("KILN_TUNE_VERBOSE");
+    if (show) fprintf(stderr, "kiln tune: %s kernel %d (%s, %s): searching ...\n", gp->ops->name, (int)k,
+                      K->contract->key, bucket);
+    rt_gpu_tune_result r;
+    char terr[1024];
+    kiln_status s = rt_gpu_tune_contract(&j, &r, terr, sizeof terr);
+    free(jargs);
+    gp->search_spent += r.seconds;
+    gp->measurements += r.tried;
+    *ran = 1;
+    if (s != KILN_OK) {
+        fprintf(stderr, "kiln tune: %s kernel %d: search failed (%s); keeping the default schedule\n", gp->ops->name,
+                (int)k, terr);
+        return KILN_OK;
+    }
+    ch->s = r.winner;
+    ch->prog = r.prog;
+    snprintf(ch->name, sizeof ch->name, "%s", r.name);
+    memset(&rec, 0, sizeof rec);
+    snprintf(rec.fingerprint, sizeof rec.fingerprint, "%s", gp->device_name);
+    snprintf(rec.key, sizeof rec.key, "%s", K->contract->key);
+    snprintf(rec.bucket, sizeof rec.bucket, "%s", bucket);
+    cg_gpu_contract_print(&r.winner, rec.schedule, sizeof rec.schedule);
+    rec.best_s = r.best_s;
+    rec.base_s = r.base_s;
+    rec.tried = r.tried;
+    rec.rejected = r.rejected;
+    utc_now(rec.date, sizeof rec.date);
+    rec.ir_version = KILN_IR_VERSION;
+    if (show)
+        fprintf(stderr, "kiln tune: %s kernel %d: best %.1f us (%s), generic %.1f us, %d tried, %d rejected\n",
+                gp->ops->name, (int)k, r.best_s * 1e6, rec.schedule, r.base_s * 1e6, r.tried, r.rejected);
+    char derr[512];
+    if (sch_tunedb_store(&rec, derr, sizeof derr) != KILN_OK)
+        fprintf(stderr, "kiln tune: could not save the result: %s\n", derr);
+    (void)errcap;
+    return KILN_OK;
 }
 
 kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_program *sp) {
@@ -458,13 +608,24 @@ kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_prog
         int group = mode == CG_GPU_SERIAL ? 1 : gp->group;
         char name[48];
         snprintf(name, sizeof name, "kiln_k%d", (int)k);
+        rt_gpu_prog *prog = gp->prog;
+        const gpu_choice *ch = NULL;
         if (K->contract && gp->contract.form != CG_GPU_CF_GENERIC) {
-            /* blocks of (m, n) outputs per batch point, a fixed group each */
             int64_t m = K->contract->mdim >= 0 ? ext[K->contract->mdim] : 1, nn = ext[K->contract->ndim];
-            int64_t bm = cg_gpu_contract_block_m(&gp->contract), bn = cg_gpu_contract_block_n(&gp->contract);
-            group = cg_gpu_contract_threads(&gp->contract);
-            items = total / (m * nn) * ((m + bm - 1) / bm) * ((nn + bn - 1) / bn) * group;
-            cg_gpu_contract_entry(&gp->contract, k, name, sizeof name);
+            ch = &gp->choice[k * 2 + (m > SCH_SMALL_M)];
+            const cg_gpu_contract_sched *cs = ch->decided ? &ch->s : &gp->contract;
+            if (cs->form != CG_GPU_CF_GENERIC) {
+                /* blocks of (m, n) outputs per batch point, a fixed group each */
+                int64_t bm = cg_gpu_contract_block_m(cs), bn = cg_gpu_contract_block_n(cs);
+                group = cg_gpu_contract_threads(cs);
+                items = total / (m * nn) * ((m + bm - 1) / bm) * ((nn + bn - 1) / bn) * group;
+                if (ch->prog) {
+                    prog = ch->prog;
+                    snprintf(name, sizeof name, "%s", ch->name);
+                } else {
+                    cg_gpu_contract_entry(cs, k, name, sizeof name);
+                }
+            }
         }
         int na = 0;
         args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->arena, 0};
@@ -474,7 +635,25 @@ kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_prog
         args[na++] = (rt_gpu_arg){RT_GPU_ARG_I64, 0, items};
         int32_t nx = cg_gpu_kernel_args(sp, k, gp->args_tmp);
         for (int32_t i = 0; i < nx; i++) args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->mem[gp->args_tmp[i]], 0};
-        s = ops->launch(dev, gp->prog, name, args, na, items, group, err, sizeof err);
+        if (ch && !ch->decided) {
+            /* first run of this contraction at this M bucket: the DB's
+             * schedule, else a search within the budget, else the default */
+            int64_t m = K->contract->mdim >= 0 ? ext[K->contract->mdim] : 1, nn = ext[K->contract->ndim];
+            int64_t rn = 0;
+            snprintf(what, sizeof what, "contraction kernel %d", (int)k);
+            EVAL(K->rdim, &rn, what);
+            if (s != KILN_OK) break;
+            int done = 0;
+            s = decide_contract(gp, sp, k, m, nn, total / (m * nn), rn, args, na, total, &done, err, sizeof err);
+            if (s != KILN_OK) {
+                graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
+                break;
+            }
+            if (done) continue; /* the search left its winner's result */
+            k--;                /* launch with the decision */
+            continue;
+        }
+        s = ops->launch(dev, prog, name, args, na, items, group, err, sizeof err);
         if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
     }
     free(args);

@@ -12,9 +12,19 @@ tolerance is 2e-6 * sqrt(K) of the output's largest magnitude; the mma forms
 round the operands (bf16 8 bits of mantissa, f16 11, int8 per 32), so theirs
 are looser. Bad schedule text and form=mma on OpenCL must be refused with a
 clear error at compile time.
+
+The search (gpu_tune.c): compiled with a search budget, the first run
+measures the candidates against the generic kernel's result and stores the
+winner in the tuning DB (a private $KILN_TUNEDB here) under the device's
+fingerprint; a second compile uses the record with zero measurements; a
+candidate made wrong on purpose (KILN_TUNE_INJECT_WRONG) is counted as
+rejected and never wins; a damaged record is skipped, not trusted.
 """
+import ctypes
 import os
+import re
 import sys
+import tempfile
 
 import numpy as np
 
@@ -155,6 +165,99 @@ def case_refused(backend, sched, needle):
     with_schedule(sched, go)
 
 
+_raw = ctypes.CDLL(K.LIB_PATH)
+_raw.kiln_program_measurements.restype = ctypes.c_int
+_raw.kiln_program_measurements.argtypes = [ctypes.c_void_p]
+
+
+def db_records(path):
+    if not os.path.exists(path):
+        return []
+    return [ln for ln in open(path, encoding="utf-8", errors="replace").read().splitlines() if ln.startswith("fp=")]
+
+
+def searched_linear(backend, budget, m=96, k=128, n=80):
+    """x (m, k) times w (n, k)^T compiled with a search budget; returns the
+    candidates measured, after checking the result"""
+    g = K.Graph()
+    x = g.input("x", K.F32, "%d,%d" % (m, k))
+    w = g.input("w", K.F32, "%d,%d" % (n, k))
+    g.output(g.linear(x, w), "y")
+    X = RNG.standard_normal((m, k)).astype(np.float32)
+    W = RNG.standard_normal((n, k)).astype(np.float32)
+    g.bind("x", X)
+    g.bind("w", W)
+    p = g.compile(backend=backend, search_budget=budget)
+    try:
+        p.run()
+        want = X.astype(np.float64) @ W.T.astype(np.float64)
+        got = g.result("y").astype(np.float64)
+        # the winner may be an mma form on CUDA: the loosest of the tolerances
+        check(got, want, k, 2e-2 if backend == "cuda" else 2e-6)
+        return _raw.kiln_program_measurements(p.ptr)
+    finally:
+        p.free()
+
+
+def with_db(fn, inject=None):
+    old = {v: os.environ.get(v) for v in ("KILN_TUNEDB", "KILN_TUNE_INJECT_WRONG", "KILN_GPU_CONTRACT")}
+    with tempfile.TemporaryDirectory() as d:
+        db = os.path.join(d, "tune.db")
+        os.environ["KILN_TUNEDB"] = db
+        os.environ.pop("KILN_GPU_CONTRACT", None)
+        if inject:
+            os.environ["KILN_TUNE_INJECT_WRONG"] = inject
+        else:
+            os.environ.pop("KILN_TUNE_INJECT_WRONG", None)
+        try:
+            fn(db)
+        finally:
+            for v, val in old.items():
+                if val is None:
+                    os.environ.pop(v, None)
+                else:
+                    os.environ[v] = val
+
+
+def case_search_then_db(backend):
+    def go(db):
+        meas = searched_linear(backend, 30.0)
+        if meas < 2:
+            raise AssertionError("the search measured %d candidates" % meas)
+        recs = db_records(db)
+        if len(recs) != 1 or 'bucket="gpu,m>4,n=80,k=128,b=1"' not in recs[0] or 'sched="form=' not in recs[0]:
+            raise AssertionError("tuning DB after the search: %r" % recs)
+        if not re.search(r"tried=%d " % meas, recs[0]):
+            raise AssertionError("the record's tried count is not the %d measured: %s" % (meas, recs[0]))
+        again = searched_linear(backend, 30.0)
+        if again != 0:
+            raise AssertionError("the second compile measured %d candidates despite the DB record" % again)
+    with_db(go)
+
+
+def case_wrong_candidate_rejected(backend):
+    def go(db):
+        searched_linear(backend, 30.0)
+        recs = db_records(db)
+        m = re.search(r"rejected=(\d+)", recs[0]) if recs else None
+        if not m or int(m.group(1)) < 1:
+            raise AssertionError("the injected wrong candidate was not rejected: %r" % recs)
+        if 'sched="form=tile bm=64 bn=64 bk=16 tm=4 tn=4"' in recs[0]:
+            raise AssertionError("the wrong candidate (the first, the default tile) won: %s" % recs[0])
+    with_db(go, inject="1")
+
+
+def case_damaged_record_skipped(backend):
+    def go(db):
+        searched_linear(backend, 30.0)
+        text = open(db, encoding="utf-8").read()
+        open(db, "w", encoding="utf-8").write(text.replace("sched=\"form=tile", "sched=\"form=tilx"))
+        meas = searched_linear(backend, 0.0)  # no budget: default schedule, no crash
+        if meas != 0:
+            raise AssertionError("measured %d candidates without a budget" % meas)
+    with_db(go)
+
+
 TILES = [None, "form=tile bm=32 bn=16 bk=8 tm=2 tn=2", "form=tile bm=16 bn=64 bk=32 tm=1 tn=4",
          "form=generic"]
 SHAPES = [(1, 64, 96), (7, 33, 70), (130, 100, 67)]
@@ -171,6 +274,9 @@ def tile_cases(backend):
            "GPU contraction schedule")
     S.case("%s_refuses_unknown_key" % backend, case_refused, backend, "form=tile warp=4",
            "GPU contraction schedule")
+    S.case("%s_search_stores_then_db_is_used" % backend, case_search_then_db, backend)
+    S.case("%s_search_rejects_wrong_candidate" % backend, case_wrong_candidate_rejected, backend)
+    S.case("%s_search_survives_damaged_record" % backend, case_damaged_record_skipped, backend)
 
 
 MMA = [("bf16", 1e-2), ("f16", 2e-3), ("i8", 2e-2)]
