@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "gpu.h"
 #include "kiln.h"
 #include "kiln_compile.h"
 #include "model.h"
@@ -1231,10 +1232,21 @@ static int tune_row_cmp(const void *pa, const void *pb) {
 
 #define TUNE_KEY_SHORT 12
 
+/* the fingerprint records must carry to be this machine's: the CPU's, or
+ * with --backend opencl|cuda that backend's device's (NULL without one) */
+static char *backend_fingerprint(void) {
+    const rt_gpu_ops *ops = rt_gpu_find(getenv("KILN_BACKEND"));
+    if (!ops) return kiln_device_fingerprint();
+    rt_gpu *dev = NULL;
+    char err[512];
+    if (rt_gpu_default_device(ops, &dev, err, sizeof err) != KILN_OK) return NULL;
+    return ops->fingerprint(dev);
+}
+
 static int tune_show(int json) {
     int n = 0, damaged = 0;
     sch_tune_record *recs = sch_tunedb_load(&n, &damaged);
-    char *fp = kiln_device_fingerprint();
+    char *fp = backend_fingerprint();
     tune_row *rows = kiln_xcalloc((size_t)(n > 0 ? n : 1), sizeof *rows);
     int nhere = 0;
     for (int i = 0; i < n; i++) {
