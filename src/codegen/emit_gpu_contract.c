@@ -135,19 +135,11 @@ int cg_gpu_contract_parse(const char *text, cg_gpu_contract_sched *s, char *err,
 
 /* ---- the operands ------------------------------------------------------------- */
 
-static int sym_uses(const sym_pool *sp, sym_id s, sym_id v) {
-    if (s == SYM_NONE) return 0;
-    if (s == v) return 1;
-    const sym_node *n = sym_get(sp, s);
-    if (n->kind == SYM_CONST || n->kind == SYM_VAR) return 0;
-    return sym_uses(sp, n->a, v) || sym_uses(sp, n->b, v);
-}
-
 /* 1 when lx tree id reads variable v anywhere */
 static int lx_uses(const sch_program *p, int32_t id, sym_id v) {
     if (id < 0) return 0;
     const lx *x = &p->lx[id];
-    return sym_uses(p->g->syms, x->s, v) || sym_uses(p->g->syms, x->s2, v) || lx_uses(p, x->a, v) ||
+    return sym_uses_var(p->g->syms, x->s, v) || sym_uses_var(p->g->syms, x->s2, v) || lx_uses(p, x->a, v) ||
            lx_uses(p, x->b, v);
 }
 
@@ -284,6 +276,29 @@ static void emit_tile_kernel(gemitter *e, int32_t kid, const cg_gpu_contract_sch
  * operand tiles are stored k-contiguous ([row][k]) so each register is one
  * aligned 32-bit load. */
 
+/* after the shared-memory declarations: setup, the group's origin, the
+ * warp's place, zeroed accumulators acc[2][4][4], the opening of the loop
+ * over r in steps of bk */
+static void emit_mma_head(gemitter *e, int32_t kid, const cshape *c, int bk) {
+    cg_gpu_emit_setup(e, kid);
+    emit_block_origin(e, &e->p->kernels[kid], c, CG_GPU_MMA_BM, CG_GPU_MMA_BN);
+    OUT("  const int lane = lid & 31, warp = lid >> 5, gq = lane >> 2, tq = lane & 3;\n");
+    OUT("  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;\n");
+    OUT("  float acc[2][4][4];\n");
+    OUT("  for (int a = 0; a < 2; a++) for (int b = 0; b < 4; b++) for (int q = 0; q < 4; q++) acc[a][b][q] = 0.0f;\n");
+    OUT("  for (i64 k0 = 0; k0 < rn; k0 += %d) {\n", bk);
+}
+
+/* after the loop over r: the accumulators stored by the C fragment layout,
+ * and the entry point's body below sm_80 */
+static void emit_mma_tail(gemitter *e, int32_t kid, const cshape *c) {
+    OUT("  for (int a = 0; a < 2; a++)\n    for (int b = 0; b < 4; b++)\n      for (int q = 0; q < 4; q++)\n");
+    emit_store(e, &e->p->kernels[kid], c, "m0 + wm + a * 16 + gq + (q >> 1) * 8",
+               "n0 + wn + b * 8 + tq * 2 + (q & 1)", "acc[a][b][q]", 8);
+    OUT("  if (kbad) kerr[%d] = 1;\n", kid);
+    OUT("#else\n  (void)A; (void)v; (void)bo; (void)n; kerr[%d] = 2;\n#endif\n}\n\n", kid);
+}
+
 static void emit_mma_float(gemitter *e, int32_t kid, cg_gpu_carith arith, const char *suffix) {
     const sch_kernel *k = &e->p->kernels[kid];
     cshape c = contract_shape(e->p, k);
@@ -295,13 +310,7 @@ static void emit_mma_float(gemitter *e, int32_t kid, cg_gpu_carith arith, const 
     OUT("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n");
     OUT("  __shared__ __align__(16) u16 ta[%d][%d];\n", CG_GPU_MMA_BM, bk + pad);
     OUT("  __shared__ __align__(16) u16 tb[%d][%d];\n", CG_GPU_MMA_BN, bk + pad);
-    cg_gpu_emit_setup(e, kid);
-    emit_block_origin(e, k, &c, CG_GPU_MMA_BM, CG_GPU_MMA_BN);
-    OUT("  const int lane = lid & 31, warp = lid >> 5, gq = lane >> 2, tq = lane & 3;\n");
-    OUT("  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;\n");
-    OUT("  float acc[2][4][4];\n");
-    OUT("  for (int a = 0; a < 2; a++) for (int b = 0; b < 4; b++) for (int q = 0; q < 4; q++) acc[a][b][q] = 0.0f;\n");
-    OUT("  for (i64 k0 = 0; k0 < rn; k0 += %d) {\n", bk);
+    emit_mma_head(e, kid, &c, bk);
     snprintf(store, sizeof store, "ta[row][kk] = %s(val);", cvt);
     emit_tile_load(e, &c, 0, CG_GPU_MMA_BM, bk, threads, store);
     snprintf(store, sizeof store, "tb[row][kk] = %s(val);", cvt);
@@ -333,11 +342,7 @@ static void emit_mma_float(gemitter *e, int32_t kid, cg_gpu_carith arith, const 
     OUT("    }\n");
     OUT("    __syncthreads();\n");
     OUT("  }\n");
-    OUT("  for (int a = 0; a < 2; a++)\n    for (int b = 0; b < 4; b++)\n      for (int q = 0; q < 4; q++)\n");
-    emit_store(e, k, &c, "m0 + wm + a * 16 + gq + (q >> 1) * 8", "n0 + wn + b * 8 + tq * 2 + (q & 1)",
-               "acc[a][b][q]", 8);
-    OUT("  if (kbad) kerr[%d] = 1;\n", kid);
-    OUT("#else\n  (void)A; (void)v; (void)bo; (void)n; kerr[%d] = 2;\n#endif\n}\n\n", kid);
+    emit_mma_tail(e, kid, &c);
 }
 
 static void emit_mma_i8(gemitter *e, int32_t kid, const char *suffix) {
@@ -351,13 +356,7 @@ static void emit_mma_i8(gemitter *e, int32_t kid, const char *suffix) {
     OUT("  __shared__ __align__(16) i8 ta[%d][%d];\n  __shared__ __align__(16) i8 tb[%d][%d];\n", CG_GPU_MMA_BM,
         bk + 16, CG_GPU_MMA_BN, bk + 16);
     OUT("  __shared__ float sa[%d], sb[%d];\n", CG_GPU_MMA_BM, CG_GPU_MMA_BN);
-    cg_gpu_emit_setup(e, kid);
-    emit_block_origin(e, k, &c, CG_GPU_MMA_BM, CG_GPU_MMA_BN);
-    OUT("  const int lane = lid & 31, warp = lid >> 5, gq = lane >> 2, tq = lane & 3;\n");
-    OUT("  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;\n");
-    OUT("  float acc[2][4][4];\n");
-    OUT("  for (int a = 0; a < 2; a++) for (int b = 0; b < 4; b++) for (int q = 0; q < 4; q++) acc[a][b][q] = 0.0f;\n");
-    OUT("  for (i64 k0 = 0; k0 < rn; k0 += %d) {\n", bk);
+    emit_mma_head(e, kid, &c, bk);
     emit_tile_load(e, &c, 0, CG_GPU_MMA_BM, bk, threads, "fa_[row][kk] = val;");
     emit_tile_load(e, &c, 1, CG_GPU_MMA_BN, bk, threads, "fb_[row][kk] = val;");
     OUT("    __syncthreads();\n");
@@ -396,11 +395,7 @@ static void emit_mma_i8(gemitter *e, int32_t kid, const char *suffix) {
     OUT("                          sb[wn + b * 8 + tq * 2 + (q & 1)];\n");
     OUT("    __syncthreads();\n");
     OUT("  }\n");
-    OUT("  for (int a = 0; a < 2; a++)\n    for (int b = 0; b < 4; b++)\n      for (int q = 0; q < 4; q++)\n");
-    emit_store(e, k, &c, "m0 + wm + a * 16 + gq + (q >> 1) * 8", "n0 + wn + b * 8 + tq * 2 + (q & 1)",
-               "acc[a][b][q]", 8);
-    OUT("  if (kbad) kerr[%d] = 1;\n", kid);
-    OUT("#else\n  (void)A; (void)v; (void)bo; (void)n; kerr[%d] = 2;\n#endif\n}\n\n", kid);
+    emit_mma_tail(e, kid, &c);
 }
 
 static void emit_form(gemitter *e, int32_t kid, const cg_gpu_contract_sched *s, const char *suffix, int wrong) {

@@ -1442,3 +1442,11 @@ sym_id sym_build(sym_pool *p, sym_kind k, sym_id a, sym_id b) {
     default: return SYM_NONE;
     }
 }
+
+int sym_uses_var(const sym_pool *p, sym_id s, sym_id var) {
+    if (s == SYM_NONE) return 0;
+    if (s == var) return 1;
+    const sym_node *n = sym_get(p, s);
+    if (n->kind == SYM_CONST || n->kind == SYM_VAR) return 0;
+    return sym_uses_var(p, n->a, var) || sym_uses_var(p, n->b, var);
+}

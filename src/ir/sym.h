@@ -87,6 +87,8 @@ sym_id sym_subst_var(sym_pool *p, sym_id s, sym_id var, sym_id with);
 /* how s changes when variable `var` grows by one: s[var := var + 1] - s
  * (simplified; a constant when s is affine in var) */
 sym_id sym_step(sym_pool *p, sym_id s, sym_id var);
+/* 1 when expression s mentions variable node var (SYM_NONE: 0) */
+int sym_uses_var(const sym_pool *p, sym_id s, sym_id var);
 
 /* variables */
 uint32_t sym_var_count(const sym_pool *p);

@@ -60,19 +60,10 @@ static unsigned lx_loop_mask(const sch_program *p, const sch_kernel *k, int32_t 
     return m | lx_loop_mask(p, k, x->a) | lx_loop_mask(p, k, x->b);
 }
 
-/* 1 when sym s uses variable v */
-static int sym_uses(const sym_pool *sp, sym_id s, sym_id v) {
-    if (s == SYM_NONE) return 0;
-    if (s == v) return 1;
-    const sym_node *n = sym_get(sp, s);
-    if (n->kind == SYM_CONST || n->kind == SYM_VAR) return 0;
-    return sym_uses(sp, n->a, v) || sym_uses(sp, n->b, v);
-}
-
 /* the offset of `off` at r = 0 when off = base + r exactly, else SYM_NONE */
 static sym_id unit_base(sym_pool *sp, sym_id off, sym_id r) {
     sym_id base = sym_subst_var(sp, off, r, sym_const(sp, 0));
-    if (sym_uses(sp, base, r)) return SYM_NONE;
+    if (sym_uses_var(sp, base, r)) return SYM_NONE;
     int64_t c;
     if (!sym_is_const(sp, sym_sub(sp, off, sym_add(sp, base, r)), &c) || c != 0) return SYM_NONE;
     return base;
@@ -85,7 +76,7 @@ static sym_id strided_base(sym_pool *sp, sym_id off, sym_id r, sym_id n, sym_id 
     sym_id b = sym_subst_var(sp, off, r, sym_const(sp, 0));
     sym_id stride = sym_sub(sp, sym_subst_var(sp, off, r, sym_const(sp, 1)), b);
     int64_t c;
-    if (sym_uses(sp, b, r) || sym_uses(sp, stride, r) || sym_uses(sp, stride, n)) return SYM_NONE;
+    if (sym_uses_var(sp, b, r) || sym_uses_var(sp, stride, r) || sym_uses_var(sp, stride, n)) return SYM_NONE;
     if (!sym_is_const(sp, sym_sub(sp, off, sym_add(sp, b, sym_mul(sp, r, stride))), &c) || c != 0) return SYM_NONE;
     if (!sym_is_const(sp, sym_step(sp, b, n), &c) || c != 1) return SYM_NONE;
     *base = b;
@@ -246,7 +237,7 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     int64_t mext = 0; /* md's extent; INT64_MAX when symbolic */
     for (int d = k->ndim - 1; d >= 0; d--) {
         sym_id v = k->var[d];
-        int ua = sym_uses(sp, abase, v), ub = sym_uses(sp, bbase, v);
+        int ua = sym_uses_var(sp, abase, v), ub = sym_uses_var(sp, bbase, v);
         if (nd < 0 && ub && !ua && ((only_b >> d) & 1u)) nd = d;
         else if (ua && !ub && ((only_a >> d) & 1u)) {
             int64_t ext;
