@@ -328,23 +328,30 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
          * (dq_*, declared before the item loop by cg_emit_contract_kernel_as,
          * freed after it): with ~8 items per thread, a
          * decode matvec of 1 MB quantised its one row 8 times over */
-        OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0, dgo = w / ntiles;\n");
+        /* q4_0 / q5_0: also A's pairs of blocks as their wide tile reads
+         * them (kcq_pairs, 192 bytes a pair), so its loop does no permutes */
+        int pz = cg_i8_pairs_shift(t);
+        OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0, dgo = w / ntiles, pst = (qch / 2) * 192;\n");
         OUT("      if (qok && dq_o != dgo) {\n");
         OUT("        if (!dq_a) {\n");
         OUT("          dq_a = (int8_t *)malloc((size_t)(M * K) + 32);\n");
         OUT("          dq_s = (float *)malloc((size_t)(M * qch + 1) * sizeof(float));\n");
         OUT("          dq_z = (int32_t *)malloc((size_t)(M * qch + 1) * sizeof(int32_t));\n");
         OUT("          dq_l = (__m256i *)aligned_alloc(32, (size_t)(M * qch + 1) * 32);\n");
+        if (pz >= 0) OUT("          dq_p = (char *)aligned_alloc(64, (size_t)(M * pst + 64));\n");
         OUT("        }\n");
-        OUT("        for (int64_t mq = 0; dq_a && dq_s && dq_z && dq_l && mq < M; mq++) {\n");
+        OUT("        for (int64_t mq = 0; dq_a && dq_s && dq_z && dq_l && %s && mq < M; mq++) {\n", pz >= 0 ? "dq_p" : "1");
         if (c->mdim >= 0) OUT("          const int64_t i%d = mq;\n", c->mdim);
         OUT("          kcq_row(A + (");
         out_sym(p, c->a_base, s, len, cap);
-        OUT("), K, %d, dq_a + mq * K, dq_s + mq * qch, dq_l + mq * qch, dq_z + mq * qch);\n        }\n", cg_i8_group(t));
+        OUT("), K, %d, dq_a + mq * K, dq_s + mq * qch, dq_l + mq * qch, dq_z + mq * qch);\n", cg_i8_group(t));
+        if (pz >= 0)
+            OUT("          kcq_pairs(dq_a + mq * K, dq_s + mq * qch, dq_l + mq * qch, qch, %d, dq_p + mq * pst);\n", pz);
+        OUT("        }\n");
         OUT("        dq_o = dgo;\n");
         OUT("      }\n");
-        OUT("      int8_t *qa = dq_a; float *qs = dq_s; int32_t *qsum = dq_z; __m256i *ql8 = dq_l;\n");
-        OUT("      const int qready = qok && qa && qs && qsum && ql8;\n");
+        OUT("      int8_t *qa = dq_a; float *qs = dq_s; int32_t *qsum = dq_z; __m256i *ql8 = dq_l; char *qp = dq_p;\n");
+        OUT("      const int qready = qok && qa && qs && qsum && ql8 && %s;\n", pz >= 0 ? "qp" : "1");
     }
     OUT("      for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("        const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
@@ -371,11 +378,12 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         char tn[64];
         cg_i8_tile_name(t, sc, tn, sizeof tn);
         OUT("            if (fast && qready) {\n");
-        OUT("              const int8_t *qr[%d]; const float *sr[%d]; const __m256i *lr[%d]; const int32_t *ur[%d];\n", mr,
-            mr, mr, mr);
+        OUT("              const int8_t *qr[%d]; const float *sr[%d]; const __m256i *lr[%d]; const int32_t *ur[%d];"
+            " const char *pr[%d];\n", mr, mr, mr, mr, mr);
         OUT("              for (int i = 0; i < %d; i++) { const int64_t mi = mm + i < m1 ? mm + i : m1 - 1;\n", mr);
-        OUT("                qr[i] = qa + mi * K; sr[i] = qs + mi * qch; lr[i] = ql8 + mi * qch; ur[i] = qsum + mi * qch; }\n");
-        OUT("              %s(qr, sr, lr, ur, wr, qch, res);\n            }\n", tn);
+        OUT("                qr[i] = qa + mi * K; sr[i] = qs + mi * qch; lr[i] = ql8 + mi * qch; ur[i] = qsum + mi * qch;\n");
+        OUT("                pr[i] = qp ? qp + mi * pst : NULL; }\n");
+        OUT("              %s(qr, sr, lr, ur, pr, wr, qch, res);\n            }\n", tn);
     } else {
         OUT("            if (fast) kct_%s_%dx%d_p%d(ar, wr, K / 32, K %% 32, res);\n", dt_tag(t), mr, nr, sc->pf);
     }
@@ -438,7 +446,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     if (amx_bf16) cg_emit_amx_bf16_pre(p, k, s, len, cap);
     int dot_i8 = 0;
     for (int b = 0; b < 2; b++) dot_i8 |= sched[b].form == SCH_FORM_DOT && sched[b].arith == SCH_ARITH_I8;
-    if (dot_i8) OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; int64_t dq_o = -1;\n");
+    if (dot_i8)
+        OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; char *dq_p = NULL;"
+            " int64_t dq_o = -1;\n");
     OUT("  for (int64_t w = lo; w < hi; w++) {\n");
     OUT("    int64_t o = w / ntiles;\n");
     OUT("    const int64_t n0 = (w %% ntiles) * nc, n1 = n0 + nc < N ? n0 + nc : N;\n");
@@ -454,6 +464,6 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     OUT("    }\n  }\n");
     if (packed_i8) cg_emit_packed_i8_post(s, len, cap);
     if (amx_bf16) cg_emit_amx_bf16_post(s, len, cap);
-    if (dot_i8) OUT("  free(dq_a); free(dq_s); free(dq_z); free(dq_l);\n");
+    if (dot_i8) OUT("  free(dq_a); free(dq_s); free(dq_z); free(dq_l); free(dq_p);\n");
     OUT("  return 0;\n}\n\n");
 }

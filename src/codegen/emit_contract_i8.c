@@ -75,6 +75,26 @@ static const char *i8_prelude =
     "    }\n"
     "  }\n"
     "}\n"
+    /* kcq_pairs: one quantised row's pairs of 32-element blocks as the q4_0 /
+     * q5_0 wide tile reads them, so that its loop does no permutes: per pair
+     * (192 bytes, 64-byte aligned) qa's 64 bytes with the qwords in the order
+     * 0 1 4 5 2 3 6 7, the lane sums in the same order shifted by zs and
+     * negated (the zero point's term), and the two scales spread to the
+     * lanes [s0 x4, s1 x4, s0 x4, s1 x4] */
+    "static KVNNI __attribute__((unused)) void kcq_pairs(const int8_t *qa, const float *sa, const __m256i *l8, int64_t nch,\n"
+    "    int zs, char *pp) {\n"
+    "  const __m512i ap = _mm512_set_epi64(7, 6, 3, 2, 5, 4, 1, 0);\n"
+    "  const __m512i sp = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);\n"
+    "  const __m128i sh = _mm_cvtsi32_si128(zs);\n"
+    "  for (int64_t c = 0; c + 2 <= nch; c += 2) {\n"
+    "    char *o = pp + 96 * c;\n"
+    "    _mm512_store_si512((void *)o, _mm512_permutexvar_epi64(ap, _mm512_loadu_si512((const void *)(qa + 32 * c))));\n"
+    "    _mm512_store_si512((void *)(o + 64), _mm512_sub_epi32(_mm512_setzero_si512(),\n"
+    "        _mm512_sll_epi32(_mm512_permutexvar_epi64(ap, _mm512_loadu_si512((const void *)&l8[c])), sh)));\n"
+    "    _mm512_store_ps((void *)(o + 128), _mm512_permutexvar_ps(sp,\n"
+    "        _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(sa + c))))));\n"
+    "  }\n"
+    "}\n"
     "KI float kci_h(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }\n"
     /* each: weights of chunk c as bytes, lane scales, zero point shift (log2), min term */
     "KI void kci_q8_0(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
@@ -182,6 +202,8 @@ static void emit_results(int mr, int nr, char **s, size_t *len, size_t *cap) {
 
 int cg_i8_group(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
 
+int cg_i8_pairs_shift(kiln_dtype t) { return t == KILN_Q4_0 || t == KILN_Q5_0 ? zero_shift(t) : -1; }
+
 /* q4_k, 128 elements at a time: two consecutive 32-byte runs of nibbles
  * (one 64-byte load) hold chunks 4q, 4q+2 in their low nibbles and 4q+1,
  * 4q+3 in their high ones, so one and / shift-and gives two zmm of weights;
@@ -202,7 +224,7 @@ int cg_i8_group(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 
 static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
     int mr = sc->mr, nr = sc->nr;
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
-        "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
+        "    const int32_t *const *qsum, const char *const *pp, const void *const *w, int64_t nch, float *res) {\n",
         name);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
@@ -293,7 +315,7 @@ static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, c
 static void emit_q6k_wide_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
     int mr = sc->mr, nr = sc->nr;
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
-        "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
+        "    const int32_t *const *qsum, const char *const *pp, const void *const *w, int64_t nch, float *res) {\n",
         name);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
@@ -391,13 +413,12 @@ static void emit_chunk256(kiln_dtype t, int mr, int nr, char **s, size_t *len, s
  * block pf ahead and the next tile's rows into L1, ~32 KiB ahead into L2. */
 static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, const char *name, char **s, size_t *len,
                                    size_t *cap) {
-    int mr = sc->mr, nr = sc->nr, zs = zero_shift(t), bb = bytes_per_32(t), nib = t != KILN_Q8_0;
+    int mr = sc->mr, nr = sc->nr, bb = bytes_per_32(t), nib = t != KILN_Q8_0;
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
-        "    const int32_t *const *qsum, const void *const *w, int64_t nch, float *res) {\n",
+        "    const int32_t *const *qsum, const char *const *pp, const void *const *w, int64_t nch, float *res) {\n",
         name);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) OUT("  __m512 z%d_%d = _mm512_setzero_ps(); __m256 c%d_%d = _mm256_setzero_ps(); float m%d_%d = 0.0f;\n", i, j, i, j, i, j);
-    OUT("  const __m512i ap = _mm512_set_epi64(7, 6, 3, 2, 5, 4, 1, 0);\n");
     OUT("  const __m512i sp = %s;\n",
         nib ? "_mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)"
             : "_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)");
@@ -438,12 +459,14 @@ static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, c
         }
     }
     for (int i = 0; i < mr; i++) {
-        OUT("    { const __m512 xs = _mm512_permutexvar_ps(sp, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(sa[%d] + c)))));\n", i);
         if (nib) {
-            OUT("      const __m512i x = _mm512_permutexvar_epi64(ap, _mm512_loadu_si512((const void *)(qa[%d] + 32 * c)));\n", i);
-            OUT("      const __m512i z = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_permutexvar_epi64(ap, _mm512_loadu_si512((const void *)&l8[%d][c])), %d));\n",
-                i, zs);
+            /* A's side of the pair, arranged once per call (kcq_pairs) */
+            OUT("    { const char *ap%d = pp[%d] + 96 * c;\n", i, i);
+            OUT("      const __m512 xs = _mm512_load_ps((const void *)(ap%d + 128));\n", i);
+            OUT("      const __m512i x = _mm512_load_si512((const void *)ap%d);\n", i);
+            OUT("      const __m512i z = _mm512_load_si512((const void *)(ap%d + 64));\n", i);
         } else {
+            OUT("    { const __m512 xs = _mm512_permutexvar_ps(sp, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(sa[%d] + c)))));\n", i);
             OUT("      const __m512i x = _mm512_loadu_si512((const void *)(qa[%d] + 32 * c));\n", i);
         }
         for (int j = 0; j < nr; j++) {
