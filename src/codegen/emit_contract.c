@@ -328,10 +328,11 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
          * (dq_*, declared before the item loop by cg_emit_contract_kernel_as,
          * freed after it): with ~8 items per thread, a
          * decode matvec of 1 MB quantised its one row 8 times over */
-        /* q4_0 / q5_0: also A's pairs of blocks as their wide tile reads
-         * them (kcq_pairs, 192 bytes a pair), so its loop does no permutes */
-        int pz = cg_i8_pairs_shift(t);
-        OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0, dgo = w / ntiles, pst = (qch / 2) * 192;\n");
+        /* q4_0, q5_0, q4_k: also A as their wide tile reads it (kcq_pairs,
+         * kcq_q4k: pp), so its loop does no permutes */
+        int prep = cg_i8_prep(t), pz = prep ? 0 : -1;
+        OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0, dgo = w / ntiles, pst = %s;\n",
+            prep == 1 ? "(qch / 2) * 192" : prep == 2 ? "((qch / 8) * 272 + 63) / 64 * 64" : "0");
         OUT("      if (qok && dq_o != dgo) {\n");
         OUT("        if (!dq_a) {\n");
         OUT("          dq_a = (int8_t *)malloc((size_t)(M * K) + 32);\n");
@@ -345,8 +346,11 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         OUT("          kcq_row(A + (");
         out_sym(p, c->a_base, s, len, cap);
         OUT("), K, %d, dq_a + mq * K, dq_s + mq * qch, dq_l + mq * qch, dq_z + mq * qch);\n", cg_i8_group(t));
-        if (pz >= 0)
-            OUT("          kcq_pairs(dq_a + mq * K, dq_s + mq * qch, dq_l + mq * qch, qch, %d, dq_p + mq * pst);\n", pz);
+        if (prep) {
+            OUT("          ");
+            cg_emit_i8_prep(t, "dq_a + mq * K", "dq_s + mq * qch", "dq_l + mq * qch", "dq_z + mq * qch", "qch",
+                            "dq_p + mq * pst", s, len, cap);
+        }
         OUT("        }\n");
         OUT("        dq_o = dgo;\n");
         OUT("      }\n");

@@ -95,6 +95,23 @@ static const char *i8_prelude =
     "        _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(sa + c))))));\n"
     "  }\n"
     "}\n"
+    /* kcq_q4k: one quantised row as the q4_k wide tile reads it: per
+     * super-block qa's 256 bytes with the middle 32-byte quarters of each
+     * 128 swapped (so its two 64-byte halves are what one vpmaddubsw pairs
+     * with the low and the high nibbles), then, after all of them, the
+     * chunks' sums of qa as 8 x int16 per super-block (64-byte aligned) */
+    "static KVNNI __attribute__((unused)) void kcq_q4k(const int8_t *qa, const int32_t *qsum, int64_t nch, char *pp) {\n"
+    "  const int64_t nsb = nch / 8;\n"
+    "  for (int64_t b = 0; b < nsb * 2; b++) {\n"
+    "    const int8_t *x = qa + 128 * b; char *o = pp + 128 * b;\n"
+    "    _mm256_store_si256((__m256i *)o, _mm256_loadu_si256((const __m256i *)x));\n"
+    "    _mm256_store_si256((__m256i *)(o + 32), _mm256_loadu_si256((const __m256i *)(x + 64)));\n"
+    "    _mm256_store_si256((__m256i *)(o + 64), _mm256_loadu_si256((const __m256i *)(x + 32)));\n"
+    "    _mm256_store_si256((__m256i *)(o + 96), _mm256_loadu_si256((const __m256i *)(x + 96)));\n"
+    "  }\n"
+    "  for (int64_t b = 0; b < nsb; b++)\n"
+    "    _mm_store_si128((__m128i *)(pp + 256 * nsb + 16 * b), _mm256_cvtepi32_epi16(_mm256_loadu_si256((const __m256i *)(qsum + 8 * b))));\n"
+    "}\n"
     "KI float kci_h(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }\n"
     /* each: weights of chunk c as bytes, lane scales, zero point shift (log2), min term */
     "KI void kci_q8_0(const void *row, int64_t c, __m256i *w, __m256 *ws, float *wm) {\n"
@@ -202,7 +219,16 @@ static void emit_results(int mr, int nr, char **s, size_t *len, size_t *cap) {
 
 int cg_i8_group(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
 
-int cg_i8_pairs_shift(kiln_dtype t) { return t == KILN_Q4_0 || t == KILN_Q5_0 ? zero_shift(t) : -1; }
+int cg_i8_prep(kiln_dtype t) {
+    if (t == KILN_Q4_0 || t == KILN_Q5_0) return 1;
+    return t == KILN_Q4_K ? 2 : 0;
+}
+
+void cg_emit_i8_prep(kiln_dtype t, const char *qa, const char *sa, const char *l8, const char *qsum, const char *nch,
+                     const char *out, char **s, size_t *len, size_t *cap) {
+    if (cg_i8_prep(t) == 1) OUT("kcq_pairs(%s, %s, %s, %s, %d, %s);\n", qa, sa, l8, nch, zero_shift(t), out);
+    else if (cg_i8_prep(t) == 2) OUT("kcq_q4k(%s, %s, %s, %s);\n", qa, qsum, nch, out);
+}
 
 /* q4_k, 128 elements at a time: two consecutive 32-byte runs of nibbles
  * (one 64-byte load) hold chunks 4q, 4q+2 in their low nibbles and 4q+1,
@@ -243,9 +269,12 @@ static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, c
     if (sc->pf > 0) emit_row_stride(KILN_Q4_K, nr, s, len, cap);
     OUT("  for (int64_t c0 = 0; c0 < nch; c0 += 8) {\n");
     OUT("    const int64_t sbk = c0 / 8;\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("    __m512 dx%d_%d;\n", i, j);
     for (int j = 0; j < nr; j++) {
         OUT("    const uint8_t *k%d = (const uint8_t *)w[%d] + 144 * sbk; __m512i S%d; __m128i M%d;\n", j, j, j, j);
-        OUT("    const float d%d = kci_h(k%d), n%d = -kci_h(k%d + 2);\n", j, j, j, j);
+        /* [d, dmin] in one conversion */
+        OUT("    uint32_t h%d; memcpy(&h%d, k%d, 4); const __m128 dd%d = _mm_cvtph_ps(_mm_cvtsi32_si128((int)h%d));\n", j, j, j, j, j);
         OUT("    { uint32_t u0, u1, u2; memcpy(&u0, k%d + 4, 4); memcpy(&u1, k%d + 8, 4); memcpy(&u2, k%d + 12, 4);\n", j, j, j);
         OUT("      const uint32_t sl = u0 & 0x3f3f3f3fu, sh = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);\n");
         OUT("      const uint32_t ml = u1 & 0x3f3f3f3fu, mh = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);\n");
@@ -254,11 +283,17 @@ static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, c
     }
     /* the minimum term, integer: sum over chunks of m * sum(qa) (<= 63 * 32 * 127 each) */
     for (int i = 0; i < mr; i++) {
-        OUT("    const float xs%d = sa[%d][c0];\n", i, i);
-        OUT("    { const __m128i qs = _mm256_cvtepi32_epi16(_mm256_loadu_si256((const __m256i *)(qsum[%d] + c0)));\n", i);
-        for (int j = 0; j < nr; j++)
-            OUT("      c%d_%d = _mm512_fmadd_ps(_mm512_zextps128_ps512(_mm_cvtepi32_ps(_mm_madd_epi16(M%d, qs))), _mm512_set1_ps(n%d * xs%d), c%d_%d);\n",
-                i, j, j, j, i, i, j);
+        /* A's side, arranged once per call (kcq_q4k): qa with the middle
+         * quarters of each 128 swapped, then the chunks' sums as int16 */
+        OUT("    const int8_t *xq%d = (const int8_t *)pp[%d] + 256 * sbk;\n", i, i);
+        OUT("    const __m128 xs%d = _mm_set1_ps(sa[%d][c0]);\n", i, i);
+        OUT("    { const __m128i qs = _mm_load_si128((const __m128i *)(pp[%d] + 256 * (nch / 8) + 16 * sbk));\n", i);
+        for (int j = 0; j < nr; j++) {
+            OUT("      const __m128 ds%d = _mm_mul_ps(dd%d, xs%d);\n", j, j, i);
+            OUT("      c%d_%d = _mm512_fnmadd_ps(_mm512_zextps128_ps512(_mm_cvtepi32_ps(_mm_madd_epi16(M%d, qs))),"
+                " _mm512_broadcastss_ps(_mm_movehdup_ps(ds%d)), c%d_%d);\n", i, j, j, j, i, j);
+            OUT("      dx%d_%d = _mm512_broadcastss_ps(ds%d);\n", i, j, j);
+        }
         OUT("    }\n");
     }
     for (int i = 0; i < mr; i++)
@@ -283,9 +318,8 @@ static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, c
             OUT("      const __m512i sl%d = _mm512_shuffle_epi8(S%d, ct%d0), sh%d = _mm512_shuffle_epi8(S%d, ct%d1);\n", j, j, q, j, j, q);
         }
         for (int i = 0; i < mr; i++) {
-            OUT("      { const int8_t *x = qa[%d] + 32 * (c0 + %d);\n", i, 4 * q);
-            OUT("        const __m512i xl = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x)), _mm256_loadu_si256((const __m256i *)(x + 64)), 1);\n");
-            OUT("        const __m512i xh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + 32))), _mm256_loadu_si256((const __m256i *)(x + 96)), 1);\n");
+            OUT("      { const __m512i xl = _mm512_load_si512((const void *)(xq%d + %d));\n", i, 128 * q);
+            OUT("        const __m512i xh = _mm512_load_si512((const void *)(xq%d + %d));\n", i, 128 * q + 64);
             for (int j = 0; j < nr; j++) {
                 OUT("        b%d_%d = _mm512_dpwssd_epi32(b%d_%d, _mm512_maddubs_epi16(lo%d, xl), sl%d);\n", i, j, i, j, j, j);
                 OUT("        b%d_%d = _mm512_dpwssd_epi32(b%d_%d, _mm512_maddubs_epi16(hi%d, xh), sh%d);\n", i, j, i, j, j, j);
@@ -296,8 +330,8 @@ static void emit_q4k_wide_tile(const sch_contract_sched *sc, const char *name, c
     }
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++)
-            OUT("    c%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b%d_%d), _mm512_set1_ps(d%d * xs%d), c%d_%d);\n", i, j, i, j, j, i, i, j);
-    OUT("  }\n  (void)l8;\n");
+            OUT("    c%d_%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b%d_%d), dx%d_%d, c%d_%d);\n", i, j, i, j, i, j, i, j);
+    OUT("  }\n  (void)l8; (void)qa; (void)qsum;\n");
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) OUT("  res[%d] = _mm512_reduce_add_ps(c%d_%d);\n", i * nr + j, i, j);
     OUT("}\n\n");
@@ -323,6 +357,8 @@ static void emit_q6k_wide_tile(const sch_contract_sched *sc, const char *name, c
     if (sc->pf > 0) emit_row_stride(KILN_Q6_K, nr, s, len, cap);
     OUT("  for (int64_t c0 = 0; c0 < nch; c0 += 8) {\n");
     OUT("    const int64_t sbk = c0 / 8;\n");
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) OUT("    __m512 dx%d_%d;\n", i, j);
     for (int j = 0; j < nr; j++) {
         OUT("    const uint8_t *k%d = (const uint8_t *)w[%d] + 210 * sbk;\n", j, j);
         OUT("    const __m512 sv%d = _mm512_mul_ps(_mm512_set1_ps(kci_h(k%d + 208)),"

@@ -13,9 +13,14 @@
 int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc);
 /* elements of A per quantisation scale for B dtype t (32; 256 for q4_k/q6_k) */
 int cg_i8_group(kiln_dtype t);
-/* for B dtypes whose wide tile reads A's pairs of blocks prepared by
- * kcq_pairs (q4_0, q5_0): the zero point's shift to pass it; else -1 */
-int cg_i8_pairs_shift(kiln_dtype t);
+/* whether the wide tile of B dtype t reads A prepared once per call (its
+ * `pp` argument): 0 no, 1 kcq_pairs (q4_0, q5_0: pairs of blocks, 192
+ * bytes a pair), 2 kcq_q4k (q4_k: 272 bytes a super-block) */
+int cg_i8_prep(kiln_dtype t);
+/* the statement preparing one quantised row (C expressions for its qa,
+ * scales, lane sums, sums, chunk count and the output) */
+void cg_emit_i8_prep(kiln_dtype t, const char *qa, const char *sa, const char *l8, const char *qsum, const char *nch,
+                     const char *out, char **s, size_t *len, size_t *cap);
 /* the A quantiser and the B unpackers, once per translation unit */
 void cg_emit_i8_prelude(char **s, size_t *len, size_t *cap);
 /* the tile function for (t, sc) and its name */
