@@ -423,10 +423,13 @@ void cg_gpu_emit_contract(gemitter *e, int32_t kid) {
 /* ---- the search's candidates ---------------------------------------------------- */
 
 /* the tile shapes searched: work-groups of 128 or 256 items, blocks from
- * 16 x 64 to 128 x 128, bk 8 to 32 (the first is the default) */
+ * 16 x 64 to 128 x 128, bk 8 to 32 (the first is the default), and two
+ * for matrix-vector products (decode: M of 1 to 4), where a block of 64
+ * rows would leave most items idle: one output per item, 1 x 256 and 4 x 64 */
 static const int tile_space[][5] = {
-    {64, 64, 16, 4, 4}, {32, 32, 16, 2, 2}, {64, 64, 8, 4, 4},  {128, 64, 8, 8, 4}, {64, 128, 8, 4, 8},
-    {32, 64, 16, 2, 4}, {16, 64, 32, 1, 4}, {128, 128, 8, 8, 8}, {32, 64, 32, 4, 4},
+    {64, 64, 16, 4, 4}, {32, 32, 16, 2, 2}, {64, 64, 8, 4, 4},   {128, 64, 8, 8, 4}, {64, 128, 8, 4, 8},
+    {32, 64, 16, 2, 4}, {16, 64, 32, 1, 4}, {128, 128, 8, 8, 8}, {32, 64, 32, 4, 4}, {1, 256, 16, 1, 1},
+    {4, 64, 16, 1, 1},
 };
 
 int cg_gpu_contract_space(int tensor_mma, cg_gpu_contract_sched *out, int cap) {

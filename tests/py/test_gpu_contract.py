@@ -235,6 +235,16 @@ def case_search_then_db(backend):
     with_db(go)
 
 
+def case_search_matvec(backend):
+    """M = 1 (decode): its own DB bucket, every candidate checked"""
+    def go(db):
+        meas = searched_linear(backend, 30.0, m=1, k=256, n=300)
+        recs = db_records(db)
+        if meas < 2 or len(recs) != 1 or 'bucket="gpu,m<=4,n=300,k=256,b=1"' not in recs[0]:
+            raise AssertionError("matrix-vector search: %d measured, DB %r" % (meas, recs))
+    with_db(go)
+
+
 def case_wrong_candidate_rejected(backend):
     def go(db):
         searched_linear(backend, 30.0)
@@ -259,7 +269,7 @@ def case_damaged_record_skipped(backend):
 
 
 TILES = [None, "form=tile bm=32 bn=16 bk=8 tm=2 tn=2", "form=tile bm=16 bn=64 bk=32 tm=1 tn=4",
-         "form=generic"]
+         "form=tile bm=1 bn=256 bk=16 tm=1 tn=1", "form=generic"]
 SHAPES = [(1, 64, 96), (7, 33, 70), (130, 100, 67)]
 
 
@@ -276,6 +286,7 @@ def tile_cases(backend):
            "GPU contraction schedule")
     S.case("%s_search_stores_then_db_is_used" % backend, case_search_then_db, backend)
     S.case("%s_search_rejects_wrong_candidate" % backend, case_wrong_candidate_rejected, backend)
+    S.case("%s_search_matvec" % backend, case_search_matvec, backend)
     S.case("%s_search_survives_damaged_record" % backend, case_damaged_record_skipped, backend)
 
 
