@@ -74,6 +74,8 @@ typedef struct cg_gpu_contract_sched {
     cg_gpu_cform form;
     cg_gpu_carith arith; /* MMA */
     int bm, bn, bk, tm, tn; /* TILE */
+    int vw; /* TILE: vector width of B and the accumulators (1 or 4: an item's tn columns
+               in groups of 4 adjacent ones, read from local memory as one float4) */
 } cg_gpu_contract_sched;
 
 #define CG_GPU_MMA_BM 64
@@ -82,10 +84,11 @@ typedef struct cg_gpu_contract_sched {
 
 /* the default: the tile form, 64 x 64 blocks of 4 x 4 per item, bk 16 */
 cg_gpu_contract_sched cg_gpu_contract_default(void);
-/* text form "form=tile bm=64 bn=64 bk=16 tm=4 tn=4", "form=mma arith=bf16",
- * "form=generic"; parse returns 0 and a reason in err on bad text or an
- * invalid tile (tm must divide bm, tn bn; 32 to 1024 work items of at most
- * 64 outputs each; at most 32 KiB of local memory) */
+/* text form "form=tile bm=64 bn=64 bk=16 tm=4 tn=4" (+ " vw=4"), "form=mma
+ * arith=bf16", "form=generic"; parse returns 0 and a reason in err on bad
+ * text or an invalid tile (tm must divide bm, tn bn; 32 to 1024 work items of
+ * at most 64 outputs each; at most 32 KiB of local memory; vw 1 or 4, and 4
+ * must divide tn) */
 void cg_gpu_contract_print(const cg_gpu_contract_sched *s, char *buf, size_t cap);
 int cg_gpu_contract_parse(const char *text, cg_gpu_contract_sched *s, char *err, size_t errcap);
 /* work items per group, output rows and columns per group of schedule s */

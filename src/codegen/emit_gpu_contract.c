@@ -35,6 +35,7 @@ cg_gpu_contract_sched cg_gpu_contract_default(void) {
     s.bm = s.bn = 64;
     s.bk = 16;
     s.tm = s.tn = 4;
+    s.vw = 1;
     return s;
 }
 
@@ -43,7 +44,8 @@ static const char *arith_names[] = {"bf16", "f16", "i8"};
 
 void cg_gpu_contract_print(const cg_gpu_contract_sched *s, char *buf, size_t cap) {
     if (s->form == CG_GPU_CF_TILE)
-        snprintf(buf, cap, "form=tile bm=%d bn=%d bk=%d tm=%d tn=%d", s->bm, s->bn, s->bk, s->tm, s->tn);
+        snprintf(buf, cap, "form=tile bm=%d bn=%d bk=%d tm=%d tn=%d%s", s->bm, s->bn, s->bk, s->tm, s->tn,
+                 s->vw == 4 ? " vw=4" : "");
     else if (s->form == CG_GPU_CF_MMA) snprintf(buf, cap, "form=mma arith=%s", arith_names[s->arith]);
     else snprintf(buf, cap, "form=generic");
 }
@@ -108,6 +110,7 @@ int cg_gpu_contract_parse(const char *text, cg_gpu_contract_sched *s, char *err,
             else if (klen == 2 && strncmp(q, "bk", 2) == 0) dst = &r.bk;
             else if (klen == 2 && strncmp(q, "tm", 2) == 0) dst = &r.tm;
             else if (klen == 2 && strncmp(q, "tn", 2) == 0) dst = &r.tn;
+            else if (klen == 2 && strncmp(q, "vw", 2) == 0) dst = &r.vw;
             char *end = NULL;
             long val = strtol(v, &end, 10);
             if (!dst || vlen == 0 || end != v + vlen || val < 1 || val > 1024) {
@@ -121,10 +124,12 @@ int cg_gpu_contract_parse(const char *text, cg_gpu_contract_sched *s, char *err,
     if (r.form == CG_GPU_CF_TILE) {
         int threads = r.bm % r.tm == 0 && r.bn % r.tn == 0 ? cg_gpu_contract_threads(&r) : 0;
         size_t local = (size_t)(r.bm + r.bn) * (size_t)r.bk * sizeof(float);
-        if (threads < 32 || threads > 1024 || r.tm * r.tn > 64 || r.bk > 64 || local > 32768) {
+        if (threads < 32 || threads > 1024 || r.tm * r.tn > 64 || r.bk > 64 || local > 32768 ||
+            (r.vw != 1 && r.vw != 4) || r.tn % r.vw != 0) {
             snprintf(err, errcap,
                      "GPU contraction schedule \"%s\": tm must divide bm and tn bn, with 32 to 1024 work items "
-                     "of at most 64 outputs, bk at most 64 and (bm + bn) * bk * 4 bytes at most 32 KiB",
+                     "of at most 64 outputs, bk at most 64, (bm + bn) * bk * 4 bytes at most 32 KiB, and vw 1 "
+                     "or 4 dividing tn",
                      text);
             return 0;
         }
@@ -234,28 +239,47 @@ static void emit_tile_kernel(gemitter *e, int32_t kid, const cg_gpu_contract_sch
     OUT("  KLOCAL float ta[%d][%d];\n  KLOCAL float tb[%d][%d];\n", bk, bm, bk, bn);
     cg_gpu_emit_setup(e, kid);
     emit_block_origin(e, k, &c, bm, bn);
+    int vw = s->vw == 4 ? 4 : 1, ng = tn / vw; /* ng column groups of vw per item */
     OUT("  const int tx = lid %% %d, ty = lid / %d;\n", tx, tx);
-    OUT("  float acc[%d];\n  for (int q = 0; q < %d; q++) acc[q] = 0.0f;\n", tm * tn, tm * tn);
+    if (vw == 4) OUT("  kf4 acc[%d];\n  for (int q = 0; q < %d; q++) acc[q] = KF4_ZERO;\n", tm * ng, tm * ng);
+    else OUT("  float acc[%d];\n  for (int q = 0; q < %d; q++) acc[q] = 0.0f;\n", tm * tn, tm * tn);
     OUT("  for (i64 k0 = 0; k0 < rn; k0 += %d) {\n", bk);
     emit_tile_load(e, &c, 0, bm, bk, threads, "ta[kk][row] = val;");
     emit_tile_load(e, &c, 1, bn, bk, threads, "tb[kk][row] = val;");
     OUT("    KBARRIER;\n");
     OUT("    for (int kk = 0; kk < %d; kk++) {\n", bk);
-    OUT("      float av[%d], bv[%d];\n", tm, tn);
+    OUT("      float av[%d];\n", tm);
     OUT("      for (int q = 0; q < %d; q++) av[q] = ta[kk][ty + q * %d];\n", tm, ty);
-    OUT("      for (int q = 0; q < %d; q++) bv[q] = tb[kk][tx + q * %d];\n", tn, tx);
-    OUT("      for (int q = 0; q < %d; q++)\n", tm);
-    OUT("        for (int j = 0; j < %d; j++) acc[q * %d + j] += av[q] * bv[j];\n", tn, tn);
+    if (vw == 4) {
+        /* group g: columns 4 (tx + g tx-count) .. + 3, one float4 of tb */
+        OUT("      kf4 bv[%d];\n", ng);
+        OUT("      for (int g = 0; g < %d; g++) bv[g] = KF4_LOAD(&tb[kk][4 * (tx + g * %d)]);\n", ng, tx);
+        OUT("      for (int q = 0; q < %d; q++)\n", tm);
+        OUT("        for (int g = 0; g < %d; g++) acc[q * %d + g] = KF4_MADD(acc[q * %d + g], av[q], bv[g]);\n", ng, ng,
+            ng);
+    } else {
+        OUT("      float bv[%d];\n", tn);
+        OUT("      for (int q = 0; q < %d; q++) bv[q] = tb[kk][tx + q * %d];\n", tn, tx);
+        OUT("      for (int q = 0; q < %d; q++)\n", tm);
+        OUT("        for (int j = 0; j < %d; j++) acc[q * %d + j] += av[q] * bv[j];\n", tn, tn);
+    }
     OUT("    }\n");
     OUT("    KBARRIER;\n");
     OUT("  }\n");
     OUT("  for (int q = 0; q < %d; q++)\n", tm);
     OUT("    for (int j = 0; j < %d; j++)\n", tn);
-    char mexpr[64], nexpr[64], val[32];
+    char mexpr[64], nexpr[96], val[256];
     snprintf(mexpr, sizeof mexpr, "m0 + ty + q * %d", ty);
-    snprintf(nexpr, sizeof nexpr, "n0 + tx + j * %d", tx);
-    /* wrong: a deliberately broken candidate (the search's own test) */
-    snprintf(val, sizeof val, wrong ? "acc[q * %d + j] + 1.0f" : "acc[q * %d + j]", tn);
+    if (vw == 4) {
+        snprintf(nexpr, sizeof nexpr, "n0 + 4 * (tx + (j / 4) * %d) + (j %% 4)", tx);
+        snprintf(val, sizeof val, "%s((j %% 4) == 0 ? acc[q * %d + j / 4].x : (j %% 4) == 1 ? acc[q * %d + j / 4].y : "
+                 "(j %% 4) == 2 ? acc[q * %d + j / 4].z : acc[q * %d + j / 4].w)%s", wrong ? "(" : "", ng, ng, ng, ng,
+                 wrong ? " + 1.0f)" : "");
+    } else {
+        snprintf(nexpr, sizeof nexpr, "n0 + tx + j * %d", tx);
+        /* wrong: a deliberately broken candidate (the search's own test) */
+        snprintf(val, sizeof val, wrong ? "acc[q * %d + j] + 1.0f" : "acc[q * %d + j]", tn);
+    }
     emit_store(e, k, &c, mexpr, nexpr, val, 6);
     OUT("  if (kbad) kerr[%d] = 1;\n}\n\n", kid);
 }
@@ -423,13 +447,15 @@ void cg_gpu_emit_contract(gemitter *e, int32_t kid) {
 /* ---- the search's candidates ---------------------------------------------------- */
 
 /* the tile shapes searched: work-groups of 128 or 256 items, blocks from
- * 16 x 64 to 128 x 128, bk 8 to 32 (the first is the default), and two
- * for matrix-vector products (decode: M of 1 to 4), where a block of 64
- * rows would leave most items idle: one output per item, 1 x 256 and 4 x 64 */
-static const int tile_space[][5] = {
-    {64, 64, 16, 4, 4}, {32, 32, 16, 2, 2}, {64, 64, 8, 4, 4},   {128, 64, 8, 8, 4}, {64, 128, 8, 4, 8},
-    {32, 64, 16, 2, 4}, {16, 64, 32, 1, 4}, {128, 128, 8, 8, 8}, {32, 64, 32, 4, 4}, {1, 256, 16, 1, 1},
-    {4, 64, 16, 1, 1},
+ * 16 x 64 to 128 x 128, bk 8 to 32 (the first is the default), two for
+ * matrix-vector products (decode: M of 1 to 4), where a block of 64 rows
+ * would leave most items idle: one output per item, 1 x 256 and 4 x 64, and
+ * three with vector width 4 */
+static const int tile_space[][6] = {
+    {64, 64, 16, 4, 4, 1},  {32, 32, 16, 2, 2, 1}, {64, 64, 8, 4, 4, 1},   {128, 64, 8, 8, 4, 1},
+    {64, 128, 8, 4, 8, 1},  {32, 64, 16, 2, 4, 1}, {16, 64, 32, 1, 4, 1},  {128, 128, 8, 8, 8, 1},
+    {32, 64, 32, 4, 4, 1},  {1, 256, 16, 1, 1, 1}, {4, 64, 16, 1, 1, 1},   {64, 64, 16, 4, 4, 4},
+    {64, 128, 8, 4, 8, 4},  {128, 128, 8, 8, 8, 4},
 };
 
 int cg_gpu_contract_space(int tensor_mma, cg_gpu_contract_sched *out, int cap) {
@@ -442,6 +468,7 @@ int cg_gpu_contract_space(int tensor_mma, cg_gpu_contract_sched *out, int cap) {
             s.bk = tile_space[i][2];
             s.tm = tile_space[i][3];
             s.tn = tile_space[i][4];
+            s.vw = tile_space[i][5];
             out[n] = s;
         }
         n++;

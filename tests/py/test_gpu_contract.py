@@ -261,7 +261,10 @@ def case_damaged_record_skipped(backend):
     def go(db):
         searched_linear(backend, 30.0)
         text = open(db, encoding="utf-8").read()
-        open(db, "w", encoding="utf-8").write(text.replace("sched=\"form=tile", "sched=\"form=tilx"))
+        damaged = text.replace("sched=\"form=", "sched=\"forx=")
+        if damaged == text:
+            raise AssertionError("no record to damage: %r" % text)
+        open(db, "w", encoding="utf-8").write(damaged)
         meas = searched_linear(backend, 0.0)  # no budget: default schedule, no crash
         if meas != 0:
             raise AssertionError("measured %d candidates without a budget" % meas)
@@ -269,7 +272,8 @@ def case_damaged_record_skipped(backend):
 
 
 TILES = [None, "form=tile bm=32 bn=16 bk=8 tm=2 tn=2", "form=tile bm=16 bn=64 bk=32 tm=1 tn=4",
-         "form=tile bm=1 bn=256 bk=16 tm=1 tn=1", "form=generic"]
+         "form=tile bm=1 bn=256 bk=16 tm=1 tn=1", "form=tile bm=64 bn=64 bk=16 tm=4 tn=4 vw=4",
+         "form=tile bm=32 bn=128 bk=8 tm=2 tn=8 vw=4", "form=generic"]
 SHAPES = [(1, 64, 96), (7, 33, 70), (130, 100, 67)]
 
 
@@ -283,6 +287,8 @@ def tile_cases(backend):
     S.case("%s_refuses_bad_schedule" % backend, case_refused, backend, "form=tile bm=99",
            "GPU contraction schedule")
     S.case("%s_refuses_unknown_key" % backend, case_refused, backend, "form=tile warp=4",
+           "GPU contraction schedule")
+    S.case("%s_refuses_vw_not_dividing_tn" % backend, case_refused, backend, "form=tile tm=4 tn=2 bn=32 vw=4",
            "GPU contraction schedule")
     S.case("%s_search_stores_then_db_is_used" % backend, case_search_then_db, backend)
     S.case("%s_search_rejects_wrong_candidate" % backend, case_wrong_candidate_rejected, backend)
@@ -301,6 +307,35 @@ def mma_cases():
         S.case("cuda_mma_%s_batched" % arith, case_batched, "cuda", sched, rel, 3, 17, 40, 23)
         S.case("cuda_mma_%s_linear_q8_0" % arith, case_linear_q8_0, "cuda", sched, rel, 5, 64, 48)
 
+
+def case_nvrtc_compiles(sched):
+    """without a device: the CUDA program under a forced tile schedule is
+    accepted by NVRTC for sm_80 and sm_90 (test_backend_cuda.py covers the
+    default tile and the mma entry points of every contraction)"""
+    env = {"KILN_GPU_EMIT_ONLY": "1", "KILN_CUDA_ARCHS": "sm_80,sm_90"}
+    old = {v: os.environ.get(v) for v in env}
+    os.environ.update(env)
+    try:
+        g = K.Graph()
+        x = g.input("x", K.F32, "seq,96")
+        w = g.input("w", K.Q8_0, "80,96")
+        g.output(g.linear(x, w), "y")
+        with_schedule(sched, lambda: g.compile(backend="cuda").free())
+    finally:
+        for v, val in old.items():
+            if val is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = val
+
+
+_raw.rt_cuda_nvrtc_version.restype = ctypes.c_char_p
+if _raw.rt_cuda_nvrtc_version():
+    for sched in ("form=tile bm=64 bn=64 bk=16 tm=4 tn=4 vw=4", "form=tile bm=1 bn=256 bk=16 tm=1 tn=1",
+                  "form=tile bm=128 bn=128 bk=8 tm=8 tn=8 vw=4"):
+        S.case("nvrtc_" + sched.replace("form=", "").replace(" ", "_").replace("=", ""), case_nvrtc_compiles, sched)
+else:
+    print("SKIP test_gpu_contract NVRTC checks: libnvrtc cannot be loaded")
 
 ran = False
 for be in ("opencl", "cuda"):
