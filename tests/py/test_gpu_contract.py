@@ -20,6 +20,7 @@ fingerprint; a second compile uses the record with zero measurements; a
 candidate made wrong on purpose (KILN_TUNE_INJECT_WRONG) is counted as
 rejected and never wins; a damaged record is skipped, not trusted.
 """
+import contextlib
 import ctypes
 import os
 import re
@@ -72,19 +73,29 @@ def q8_0_bytes(w):
     return np.ascontiguousarray(raw.reshape(n, k // 32 * 34)), (q.astype(np.float64) * df).reshape(n, k)
 
 
-def with_schedule(sched, fn):
-    old = os.environ.get("KILN_GPU_CONTRACT")
-    if sched is None:
-        os.environ.pop("KILN_GPU_CONTRACT", None)
-    else:
-        os.environ["KILN_GPU_CONTRACT"] = sched
+@contextlib.contextmanager
+def env(**values):
+    """set (or, with None, unset) environment variables for the block, then
+    put back what was there"""
+    old = {v: os.environ.get(v) for v in values}
     try:
-        return fn()
+        for v, val in values.items():
+            if val is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = val
+        yield
     finally:
-        if old is None:
-            os.environ.pop("KILN_GPU_CONTRACT", None)
-        else:
-            os.environ["KILN_GPU_CONTRACT"] = old
+        for v, val in old.items():
+            if val is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = val
+
+
+def with_schedule(sched, fn):
+    with env(KILN_GPU_CONTRACT=sched):
+        return fn()
 
 
 def run_on(backend, g, name):
@@ -200,23 +211,10 @@ def searched_linear(backend, budget, m=96, k=128, n=80):
 
 
 def with_db(fn, inject=None):
-    old = {v: os.environ.get(v) for v in ("KILN_TUNEDB", "KILN_TUNE_INJECT_WRONG", "KILN_GPU_CONTRACT")}
     with tempfile.TemporaryDirectory() as d:
         db = os.path.join(d, "tune.db")
-        os.environ["KILN_TUNEDB"] = db
-        os.environ.pop("KILN_GPU_CONTRACT", None)
-        if inject:
-            os.environ["KILN_TUNE_INJECT_WRONG"] = inject
-        else:
-            os.environ.pop("KILN_TUNE_INJECT_WRONG", None)
-        try:
+        with env(KILN_TUNEDB=db, KILN_TUNE_INJECT_WRONG=inject, KILN_GPU_CONTRACT=None):
             fn(db)
-        finally:
-            for v, val in old.items():
-                if val is None:
-                    os.environ.pop(v, None)
-                else:
-                    os.environ[v] = val
 
 
 def case_search_then_db(backend):
@@ -312,21 +310,12 @@ def case_nvrtc_compiles(sched):
     """without a device: the CUDA program under a forced tile schedule is
     accepted by NVRTC for sm_80 and sm_90 (test_backend_cuda.py covers the
     default tile and the mma entry points of every contraction)"""
-    env = {"KILN_GPU_EMIT_ONLY": "1", "KILN_CUDA_ARCHS": "sm_80,sm_90"}
-    old = {v: os.environ.get(v) for v in env}
-    os.environ.update(env)
-    try:
+    with env(KILN_GPU_EMIT_ONLY="1", KILN_CUDA_ARCHS="sm_80,sm_90", KILN_GPU_CONTRACT=sched):
         g = K.Graph()
         x = g.input("x", K.F32, "seq,96")
         w = g.input("w", K.Q8_0, "80,96")
         g.output(g.linear(x, w), "y")
-        with_schedule(sched, lambda: g.compile(backend="cuda").free())
-    finally:
-        for v, val in old.items():
-            if val is None:
-                os.environ.pop(v, None)
-            else:
-                os.environ[v] = val
+        g.compile(backend="cuda").free()
 
 
 _raw.rt_cuda_nvrtc_version.restype = ctypes.c_char_p
