@@ -330,7 +330,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
          * decode matvec of 1 MB quantised its one row 8 times over */
         /* q4_0, q5_0, q4_k: also A as their wide tile reads it (kcq_pairs,
          * kcq_q4k: pp), so its loop does no permutes */
-        int prep = cg_i8_prep(t), pz = prep ? 0 : -1;
+        int prep = cg_i8_prep(t);
         OUT("      const int64_t qch = K / 32, qok = K %% 32 == 0, dgo = w / ntiles, pst = %s;\n",
             prep == 1 ? "(qch / 2) * 192" : prep == 2 ? "((qch / 8) * 272 + 63) / 64 * 64" : "0");
         OUT("      if (qok && dq_o != dgo) {\n");
@@ -339,9 +339,9 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         OUT("          dq_s = (float *)malloc((size_t)(M * qch + 1) * sizeof(float));\n");
         OUT("          dq_z = (int32_t *)malloc((size_t)(M * qch + 1) * sizeof(int32_t));\n");
         OUT("          dq_l = (__m256i *)aligned_alloc(32, (size_t)(M * qch + 1) * 32);\n");
-        if (pz >= 0) OUT("          dq_p = (char *)aligned_alloc(64, (size_t)(M * pst + 64));\n");
+        if (prep) OUT("          dq_p = (char *)aligned_alloc(64, (size_t)(M * pst + 64));\n");
         OUT("        }\n");
-        OUT("        for (int64_t mq = 0; dq_a && dq_s && dq_z && dq_l && %s && mq < M; mq++) {\n", pz >= 0 ? "dq_p" : "1");
+        OUT("        for (int64_t mq = 0; dq_a && dq_s && dq_z && dq_l && %s && mq < M; mq++) {\n", prep ? "dq_p" : "1");
         if (c->mdim >= 0) OUT("          const int64_t i%d = mq;\n", c->mdim);
         OUT("          kcq_row(A + (");
         out_sym(p, c->a_base, s, len, cap);
@@ -355,7 +355,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         OUT("        dq_o = dgo;\n");
         OUT("      }\n");
         OUT("      int8_t *qa = dq_a; float *qs = dq_s; int32_t *qsum = dq_z; __m256i *ql8 = dq_l; char *qp = dq_p;\n");
-        OUT("      const int qready = qok && qa && qs && qsum && ql8 && %s;\n", pz >= 0 ? "qp" : "1");
+        OUT("      const int qready = qok && qa && qs && qsum && ql8 && %s;\n", prep ? "qp" : "1");
     }
     OUT("      for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("        const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);

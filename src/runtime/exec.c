@@ -740,13 +740,6 @@ static void apply_tuning_db(kiln_program *p) {
     }
 }
 
-static void utc_date(char *buf, size_t cap) {
-    time_t t = time(NULL);
-    struct tm tmv;
-    gmtime_r(&t, &tmv);
-    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-}
-
 /* search kernel k's schedule for this bucket now, on this run's buffers;
  * the winner runs this launch and every kernel with the same key and
  * bucket takes its schedule (emitted into the program after the run) */
@@ -804,17 +797,12 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
                 (int)k, res.best_s * 1e6, sched, res.base_s * 1e6, res.tried, res.rejected, res.spearman,
                 res.nmeasured, res.seconds);
     sch_tune_record r;
-    memset(&r, 0, sizeof r);
-    snprintf(r.fingerprint, sizeof r.fingerprint, "%s", p->fingerprint ? p->fingerprint : "");
-    snprintf(r.key, sizeof r.key, "%s", K->contract->key);
-    snprintf(r.bucket, sizeof r.bucket, "%s", bucket_text);
+    sch_tune_record_new(&r, p->fingerprint, K->contract->key, bucket_text);
     snprintf(r.schedule, sizeof r.schedule, "%s", sched);
     r.best_s = res.best_s;
     r.base_s = res.base_s;
     r.tried = res.tried;
     r.rejected = res.rejected;
-    utc_date(r.date, sizeof r.date);
-    r.ir_version = KILN_IR_VERSION;
     if (sch_tunedb_store(&r, err, sizeof err) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", err);
     /* every kernel of the same key and shape takes the winner */
     for (int32_t j = 0; j < p->sp.nkernels; j++) {

@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -317,13 +316,6 @@ void rt_gpu_program_set_search(rt_gpu_program *gp, double budget_s, int inject_w
 
 int rt_gpu_program_measurements(const rt_gpu_program *gp) { return gp ? gp->measurements : 0; }
 
-static void utc_now(char *buf, size_t cap) {
-    time_t t = time(NULL);
-    struct tm tmv;
-    gmtime_r(&t, &tmv);
-    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-}
-
 /* the tuning DB's bucket of a contraction on a GPU */
 static void gpu_bucket(int64_t m, int64_t n, int64_t rn, int64_t nbatch, char *buf, size_t cap) {
     snprintf(buf, cap, "gpu,%s,n=%lld,k=%lld,b=%lld", m > SCH_SMALL_M ? "m>4" : "m<=4", (long long)n,
@@ -361,7 +353,6 @@ static kiln_status decide_contract(rt_gpu_program *gp, const sch_program *sp, in
         kiln_status s = gp->ops->build(gp->dev, src, &ch->prog, err, errcap);
         free(src);
         if (s != KILN_OK) return s;
-        ch->s = sc;
         cg_gpu_contract_variant_name(k, 0, ch->name, sizeof ch->name);
         return KILN_OK;
     }
@@ -413,24 +404,18 @@ static kiln_status decide_contract(rt_gpu_program *gp, const sch_program *sp, in
     ch->s = r.winner;
     ch->prog = r.prog;
     snprintf(ch->name, sizeof ch->name, "%s", r.name);
-    memset(&rec, 0, sizeof rec);
-    snprintf(rec.fingerprint, sizeof rec.fingerprint, "%s", gp->device_name);
-    snprintf(rec.key, sizeof rec.key, "%s", K->contract->key);
-    snprintf(rec.bucket, sizeof rec.bucket, "%s", bucket);
+    sch_tune_record_new(&rec, gp->device_name, K->contract->key, bucket);
     cg_gpu_contract_print(&r.winner, rec.schedule, sizeof rec.schedule);
     rec.best_s = r.best_s;
     rec.base_s = r.base_s;
     rec.tried = r.tried;
     rec.rejected = r.rejected;
-    utc_now(rec.date, sizeof rec.date);
-    rec.ir_version = KILN_IR_VERSION;
     if (show)
         fprintf(stderr, "kiln tune: %s kernel %d: best %.1f us (%s), generic %.1f us, %d tried, %d rejected\n",
                 gp->ops->name, (int)k, r.best_s * 1e6, rec.schedule, r.base_s * 1e6, r.tried, r.rejected);
     char derr[512];
     if (sch_tunedb_store(&rec, derr, sizeof derr) != KILN_OK)
         fprintf(stderr, "kiln tune: could not save the result: %s\n", derr);
-    (void)errcap;
     return KILN_OK;
 }
 

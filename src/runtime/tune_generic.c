@@ -214,13 +214,6 @@ static int outputs_match(kiln_dtype t, const void *ref, const void *got, int64_t
     return 1;
 }
 
-static void utc_now(char *buf, size_t cap) {
-    time_t t = time(NULL);
-    struct tm tmv;
-    gmtime_r(&t, &tmv);
-    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-}
-
 /* every tunable kernel with k's key and bucket takes schedule s */
 static int settle_all(rt_gtune_state *st, const rt_gtune_job *job, const char *bucket, const sch_generic_sched *s) {
     int changed = 0;
@@ -414,17 +407,12 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     res->seconds = now_s() - t_start;
 
     sch_tune_record r;
-    memset(&r, 0, sizeof r);
-    snprintf(r.fingerprint, sizeof r.fingerprint, "%s", fp);
-    snprintf(r.key, sizeof r.key, "%s", st->key[k]);
-    snprintf(r.bucket, sizeof r.bucket, "%s", bucket);
+    sch_tune_record_new(&r, fp, st->key[k], bucket);
     sch_generic_sched_print(&cands[win], r.schedule, sizeof r.schedule);
     r.best_s = res->best_s;
     r.base_s = res->base_s;
     r.tried = res->tried;
     r.rejected = res->rejected;
-    utc_now(r.date, sizeof r.date);
-    r.ir_version = KILN_IR_VERSION;
     char e2[512];
     if (sch_tunedb_store(&r, e2, sizeof e2) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", e2);
     if (getenv("KILN_TUNE_VERBOSE"))

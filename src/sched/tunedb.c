@@ -50,6 +50,7 @@
  *   "<db>.damaged", so nothing is silently lost.
  */
 #include "tunedb.h"
+#include "loop.h" /* KILN_IR_VERSION */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -474,6 +475,17 @@ static void path_into(char *buf, size_t cap) {
         return;
     }
     buf[0] = 0;
+}
+
+void sch_tune_record_new(sch_tune_record *r, const char *fingerprint, const char *key, const char *bucket) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->fingerprint, sizeof r->fingerprint, "%s", fingerprint ? fingerprint : "");
+    snprintf(r->key, sizeof r->key, "%s", key);
+    snprintf(r->bucket, sizeof r->bucket, "%s", bucket);
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    r->ir_version = KILN_IR_VERSION;
 }
 
 const char *sch_tunedb_path(void) {

@@ -34,6 +34,10 @@ typedef struct sch_tune_record {
     int ir_version;                  /* kiln IR version the key was made with */
 } sch_tune_record;
 
+/* r zeroed, then its identity (fingerprint, kernel key, bucket), today's
+ * date (UTC) and the IR version filled in: what every searcher does before
+ * setting the schedule and the times */
+void sch_tune_record_new(sch_tune_record *r, const char *fingerprint, const char *key, const char *bucket);
 /* the DB path in use (static storage, recomputed from the environment each call) */
 const char *sch_tunedb_path(void);
 
