@@ -2,8 +2,11 @@
  *
  * For a kernel annotated by contract.c (out[.., m, .., n, ..] = sum over r of
  * A[a_base + r] * B[b_base + r]) it emits kiln_k<id> with the usual kernel
- * ABI. Work items are (batch point, run of nc rows of B): the thread pool
- * splits B's rows, and every item does all M rows of A for its B rows, in
+ * ABI. Work items are (batch point, run of B rows): chunk is the number of
+ * runs per batch point, each run whole strips of the schedule's nr rows and
+ * the runs within one strip of each other (contract.h: sch_contract_runs);
+ * the thread pool splits the items, and every item does all M rows of A for
+ * its B rows, in
  * blocks of mc rows (A's block stays in L2 while B's rows stream by). The
  * inner step is an mr x nr register tile computed by a tile function
  * kct_<dtype>_<mr>x<nr>: per 32-element chunk of r, each of the nr B rows is
@@ -439,8 +442,11 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     if (c->mdim >= 0) OUT("  const int64_t M = d%d;\n", c->mdim);
     else OUT("  const int64_t M = 1;\n");
     OUT("  const int64_t N = d%d;\n", c->ndim);
-    OUT("  const int64_t nc = chunk > 0 ? chunk : (N > 0 ? N : 1);\n");
-    OUT("  const int64_t ntiles = (N + nc - 1) / nc > 0 ? (N + nc - 1) / nc : 1;\n");
+    /* items: each batch point's N B rows in ntiles = chunk runs of whole
+     * strips of the bucket's nr rows (contract.h: sch_contract_runs) */
+    OUT("  const int64_t ntiles = chunk > 0 ? chunk : 1;\n");
+    OUT("  const int64_t snr = M <= %d ? %d : %d, nstrips = (N + snr - 1) / snr;\n", SCH_SMALL_M,
+        sched[0].nr > 0 ? sched[0].nr : 1, sched[1].nr > 0 ? sched[1].nr : 1);
     int packed_i8 = 0;
     for (int b = 0; b < 2; b++)
         packed_i8 |= (sched[b].form == SCH_FORM_PACKED || sched[b].form == SCH_FORM_AMX) && sched[b].arith == SCH_ARITH_I8;
@@ -455,7 +461,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
             " int64_t dq_o = -1;\n");
     OUT("  for (int64_t w = lo; w < hi; w++) {\n");
     OUT("    int64_t o = w / ntiles;\n");
-    OUT("    const int64_t n0 = (w %% ntiles) * nc, n1 = n0 + nc < N ? n0 + nc : N;\n");
+    OUT("    const int64_t s0 = nstrips * (w %% ntiles) / ntiles, s1 = nstrips * (w %% ntiles + 1) / ntiles;\n");
+    OUT("    const int64_t n0 = snr * s0, n1 = snr * s1 < N ? snr * s1 : N;\n");
+    OUT("    if (n1 <= n0) continue;\n");
     for (int d = k->ndim - 1; d >= 0; d--) {
         if (d == c->mdim || d == c->ndim) continue;
         OUT("    const int64_t i%d = o %% d%d; o /= d%d;\n", d, d, d);

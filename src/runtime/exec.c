@@ -869,8 +869,8 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
         if (won) fn = won;
     }
     const sch_contract_sched *sc = &c->sched[bucket];
-    int64_t chunk = sch_contract_chunk(sc, n, nbatch, nthreads);
-    int64_t items = nbatch * ((n + chunk - 1) / chunk);
+    int64_t chunk = sch_contract_runs(sc, n, nbatch, nthreads); /* runs per batch point */
+    int64_t items = nbatch * chunk;
     int serial = nthreads <= 1 || nbatch * m * n * (rn > 0 ? rn : 1) < 32768;
     double t0 = p->prof ? mono_s() : 0;
     int64_t flags = 0, r = 0;

@@ -21,8 +21,18 @@ sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype);
  * K (c->b_kstride), which only the packed form reads */
 sch_contract_sched sch_contract_default_of(const sch_contract *c, int large_m, kiln_dtype b_dtype);
 
-/* B rows per work item for n rows and nbatch batch points on nthreads */
-int64_t sch_contract_chunk(const sch_contract_sched *s, int64_t n, int64_t nbatch, int nthreads);
+/* Work items of a contraction kernel: each batch point's n B rows (output
+ * columns) are cut into q runs of whole nr-row strips (nr: the schedule's),
+ * run t holding strips [S t / q, S (t + 1) / q) of the S = ceil(n / nr);
+ * the kernel is launched over nbatch * q items with chunk = q.
+ * sch_contract_runs: q for schedule s (its nc when set: runs of at most nc
+ * rows; else chosen so the busiest of nthreads has the fewest strips).
+ * sch_contract_busiest: the most strips one of nthreads gets when the items
+ * are dealt out as the thread pool does (contiguous, equal counts).
+ * sch_contract_run_rows: the widest run's rows. */
+int64_t sch_contract_runs(const sch_contract_sched *s, int64_t n, int64_t nbatch, int nthreads);
+int64_t sch_contract_busiest(int64_t n, int64_t nr, int64_t nbatch, int64_t q, int nthreads);
+int64_t sch_contract_run_rows(int64_t n, int64_t nr, int64_t q);
 
 /* readable schedule text ("mr=4 nr=4 nc=0 mc=64 arith=f32") and back (1: ok) */
 void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap);

@@ -73,6 +73,15 @@ static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; 
  *    fit L2, else once; the balance term as for the dot form.
  *  - int8 arithmetic: a vpdpbusd per 4 k in an FMA slot, a byte strip, the
  *    per-32 rescale of every accumulator, A's quantisation on every thread. */
+/* the share of the ideal split the busiest thread gets: the strips of all
+ * items over (threads used x the busiest thread's strips), 1 when even */
+static double run_balance(const sch_contract_shape *sh, const sch_contract_sched *s, int64_t runs, int nt) {
+    int64_t items = sh->nbatch * runs, used = items < nt ? items : nt;
+    int64_t most = sch_contract_busiest(sh->n, s->nr > 0 ? s->nr : 1, sh->nbatch, runs, nt);
+    int64_t nr = s->nr > 0 ? s->nr : 1, strips = (sh->n + nr - 1) / nr;
+    return most > 0 && used > 0 ? (double)(strips * sh->nbatch) / (double)(used * most) : 1.0;
+}
+
 static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
     int nt = sh->nthreads > 0 ? sh->nthreads : 1;
     int nv = s->nr / 16 > 0 ? s->nr / 16 : 1;
@@ -105,8 +114,8 @@ static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, c
     double fma_rate = mc->fma_gflops * 1e9 / 32.0;
     double compute = (fma + (other + pack) / 2.0) / fma_rate;
 
-    int64_t chunk = sch_contract_chunk(s, sh->n, sh->nbatch, nt);
-    int64_t items = sh->nbatch * cdiv(sh->n, chunk);
+    int64_t runs = sch_contract_runs(s, sh->n, sh->nbatch, nt);
+    int64_t items = sh->nbatch * runs;
     double b_row = (double)kiln_dtype_bytes(sh->b_dtype, sh->k);
     if (b_row <= 0) b_row = 4.0 * (double)sh->k;
     double bytes = b_row * (double)sh->n * (double)sh->nbatch;
@@ -114,9 +123,8 @@ static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, c
     bytes += a_bytes > mc->l2_bytes ? a_bytes * (double)items / (double)sh->nbatch : a_bytes;
     double memory = bytes / ((nt > 1 ? mc->bwn_gbs : mc->bw1_gbs) * 1e9);
 
-    int64_t per_thread = cdiv(items, nt);
-    double balance = items > 0 ? (double)items / (double)(per_thread * nt) : 1.0;
     double used = (double)(items < nt ? items : nt);
+    double balance = run_balance(sh, s, runs, nt);
     double par_compute = compute / used / balance;
     return (par_compute > memory ? par_compute : memory) + 2e-6;
 }
@@ -144,14 +152,13 @@ static double cost_amx(const sch_machine *mc, const sch_contract_shape *sh, cons
     }
     double fma_rate = mc->fma_gflops * 1e9 / 32.0;
     double compute = compute_slots / fma_rate;
-    int64_t chunk = sch_contract_chunk(s, sh->n, sh->nbatch, nt);
-    int64_t items = sh->nbatch * cdiv(sh->n, chunk);
+    int64_t runs = sch_contract_runs(s, sh->n, sh->nbatch, nt);
+    int64_t items = sh->nbatch * runs;
     double b_row = (double)kiln_dtype_bytes(sh->b_dtype, sh->k);
     double bytes = b_row * (double)sh->n * (double)sh->nbatch + 4.0 * (double)sh->m * (double)sh->k * (double)sh->nbatch;
     double memory = bytes / ((nt > 1 ? mc->bwn_gbs : mc->bw1_gbs) * 1e9);
-    int64_t per_thread = cdiv(items, nt);
-    double balance = items > 0 ? (double)items / (double)(per_thread * nt) : 1.0;
     double used = (double)(items < nt ? items : nt);
+    double balance = run_balance(sh, s, runs, nt);
     double par_compute = compute / used / balance;
     return (par_compute > memory ? par_compute : memory) + 2e-6;
 }
@@ -171,8 +178,8 @@ double sch_cost_contract(const sch_machine *mc, const sch_contract_shape *sh, co
     double fma_rate = mc->fma_gflops * 1e9 / 32.0; /* 16-lane FMAs per second per thread */
     double compute = (fma + other / 2.0) / fma_rate;
 
-    int64_t chunk = sch_contract_chunk(s, sh->n, sh->nbatch, nt);
-    int64_t items = sh->nbatch * cdiv(sh->n, chunk);
+    int64_t runs = sch_contract_runs(s, sh->n, sh->nbatch, nt);
+    int64_t chunk = sch_contract_run_rows(sh->n, s->nr, runs), items = sh->nbatch * runs;
     double b_row = (double)kiln_dtype_bytes(sh->b_dtype, sh->k);
     if (b_row <= 0) b_row = 4.0 * (double)sh->k;
     double b_bytes = b_row * (double)sh->n * (double)sh->nbatch;
@@ -184,10 +191,9 @@ double sch_cost_contract(const sch_machine *mc, const sch_contract_shape *sh, co
     double bw = (nt > 1 ? mc->bwn_gbs : mc->bw1_gbs) * 1e9;
     double memory = bytes / bw;
 
-    int64_t per_thread = cdiv(items, nt);
-    double balance = items > 0 ? (double)items / (double)(per_thread * nt) : 1.0;
     double used = (double)(items < nt ? items : nt);
-    double par_compute = compute / used / balance * (items < nt ? 1.0 : 1.0);
+    double balance = run_balance(sh, s, runs, nt);
+    double par_compute = compute / used / balance;
     double t = par_compute > memory ? par_compute : memory;
     /* a launch and its barrier */
     return t + 2e-6;

@@ -6,7 +6,8 @@
  * measurements. An injected wrong candidate is rejected and counted. A
  * corrupted DB is survived. Two processes tuning at once both land their
  * records. The space and the cost model are checked for sanity, and the
- * rank correlation helper against known values.
+ * rank correlation helper against known values. The contraction kernels'
+ * work split is checked against a naive model of it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -368,9 +369,82 @@ static void test_space_and_model(void) {
     CASE_END();
 }
 
+/* The work split of contraction kernels (contract.h), against a naive
+ * model of it: every batch point's B rows are cut into runs exactly as the
+ * emitted kernel does (whole nr-row strips, covering [0, n) once, widths
+ * within one strip of each other), the items dealt out as rt_pool does, and
+ * each thread's strips counted one by one. */
+static int64_t naive_busiest(int64_t n, int64_t nr, int64_t nbatch, int64_t q, int nthreads, int *covered) {
+    int64_t strips = (n + nr - 1) / nr, items = nbatch * q;
+    int64_t parts = nthreads < items ? nthreads : items, most = 0;
+    unsigned char *seen = calloc((size_t)n, 1);
+    *covered = 1;
+    int64_t wmin = n, wmax = 0;
+    for (int64_t i = 0; i < parts; i++) {
+        int64_t got = 0;
+        for (int64_t w = items * i / parts; w < items * (i + 1) / parts; w++) {
+            int64_t t = w % q, s0 = strips * t / q, s1 = strips * (t + 1) / q;
+            int64_t n0 = nr * s0, n1 = nr * s1 < n ? nr * s1 : n;
+            if (w / q == 0) {
+                for (int64_t r = n0; r < n1; r++) *covered &= !seen[r]++;
+                if (s1 - s0 < wmin) wmin = s1 - s0;
+                if (s1 - s0 > wmax) wmax = s1 - s0;
+            }
+            for (int64_t st = s0; st < s1; st++) got++;
+        }
+        if (got > most) most = got;
+    }
+    for (int64_t r = 0; r < n; r++) *covered &= seen[r] == 1;
+    *covered &= wmax - wmin <= 1;
+    free(seen);
+    return most;
+}
+
+static void test_contract_runs(void) {
+    CASE_BEGIN("contract_runs_match_naive_split");
+    unsigned seed = 7;
+    for (int it = 0; it < 400; it++) {
+        seed = seed * 1103515245u + 12345u;
+        int64_t n = 1 + (int64_t)((seed >> 8) % 3000), nr = 1 + (int64_t)((seed >> 4) % 64);
+        int64_t nbatch = 1 + (int64_t)((seed >> 20) % 12);
+        int nthreads = 1 + (int)((seed >> 24) % 5);
+        sch_contract_sched s = sch_contract_default(it & 1, KILN_F32);
+        s.nr = (int)nr;
+        s.nc = it % 3 == 0 ? (int)(1 + (seed >> 12) % 700) : 0;
+        int64_t q = sch_contract_runs(&s, n, nbatch, nthreads);
+        int64_t strips = (n + nr - 1) / nr;
+        CHECK(q >= 1 && q <= strips, "n=%ld nr=%ld: %ld runs of %ld strips", (long)n, (long)nr, (long)q, (long)strips);
+        int covered = 0;
+        int64_t want = naive_busiest(n, nr, nbatch, q, nthreads, &covered);
+        CHECK(covered, "n=%ld nr=%ld q=%ld: runs do not cover the rows once, evenly", (long)n, (long)nr, (long)q);
+        CHECK(sch_contract_busiest(n, nr, nbatch, q, nthreads) == want, "n=%ld nr=%ld nb=%ld q=%ld t=%d: busiest %ld, naive %ld",
+              (long)n, (long)nr, (long)nbatch, (long)q, nthreads, (long)sch_contract_busiest(n, nr, nbatch, q, nthreads), (long)want);
+        if (s.nc > 0) CHECK(sch_contract_run_rows(n, nr, q) <= (s.nc + nr - 1) / nr * nr, "a run wider than nc=%d", s.nc);
+    }
+    CASE_END();
+
+    /* the even split: 2048 B rows in 48-row strips (43, the last short) on
+     * 2 threads get 22 and 21 strips; fixed 192-row runs gave 5 and 6 runs
+     * (20 and 23 strips) */
+    CASE_BEGIN("contract_runs_even_split");
+    sch_contract_sched s = sch_contract_default(1, KILN_F32);
+    s.nr = 48;
+    s.nc = 0;
+    int64_t q = sch_contract_runs(&s, 2048, 1, 2);
+    CHECK(sch_contract_busiest(2048, 48, 1, q, 2) == 22, "busiest thread %ld strips", (long)sch_contract_busiest(2048, 48, 1, q, 2));
+    CHECK(sch_contract_run_rows(2048, 48, q) >= 4 * 48, "runs of %ld rows: fewer than 4 strips", (long)sch_contract_run_rows(2048, 48, q));
+    /* 9 batch points on 2 threads: split inside a batch point, not 5 and 4 */
+    s.nr = 16;
+    q = sch_contract_runs(&s, 512, 9, 2);
+    CHECK(sch_contract_busiest(512, 16, 9, q, 2) == 9 * 32 / 2, "9 batch points: busiest %ld of %d strips",
+          (long)sch_contract_busiest(512, 16, 9, q, 2), 9 * 32);
+    CASE_END();
+}
+
 int main(void) {
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
     setenv("KILN_TUNEDB", db_path, 1);
+    test_contract_runs();
     test_space_and_model();
     test_search_and_reuse();
     test_symbolic_reuse();
