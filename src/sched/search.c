@@ -68,14 +68,14 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
      * reused by all M rows; for decode the dot form reads B once anyway):
      * strips nr in {16, 32, 48, 64} lanes, tiles mr with mr*(nr/16)
      * accumulators + nr/16 B registers + 1 broadcast <= 32 zmm, K blocks kc
-     * in {all, 256, 512}, A blocks mc in {64, 256}, items nc in {auto, 4, 16
+     * in {all, 256, 512, 1024}, A blocks mc in {64, 256}, items nc in {auto, 4, 16
      * strips}; arithmetic f32 (strip prefetch pf 16 or none), or int8 for block formats on a CPU with VNNI
      * (emit_gemm_i8.c: twice the accumulators, strips <= 48). Tiles taller
      * than M are skipped. */
     if (sh->m > SCH_SMALL_M) {
         static const int pnrs[] = {16, 32, 48, 64};
         static const int pmrs[] = {4, 6, 8, 10, 12, 14};
-        static const int pkcs[] = {0, 256, 512};
+        static const int pkcs[] = {0, 256, 512, 1024};
         static const int pmcs[] = {64, 256};
         static const int pncs[] = {0, 4, 16};
         for (size_t b = 0; b < sizeof pnrs / sizeof *pnrs; b++) {
