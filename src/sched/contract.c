@@ -139,8 +139,8 @@ sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype) {
         s.form = SCH_FORM_PACKED;
         s.mr = 8;
         s.nr = 48;
-        s.kc = 512;
-        s.pf = 16; /* strip prefetch: fp32 2048^3 140 -> 146-152 GFLOP/s */
+        s.kc = 1024; /* fp32 2048^3, alternated with 512: 1 thread 201-203 -> 205-206, 2 threads 392-393 -> 401-402 GFLOP/s */
+        s.pf = 16;   /* strip prefetch: fp32 2048^3 140 -> 146-152 GFLOP/s */
     } else {
         s.mr = 1;
         s.nr = kiln_dtype_is_block(b_dtype) ? 4 : 8;
