@@ -76,9 +76,9 @@ static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; 
 /* the share of the ideal split the busiest thread gets: the strips of all
  * items over (threads used x the busiest thread's strips), 1 when even */
 static double run_balance(const sch_contract_shape *sh, const sch_contract_sched *s, int64_t runs, int nt) {
-    int64_t items = sh->nbatch * runs, used = items < nt ? items : nt;
-    int64_t most = sch_contract_busiest(sh->n, s->nr > 0 ? s->nr : 1, sh->nbatch, runs, nt);
     int64_t nr = s->nr > 0 ? s->nr : 1, strips = (sh->n + nr - 1) / nr;
+    int64_t items = sh->nbatch * runs, used = items < nt ? items : nt;
+    int64_t most = sch_contract_busiest(sh->n, nr, sh->nbatch, runs, nt);
     return most > 0 && used > 0 ? (double)(strips * sh->nbatch) / (double)(used * most) : 1.0;
 }
 
