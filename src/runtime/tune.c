@@ -10,9 +10,9 @@
  * accumulation tolerance is disqualified and counted. Each survivor is
  * timed: one warm-up, then repeats until 5 runs or 30 ms, the minimum kept.
  * A second round measures the untried neighbours of the winner (mr, nr, mc,
- * nc one step away) while the budget lasts. A winner other than the default
- * then meets the default in a run-off, the two timed alternately, and keeps
- * its place only when still 3% faster. Times within 3% of the best are
+ * nc one step away) while the budget lasts. In the large-M bucket a winner
+ * other than the default then meets the default in a run-off, the two timed
+ * alternately, and keeps its place only when still 3% faster. Times within 3% of the best are
  * ties, and the simpler schedule wins (search.c). The order of candidates
  * is fixed, so the search is deterministic apart from the timings.
  *
@@ -447,8 +447,12 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
             } /* a failed second round keeps the first round's winner */
         }
     }
-    /* a challenger must beat the default again, timed alternately with it */
-    if (isfinite(times[0]) && wfn && wfn != fns[0]) {
+    /* a challenger must beat the default again, timed alternately with it
+     * (prefill: compute-bound, timed warm. Not decode: timed with B flushed,
+     * every candidate streams at about the same DRAM speed alone, yet a
+     * kernel that computes faster keeps more reads in flight inside a
+     * model — the int8 q8_0 matrix-vector lost its run-offs to f32) */
+    if (job->bucket == 1 && isfinite(times[0]) && wfn && wfn != fns[0]) {
         double tc, td;
         runoff(&la, job, fns[0], &cands[0], wfn, &winner, &tc, &td);
         res->base_s = td < res->base_s ? td : res->base_s;
