@@ -339,6 +339,10 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     void *sym = job->be->symbol(mod, "kiln_gref");
     rt_kernel_fn ref_fn = NULL;
     memcpy(&ref_fn, &sym, sizeof sym);
+    /* the reference's output starts as the candidates' do (all ones): a
+     * kernel that writes only part of its buffer (its view of a larger
+     * one) leaves the rest equal in both, not garbage against NaN */
+    memset(ref, 0xff, ob);
     bufs[K->out_buf] = ref;
     double t0 = now_s();
     int ref_rc = ref_fn ? launch_sched(job, bufs, ref_fn, &scalar) : -1;

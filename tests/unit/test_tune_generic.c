@@ -8,7 +8,8 @@
  * measurements (constant sizes: applied at compile time; symbolic sizes:
  * at the first run). An injected wrong candidate is rejected and counted in
  * the record. A state update (SCATTER reading its own state) is never
- * searched in place: its state holds exactly one update after a run. The
+ * searched in place: its state holds exactly one update after a run.
+ * Kernels writing part of one buffer (a concat's halves) are searched. The
  * schedule text round-trips and bad text is refused; the space starts with
  * the default and every emitted candidate computes the same values.
  */
@@ -287,6 +288,54 @@ static void test_text_and_space(void) {
     CASE_END();
 }
 
+/* Kernels that each write part of one buffer (the two halves of a concat)
+ * are searched like any other: the search's reference output starts as the
+ * candidates' does, so the half a kernel leaves alone is equal in both (it
+ * used to differ, and every candidate of such a kernel, the default
+ * included, was rejected: gemma3's q and k rope kernels were never tuned). */
+static void test_partial_writes(void) {
+    CASE_BEGIN("gtune_kernels_writing_part_of_a_buffer_are_searched");
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor a = kiln_input(g, "a", KILN_F32, "24, 700"), b = kiln_input(g, "b", KILN_F32, "24, 700");
+    kiln_tensor c3 = kiln_const(g, 3, KILN_F32), c05 = kiln_const(g, 0.5, KILN_F32);
+    kiln_tensor left = kiln_add(g, kiln_mul(g, a, c3), kiln_mul(g, a, a));
+    kiln_tensor right = kiln_mul(g, kiln_add(g, b, c05), b);
+    kiln_output(g, kiln_concat(g, left, right, 1), "y");
+    CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float *av = rand_f32(24 * 700, 11, -2, 2), *bv = rand_f32(24 * 700, 12, -2, 2);
+    kiln_bind_input(g, "a", av, 24 * 700 * sizeof(float));
+    kiln_bind_input(g, "b", bv, 24 * 700 * sizeof(float));
+    float *ref = malloc(24 * 1400 * sizeof(float)), *got = malloc(24 * 1400 * sizeof(float));
+    CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+    kiln_read_output(g, "y", ref, 24 * 1400 * sizeof(float));
+    int before = count_records();
+    kiln_compile_options o = kiln_compile_defaults();
+    o.search_budget = 30.0;
+    o.threads = 2;
+    kiln_program *p = kiln_compile(g, &o, NULL);
+    CHECK(p != NULL, "%s", kiln_graph_error(g));
+    CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+    kiln_read_output(g, "y", got, 24 * 1400 * sizeof(float));
+    for (int64_t i = 0; i < 24 * 1400; i++)
+        if (!(fabsf(ref[i] - got[i]) <= 1e-5f * (1 + fabsf(ref[i])))) {
+            CHECK(0, "element %lld: reference %g, compiled %g", (long long)i, (double)ref[i], (double)got[i]);
+            break;
+        }
+    CHECK(p && kiln_program_measurements(p) > 0, "nothing was measured");
+    int n = 0, damaged = 0, searched = 0;
+    sch_tune_record *r = sch_tunedb_load(&n, &damaged);
+    for (int i = before; i < n; i++) searched += strncmp(r[i].key, "gen-", 4) == 0 && strstr(r[i].bucket, "700") != NULL;
+    free(r);
+    CHECK(searched >= 2, "%d records for the two half-writing kernels", searched);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+    free(av);
+    free(bv);
+    free(ref);
+    free(got);
+    CASE_END();
+}
+
 int main(void) {
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-gtune-%d.db", (int)getpid());
     setenv("KILN_TUNEDB", db_path, 1);
@@ -295,6 +344,7 @@ int main(void) {
     test_search_and_reuse();
     test_wrong_candidate();
     test_state_never_searched();
+    test_partial_writes();
     unlink(db_path);
     char side[300];
     snprintf(side, sizeof side, "%s.lock", db_path);
