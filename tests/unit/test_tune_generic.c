@@ -198,6 +198,17 @@ static void test_wrong_candidate(void) {
     CASE_END();
 }
 
+/* g compiled with a search budget on 2 threads and run once (checked) */
+static kiln_program *searched_run(kiln_graph *g) {
+    kiln_compile_options o = kiln_compile_defaults();
+    o.search_budget = 30.0;
+    o.threads = 2;
+    kiln_program *p = kiln_compile(g, &o, NULL);
+    CHECK(p != NULL, "%s", kiln_graph_error(g));
+    CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+    return p;
+}
+
 static void test_state_never_searched(void) {
     CASE_BEGIN("gtune_state_update_not_searched_in_place");
     /* cache rows += kv: running the update twice would add twice */
@@ -219,12 +230,7 @@ static void test_state_never_searched(void) {
     CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
     kiln_read_output(g, "rowsum", s_ref, sizeof s_ref);
     kiln_bind_input(g, "cache", c_got, 16 * 512 * sizeof(float));
-    kiln_compile_options o = kiln_compile_defaults();
-    o.search_budget = 30.0;
-    o.threads = 2;
-    kiln_program *p = kiln_compile(g, &o, NULL);
-    CHECK(p != NULL, "%s", kiln_graph_error(g));
-    CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+    kiln_program *p = searched_run(g);
     kiln_read_output(g, "rowsum", s_got, sizeof s_got);
     CHECK(memcmp(c_ref, c_got, 16 * 512 * sizeof(float)) == 0, "state differs from one update");
     for (int i = 0; i < 16; i++) CHECK(fabsf(s_ref[i] - s_got[i]) <= 1e-5f * (1 + fabsf(s_ref[i])), "row %d", i);
@@ -309,12 +315,7 @@ static void test_partial_writes(void) {
     CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
     kiln_read_output(g, "y", ref, 24 * 1400 * sizeof(float));
     int before = count_records();
-    kiln_compile_options o = kiln_compile_defaults();
-    o.search_budget = 30.0;
-    o.threads = 2;
-    kiln_program *p = kiln_compile(g, &o, NULL);
-    CHECK(p != NULL, "%s", kiln_graph_error(g));
-    CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+    kiln_program *p = searched_run(g);
     kiln_read_output(g, "y", got, 24 * 1400 * sizeof(float));
     for (int64_t i = 0; i < 24 * 1400; i++)
         if (!(fabsf(ref[i] - got[i]) <= 1e-5f * (1 + fabsf(ref[i])))) {
