@@ -12,8 +12,8 @@
  * A second round measures the untried neighbours of the winner (mr, nr, mc,
  * nc one step away) while the budget lasts. In the large-M bucket a winner
  * other than the default then meets the default in a run-off, the two timed
- * alternately, and keeps its place only when still 3% faster. Times within 3% of the best are
- * ties, and the simpler schedule wins (search.c). The order of candidates
+ * alternately, and keeps its place only when still 3% faster. Times within
+ * 3% of the best are ties, and the simpler schedule wins (search.c). The order of candidates
  * is fixed, so the search is deterministic apart from the timings.
  *
  * The winner's function is used straight from the candidates' module (kept
@@ -122,12 +122,22 @@ static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_k
  * and the default's best times. */
 static void runoff(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fd, const sch_contract_sched *sd,
                    rt_kernel_fn fc, const sch_contract_sched *scd, double *tc, double *td) {
+    /* into a scratch output, as the rounds run: the program's buffers stay
+     * as they were */
+    const sch_program *sp = job->sp;
+    void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
+    memcpy(bufs, la->bufs, (size_t)sp->nbufs * sizeof *bufs);
+    bufs[sp->kernels[job->kernel].out_buf] = kiln_xmalloc(job->out_bytes + 64);
+    launch_args l2 = *la;
+    l2.bufs = bufs;
     *tc = *td = INFINITY;
     for (int r = 0; r < 3; r++) {
-        double a = time_candidate(la, job, fd, sd), b = time_candidate(la, job, fc, scd);
+        double a = time_candidate(&l2, job, fd, sd), b = time_candidate(&l2, job, fc, scd);
         if (a < *td) *td = a;
         if (b < *tc) *tc = b;
     }
+    free(bufs[sp->kernels[job->kernel].out_buf]);
+    free(bufs);
 }
 
 /* f32 arithmetic: the error of a K-term f32 sum. int8 arithmetic (an
