@@ -37,12 +37,16 @@
 #include "emit_gemm.h"
 #include "emit_gemm_amx.h"
 #include "emit_gemm_amx_bf16.h"
+#include "emit_gemm_bf16.h"
 #include "emit_gemm_i8.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
 int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    if (sc->form == SCH_FORM_PACKED) return sc->arith == SCH_ARITH_I8 ? cg_packed_i8_ok(t, sc) : cg_packed_ok(t, sc);
+    if (sc->form == SCH_FORM_PACKED)
+        return sc->arith == SCH_ARITH_I8     ? cg_packed_i8_ok(t, sc)
+               : sc->arith == SCH_ARITH_BF16 ? cg_packed_bf16_ok(t, sc)
+                                             : cg_packed_ok(t, sc);
     if (sc->form == SCH_FORM_AMX) return sc->arith == SCH_ARITH_BF16 ? cg_amx_bf16_ok(t, sc) : cg_amx_ok(t, sc);
     if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
     if (sc->pf < 0 || sc->pf > 64) return 0;
@@ -273,6 +277,7 @@ static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
         if (!dup) emit_tile(t, sc->mr, sc->nr, sc->pf, s, len, cap);
     }
     cg_emit_packed_tiles(t, scheds, n, s, len, cap);
+    cg_emit_packed_bf16_tiles(t, scheds, n, s, len, cap);
     cg_emit_packed_i8_tiles(t, scheds, n, i8_done, s, len, cap);
     cg_emit_amx_tiles(t, scheds, n, i8_done, s, len, cap);
     cg_emit_amx_bf16_tiles(t, scheds, n, i8_done, s, len, cap);
@@ -316,6 +321,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     }
     if (sc->form == SCH_FORM_PACKED) {
         if (sc->arith == SCH_ARITH_I8) cg_emit_packed_i8_schedule(p, k, sc, s, len, cap);
+        else if (sc->arith == SCH_ARITH_BF16) cg_emit_packed_bf16_schedule(p, k, sc, s, len, cap);
         else cg_emit_packed_schedule(p, k, sc, s, len, cap);
         return;
     }
@@ -454,6 +460,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     int amx_bf16 = 0;
     for (int b = 0; b < 2; b++) amx_bf16 |= sched[b].form == SCH_FORM_AMX && sched[b].arith == SCH_ARITH_BF16;
     if (amx_bf16) cg_emit_amx_bf16_pre(p, k, s, len, cap);
+    int packed_bf16 = 0;
+    for (int b = 0; b < 2; b++) packed_bf16 |= sched[b].form == SCH_FORM_PACKED && sched[b].arith == SCH_ARITH_BF16;
+    if (packed_bf16) cg_emit_packed_bf16_pre(s, len, cap);
     int dot_i8 = 0;
     for (int b = 0; b < 2; b++) dot_i8 |= sched[b].form == SCH_FORM_DOT && sched[b].arith == SCH_ARITH_I8;
     if (dot_i8)
@@ -476,6 +485,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     OUT("    }\n  }\n");
     if (packed_i8) cg_emit_packed_i8_post(s, len, cap);
     if (amx_bf16) cg_emit_amx_bf16_post(s, len, cap);
+    if (packed_bf16) cg_emit_packed_bf16_post(s, len, cap);
     if (dot_i8) OUT("  free(dq_a); free(dq_s); free(dq_z); free(dq_l); free(dq_p);\n");
     OUT("  return 0;\n}\n\n");
 }

@@ -202,6 +202,8 @@ static void emit_pack_strided(char **s, size_t *len, size_t *cap) {
     OUT("  }\n}\n\n");
 }
 
+void cg_emit_ktr16(char **s, size_t *len, size_t *cap) { OUT("%s", transpose16); }
+
 void cg_emit_packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
     const char *tag = pk_tag(t);
     if (!tag) return;

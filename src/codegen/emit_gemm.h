@@ -17,6 +17,9 @@ int cg_packed_pf_index(int pf);
  * among scheds[0..n) need; emit_contract.c calls it once per translation
  * unit after the dot form's dequantisers (kcv_*) are defined */
 void cg_emit_packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap);
+/* ktr16(src, ss, dst, ds): the 16 x 16 32-bit transpose the strip packers
+ * use, guarded so that a translation unit gets it once */
+void cg_emit_ktr16(char **s, size_t *len, size_t *cap);
 /* the loops of one packed schedule inside a work item, with the same
  * contract as emit_contract.c's emit_schedule: in scope are A (const float *),
  * W (B's storage), out (float *), M, N, K, this item's rows of B [n0, n1) and

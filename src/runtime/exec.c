@@ -627,6 +627,7 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     sh->vnni = rt_cpu_has("avx512_vnni");
     sh->amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
     sh->amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
+    sh->bf16 = rt_cpu_has("avx512_bf16");
     sh->b_activation = c->b_computed;
     for (int d = 0; d < K->ndim; d++) {
         int64_t v = 0;
@@ -716,22 +717,25 @@ static void apply_tuning_db(kiln_program *p) {
         }
     }
     /* a schedule the micro-kernel cannot take (a record from a newer kiln,
-     * int8 arithmetic on a CPU without VNNI, AMX bf16 without amx_bf16):
+     * int8 arithmetic on a CPU without VNNI, AMX bf16 without amx_bf16,
+     * packed bf16 without avx512_bf16):
      * back to the defaults */
     int vnni = rt_cpu_has("avx512_vnni"), amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
     int amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
+    int bf16 = rt_cpu_has("avx512_bf16");
     for (int32_t k = 0; k < nk; k++) {
         sch_kernel *K = &p->sp.kernels[k];
         if (!K->contract) continue;
         int needs_vnni = K->contract->sched[0].arith == SCH_ARITH_I8 || K->contract->sched[1].arith == SCH_ARITH_I8;
-        int needs_amx = 0, needs_bf16 = 0;
+        int needs_amx = 0, needs_bf16 = 0, needs_pbf16 = 0;
         for (int b = 0; b < 2; b++) {
             const sch_contract_sched *sc = &K->contract->sched[b];
             needs_amx |= sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_I8;
-            needs_bf16 |= sc->arith == SCH_ARITH_BF16;
+            needs_bf16 |= sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_BF16;
+            needs_pbf16 |= sc->form == SCH_FORM_PACKED && sc->arith == SCH_ARITH_BF16;
         }
         if (cg_contract_emittable(&p->sp, K, p->isa) && (vnni || !needs_vnni) && (amx || !needs_amx) &&
-            (amx_bf16 || !needs_bf16))
+            (amx_bf16 || !needs_bf16) && (bf16 || !needs_pbf16))
             continue;
         kiln_dtype bt = p->sp.bufs[K->contract->b_buf].dtype;
         K->contract->sched[0] = sch_contract_default_of(K->contract, 0, bt);

@@ -397,7 +397,7 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
         *s = t;
         return 1;
     }
-    if (t.arith == SCH_ARITH_BF16) return 0; /* bf16: the AMX form only */
+    if (t.arith == SCH_ARITH_BF16 && t.form != SCH_FORM_PACKED) return 0; /* bf16: the AMX and packed forms */
     if (t.form == SCH_FORM_PACKED) {
         /* packed tiles: nr is a multiple of 16 lanes, mr rows; limits in emit_gemm.c */
         if (t.mr < 1 || t.mr > 16 || t.nr < 16 || t.nr > 64 || t.nr % 16 != 0 || t.nc < 0 || t.mc < 1) return 0;

@@ -115,6 +115,17 @@ static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, c
                 tiles * (double)kblocks * (2.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr) +
                 (double)nt * (double)sh->m * kk / 16.0 * 6.0;
         pack = (double)sh->n * (double)sh->nbatch * (double)cdiv(sh->k, 32) * (dequant_cost(sh->b_dtype) + 16.0);
+    } else if (s->arith == SCH_ARITH_BF16) {
+        /* bf16 (emit_gemm_bf16.c): one vdpbf16ps per 2 k at the FMA rate,
+         * a strip half the f32 size; A rounded by every thread, B rounded
+         * and transposed once */
+        double strip = 2.0 * (double)kc * (double)s->nr;
+        fma = tiles * kk / 2.0 * (double)(s->mr * nv);
+        loads = tiles * kk / 2.0 * (double)nv * (strip > 32768.0 ? (s->pf > 0 ? 1.6 : 2.0) : 1.0);
+        other = tiles * kk / 2.0 * (double)s->mr + loads + (s->pf > 0 ? tiles * kk / 2.0 : 0.0) +
+                tiles * (double)kblocks * (8.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr) +
+                (double)nt * (double)sh->m * kk / 16.0 * 2.0;
+        pack = (double)sh->n * (double)sh->nbatch * (double)cdiv(sh->k, 32) * 24.0;
     } else {
         double strip = 4.0 * (double)kc * (double)s->nr;
         fma = tiles * kk * (double)(s->mr * nv);

@@ -125,7 +125,7 @@ typedef enum sch_kernel_kind {
 typedef enum sch_arith {
     SCH_ARITH_F32 = 0, /* dequantise B to f32, multiply-add in f32 */
     SCH_ARITH_I8,      /* quantise A rows to int8 per 32, integer dot products (an approximation) */
-    SCH_ARITH_BF16     /* A and dequantised B rounded to bf16, f32 sums (an approximation; AMX form only) */
+    SCH_ARITH_BF16     /* A and dequantised B rounded to bf16, f32 sums (an approximation; AMX and packed forms) */
 } sch_arith;
 
 typedef enum sch_form {

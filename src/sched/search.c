@@ -70,7 +70,8 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
      * accumulators + nr/16 B registers + 1 broadcast <= 32 zmm, K blocks kc
      * in {all, 256, 512, 1024}, A blocks mc in {64, 256}, items nc in {auto, 4, 16
      * strips}; arithmetic f32 (strip prefetch pf 16 or none), or int8 for block formats on a CPU with VNNI
-     * (emit_gemm_i8.c: twice the accumulators, strips <= 48). Tiles taller
+     * (emit_gemm_i8.c: twice the accumulators, strips <= 48), or bf16 (pf 16 or none) for f32 B the
+     * program computed on a CPU with AVX-512 bf16 (emit_gemm_bf16.c). Tiles taller
      * than M are skipped. */
     if (sh->m > SCH_SMALL_M) {
         static const int pnrs[] = {16, 32, 48, 64};
@@ -93,14 +94,16 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
                         for (size_t d = 0; d < sizeof pncs / sizeof *pncs; d++) {
                             int nc = pncs[d] * nr;
                             if (nc > 0 && nc >= sh->n && d > 1) continue;
-                            for (int ar = 0; ar < 3; ar++) {
+                            for (int ar = 0; ar < 5; ar++) {
                                 /* 0, 1: f32 with the strip prefetched 16 K steps ahead or not
                                  * (emit_gemm.c); 2: int8 (emit_gemm_i8.c): block formats with
                                  * VNNI; int32 and f32 accumulators, strip and scale registers
-                                 * in 32 zmm */
+                                 * in 32 zmm; 3, 4: bf16 (emit_gemm_bf16.c), prefetched or not:
+                                 * f32 B the program computed, on a CPU with AVX-512 bf16 */
                                 if (ar == 2 && !(sh->vnni && kiln_dtype_is_block(sh->b_dtype) && nr <= 48 &&
                                                  mr <= 12 && 2 * mr * nv + 2 * nv + 2 <= 32))
                                     continue;
+                                if (ar >= 3 && !(sh->bf16 && sh->b_dtype == KILN_F32 && sh->b_activation)) continue;
                                 if (out && n < cap) {
                                     sch_contract_sched *s = &out[n];
                                     memset(s, 0, sizeof *s);
@@ -109,8 +112,8 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
                                     s->mc = mc;
                                     s->nc = nc;
                                     s->kc = kc;
-                                    s->arith = ar == 2 ? SCH_ARITH_I8 : SCH_ARITH_F32;
-                                    s->pf = ar == 0 ? 16 : 0;
+                                    s->arith = ar == 2 ? SCH_ARITH_I8 : ar >= 3 ? SCH_ARITH_BF16 : SCH_ARITH_F32;
+                                    s->pf = ar == 0 || ar == 3 ? 16 : 0;
                                     s->form = SCH_FORM_PACKED;
                                 }
                                 n++;
@@ -260,7 +263,7 @@ char *sch_space_describe(void) {
     } ex[] = {{1, 2048, 2048, KILN_Q4_K, 0}, {512, 2048, 2048, KILN_Q4_K, 0}, {1, 4096, 4096, KILN_F32, 0},
               {512, 4096, 4096, KILN_F32, 0}, {512, 512, 64, KILN_F32, 1}};
     for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
-        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1, 1, ex[i].act};
+        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1, 1, ex[i].act, 1};
         sch_appendf(&buf, &len, &cap, "  m=%-4lld n=%-5lld k=%-5lld B %-5s %-10s %6d schedules\n", (long long)sh.m,
                     (long long)sh.n, (long long)sh.k, kiln_dtype_name(sh.b_dtype), ex[i].act ? "activation" : "input",
                     sch_space_contract(&sh, NULL, 0));

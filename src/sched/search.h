@@ -19,9 +19,11 @@ typedef struct sch_contract_shape {
     int amx;  /* the CPU has AMX int8 tiles (and the kernel grants them): the AMX form joins */
     int amx_bf16; /* the CPU has AMX bf16 tiles and AVX-512 bf16: the AMX form's bf16 arithmetic joins */
     int b_activation; /* B is computed by the program (an intermediate, or a state such as the KV
-                         cache), not a caller's input: f32 B joins the AMX bf16 form, an
+                         cache), not a caller's input: f32 B joins the bf16 forms, an
                          approximation (llama.cpp keeps its KV cache in f16); a caller's f32
                          input (an f32 model's weights) stays exact */
+    int bf16; /* the CPU has AVX-512 bf16 (vdpbf16ps): the packed form's bf16 arithmetic joins
+                 (last, so positional initialisers written before it leave it 0) */
 } sch_contract_shape;
 
 /* the machine as the cost model sees it (from `kiln device` measurements or

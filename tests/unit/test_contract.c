@@ -421,7 +421,7 @@ static void test_bf16_amx(const char *form, const char *large, const char *tile)
  * zero-padded): B contiguous along K, (h, m, k) x transpose((h, n, k)), and
  * B strided along K, (h, m, k) x (h, k, n); B = b1 + b2 so that it is an
  * intermediate. Within 2^-7 sum |a| |b| plus f32 noise, and not exact. */
-static void test_bf16_amx_f32(const char *form, const char *large) {
+static void test_bf16_f32(const char *form, const char *large, const char *pack_rows, const char *pack_strided) {
     const int64_t ms[3] = {5, 17, 40}, K = 45, N = 37, H = 2;
     for (int strided = 0; strided < 2; strided++) {
         char name[96], why[300] = "";
@@ -445,7 +445,7 @@ static void test_bf16_amx_f32(const char *form, const char *large) {
             CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
             float *ref = malloc((size_t)(H * M * N) * sizeof *ref), *got = malloc((size_t)(H * M * N) * sizeof *got);
             kiln_read_output(g, "y", ref, (size_t)(H * M * N) * sizeof *ref);
-            const char *pack = strided ? "kah_pack_f32s(W" : "kah_pack_f32((const void *)W";
+            const char *pack = strided ? pack_strided : pack_rows;
             if (run_approx(g, M, "arith=bf16 (approximate)", pack, got, H * M * N)) {
                 double worst = 0;
                 for (int64_t h = 0; h < H; h++)
@@ -537,10 +537,23 @@ int main(void) {
     if (cpu_flag("amx_tile") && cpu_flag("amx_bf16") && cpu_flag("avx512_bf16")) {
         test_bf16_amx("_amx", "mr=32 nr=32 nc=0 mc=64 arith=bf16 form=amx kc=256", "kah_32x32(gh_a");
         test_bf16_amx("_amx_16", "mr=16 nr=16 nc=16 mc=32 arith=bf16 form=amx kc=0", "kah_16x16(gh_a");
-        test_bf16_amx_f32("_amx", "mr=32 nr=32 nc=0 mc=64 arith=bf16 form=amx kc=32");
-        test_bf16_amx_f32("_amx_16", "mr=16 nr=16 nc=16 mc=32 arith=bf16 form=amx kc=0");
+        test_bf16_f32("_amx", "mr=32 nr=32 nc=0 mc=64 arith=bf16 form=amx kc=32", "kah_pack_f32((const void *)W",
+                      "kah_pack_f32s(W");
+        test_bf16_f32("_amx_16", "mr=16 nr=16 nc=16 mc=32 arith=bf16 form=amx kc=0", "kah_pack_f32((const void *)W",
+                      "kah_pack_f32s(W");
     } else {
         printf("# AMX bf16 contractions not tested: this CPU has no amx_bf16\n");
+    }
+    /* AVX-512 bf16 packed strips (emit_gemm_bf16.c): K = 45 is odd (a
+     * zero-padded last pair) and, with kc = 32, a second K block of 13;
+     * 2 x 16 and 1 x 48 tiles, prefetched and not */
+    if (cpu_flag("avx512_bf16")) {
+        test_bf16_f32("_packed", "mr=6 nr=32 nc=0 mc=64 arith=bf16 form=packed kc=32 pf=16", "kgb_pack((const float *)W",
+                      "kgb_pack_strided((const float *)W");
+        test_bf16_f32("_packed_wide", "mr=4 nr=48 nc=16 mc=16 arith=bf16 form=packed kc=0", "kgb_pack((const float *)W",
+                      "kgb_pack_strided((const float *)W");
+    } else {
+        printf("# packed bf16 contractions not tested: this CPU has no avx512_bf16\n");
     }
     return check_exit();
 }

@@ -288,7 +288,7 @@ static void test_concurrent_tuners(void) {
 
 static void test_space_and_model(void) {
     CASE_BEGIN("search_space_and_cost_model");
-    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1, 0, 0, 0, 0};
+    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1, 0, 0, 0, 0, 0};
     const sch_machine mc_default_for_test = sch_machine_default();
     int n = sch_space_contract(&sh, NULL, 0);
     CHECK(n > 50, "space of %d", n);
@@ -304,7 +304,7 @@ static void test_space_and_model(void) {
     }
     /* with VNNI: int8 in both forms, every schedule emittable; the packed
      * int8 form keeps int32 and f32 accumulators (2 per tile entry) */
-    sch_contract_shape shv = {512, 640, 2048, 1, KILN_Q4_K, 1, 1, 1, 1, 0};
+    sch_contract_shape shv = {512, 640, 2048, 1, KILN_Q4_K, 1, 1, 1, 1, 0, 1};
     int nvn = sch_space_contract(&shv, NULL, 0);
     sch_contract_sched *spv = malloc((size_t)nvn * sizeof *spv);
     CHECK(sch_space_contract(&shv, spv, nvn) == nvn, "enumeration size differs (vnni)");
@@ -331,15 +331,17 @@ static void test_space_and_model(void) {
     /* f32 B: the bf16 tiles only for an operand the program computes (an
      * activation such as the KV cache), never for a caller's input */
     for (int act = 0; act < 2; act++) {
-        sch_contract_shape shf = {512, 512, 64, 1, KILN_F32, 1, 1, 1, 1, act};
-        int nf = sch_space_contract(&shf, NULL, 0), bf = 0;
+        sch_contract_shape shf = {512, 512, 64, 1, KILN_F32, 1, 1, 1, 1, act, 1};
+        int nf = sch_space_contract(&shf, NULL, 0), bf = 0, pbf = 0;
         sch_contract_sched *spf = malloc((size_t)nf * sizeof *spf);
         CHECK(sch_space_contract(&shf, spf, nf) == nf, "enumeration size differs (f32 B)");
         for (int i = 0; i < nf; i++) {
             bf += spf[i].arith == SCH_ARITH_BF16;
+            pbf += spf[i].arith == SCH_ARITH_BF16 && spf[i].form == SCH_FORM_PACKED;
             CHECK(cg_contract_sched_ok(KILN_F32, &spf[i]), "f32 schedule %d is not emittable", i);
         }
         CHECK(act ? bf >= 8 : bf == 0, "f32 B (%s): %d bf16 schedules", act ? "activation" : "input", bf);
+        CHECK(act ? pbf >= 8 : pbf == 0, "f32 B (%s): %d packed bf16 schedules", act ? "activation" : "input", pbf);
         free(spf);
     }
     /* and every schedule's text reads back as the same schedule */

@@ -1,0 +1,245 @@
+/* emit_gemm_bf16.c — the packed contraction form with bf16 arithmetic on
+ * AVX-512 (SCH_FORM_PACKED + SCH_ARITH_BF16): prompt-sized products of f32
+ * activations A (M x K) with f32 B that the program computed (attention's
+ * keys and values), on vdpbf16ps — two multiply-adds per f32 lane and
+ * instruction, twice the f32 FMA rate (Zen 4: 229 vs 117 GFLOP/s per thread
+ * measured). An approximation like the AMX bf16 form (emit_gemm_amx_bf16.c),
+ * for CPUs with avx512_bf16 but no AMX; flagged "(approximate)" in the
+ * kernel text; the search holds it to the approximate tolerance (tune.c).
+ *
+ * Per call of the kernel (one thread's run of work items):
+ *   A: every row of the batch point rounded to bf16 once (kgb_arow), K
+ *      padded to even with a zero, so word kp of a row is the pair
+ *      (a[2kp], a[2kp+1]);
+ * Per work item (B rows n0..n1) and K block [k0, k0 + kl) (kc even):
+ *   pack: B's columns into strips of nr, word (kp, j) = the pair
+ *         (B(j, k0+2kp), B(j, k0+2kp+1)) in bf16, laid out [kp][nr]
+ *         (the vdpbf16ps operand order; a k past kl is zero): B contiguous
+ *         along K as 16 columns x 32 k rounded by one vcvtne2ps2bf16 each
+ *         and transposed as 16 x 16 dwords (emit_gemm.c's ktr16); B strided
+ *         along K (contiguous along n) as two rounded rows interleaved;
+ *   kgb_<mr>x<nr>_p<pf>: acc[mr][nr/16] zmm += dpbf16(broadcast pair of
+ *         A row, strip row) per kp, then stored (first K block) or added.
+ *
+ * Error: each product has relative error <= 2^-7 (two bf16 roundings, round
+ * to nearest even), summed in f32: |y - y_exact| <= 2^-7 sum |a b| + f32
+ * noise, the AMX bf16 form's bound.
+ *
+ * Invariants: strips 64-byte aligned; nr a multiple of 16 and
+ * mr*(nr/16) + nr/16 + 1 <= 32 zmm; kc even (a multiple of 32); nothing is
+ * written outside [0, M) x [n0, n1); buffers are freed before the kernel
+ * returns (allocation failure: it returns 1).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "contract.h"
+#include "emit_gemm.h"
+#include "emit_gemm_bf16.h"
+
+#define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
+
+#define GB_MAX_MR 14
+
+int cg_packed_bf16_ok(kiln_dtype t, const sch_contract_sched *s) {
+    if (t != KILN_F32 || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_BF16) return 0;
+    if (s->nr != 16 && s->nr != 32 && s->nr != 48 && s->nr != 64) return 0;
+    int nv = s->nr / 16;
+    if (s->mr < 1 || s->mr > GB_MAX_MR || s->mr * nv + nv + 1 > 32) return 0;
+    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
+    if (s->pf != 0 && s->pf != 16) return 0;
+    return s->mc >= 1 && s->nc >= 0;
+}
+
+/* helpers, once per translation unit: scalar round-to-nearest-even to bf16
+ * (NaN stays NaN), A's row rounding, and the two strip packers */
+static const char bf16_helpers[] =
+    "#ifndef KILN_GB16\n#define KILN_GB16\n"
+    "#define KBF16 __attribute__((target(\"avx512bf16\")))\n"
+    "static inline uint32_t kgb_rne(float f) { uint32_t u; memcpy(&u, &f, 4);\n"
+    "  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;\n"
+    "  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; }\n"
+    /* a row of K floats -> (K + 1) / 2 pair words */
+    "static KBF16 __attribute__((unused)) void kgb_arow(const float *a, int64_t K, uint32_t *o) {\n"
+    "  int64_t k = 0;\n"
+    "  for (; k + 32 <= K; k += 32)\n"
+    "    _mm512_storeu_si512((void *)(o + k / 2), (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(a + k)));\n"
+    "  for (; k < K; k += 2) o[k / 2] = kgb_rne(a[k]) | (k + 1 < K ? kgb_rne(a[k + 1]) << 16 : 0u);\n"
+    "}\n"
+    /* B contiguous along K: columns at element offsets wo[0..nr), K block [k0, k0 + kl) */
+    "static KBF16 __attribute__((unused)) void kgb_pack(const float *W, const int64_t *wo, int nr, int64_t k0, int64_t kl,"
+    " uint32_t *restrict bp) {\n"
+    "  uint32_t tmp[16 * 16] __attribute__((aligned(64)));\n"
+    "  const int64_t kf = kl / 32 * 32;\n"
+    "  for (int jb = 0; jb < nr; jb += 16)\n"
+    "    for (int64_t k = 0; k < kf; k += 32) {\n"
+    "      for (int jj = 0; jj < 16; jj++) {\n"
+    "        const float *r = W + wo[jb + jj] + k0 + k;\n"
+    "        _mm512_store_si512((void *)(tmp + 16 * jj), (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(r + 16), _mm512_loadu_ps(r)));\n"
+    "      }\n"
+    "      ktr16((const float *)tmp, 16, (float *)(bp + k / 2 * nr + jb), nr);\n"
+    "    }\n"
+    "  for (int j = 0; j < nr; j++)\n"
+    "    for (int64_t k = kf; k < kl; k += 2) {\n"
+    "      const float *r = W + wo[j] + k0;\n"
+    "      bp[k / 2 * nr + j] = kgb_rne(r[k]) | (k + 1 < kl ? kgb_rne(r[k + 1]) << 16 : 0u);\n"
+    "    }\n"
+    "}\n"
+    /* B strided along K (element (k, n) at bo + k * ks + n): cols valid columns */
+    "static KBF16 __attribute__((unused)) void kgb_pack_strided(const float *W, int64_t bo, int64_t ks, int cols, int nr,"
+    " int64_t k0, int64_t kl, uint32_t *restrict bp) {\n"
+    "  for (int j = 0; j < nr; j += 16) {\n"
+    "    const __mmask16 q = (__mmask16)(cols >= j + 16 ? 0xffffu : cols <= j ? 0u : (1u << (unsigned)(cols - j)) - 1u);\n"
+    "    const float *src = W + bo + k0 * ks + j;\n"
+    "    for (int64_t k = 0; k < kl; k += 2) {\n"
+    "      const __m512 r0 = _mm512_maskz_loadu_ps(q, src + k * ks);\n"
+    "      const __m512 r1 = k + 1 < kl ? _mm512_maskz_loadu_ps(q, src + (k + 1) * ks) : _mm512_setzero_ps();\n"
+    "      const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(r0));\n"
+    "      const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(r1));\n"
+    "      _mm512_store_si512((void *)(bp + k / 2 * nr + j), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));\n"
+    "    }\n"
+    "  }\n"
+    "}\n"
+    "#endif\n\n";
+
+/* kgb_<mr>x<nr>_p<pf>(A rows as pair words, strip, pairs, out rows, valid
+ * rows, valid columns, add to out instead of storing) */
+static void emit_micro(int mr, int nr, int pf, char **s, size_t *len, size_t *cap) {
+    int nv = nr / 16;
+    OUT("static KBF16 __attribute__((unused, noinline)) void kgb_%dx%d_p%d(const uint32_t *const *a, const uint32_t *restrict bp,"
+        " int64_t kp, float *const *c, int rows, int cols, int acc) {\n",
+        mr, nr, pf);
+    for (int i = 0; i < mr; i++) {
+        OUT("  const uint32_t *restrict a%d = a[%d];\n", i, i);
+        for (int j = 0; j < nv; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
+    }
+    OUT("  for (int64_t k = 0; k < kp; k++) {\n");
+    OUT("    const uint32_t *b = bp + k * %d;\n", nr);
+    if (pf > 0) OUT("    _mm_prefetch((const char *)(b + %d), _MM_HINT_T0);\n", pf * nr);
+    for (int j = 0; j < nv; j++) OUT("    const __m512bh b%d = (__m512bh)_mm512_load_si512((const void *)(b + %d));\n", j, 16 * j);
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a%d[k]);", i);
+        for (int j = 0; j < nv; j++) OUT(" c%d_%d = _mm512_dpbf16_ps(c%d_%d, x, b%d);", i, j, i, j, j);
+        OUT(" }\n");
+    }
+    OUT("  }\n");
+    for (int j = 0; j < nv; j++)
+        OUT("  const __mmask16 q%d = (__mmask16)(cols >= %d ? 0xffffu : cols <= %d ? 0u : (1u << (unsigned)(cols - %d)) - 1u);\n",
+            j, 16 * (j + 1), 16 * j, 16 * j);
+    for (int i = 0; i < mr; i++) {
+        OUT("  if (rows > %d) { float *o = c[%d];\n", i, i);
+        for (int j = 0; j < nv; j++)
+            OUT("    _mm512_mask_storeu_ps(o + %d, q%d, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(q%d, o + %d), c%d_%d) : c%d_%d);\n",
+                16 * j, j, j, 16 * j, i, j, i, j);
+        OUT("  }\n");
+    }
+    OUT("}\n\n");
+}
+
+void cg_emit_packed_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len,
+                               size_t *cap) {
+    int done[GB_MAX_MR + 1][5][2];
+    memset(done, 0, sizeof done);
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        const sch_contract_sched *sc = &scheds[i];
+        if (!cg_packed_bf16_ok(t, sc)) continue;
+        if (!any) {
+            OUT("#include <stdlib.h>\n");
+            cg_emit_ktr16(s, len, cap);
+            OUT("%s", bf16_helpers);
+        }
+        any = 1;
+        int pi = sc->pf > 0;
+        if (done[sc->mr][sc->nr / 16][pi]) continue;
+        done[sc->mr][sc->nr / 16][pi] = 1;
+        emit_micro(sc->mr, sc->nr, sc->pf, s, len, cap);
+    }
+}
+
+void cg_emit_packed_bf16_pre(char **s, size_t *len, size_t *cap) {
+    OUT("  uint32_t *gb_a = NULL; int64_t gb_o = -1;\n");
+}
+
+void cg_emit_packed_bf16_post(char **s, size_t *len, size_t *cap) { OUT("  free(gb_a);\n"); }
+
+static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
+    sch_print_sym(p, x, s, len, cap);
+}
+
+void cg_emit_packed_bf16_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                                  size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim;
+    int strided = c->b_kstride != SYM_NONE;
+    OUT("      {\n");
+    /* A rounded once per batch point and call: row mq's pairs at gb_a + mq * kpa */
+    OUT("        const int64_t kpa = (K + 1) / 2, gob = w / ntiles;\n");
+    OUT("        if (gb_o != gob) {\n");
+    OUT("          if (!gb_a) { gb_a = (uint32_t *)malloc((size_t)(M * kpa + 16) * sizeof(uint32_t)); if (!gb_a) return 1; }\n");
+    OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
+    if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
+    OUT("            kgb_arow(A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT("), K, gb_a + mq * kpa);\n");
+    OUT("          }\n");
+    OUT("          gb_o = gob;\n");
+    OUT("        }\n");
+    OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : (K > 0 ? K : 1);\n", sc->kc, sc->kc, sc->kc);
+    OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
+    OUT("        const size_t bpsz = ((size_t)(nstr * %d * ((kcb + 1) / 2)) * sizeof(uint32_t) + 63) & ~(size_t)63;\n", nr);
+    OUT("        uint32_t *bp = (uint32_t *)aligned_alloc(64, bpsz > 0 ? bpsz : 64);\n");
+    OUT("        if (!bp) { free(gb_a); return 1; }\n");
+    cg_emit_out_stride(p, k, s, len, cap);
+    OUT("        for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kcb) {\n");
+    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb, kp = (kl + 1) / 2;\n");
+    OUT("          const int acc = k0 > 0;\n");
+    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("            uint32_t *bps = bp + st * %d * ((kcb + 1) / 2);\n", nr);
+    if (strided) {
+        OUT("            const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
+        OUT("            int64_t bo;\n");
+        OUT("            { const int64_t i%d = ns; (void)i%d; bo = ", nd, nd);
+        out_sym(p, c->b_base, s, len, cap);
+        OUT("; }\n");
+        OUT("            const int64_t ks = ");
+        out_sym(p, c->b_kstride, s, len, cap);
+        OUT(";\n");
+        OUT("            kgb_pack_strided((const float *)W, bo, ks, cols, %d, k0, kl, bps);\n", nr);
+    } else {
+        OUT("            int64_t wo[%d];\n", nr);
+        OUT("            for (int j = 0; j < %d; j++) {\n", nr);
+        OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
+        OUT("              wo[j] = ");
+        out_sym(p, c->b_base, s, len, cap);
+        OUT(";\n");
+        OUT("            }\n");
+        OUT("            kgb_pack((const float *)W, wo, %d, k0, kl, bps);\n", nr);
+    }
+    OUT("          }\n");
+    OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
+    OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
+    OUT("            for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("              const int64_t ns = n0 + st * %d;\n", nr);
+    OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
+    OUT("              const uint32_t *bps = bp + st * %d * ((kcb + 1) / 2);\n", nr);
+    OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
+    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
+    OUT("                const uint32_t *ar[%d]; float *cr[%d];\n", mr, mr);
+    OUT("                float ct[%d] __attribute__((aligned(64)));\n", mr * nr);
+    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
+    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
+    OUT("                  ar[i] = gb_a + mi * kpa + k0 / 2;\n");
+    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
+    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
+    OUT("                  cr[i] = osn == 1 ? out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(") : ct + i * %d;\n", nr);
+    OUT("                }\n");
+    OUT("                kgb_%dx%d_p%d(ar, bps, kp, cr, rows, cols, osn == 1 ? acc : 0);\n", mr, nr, sc->pf);
+    cg_emit_tile_scatter(p, k, nr, s, len, cap);
+    OUT("              }\n            }\n          }\n        }\n");
+    OUT("        free(bp);\n");
+    OUT("      }\n");
+}
