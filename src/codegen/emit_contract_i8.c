@@ -49,7 +49,7 @@ int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
 
 static const char *i8_prelude =
     "/* int8 contraction helpers (emit_contract_i8.c) */\n"
-    "#define KVNNI __attribute__((target(\"avx512vnni\")))\n"
+    "#define KVNNI __attribute__((target(\"avx512vnni,bmi2\")))\n"
     "static KVNNI __attribute__((unused)) void kcq_row(const float *a, int64_t K, int64_t group, int8_t *qa, float *sa,\n"
     "    __m256i *l8, int32_t *sum) {\n"
     "  const __m256i one = _mm256_set1_epi8(1);\n"
@@ -489,7 +489,8 @@ static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, c
                 j, j, j);
             if (t == KILN_Q5_0) {
                 OUT("    { uint32_t q0, q1; memcpy(&q0, b%d + 2, 4); memcpy(&q1, b%d + %d, 4);\n", j, j, bb + 2);
-                OUT("      const __mmask64 hm = (__mmask64)((q0 & 0xffffu) | (q1 & 0xffffu) << 16 | (uint64_t)(q0 >> 16) << 32 | (uint64_t)(q1 >> 16) << 48);\n");
+                /* [q0 low 16, q1 low 16, q0 high 16, q1 high 16] by two bit deposits */
+                OUT("      const __mmask64 hm = (__mmask64)(_pdep_u64(q0, 0x0000ffff0000ffffull) | _pdep_u64(q1, 0xffff0000ffff0000ull));\n");
                 OUT("      w%d = _mm512_mask_add_epi8(w%d, hm, w%d, v16); }\n", j, j, j);
             }
         }
