@@ -87,6 +87,23 @@ int cg_packed_ok(kiln_dtype t, const sch_contract_sched *s) {
     return s->mc >= 1 && s->nc >= 0;
 }
 
+/* the end of a packed micro-kernel: the mr x (16 nv) f32 accumulators
+ * <acc><i>_<j> stored to the rows c[i] (rows, cols valid; added to what is
+ * there when acc), the last 16 lanes masked; closes the function */
+void cg_emit_tile_store(int mr, int nv, const char *accname, char **s, size_t *len, size_t *cap) {
+    for (int j = 0; j < nv; j++)
+        OUT("  const __mmask16 q%d = (__mmask16)(cols >= %d ? 0xffffu : cols <= %d ? 0u : (1u << (unsigned)(cols - %d)) - 1u);\n",
+            j, 16 * (j + 1), 16 * j, 16 * j);
+    for (int i = 0; i < mr; i++) {
+        OUT("  if (rows > %d) { float *o = c[%d];\n", i, i);
+        for (int j = 0; j < nv; j++)
+            OUT("    _mm512_mask_storeu_ps(o + %d, q%d, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(q%d, o + %d), %s%d_%d) : %s%d_%d);\n",
+                16 * j, j, j, 16 * j, accname, i, j, accname, i, j);
+        OUT("  }\n");
+    }
+    OUT("}\n\n");
+}
+
 /* kgp_<dt>_<mr>x<nr>_p<pf>(a rows, packed strip, K block length, out rows,
  * valid rows, valid columns, add to out instead of storing). pf > 0: each
  * K step prefetches the strip pf steps ahead (one line per step: the strip
@@ -111,17 +128,7 @@ static void emit_micro(const char *tag, int mr, int nr, int pf, char **s, size_t
         OUT(" }\n");
     }
     OUT("  }\n");
-    for (int j = 0; j < nv; j++)
-        OUT("  const __mmask16 q%d = (__mmask16)(cols >= %d ? 0xffffu : cols <= %d ? 0u : (1u << (unsigned)(cols - %d)) - 1u);\n",
-            j, 16 * (j + 1), 16 * j, 16 * j);
-    for (int i = 0; i < mr; i++) {
-        OUT("  if (rows > %d) { float *o = c[%d];\n", i, i);
-        for (int j = 0; j < nv; j++)
-            OUT("    _mm512_mask_storeu_ps(o + %d, q%d, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(q%d, o + %d), c%d_%d) : c%d_%d);\n",
-                16 * j, j, j, 16 * j, i, j, i, j);
-        OUT("  }\n");
-    }
-    OUT("}\n\n");
+    cg_emit_tile_store(mr, nv, "c", s, len, cap);
 }
 
 /* ktr16: the 16 x 16 transpose dst[e * ds + r] = src[r * ss + e] in four

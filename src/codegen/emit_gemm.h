@@ -17,6 +17,10 @@ int cg_packed_pf_index(int pf);
  * among scheds[0..n) need; emit_contract.c calls it once per translation
  * unit after the dot form's dequantisers (kcv_*) are defined */
 void cg_emit_packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap);
+/* the store at the end of a packed micro-kernel: accumulators
+ * <accname><i>_<j> (mr rows x nv zmm) to out rows c[i], `rows` and `cols`
+ * valid, added when `acc`; closes the function */
+void cg_emit_tile_store(int mr, int nv, const char *accname, char **s, size_t *len, size_t *cap);
 /* ktr16(src, ss, dst, ds): the 16 x 16 32-bit transpose the strip packers
  * use, guarded so that a translation unit gets it once */
 void cg_emit_ktr16(char **s, size_t *len, size_t *cap);

@@ -36,6 +36,7 @@
 #include "contract.h"
 #include "emit_gemm.h"
 #include "emit_gemm_bf16.h"
+#include "emit_gemm_i8.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
@@ -123,17 +124,7 @@ static void emit_micro(int mr, int nr, int pf, char **s, size_t *len, size_t *ca
         OUT(" }\n");
     }
     OUT("  }\n");
-    for (int j = 0; j < nv; j++)
-        OUT("  const __mmask16 q%d = (__mmask16)(cols >= %d ? 0xffffu : cols <= %d ? 0u : (1u << (unsigned)(cols - %d)) - 1u);\n",
-            j, 16 * (j + 1), 16 * j, 16 * j);
-    for (int i = 0; i < mr; i++) {
-        OUT("  if (rows > %d) { float *o = c[%d];\n", i, i);
-        for (int j = 0; j < nv; j++)
-            OUT("    _mm512_mask_storeu_ps(o + %d, q%d, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(q%d, o + %d), c%d_%d) : c%d_%d);\n",
-                16 * j, j, j, 16 * j, i, j, i, j);
-        OUT("  }\n");
-    }
-    OUT("}\n\n");
+    cg_emit_tile_store(mr, nv, "c", s, len, cap);
 }
 
 void cg_emit_packed_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len,
@@ -226,17 +217,9 @@ void cg_emit_packed_bf16_schedule(const sch_program *p, const sch_kernel *k, con
     OUT("              const uint32_t *bps = bp + st * %d * ((kcb + 1) / 2);\n", nr);
     OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
-    OUT("                const uint32_t *ar[%d]; float *cr[%d];\n", mr, mr);
-    OUT("                float ct[%d] __attribute__((aligned(64)));\n", mr * nr);
-    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
-    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
-    OUT("                  ar[i] = gb_a + mi * kpa + k0 / 2;\n");
-    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
-    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
-    OUT("                  cr[i] = osn == 1 ? out + (");
-    out_sym(p, k->store_off, s, len, cap);
-    OUT(") : ct + i * %d;\n", nr);
-    OUT("                }\n");
+    OUT("                const uint32_t *ar[%d];\n", mr);
+    OUT("                for (int i = 0; i < %d; i++) ar[i] = gb_a + (mm + (i < rows ? i : rows - 1)) * kpa + k0 / 2;\n", mr);
+    cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
     OUT("                kgb_%dx%d_p%d(ar, bps, kp, cr, rows, cols, osn == 1 ? acc : 0);\n", mr, nr, sc->pf);
     cg_emit_tile_scatter(p, k, nr, s, len, cap);
     OUT("              }\n            }\n          }\n        }\n");

@@ -209,17 +209,7 @@ static void emit_micro(kiln_dtype t, int mr, int nr, char **s, size_t *len, size
         }
     }
     OUT("  }\n");
-    for (int j = 0; j < nv; j++)
-        OUT("  const __mmask16 q%d = (__mmask16)(cols >= %d ? 0xffffu : cols <= %d ? 0u : (1u << (unsigned)(cols - %d)) - 1u);\n",
-            j, 16 * (j + 1), 16 * j, 16 * j);
-    for (int i = 0; i < mr; i++) {
-        OUT("  if (rows > %d) { float *o = c[%d];\n", i, i);
-        for (int j = 0; j < nv; j++)
-            OUT("    _mm512_mask_storeu_ps(o + %d, q%d, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(q%d, o + %d), f%d_%d) : f%d_%d);\n",
-                16 * j, j, j, 16 * j, i, j, i, j);
-        OUT("  }\n");
-    }
-    OUT("}\n\n");
+    cg_emit_tile_store(mr, nv, "f", s, len, cap);
 }
 
 void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s,
