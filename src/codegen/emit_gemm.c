@@ -266,6 +266,31 @@ void cg_emit_tile_scatter(const sch_program *p, const sch_kernel *k, int nr, cha
     OUT("                    }\n");
 }
 
+void cg_emit_strip_operand(const sch_program *p, const sch_kernel *k, int nr, int be, char **s, size_t *len,
+                           size_t *cap) {
+    const sch_contract *c = k->contract;
+    int nd = c->ndim;
+    if (c->b_kstride != SYM_NONE) {
+        OUT("            const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
+        OUT("            int64_t bo;\n");
+        OUT("            { const int64_t i%d = ns; (void)i%d; bo = ", nd, nd);
+        out_sym(p, c->b_base, s, len, cap);
+        OUT("; }\n");
+        OUT("            const int64_t ks = ");
+        out_sym(p, c->b_kstride, s, len, cap);
+        OUT(";\n");
+        return;
+    }
+    OUT("            int64_t wo[%d]; int fast = 1;\n", nr);
+    OUT("            for (int j = 0; j < %d; j++) {\n", nr);
+    OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
+    OUT("              wo[j] = ");
+    out_sym(p, c->b_base, s, len, cap);
+    OUT(";\n");
+    if (be > 1) OUT("              if (wo[j] %% %d != 0) fast = 0;\n", be);
+    OUT("            }\n");
+}
+
 void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                              size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
@@ -289,27 +314,9 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
     OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
     OUT("            const int64_t ns = n0 + st * %d;\n", nr);
     OUT("            float *bps = bp + st * %d * kcb;\n", nr);
-    if (strided) {
-        OUT("            const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
-        OUT("            int64_t bo;\n");
-        OUT("            { const int64_t i%d = ns; (void)i%d; bo = ", nd, nd);
-        out_sym(p, c->b_base, s, len, cap);
-        OUT("; }\n");
-        OUT("            const int64_t ks = ");
-        out_sym(p, c->b_kstride, s, len, cap);
-        OUT(";\n");
-        OUT("            kps_f32((const float *)W, bo, ks, cols, %d, k0, kl, bps);\n", nr);
-    } else {
-        OUT("            int64_t wo[%d]; int fast = 1;\n", nr);
-        OUT("            for (int j = 0; j < %d; j++) {\n", nr);
-        OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
-        OUT("              wo[j] = ");
-        out_sym(p, c->b_base, s, len, cap);
-        OUT(";\n");
-        if (be > 1) OUT("              if (wo[j] %% %d != 0) fast = 0;\n", be);
-        OUT("            }\n");
-        OUT("            kpk_%s((const void *)W, wo, %d, k0, kl, fast, bps);\n", tag, nr);
-    }
+    cg_emit_strip_operand(p, k, nr, be, s, len, cap);
+    if (strided) OUT("            kps_f32((const float *)W, bo, ks, cols, %d, k0, kl, bps);\n", nr);
+    else OUT("            kpk_%s((const void *)W, wo, %d, k0, kl, fast, bps);\n", tag, nr);
     OUT("          }\n");
     OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);

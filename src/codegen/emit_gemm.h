@@ -37,6 +37,13 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
  * computed from the item's first two columns; and, for osn != 1, the copy
  * of a tile's stack buffer ct[rows][nr] into out (added when acc), with
  * mm, ns, rows, cols and acc in scope */
+/* B's operand for the strip at column ns of a packed schedule: B strided
+ * along K (c->b_kstride): cols, bo (the strip's first element) and ks (the
+ * K stride); else wo[nr], each column's element offset at k = 0 (the last
+ * column repeated past n1), and fast, 0 when some offset is not a multiple
+ * of be elements (a block format's block) */
+void cg_emit_strip_operand(const sch_program *p, const sch_kernel *k, int nr, int be, char **s, size_t *len,
+                           size_t *cap);
 void cg_emit_out_stride(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap);
 void cg_emit_tile_scatter(const sch_program *p, const sch_kernel *k, int nr, char **s, size_t *len, size_t *cap);
 

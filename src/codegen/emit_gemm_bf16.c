@@ -161,7 +161,7 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
 void cg_emit_packed_bf16_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                                   size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
-    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim;
+    int mr = sc->mr, nr = sc->nr, md = c->mdim;
     int strided = c->b_kstride != SYM_NONE;
     OUT("      {\n");
     /* A rounded once per batch point and call: row mq's pairs at gb_a + mq * kpa */
@@ -188,26 +188,9 @@ void cg_emit_packed_bf16_schedule(const sch_program *p, const sch_kernel *k, con
     OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
     OUT("            const int64_t ns = n0 + st * %d;\n", nr);
     OUT("            uint32_t *bps = bp + st * %d * ((kcb + 1) / 2);\n", nr);
-    if (strided) {
-        OUT("            const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
-        OUT("            int64_t bo;\n");
-        OUT("            { const int64_t i%d = ns; (void)i%d; bo = ", nd, nd);
-        out_sym(p, c->b_base, s, len, cap);
-        OUT("; }\n");
-        OUT("            const int64_t ks = ");
-        out_sym(p, c->b_kstride, s, len, cap);
-        OUT(";\n");
-        OUT("            kgb_pack_strided((const float *)W, bo, ks, cols, %d, k0, kl, bps);\n", nr);
-    } else {
-        OUT("            int64_t wo[%d];\n", nr);
-        OUT("            for (int j = 0; j < %d; j++) {\n", nr);
-        OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
-        OUT("              wo[j] = ");
-        out_sym(p, c->b_base, s, len, cap);
-        OUT(";\n");
-        OUT("            }\n");
-        OUT("            kgb_pack((const float *)W, wo, %d, k0, kl, bps);\n", nr);
-    }
+    cg_emit_strip_operand(p, k, nr, 1, s, len, cap);
+    if (strided) OUT("            kgb_pack_strided((const float *)W, bo, ks, cols, %d, k0, kl, bps);\n", nr);
+    else OUT("            (void)fast; kgb_pack((const float *)W, wo, %d, k0, kl, bps);\n", nr);
     OUT("          }\n");
     OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
