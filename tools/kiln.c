@@ -973,6 +973,17 @@ static uint64_t bench_rng(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+/* the backend a bench row ran on: "interp", or $KILN_BACKEND (set by
+ * --backend), "cpu" by default; upper-case for the table (llama-bench's "CPU") */
+static const char *bench_backend_label(int interp, int upper) {
+    const char *be = getenv("KILN_BACKEND");
+    if (interp) return "interp";
+    if (!be || !*be || strcmp(be, "cpu") == 0) return upper ? "CPU" : "cpu";
+    if (strcmp(be, "cuda") == 0) return upper ? "CUDA" : "cuda";
+    if (strcmp(be, "opencl") == 0) return upper ? "OpenCL" : "opencl";
+    return be;
+}
+
 /* one timed run: pp (n tokens at once) or tg (n single-token steps), fresh cache */
 static kiln_status bench_once(model *m, int pp, int n, int32_t *toks, float *logits, uint64_t *rng, double *secs) {
     int64_t nv = model_n_vocab(m);
@@ -1106,7 +1117,7 @@ static int cmd_bench(int argc, char **argv) {
                     snprintf(ts, sizeof ts, "%.2f ± %.2f", r->mean, r->sd);
                     /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
                     printf("| %-28.28s | %10s | %9s | %-7s | %7d | %8s | %21s |\n", desc, size, params_s,
-                           interp ? "interp" : "CPU", r->threads, test, ts);
+                           bench_backend_label(interp, 1), r->threads, test, ts);
                     fflush(stdout);
                 }
                 if (profile && model_program(m)) {
@@ -1137,7 +1148,7 @@ static int cmd_bench(int argc, char **argv) {
             printf(", \"model_size\": %llu, \"model_n_params\": %llu, \"backend\": \"%s\", \"n_threads\": %d,"
                    " \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, \"load_s\": %.6f, \"avg_ts\": %.6f,"
                    " \"stddev_ts\": %.6f, \"samples_ts\": [",
-                   (unsigned long long)bytes, (unsigned long long)params, interp ? "interp" : "cpu", r->threads,
+                   (unsigned long long)bytes, (unsigned long long)params, bench_backend_label(interp, 0), r->threads,
                    r->n_prompt ? "pp" : "tg", r->n_prompt ? r->n_prompt : r->n_gen, r->n_prompt, r->n_gen, r->load_s,
                    r->mean, r->sd);
             for (int j = 0; j < r->nsamples; j++) printf("%s%.6f", j ? ", " : "", r->samples[j]);
