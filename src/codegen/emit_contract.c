@@ -43,6 +43,8 @@
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
 int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
+    /* B read in place: the f32 packed form's strips only (emit_gemm.c) */
+    if (sc->direct && !(sc->form == SCH_FORM_PACKED && sc->arith == SCH_ARITH_F32 && t == KILN_F32)) return 0;
     if (sc->form == SCH_FORM_PACKED)
         return sc->arith == SCH_ARITH_I8     ? cg_packed_i8_ok(t, sc)
                : sc->arith == SCH_ARITH_BF16 ? cg_packed_bf16_ok(t, sc)
@@ -75,6 +77,8 @@ int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa)
         if (k->contract->b_kstride != SYM_NONE && sc->form != SCH_FORM_PACKED &&
             !(sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_BF16 && t == KILN_F32))
             return 0;
+        /* reading B's rows in place needs them contiguous along n */
+        if (sc->direct && k->contract->b_kstride == SYM_NONE) return 0;
     }
     return 1;
 }

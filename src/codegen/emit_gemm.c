@@ -112,16 +112,17 @@ void cg_emit_tile_store(int mr, int nv, const char *accname, char **s, size_t *l
 static void emit_micro(const char *tag, int mr, int nr, int pf, char **s, size_t *len, size_t *cap) {
     int nv = nr / 16;
     OUT("static __attribute__((unused, noinline)) void kgp_%s_%dx%d_p%d(const float *const *a, const float *restrict bp,"
-        " int64_t kl, float *const *c, int rows, int cols, int acc) {\n",
+        " int64_t bst, int64_t kl, float *const *c, int rows, int cols, int acc) {\n",
         tag, mr, nr, pf);
     for (int i = 0; i < mr; i++) {
         OUT("  const float *restrict a%d = a[%d];\n", i, i);
         for (int j = 0; j < nv; j++) OUT("  __m512 c%d_%d = _mm512_setzero_ps();\n", i, j);
     }
     OUT("  for (int64_t k = 0; k < kl; k++) {\n");
-    OUT("    const float *b = bp + k * %d;\n", nr);
-    if (pf > 0) OUT("    _mm_prefetch((const char *)(b + %d), _MM_HINT_T0);\n", pf * nr);
-    for (int j = 0; j < nv; j++) OUT("    const __m512 b%d = _mm512_load_ps(b + %d);\n", j, 16 * j);
+    /* bst: nr for a packed strip, B's K stride for rows read in place (direct) */
+    OUT("    const float *b = bp + k * bst;\n");
+    if (pf > 0) OUT("    _mm_prefetch((const char *)(b + %d * bst), _MM_HINT_T0);\n", pf);
+    for (int j = 0; j < nv; j++) OUT("    const __m512 b%d = _mm512_loadu_ps(b + %d);\n", j, 16 * j);
     for (int i = 0; i < mr; i++) {
         OUT("    { const __m512 x = _mm512_set1_ps(a%d[k]);", i);
         for (int j = 0; j < nv; j++) OUT(" c%d_%d = _mm512_fmadd_ps(x, b%d, c%d_%d);", i, j, j, i, j);
@@ -291,14 +292,77 @@ void cg_emit_strip_operand(const sch_program *p, const sch_kernel *k, int nr, in
     OUT("            }\n");
 }
 
+/* the A rows and output rows of an mr-row tile at mm of the strip at ns
+ * (declares ar, cr, ct; rows valid) */
+static void emit_tile_rows_f32(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len,
+                               size_t *cap) {
+    const sch_contract *c = k->contract;
+    int md = c->mdim, nd = c->ndim;
+    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
+    OUT("                const float *ar[%d]; float *cr[%d];\n", mr, mr);
+    OUT("                float ct[%d] __attribute__((aligned(64)));\n", mr * nr);
+    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
+    if (md >= 0) OUT("                  const int64_t i%d = mm + (i < rows ? i : rows - 1); (void)i%d;\n", md, md);
+    OUT("                  ar[i] = A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT(") + k0;\n");
+    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
+    OUT("                  cr[i] = osn == 1 ? out + (");
+    out_sym(p, k->store_off, s, len, cap);
+    OUT(") : ct + i * %d;\n", nr);
+    OUT("                }\n");
+}
+
+/* direct (sc->direct, f32 B strided along K and contiguous along n): no
+ * packing; a whole strip's nr columns of row k are B[bo + k*ks .. + nr),
+ * read in place by the micro-kernel with stride ks; only a partial last
+ * strip (cols < nr, whose row would run past the valid columns) is copied
+ * into a zero-padded strip. Strips outer, A's rows inner: a strip's rows
+ * stay in cache for the M rows that use them. */
+static void emit_direct_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                                 size_t *len, size_t *cap) {
+    int mr = sc->mr, nr = sc->nr;
+    OUT("      {\n");
+    OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : (K > 0 ? K : 1);\n", sc->kc, sc->kc, sc->kc);
+    OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
+    OUT("        float *bp = NULL;\n");
+    cg_emit_out_stride(p, k, s, len, cap);
+    OUT("        for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kcb) {\n");
+    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
+    OUT("          const int acc = k0 > 0;\n");
+    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    cg_emit_strip_operand(p, k, nr, 1, s, len, cap);
+    OUT("            const float *bps = (const float *)W + bo + k0 * ks; int64_t bst = ks;\n");
+    OUT("            if (cols < %d) {\n", nr);
+    OUT("              if (!bp) bp = (float *)aligned_alloc(64, ((size_t)(%d * kcb) * sizeof(float) + 63) & ~(size_t)63);\n", nr);
+    OUT("              if (!bp) return 1;\n");
+    OUT("              kps_f32((const float *)W, bo, ks, cols, %d, k0, kl, bp);\n", nr);
+    OUT("              bps = bp; bst = %d;\n", nr);
+    OUT("            }\n");
+    OUT("            for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
+    OUT("              const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
+    OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
+    emit_tile_rows_f32(p, k, mr, nr, s, len, cap);
+    OUT("                kgp_f32_%dx%d_p%d(ar, bps, bst, kl, cr, rows, cols, osn == 1 ? acc : 0);\n", mr, nr, sc->pf);
+    cg_emit_tile_scatter(p, k, nr, s, len, cap);
+    OUT("              }\n            }\n          }\n        }\n");
+    OUT("        free(bp);\n");
+    OUT("      }\n");
+}
+
 void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                              size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
+    if (sc->direct && c->b_kstride != SYM_NONE && p->bufs[c->b_buf].dtype == KILN_F32) {
+        emit_direct_schedule(p, k, sc, s, len, cap);
+        return;
+    }
     kiln_dtype t = p->bufs[c->b_buf].dtype;
     const char *tag = pk_tag(t);
     int be, bb;
     pk_block(t, &be, &bb);
-    int mr = sc->mr, nr = sc->nr, md = c->mdim, nd = c->ndim;
+    int mr = sc->mr, nr = sc->nr;
     int strided = c->b_kstride != SYM_NONE;
     OUT("      {\n");
     OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : (K > 0 ? K : 1);\n", sc->kc, sc->kc, sc->kc);
@@ -325,20 +389,8 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
     OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
     OUT("              const float *bps = bp + st * %d * kcb;\n", nr);
     OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
-    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
-    OUT("                const float *ar[%d]; float *cr[%d];\n", mr, mr);
-    OUT("                float ct[%d] __attribute__((aligned(64)));\n", mr * nr);
-    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
-    if (md >= 0) OUT("                  const int64_t i%d = mm + (i < rows ? i : rows - 1); (void)i%d;\n", md, md);
-    OUT("                  ar[i] = A + (");
-    out_sym(p, c->a_base, s, len, cap);
-    OUT(") + k0;\n");
-    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
-    OUT("                  cr[i] = osn == 1 ? out + (");
-    out_sym(p, k->store_off, s, len, cap);
-    OUT(") : ct + i * %d;\n", nr);
-    OUT("                }\n");
-    OUT("                kgp_%s_%dx%d_p%d(ar, bps, kl, cr, rows, cols, osn == 1 ? acc : 0);\n", tag, mr, nr, sc->pf);
+    emit_tile_rows_f32(p, k, mr, nr, s, len, cap);
+    OUT("                kgp_%s_%dx%d_p%d(ar, bps, %d, kl, cr, rows, cols, osn == 1 ? acc : 0);\n", tag, mr, nr, sc->pf, nr);
     cg_emit_tile_scatter(p, k, nr, s, len, cap);
     OUT("              }\n            }\n          }\n        }\n");
     OUT("        free(bp);\n");

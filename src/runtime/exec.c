@@ -629,6 +629,7 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     sh->amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
     sh->bf16 = rt_cpu_has("avx512_bf16");
     sh->b_activation = c->b_computed;
+    sh->b_strided = c->b_kstride != SYM_NONE;
     for (int d = 0; d < K->ndim; d++) {
         int64_t v = 0;
         if (values ? sym_eval(sp, K->dim[d], values, NULL, &v, NULL) != 0 : !sym_is_const(sp, K->dim[d], &v)) {

@@ -152,16 +152,20 @@ sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype) {
 sch_contract_sched sch_contract_default_of(const sch_contract *c, int large_m, kiln_dtype b_dtype) {
     if (c->b_kstride == SYM_NONE) return sch_contract_default(large_m, b_dtype);
     /* B strided along K: the dot form cannot read it, the packed form
-     * copies it into strips */
+     * copies it into strips; for decode (one row of A per strip) it reads
+     * B's rows in place instead: gemma3-270m's attention values, packed
+     * again for each of the 4 query heads that share them, were 4% of a
+     * token at 2 threads */
     sch_contract_sched s;
     memset(&s, 0, sizeof s);
     s.arith = SCH_ARITH_F32;
     s.form = SCH_FORM_PACKED;
-    s.mr = large_m ? 6 : 4;
+    s.mr = large_m ? 6 : 1;
     s.nr = 32;
     s.mc = 64;
-    s.kc = 256;
+    s.kc = large_m ? 256 : 0;
     s.pf = large_m ? 16 : 0;
+    s.direct = !large_m;
     return s;
 }
 
@@ -355,7 +359,9 @@ void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap
     if (s->form == SCH_FORM_PACKED) n += snprintf(buf + n, cap - (size_t)n, " form=packed kc=%d", s->kc);
     if (s->form == SCH_FORM_AMX) n += snprintf(buf + n, cap - (size_t)n, " form=amx kc=%d", s->kc);
     if (n < 0 || (size_t)n >= cap) return;
-    if (s->pf > 0) snprintf(buf + n, cap - (size_t)n, " pf=%d", s->pf);
+    if (s->pf > 0) n += snprintf(buf + n, cap - (size_t)n, " pf=%d", s->pf);
+    if (n < 0 || (size_t)n >= cap) return;
+    if (s->direct) snprintf(buf + n, cap - (size_t)n, " direct=1");
 }
 
 int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
@@ -387,6 +393,9 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
         } else if (sscanf(rest, "pf=%d%n", &v, &n) == 1 && v >= 0 && v <= 64 && (rest[n] == ' ' || !rest[n])) {
             t.pf = v;
             rest += n;
+        } else if (strncmp(rest, "direct=1", 8) == 0 && (rest[8] == ' ' || !rest[8])) {
+            t.direct = 1;
+            rest += 8;
         } else {
             return 0;
         }
@@ -398,6 +407,7 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
         return 1;
     }
     if (t.arith == SCH_ARITH_BF16 && t.form != SCH_FORM_PACKED) return 0; /* bf16: the AMX and packed forms */
+    if (t.direct && !(t.form == SCH_FORM_PACKED && t.arith == SCH_ARITH_F32)) return 0; /* f32 packed strips only */
     if (t.form == SCH_FORM_PACKED) {
         /* packed tiles: nr is a multiple of 16 lanes, mr rows; limits in emit_gemm.c */
         if (t.mr < 1 || t.mr > 16 || t.nr < 16 || t.nr > 64 || t.nr % 16 != 0 || t.nc < 0 || t.mc < 1) return 0;

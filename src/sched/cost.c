@@ -135,6 +135,9 @@ static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, c
         other = tiles * kk * (double)s->mr + loads + (s->pf > 0 ? tiles * kk : 0.0) +
                 tiles * (double)kblocks * (8.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr);
         pack = (double)sh->n * (double)sh->nbatch * (double)cdiv(sh->k, 32) * (dequant_cost(sh->b_dtype) + 32.0);
+        /* B's rows read in place (direct): no pack; each of the M/mr tiles
+         * reads the strip from memory or cache again */
+        if (s->direct) pack = 0.0;
     }
     double fma_rate = mc->fma_gflops * 1e9 / 32.0;
     double compute = (fma + (other + pack) / 2.0) / fma_rate;

@@ -143,6 +143,10 @@ typedef struct sch_contract_sched {
     sch_form form;
     int kc; /* PACKED: K per packed panel (0: all of K) */
     int pf; /* software prefetch of B this many 32-element chunks ahead (0: none) */
+    int direct; /* PACKED, f32 B strided along K only: the micro-kernel reads B's rows in
+                   place (a partial last strip is still copied); 0: B packed into strips.
+                   For decode, where each strip is used by one row of A (last, so
+                   positional initialisers written before it leave it 0) */
 } sch_contract_sched;
 
 /* A REDUCE kernel that is a contraction: out[..., m, ..., n, ...] = sum over r

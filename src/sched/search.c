@@ -128,6 +128,36 @@ int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, in
             }
         }
     }
+    /* ---- decode with an f32 B strided along K (attention's values):
+     * the packed form reading B's rows in place (direct, emit_gemm.c),
+     * strips nr in {16, 32, 64}, tiles mr in {1, 2, 4} (not taller than
+     * M), items nc in {auto, 4, 16 strips}, the rows prefetched 16 K steps
+     * ahead or not */
+    if (sh->m <= SCH_SMALL_M && sh->b_strided && sh->b_dtype == KILN_F32) {
+        static const int dnrs[] = {16, 32, 64};
+        static const int dmrs[] = {1, 2, 4};
+        static const int dncs[] = {0, 4, 16};
+        for (size_t b = 0; b < sizeof dnrs / sizeof *dnrs; b++)
+            for (size_t a = 0; a < sizeof dmrs / sizeof *dmrs; a++) {
+                if (a > 0 && dmrs[a] > sh->m) continue;
+                for (size_t d = 0; d < sizeof dncs / sizeof *dncs; d++)
+                    for (int pf = 0; pf < 2; pf++) {
+                        if (out && n < cap) {
+                            sch_contract_sched *s = &out[n];
+                            memset(s, 0, sizeof *s);
+                            s->mr = dmrs[a];
+                            s->nr = dnrs[b];
+                            s->mc = 64;
+                            s->nc = dncs[d] * dnrs[b];
+                            s->arith = SCH_ARITH_F32;
+                            s->form = SCH_FORM_PACKED;
+                            s->pf = pf ? 16 : 0;
+                            s->direct = 1;
+                        }
+                        n++;
+                    }
+            }
+    }
     /* ---- AMX tiles, SCH_FORM_AMX: large M, block formats; int8 tiles
      * (emit_gemm_amx.c) on a CPU with amx_int8, bf16 tiles
      * (emit_gemm_amx_bf16.c) with amx_bf16, which also take f32 B that the
@@ -253,7 +283,11 @@ char *sch_space_describe(void) {
                 "  packed form  (large M) B dequantised into packed panels, mr x nr outer-product tiles, kc K per "
                 "panel;\n"
                 "               arithmetic f32, or int8 (VNNI, block formats: B repacked to uint8 strips, A "
-                "quantised per 32, approximate)\n"
+                "quantised per 32, approximate),\n"
+                "               or bf16 (AVX-512 bf16, f32 B the program computed, approximate); for decode only "
+                "with an f32 B strided\n"
+                "               along K (attention's values), whose rows the tiles then read in place (direct=1, "
+                "mr in {1,2,4})\n"
                 "  amx form     (large M, block formats, AMX) 16x16 int32 tiles of tdpbssd, mr x nr in {16,32}^2, "
                 "rescaled per block; approximate as int8\n"
                 "other kernels (maps, reductions): vector width, accumulators, unroll, thread chunk "
@@ -263,13 +297,14 @@ char *sch_space_describe(void) {
     static const struct {
         int64_t m, n, k;
         kiln_dtype t;
-        int act;
-    } ex[] = {{1, 2048, 2048, KILN_Q4_K, 0}, {512, 2048, 2048, KILN_Q4_K, 0}, {1, 4096, 4096, KILN_F32, 0},
-              {512, 4096, 4096, KILN_F32, 0}, {512, 512, 64, KILN_F32, 1}};
+        int act, strided;
+    } ex[] = {{1, 2048, 2048, KILN_Q4_K, 0, 0}, {512, 2048, 2048, KILN_Q4_K, 0, 0}, {1, 4096, 4096, KILN_F32, 0, 0},
+              {512, 4096, 4096, KILN_F32, 0, 0}, {512, 512, 64, KILN_F32, 1, 0}, {1, 256, 512, KILN_F32, 1, 1}};
     for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
-        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1, 1, ex[i].act, 1};
-        sch_appendf(&buf, &len, &cap, "  m=%-4lld n=%-5lld k=%-5lld B %-5s %-10s %6d schedules\n", (long long)sh.m,
-                    (long long)sh.n, (long long)sh.k, kiln_dtype_name(sh.b_dtype), ex[i].act ? "activation" : "input",
+        sch_contract_shape sh = {ex[i].m, ex[i].n, ex[i].k, 1, ex[i].t, 1, 1, 1, 1, ex[i].act, 1, ex[i].strided};
+        sch_appendf(&buf, &len, &cap, "  m=%-4lld n=%-5lld k=%-5lld B %-5s %-18s %6d schedules\n", (long long)sh.m,
+                    (long long)sh.n, (long long)sh.k, kiln_dtype_name(sh.b_dtype),
+                    ex[i].strided ? "activation, strided" : ex[i].act ? "activation" : "input",
                     sch_space_contract(&sh, NULL, 0));
     }
     return buf;

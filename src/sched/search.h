@@ -23,7 +23,10 @@ typedef struct sch_contract_shape {
                          approximation (llama.cpp keeps its KV cache in f16); a caller's f32
                          input (an f32 model's weights) stays exact */
     int bf16; /* the CPU has AVX-512 bf16 (vdpbf16ps): the packed form's bf16 arithmetic joins
-                 (last, so positional initialisers written before it leave it 0) */
+                 (after the others, so positional initialisers written before it leave it 0) */
+    int b_strided; /* f32 B strided along K, contiguous along n (sch_contract.b_kstride): only
+                      the packed form reads it, and for small M it joins with B read in place
+                      (direct); last, as bf16 */
 } sch_contract_shape;
 
 /* the machine as the cost model sees it (from `kiln device` measurements or

@@ -7,7 +7,9 @@
  * the strip width, under several packed schedules forced through
  * KILN_CONTRACT_SCHED_LARGE; kiln_matmul with a (k, n) B — plain, batched,
  * through a transposed batch, both buckets, default and forced schedules —
- * compiled to a contraction kernel; an output whose stride along n is not 1.
+ * compiled to a contraction kernel, its rows also read in place (direct=1,
+ * decode and prefill buckets, with K blocks, prefetch, a partial last
+ * strip); an output whose stride along n is not 1.
  * Every result is compared with the reference interpreter at the tolerance
  * of a K-term f32 sum (abs 2e-6*K + rel 1e-4, as test_contract.c).
  */
@@ -183,6 +185,58 @@ static void test_matmul_kn(void) {
     }
 }
 
+/* the packed f32 form reading B's rows in place (direct=1): both buckets,
+ * tiles of 1, 2, 4 and 6 rows, strips of 16, 32 and 64 with a partial last
+ * one (N = 37, 70), K in one block and in blocks of 32 */
+static const char *direct_scheds[4] = {
+    "mr=1 nr=32 nc=0 mc=64 arith=f32 form=packed kc=0 direct=1",
+    "mr=2 nr=16 nc=32 mc=64 arith=f32 form=packed kc=32 pf=16 direct=1",
+    "mr=4 nr=64 nc=0 mc=16 arith=f32 form=packed kc=0 pf=16 direct=1",
+    "mr=6 nr=32 nc=64 mc=8 arith=f32 form=packed kc=32 direct=1",
+};
+static const char *direct_calls[4] = {"kgp_f32_1x32_p0(ar, bps, bst", "kgp_f32_2x16_p16(ar, bps, bst",
+                                      "kgp_f32_4x64_p16(ar, bps, bst", "kgp_f32_6x32_p0(ar, bps, bst"};
+
+static void test_matmul_kn_direct(void) {
+    const int64_t ms[5] = {1, 3, 4, 13, 64};
+    const int64_t ks[2] = {40, 300}, ns[2] = {37, 70};
+    for (int ki = 0; ki < 2; ki++) {
+        int64_t K = ks[ki], N = ns[ki];
+        char name[96];
+        snprintf(name, sizeof name, "gemm_matmul_kn_direct_k%lld_n%lld", (long long)K, (long long)N);
+        CASE_BEGIN(name);
+        char ashape[64], bshape[64];
+        snprintf(ashape, sizeof ashape, "m, %lld", (long long)K);
+        snprintf(bshape, sizeof bshape, "%lld, %lld", (long long)K, (long long)N);
+        kiln_graph *g = kiln_graph_new();
+        kiln_output(g, kiln_matmul(g, kiln_input(g, "a", KILN_F32, ashape), kiln_input(g, "b", KILN_F32, bshape)),
+                    "y");
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        float *bb = rand_f32(K * N, -1, 1);
+        kiln_bind_input(g, "b", bb, (size_t)(K * N) * sizeof(float));
+        for (int si = 0; si < 4; si++) {
+            setenv("KILN_CONTRACT_SCHED_SMALL", direct_scheds[si], 1);
+            setenv("KILN_CONTRACT_SCHED_LARGE", direct_scheds[si], 1);
+            for (int mi = 0; mi < 5; mi++) {
+                char why[300] = "";
+                float *ab = rand_f32(ms[mi] * K, -1, 1);
+                kiln_bind_dim(g, "m", ms[mi]);
+                kiln_bind_input(g, "a", ab, (size_t)(ms[mi] * K) * sizeof(float));
+                int contracted = 0;
+                CHECK(compare(g, K, direct_calls[si], &contracted, why, sizeof why), "'%s' m=%lld: %s",
+                      direct_scheds[si], (long long)ms[mi], why);
+                CHECK(contracted, "'%s' m=%lld: no direct contraction kernel", direct_scheds[si], (long long)ms[mi]);
+                free(ab);
+            }
+        }
+        unsetenv("KILN_CONTRACT_SCHED_SMALL");
+        unsetenv("KILN_CONTRACT_SCHED_LARGE");
+        free(bb);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+}
+
 /* batched: (h, m, k) x (h, k, n), and B through a transposed batch axis:
  * transpose((k, h, n), 0, 1) has batch stride n and K stride h*n */
 static void test_matmul_kn_batched(void) {
@@ -250,6 +304,7 @@ int main(void) {
     weights_rng = 0x2545f4914f6cdd1dull;
     test_linear_packed();
     test_matmul_kn();
+    test_matmul_kn_direct();
     test_matmul_kn_batched();
     test_output_strided();
     return check_exit();

@@ -288,7 +288,7 @@ static void test_concurrent_tuners(void) {
 
 static void test_space_and_model(void) {
     CASE_BEGIN("search_space_and_cost_model");
-    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1, 0, 0, 0, 0, 0};
+    sch_contract_shape sh = {64, 640, 2048, 1, KILN_Q4_K, 1, 0, 0, 0, 0, 0, 0};
     const sch_machine mc_default_for_test = sch_machine_default();
     int n = sch_space_contract(&sh, NULL, 0);
     CHECK(n > 50, "space of %d", n);
@@ -304,7 +304,7 @@ static void test_space_and_model(void) {
     }
     /* with VNNI: int8 in both forms, every schedule emittable; the packed
      * int8 form keeps int32 and f32 accumulators (2 per tile entry) */
-    sch_contract_shape shv = {512, 640, 2048, 1, KILN_Q4_K, 1, 1, 1, 1, 0, 1};
+    sch_contract_shape shv = {512, 640, 2048, 1, KILN_Q4_K, 1, 1, 1, 1, 0, 1, 0};
     int nvn = sch_space_contract(&shv, NULL, 0);
     sch_contract_sched *spv = malloc((size_t)nvn * sizeof *spv);
     CHECK(sch_space_contract(&shv, spv, nvn) == nvn, "enumeration size differs (vnni)");
@@ -331,7 +331,7 @@ static void test_space_and_model(void) {
     /* f32 B: the bf16 tiles only for an operand the program computes (an
      * activation such as the KV cache), never for a caller's input */
     for (int act = 0; act < 2; act++) {
-        sch_contract_shape shf = {512, 512, 64, 1, KILN_F32, 1, 1, 1, 1, act, 1};
+        sch_contract_shape shf = {512, 512, 64, 1, KILN_F32, 1, 1, 1, 1, act, 1, 0};
         int nf = sch_space_contract(&shf, NULL, 0), bf = 0, pbf = 0;
         sch_contract_sched *spf = malloc((size_t)nf * sizeof *spf);
         CHECK(sch_space_contract(&shf, spf, nf) == nf, "enumeration size differs (f32 B)");
@@ -354,8 +354,42 @@ static void test_space_and_model(void) {
                   back.pf == spv[i].pf,
               "schedule '%s' does not read back", text);
     }
+    /* decode with an f32 B strided along K: the direct tiles join (and only
+     * there), every one emittable and reading back with direct=1; a direct
+     * text on anything but the f32 packed form is refused */
+    for (int strided = 0; strided < 2; strided++) {
+        sch_contract_shape shd = {1, 256, 512, 1, KILN_F32, 1, 1, 0, 0, 1, 1, strided};
+        int nd = sch_space_contract(&shd, NULL, 0), direct = 0;
+        sch_contract_sched *spd = malloc((size_t)nd * sizeof *spd);
+        CHECK(sch_space_contract(&shd, spd, nd) == nd, "enumeration size differs (strided f32 B)");
+        for (int i = 0; i < nd; i++) {
+            if (!spd[i].direct) continue;
+            direct++;
+            char text[128];
+            sch_contract_sched back;
+            sch_contract_sched_print(&spd[i], text, sizeof text);
+            CHECK(spd[i].form == SCH_FORM_PACKED && spd[i].arith == SCH_ARITH_F32 && spd[i].mr == 1,
+                  "direct schedule '%s' at m=1", text);
+            CHECK(cg_contract_sched_ok(KILN_F32, &spd[i]) && !cg_contract_sched_ok(KILN_F16, &spd[i]),
+                  "direct schedule '%s': emittable for f32 B only", text);
+            CHECK(sch_contract_sched_parse(text, &back) && back.direct == 1 && back.nr == spd[i].nr &&
+                      back.nc == spd[i].nc && back.pf == spd[i].pf,
+                  "schedule '%s' does not read back", text);
+        }
+        CHECK(strided ? direct >= 9 : direct == 0, "strided=%d: %d direct schedules", strided, direct);
+        free(spd);
+    }
+    {
+        sch_contract_sched t;
+        CHECK(!sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=f32 direct=1", &t), "direct dot form accepted");
+        CHECK(!sch_contract_sched_parse("mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0 direct=1", &t),
+              "direct int8 accepted");
+        CHECK(sch_contract_sched_parse("mr=2 nr=32 nc=0 mc=64 arith=f32 form=packed kc=0 pf=16 direct=1", &t) &&
+                  t.direct && t.pf == 16 && t.mr == 2,
+              "direct f32 packed refused");
+    }
     /* the model sees int8's four-to-one dot products at prefill sizes */
-    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0}, pi = pf;
+    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0, 0}, pi = pf;
     pi.arith = SCH_ARITH_I8;
     CHECK(sch_cost_contract(&mc_default_for_test, &shv, &pi) < sch_cost_contract(&mc_default_for_test, &shv, &pf),
           "packed int8 not cheaper than packed f32 at m=512");
