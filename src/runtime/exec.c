@@ -874,6 +874,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
         if (won) fn = won;
     }
     const sch_contract_sched *sc = &c->sched[bucket];
+    if (sc->serial) nthreads = 1; /* the schedule keeps the kernel on this thread */
     int64_t chunk = sch_contract_runs(sc, n, nbatch, nthreads); /* runs per batch point */
     int64_t items = nbatch * chunk;
     int serial = nthreads <= 1 || nbatch * m * n * (rn > 0 ? rn : 1) < 32768;

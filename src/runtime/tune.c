@@ -54,9 +54,10 @@ typedef struct launch_args {
 
 static int run_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
                          const sch_contract_sched *s) {
-    int64_t chunk = sch_contract_runs(s, job->shape.n, job->shape.nbatch, la->nthreads); /* runs per batch point */
+    int nthreads = s->serial ? 1 : la->nthreads; /* serial=1: the calling thread alone */
+    int64_t chunk = sch_contract_runs(s, job->shape.n, job->shape.nbatch, nthreads); /* runs per batch point */
     int64_t items = job->shape.nbatch * chunk;
-    int serial = la->nthreads <= 1;
+    int serial = nthreads <= 1;
     return la->be->launch(la->pool, fn, la->bufs, la->values, items, chunk, 0, serial);
 }
 

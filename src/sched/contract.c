@@ -361,7 +361,9 @@ void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap
     if (n < 0 || (size_t)n >= cap) return;
     if (s->pf > 0) n += snprintf(buf + n, cap - (size_t)n, " pf=%d", s->pf);
     if (n < 0 || (size_t)n >= cap) return;
-    if (s->direct) snprintf(buf + n, cap - (size_t)n, " direct=1");
+    if (s->direct) n += snprintf(buf + n, cap - (size_t)n, " direct=1");
+    if (n < 0 || (size_t)n >= cap) return;
+    if (s->serial) snprintf(buf + n, cap - (size_t)n, " serial=1");
 }
 
 int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
@@ -395,6 +397,9 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
             rest += n;
         } else if (strncmp(rest, "direct=1", 8) == 0 && (rest[8] == ' ' || !rest[8])) {
             t.direct = 1;
+            rest += 8;
+        } else if (strncmp(rest, "serial=1", 8) == 0 && (rest[8] == ' ' || !rest[8])) {
+            t.serial = 1;
             rest += 8;
         } else {
             return 0;

@@ -147,6 +147,10 @@ typedef struct sch_contract_sched {
                    place (a partial last strip is still copied); 0: B packed into strips.
                    For decode, where each strip is used by one row of A (last, so
                    positional initialisers written before it leave it 0) */
+    int serial; /* the whole kernel on the calling thread (1), whatever the pool's size: for
+                   small products whose split costs more than it saves (the wake-up and
+                   barrier, and operands just written by the other core); 0: items over the
+                   pool. Last, as direct */
 } sch_contract_sched;
 
 /* A REDUCE kernel that is a contraction: out[..., m, ..., n, ...] = sum over r

@@ -18,7 +18,35 @@
 #include "dtype.h"
 #include "search.h"
 
+static int space_forms(const sch_contract_shape *sh, sch_contract_sched *out, int cap);
+
+/* The space, and for decode on a pool of more than one thread each
+ * schedule that would split the kernel again with serial=1 (the whole
+ * kernel on the calling thread: small products, attention's scores over a
+ * short cache, are faster without the split) */
 int sch_space_contract(const sch_contract_shape *sh, sch_contract_sched *out, int cap) {
+    if (!(sh->m <= SCH_SMALL_M && sh->nthreads > 1)) return space_forms(sh, out, cap);
+    int base = space_forms(sh, NULL, 0), n = 0;
+    sch_contract_sched *all = malloc((size_t)(base > 0 ? base : 1) * sizeof *all);
+    if (!all) return space_forms(sh, out, cap);
+    space_forms(sh, all, base);
+    for (int i = 0; i < base; i++, n++)
+        if (out && n < cap) out[n] = all[i];
+    for (int i = 0; i < base; i++) {
+        const sch_contract_sched *s = &all[i];
+        if (!(s->form == SCH_FORM_DOT || s->direct)) continue;
+        if (sh->nbatch * sch_contract_runs(s, sh->n, sh->nbatch, sh->nthreads) <= 1) continue; /* one item already */
+        if (out && n < cap) {
+            out[n] = *s;
+            out[n].serial = 1;
+        }
+        n++;
+    }
+    free(all);
+    return n;
+}
+
+static int space_forms(const sch_contract_shape *sh, sch_contract_sched *out, int cap) {
     static const int mrs[] = {1, 2, 3, 4, 6, 8};
     static const int nrs[] = {1, 2, 3, 4, 6, 8, 12, 16};
     static const int mcs[] = {16, 64, 256};

@@ -188,13 +188,15 @@ static void test_matmul_kn(void) {
 /* the packed f32 form reading B's rows in place (direct=1): both buckets,
  * tiles of 1, 2, 4 and 6 rows, strips of 16, 32 and 64 with a partial last
  * one (N = 37, 70), K in one block and in blocks of 32 */
-static const char *direct_scheds[4] = {
+static const char *direct_scheds[5] = {
     "mr=1 nr=32 nc=0 mc=64 arith=f32 form=packed kc=0 direct=1",
+    "mr=1 nr=16 nc=16 mc=64 arith=f32 form=packed kc=0 direct=1 serial=1",
     "mr=2 nr=16 nc=32 mc=64 arith=f32 form=packed kc=32 pf=16 direct=1",
     "mr=4 nr=64 nc=0 mc=16 arith=f32 form=packed kc=0 pf=16 direct=1",
     "mr=6 nr=32 nc=64 mc=8 arith=f32 form=packed kc=32 direct=1",
 };
-static const char *direct_calls[4] = {"kgp_f32_1x32_p0(ar, bps, bst", "kgp_f32_2x16_p16(ar, bps, bst",
+static const char *direct_calls[5] = {"kgp_f32_1x32_p0(ar, bps, bst", "kgp_f32_1x16_p0(ar, bps, bst",
+                                      "kgp_f32_2x16_p16(ar, bps, bst",
                                       "kgp_f32_4x64_p16(ar, bps, bst", "kgp_f32_6x32_p0(ar, bps, bst"};
 
 static void test_matmul_kn_direct(void) {
@@ -214,7 +216,7 @@ static void test_matmul_kn_direct(void) {
         CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
         float *bb = rand_f32(K * N, -1, 1);
         kiln_bind_input(g, "b", bb, (size_t)(K * N) * sizeof(float));
-        for (int si = 0; si < 4; si++) {
+        for (int si = 0; si < 5; si++) {
             setenv("KILN_CONTRACT_SCHED_SMALL", direct_scheds[si], 1);
             setenv("KILN_CONTRACT_SCHED_LARGE", direct_scheds[si], 1);
             for (int mi = 0; mi < 5; mi++) {
@@ -232,6 +234,52 @@ static void test_matmul_kn_direct(void) {
         unsetenv("KILN_CONTRACT_SCHED_SMALL");
         unsetenv("KILN_CONTRACT_SCHED_LARGE");
         free(bb);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+}
+
+/* serial=1: decode schedules of the dot form kept on the calling thread
+ * (the pool has the machine's cores), on products a split would cut into
+ * several items (f32: batched; q8_0: 70 rows): the same results as the
+ * reference */
+static void test_serial_decode(void) {
+    static const char *serial_scheds[3] = {
+        "mr=1 nr=4 nc=0 mc=16 arith=f32 serial=1",
+        "mr=2 nr=3 nc=6 mc=16 arith=f32 pf=8 serial=1",
+        "mr=1 nr=8 nc=0 mc=16 arith=f32 pf=16",
+    };
+    for (int ti = 0; ti < 2; ti++) {
+        kiln_dtype t = ti ? KILN_Q8_0 : KILN_F32;
+        char name[64], why[300] = "";
+        snprintf(name, sizeof name, "gemm_serial_decode_%s", kiln_dtype_name(t));
+        CASE_BEGIN(name);
+        kiln_graph *g = kiln_graph_new();
+        int64_t nb = ti ? 1 : 3;
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, ti ? "1, m, 96" : "3, m, 96");
+        kiln_tensor w = kiln_input(g, "w", t, ti ? "70, 96" : "3, 70, 96");
+        kiln_output(g, ti ? kiln_linear(g, x, w, KILN_NONE) : kiln_matmul(g, x, kiln_transpose(g, w, 1, 2)), "y");
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        float *wf = rand_f32(nb * 70 * 96, -1, 1);
+        size_t wbytes;
+        void *wb = make_weights(t, wf, nb * 70 * 96, &wbytes);
+        kiln_bind_input(g, "w", wb, wbytes);
+        for (int si = 0; si < 3; si++) {
+            setenv("KILN_CONTRACT_SCHED_SMALL", serial_scheds[si], 1);
+            for (int64_t m = 1; m <= 4; m += 3) {
+                float *xb = rand_f32(nb * m * 96, -1, 1);
+                kiln_bind_dim(g, "m", m);
+                kiln_bind_input(g, "x", xb, (size_t)(nb * m * 96) * sizeof(float));
+                int contracted = 0;
+                CHECK(compare(g, 96, NULL, &contracted, why, sizeof why), "'%s' m=%lld: %s", serial_scheds[si],
+                      (long long)m, why);
+                CHECK(contracted, "'%s' m=%lld: no contraction kernel", serial_scheds[si], (long long)m);
+                free(xb);
+            }
+        }
+        unsetenv("KILN_CONTRACT_SCHED_SMALL");
+        free(wf);
+        free(wb);
         kiln_graph_free(g);
         CASE_END();
     }
@@ -305,6 +353,7 @@ int main(void) {
     test_linear_packed();
     test_matmul_kn();
     test_matmul_kn_direct();
+    test_serial_decode();
     test_matmul_kn_batched();
     test_output_strided();
     return check_exit();

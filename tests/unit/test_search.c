@@ -379,6 +379,46 @@ static void test_space_and_model(void) {
         CHECK(strided ? direct >= 9 : direct == 0, "strided=%d: %d direct schedules", strided, direct);
         free(spd);
     }
+    /* decode on a pool of two: every schedule that would split the kernel
+     * has a serial=1 twin, which reads back and which the model prices as
+     * one thread; prefill and a pool of one have none */
+    for (int nt = 1; nt <= 2; nt++) {
+        sch_contract_shape shs = {1, 256, 640, 1, KILN_Q8_0, nt, 1, 0, 0, 0, 1, 0};
+        int ns = sch_space_contract(&shs, NULL, 0), serial = 0, split = 0;
+        sch_contract_sched *sps = malloc((size_t)ns * sizeof *sps);
+        CHECK(sch_space_contract(&shs, sps, ns) == ns, "enumeration size differs (serial)");
+        for (int i = 0; i < ns; i++) {
+            if (!sps[i].serial) {
+                split += sch_contract_runs(&sps[i], 256, 1, nt) > 1;
+                continue;
+            }
+            serial++;
+            char text[128];
+            sch_contract_sched back;
+            sch_contract_sched_print(&sps[i], text, sizeof text);
+            CHECK(sch_contract_sched_parse(text, &back) && back.serial == 1 && back.nc == sps[i].nc,
+                  "schedule '%s' does not read back", text);
+            sch_contract_shape one = shs;
+            one.nthreads = 1;
+            sch_contract_sched plain = sps[i];
+            plain.serial = 0;
+            CHECK(sch_cost_contract(&mc_default_for_test, &shs, &sps[i]) ==
+                      sch_cost_contract(&mc_default_for_test, &one, &plain),
+                  "'%s' is not priced as one thread", text);
+        }
+        CHECK(nt == 1 ? serial == 0 : serial == split && serial > 20, "%d threads: %d serial twins of %d split schedules",
+              nt, serial, split);
+        free(sps);
+    }
+    {
+        sch_contract_shape pre = {512, 256, 640, 1, KILN_Q8_0, 2, 1, 0, 0, 0, 1, 0};
+        int np = sch_space_contract(&pre, NULL, 0), serial = 0;
+        sch_contract_sched *spp = malloc((size_t)np * sizeof *spp);
+        sch_space_contract(&pre, spp, np);
+        for (int i = 0; i < np; i++) serial += spp[i].serial;
+        CHECK(serial == 0, "prefill space has %d serial schedules", serial);
+        free(spp);
+    }
     {
         sch_contract_sched t;
         CHECK(!sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=f32 direct=1", &t), "direct dot form accepted");
@@ -389,7 +429,7 @@ static void test_space_and_model(void) {
               "direct f32 packed refused");
     }
     /* the model sees int8's four-to-one dot products at prefill sizes */
-    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0, 0}, pi = pf;
+    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0, 0, 0}, pi = pf;
     pi.arith = SCH_ARITH_I8;
     CHECK(sch_cost_contract(&mc_default_for_test, &shv, &pi) < sch_cost_contract(&mc_default_for_test, &shv, &pf),
           "packed int8 not cheaper than packed f32 at m=512");
