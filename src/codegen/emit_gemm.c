@@ -313,6 +313,16 @@ static void emit_tile_rows_f32(const sch_program *p, const sch_kernel *k, int mr
     OUT("                }\n");
 }
 
+/* the K blocks of kcb and, inside, the strips of nr (opens four braces:
+ * k0, kl, acc; st, ns) */
+static void emit_kblock_strip_loops(int nr, char **s, size_t *len, size_t *cap) {
+    OUT("        for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kcb) {\n");
+    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
+    OUT("          const int acc = k0 > 0;\n");
+    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
+    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+}
+
 /* direct (sc->direct, f32 B strided along K and contiguous along n): no
  * packing; a whole strip's nr columns of row k are B[bo + k*ks .. + nr),
  * read in place by the micro-kernel with stride ks; only a partial last
@@ -327,11 +337,7 @@ static void emit_direct_schedule(const sch_program *p, const sch_kernel *k, cons
     OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
     OUT("        float *bp = NULL;\n");
     cg_emit_out_stride(p, k, s, len, cap);
-    OUT("        for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kcb) {\n");
-    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
-    OUT("          const int acc = k0 > 0;\n");
-    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
-    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    emit_kblock_strip_loops(nr, s, len, cap);
     cg_emit_strip_operand(p, k, nr, 1, s, len, cap);
     OUT("            const float *bps = (const float *)W + bo + k0 * ks; int64_t bst = ks;\n");
     OUT("            if (cols < %d) {\n", nr);
@@ -372,11 +378,7 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
     OUT("        if (!bp) return 1;\n");
     /* out's stride along n (store_off is affine in n: row-major domain index) */
     cg_emit_out_stride(p, k, s, len, cap);
-    OUT("        for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kcb) {\n");
-    OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
-    OUT("          const int acc = k0 > 0;\n");
-    OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
-    OUT("            const int64_t ns = n0 + st * %d;\n", nr);
+    emit_kblock_strip_loops(nr, s, len, cap);
     OUT("            float *bps = bp + st * %d * kcb;\n", nr);
     cg_emit_strip_operand(p, k, nr, be, s, len, cap);
     if (strided) OUT("            kps_f32((const float *)W, bo, ks, cols, %d, k0, kl, bps);\n", nr);
