@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "contract.h"
 #include "dtype.h"
 
 void sch_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
@@ -488,6 +489,12 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
                         s->nc, s->mc, s->arith == SCH_ARITH_I8     ? "i8 (approximate)"
                         : s->arith == SCH_ARITH_BF16 ? "bf16 (approximate)"
                                                      : "f32");
+            /* then the rest of the schedule's text (form=, kc=, pf=, direct=, serial=) */
+            char text[160];
+            sch_contract_sched_print(s, text, sizeof text);
+            const char *rest = strstr(text, "arith=");
+            rest = rest ? strchr(rest, ' ') : NULL;
+            if (rest) sch_appendf(buf, len, cap, "%s", rest);
         }
         sch_appendf(buf, len, cap, "\n");
     }

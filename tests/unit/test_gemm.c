@@ -230,6 +230,14 @@ static void test_matmul_kn_direct(void) {
                 CHECK(contracted, "'%s' m=%lld: no direct contraction kernel", direct_scheds[si], (long long)ms[mi]);
                 free(ab);
             }
+            /* the kernel listing (kiln explain --kernels) shows the whole schedule */
+            kiln_status st;
+            kiln_program *p = kiln_compile(g, NULL, &st);
+            char *text = p ? kiln_program_kernels(p) : NULL;
+            CHECK(text && strstr(text, "direct=1") && (si != 1 || strstr(text, "direct=1 serial=1")),
+                  "'%s': the kernel listing lacks the schedule's words", direct_scheds[si]);
+            free(text);
+            kiln_program_free(p);
         }
         unsetenv("KILN_CONTRACT_SCHED_SMALL");
         unsetenv("KILN_CONTRACT_SCHED_LARGE");
