@@ -147,6 +147,33 @@ def cli_run():
         raise AssertionError("the JSON names backend %r" % got[BACKEND]["backend"])
 
 
+def cli_bench_names_backend():
+    """kiln bench --backend names the backend it ran on, in the table and in --json"""
+    path = os.path.join(tm.TMP, "cli_llama.gguf")
+    if not os.path.exists(path):
+        write_spm_model(path)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.pop("KILN_BACKEND", None)
+    label = {"opencl": "OpenCL", "cuda": "CUDA"}[BACKEND]
+    for js in (False, True):
+        cmd = [KILN, "bench", "--backend", BACKEND, "-m", path, "-p", "4", "-n", "2", "-r", "1", "-t", "1"]
+        r = subprocess.run(cmd + (["--json"] if js else []), capture_output=True, env=env, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError("kiln bench --backend %s: exit %d: %s" % (BACKEND, r.returncode, r.stderr.decode()[-600:]))
+        out = r.stdout.decode()
+        if js:
+            import json
+            recs = json.loads(out)
+            if len(recs) != 2 or any(x["backend"] != BACKEND for x in recs):
+                raise AssertionError("bench --json names %r" % [x.get("backend") for x in recs])
+        else:
+            import re
+            rows = [l for l in out.splitlines() if re.search(r"\|\s+(pp4|tg2)\s+\|", l)]
+            if len(rows) != 2 or any("| %s " % label not in l for l in rows) or any("| CPU " in l for l in rows):
+                raise AssertionError("bench table rows %r" % rows)
+
+
 def bad_backend():
     """an unknown backend is a usage error that lists the available ones"""
     r = subprocess.run([KILN, "run", "--backend", "tpu", "-m", "x.gguf", "-p", "hi"], capture_output=True, timeout=60)
@@ -160,5 +187,6 @@ for arch in ("llama", "qwen2", "qwen3", "gemma3"):
     s.case("%s_%s_greedy_16_equals_interpreter" % (BACKEND, arch), greedy_equals_reference, arch)
 s.case("%s_llama_block_formats_greedy_equals_interpreter" % BACKEND, greedy_equals_reference, "llama", quant_dtypes)
 s.case("%s_cli_run_generates" % BACKEND, cli_run)
+s.case("%s_cli_bench_names_backend" % BACKEND, cli_bench_names_backend)
 s.case("%s_cli_unknown_backend" % BACKEND, bad_backend)
 s.finish()
