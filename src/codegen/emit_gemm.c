@@ -292,25 +292,38 @@ void cg_emit_strip_operand(const sch_program *p, const sch_kernel *k, int nr, in
     OUT("            }\n");
 }
 
-/* the A rows and output rows of an mr-row tile at mm of the strip at ns
- * (declares ar, cr, ct; rows valid) */
-static void emit_tile_rows_f32(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len,
-                               size_t *cap) {
+/* the output row pointers of an mr x nr tile at rows mm.., columns ns..:
+ * into out when its stride along n is 1, else into the stack tile ct
+ * (rows past M repeat the last row and are never stored) */
+void cg_emit_tile_rows(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
     int md = c->mdim, nd = c->ndim;
-    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
-    OUT("                const float *ar[%d]; float *cr[%d];\n", mr, mr);
-    OUT("                float ct[%d] __attribute__((aligned(64)));\n", mr * nr);
+    OUT("                float *cr[%d]; float ct[%d] __attribute__((aligned(64)));\n", mr, mr * nr);
     OUT("                for (int i = 0; i < %d; i++) {\n", mr);
-    if (md >= 0) OUT("                  const int64_t i%d = mm + (i < rows ? i : rows - 1); (void)i%d;\n", md, md);
-    OUT("                  ar[i] = A + (");
-    out_sym(p, c->a_base, s, len, cap);
-    OUT(") + k0;\n");
+    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
+    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
     OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
     OUT("                  cr[i] = osn == 1 ? out + (");
     out_sym(p, k->store_off, s, len, cap);
     OUT(") : ct + i * %d;\n", nr);
     OUT("                }\n");
+}
+
+/* the A rows (ar, at k0) and output rows (cr, cg_emit_tile_rows) of an
+ * mr-row tile at mm of the strip at ns; rows valid */
+static void emit_tile_rows_f32(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len,
+                               size_t *cap) {
+    const sch_contract *c = k->contract;
+    int md = c->mdim;
+    OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
+    OUT("                const float *ar[%d];\n", mr);
+    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
+    if (md >= 0) OUT("                  const int64_t i%d = mm + (i < rows ? i : rows - 1); (void)i%d;\n", md, md);
+    OUT("                  ar[i] = A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT(") + k0;\n");
+    OUT("                }\n");
+    cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
 }
 
 /* the K blocks of kcb and, inside, the strips of nr (opens four braces:

@@ -46,5 +46,7 @@ void cg_emit_strip_operand(const sch_program *p, const sch_kernel *k, int nr, in
                            size_t *cap);
 void cg_emit_out_stride(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap);
 void cg_emit_tile_scatter(const sch_program *p, const sch_kernel *k, int nr, char **s, size_t *len, size_t *cap);
+/* cr[0..mr): the output rows of the tile at mm (rows valid), ns (osn, ct) */
+void cg_emit_tile_rows(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len, size_t *cap);
 
 #endif

@@ -276,23 +276,6 @@ void cg_emit_block_item_begin(const sch_program *p, const sch_kernel *k, int be,
     OUT("] = accum;\n          }\n        } else {\n");
 }
 
-/* the output row pointers of an mr x nr tile at rows mm.., columns ns..:
- * into out when its stride along n is 1, else into the stack tile ct
- * (rows past M repeat the last row and are never stored) */
-void cg_emit_tile_rows(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len, size_t *cap) {
-    const sch_contract *c = k->contract;
-    int md = c->mdim, nd = c->ndim;
-    OUT("                float *cr[%d]; float ct[%d] __attribute__((aligned(64)));\n", mr, mr * nr);
-    OUT("                for (int i = 0; i < %d; i++) {\n", mr);
-    OUT("                  const int64_t mi = mm + (i < rows ? i : rows - 1);\n");
-    if (md >= 0) OUT("                  const int64_t i%d = mi; (void)i%d;\n", md, md);
-    OUT("                  const int64_t i%d = ns; (void)i%d;\n", nd, nd);
-    OUT("                  cr[i] = osn == 1 ? out + (");
-    out_sym(p, k->store_off, s, len, cap);
-    OUT(") : ct + i * %d;\n", nr);
-    OUT("                }\n");
-}
-
 void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, int pad_rows, char **s, size_t *len,
                            size_t *cap) {
     const sch_contract *c = k->contract;

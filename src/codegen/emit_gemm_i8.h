@@ -35,8 +35,6 @@ void cg_emit_i8_item_end(char **s, size_t *len, size_t *cap);
  * per block, dequantiser kdq_<tag>); cg_emit_i8_item_end closes it */
 void cg_emit_block_item_begin(const sch_program *p, const sch_kernel *k, int be, const char *tag, char **s, size_t *len,
                               size_t *cap);
-/* cr[0..mr): the output rows of the tile at mm (rows valid), ns (osn, ct) */
-void cg_emit_tile_rows(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len, size_t *cap);
 /* B's zero point as the strips hold it, elements per B scale, and the
  * name tag of a block dtype (NULL for other dtypes) */
 int cg_i8_zero(kiln_dtype t);

@@ -140,6 +140,20 @@ static void test_linear_packed(void) {
     }
 }
 
+/* y = a (m, K) . b (K, N) with b (*bb, random) bound: B strided along K,
+ * contiguous along N */
+static kiln_graph *matmul_kn_graph(int64_t K, int64_t N, float **bb) {
+    char ashape[64], bshape[64];
+    snprintf(ashape, sizeof ashape, "m, %lld", (long long)K);
+    snprintf(bshape, sizeof bshape, "%lld, %lld", (long long)K, (long long)N);
+    kiln_graph *g = kiln_graph_new();
+    kiln_output(g, kiln_matmul(g, kiln_input(g, "a", KILN_F32, ashape), kiln_input(g, "b", KILN_F32, bshape)), "y");
+    CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+    *bb = rand_f32(K * N, -1, 1);
+    kiln_bind_input(g, "b", *bb, (size_t)(K * N) * sizeof(float));
+    return g;
+}
+
 /* y = a (m, k) . b (k, n): B strided along K, contiguous along N */
 static void test_matmul_kn(void) {
     const int64_t ms[5] = {1, 3, 5, 64, 100};
@@ -150,15 +164,8 @@ static void test_matmul_kn(void) {
         char name[96];
         snprintf(name, sizeof name, "gemm_matmul_kn_k%lld_n%lld", (long long)K, (long long)N);
         CASE_BEGIN(name);
-        char ashape[64], bshape[64];
-        snprintf(ashape, sizeof ashape, "m, %lld", (long long)K);
-        snprintf(bshape, sizeof bshape, "%lld, %lld", (long long)K, (long long)N);
-        kiln_graph *g = kiln_graph_new();
-        kiln_output(g, kiln_matmul(g, kiln_input(g, "a", KILN_F32, ashape), kiln_input(g, "b", KILN_F32, bshape)),
-                    "y");
-        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
-        float *bb = rand_f32(K * N, -1, 1);
-        kiln_bind_input(g, "b", bb, (size_t)(K * N) * sizeof(float));
+        float *bb;
+        kiln_graph *g = matmul_kn_graph(K, N, &bb);
         for (int fi = 0; fi < 3; fi++) {
             if (forced[fi]) setenv("KILN_CONTRACT_SCHED_LARGE", forced[fi], 1);
             else unsetenv("KILN_CONTRACT_SCHED_LARGE");
@@ -207,15 +214,8 @@ static void test_matmul_kn_direct(void) {
         char name[96];
         snprintf(name, sizeof name, "gemm_matmul_kn_direct_k%lld_n%lld", (long long)K, (long long)N);
         CASE_BEGIN(name);
-        char ashape[64], bshape[64];
-        snprintf(ashape, sizeof ashape, "m, %lld", (long long)K);
-        snprintf(bshape, sizeof bshape, "%lld, %lld", (long long)K, (long long)N);
-        kiln_graph *g = kiln_graph_new();
-        kiln_output(g, kiln_matmul(g, kiln_input(g, "a", KILN_F32, ashape), kiln_input(g, "b", KILN_F32, bshape)),
-                    "y");
-        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
-        float *bb = rand_f32(K * N, -1, 1);
-        kiln_bind_input(g, "b", bb, (size_t)(K * N) * sizeof(float));
+        float *bb;
+        kiln_graph *g = matmul_kn_graph(K, N, &bb);
         for (int si = 0; si < 5; si++) {
             setenv("KILN_CONTRACT_SCHED_SMALL", direct_scheds[si], 1);
             setenv("KILN_CONTRACT_SCHED_LARGE", direct_scheds[si], 1);
