@@ -210,6 +210,11 @@ kiln_status kiln_bind_dim(kiln_graph *g, const char *name, int64_t value);
 /* a caller-owned buffer for an input or state, dense row-major in its dtype;
  * it must stay valid until the run ends; bytes must match at run time */
 kiln_status kiln_bind_input(kiln_graph *g, const char *name, void *data, size_t bytes);
+/* the same for an input whose contents stay unchanged while it is bound (a
+ * model's weights): kiln may build and keep copies derived from it, such as
+ * a repacked layout a tuned schedule reads. Any later bind of the name (of
+ * either kind) drops them; to change the contents, bind it again. */
+kiln_status kiln_bind_weight(kiln_graph *g, const char *name, const void *data, size_t bytes);
 /* evaluate every output with the naive reference interpreter */
 kiln_status kiln_eval_reference(kiln_graph *g);
 /* after a run: an output's concrete shape, and a copy of its dense data */

@@ -34,6 +34,7 @@
 #include "dtype.h"
 #include "emit_contract.h"
 #include "emit_contract_i8.h"
+#include "../runtime/repack.h"
 #include "emit_gemm.h"
 #include "emit_gemm_amx.h"
 #include "emit_gemm_amx_bf16.h"
@@ -263,14 +264,21 @@ static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
         if (sc->form != SCH_FORM_DOT) continue;
         if (sc->arith == SCH_ARITH_I8) {
             if (!cg_i8_ok(t, sc)) continue;
-            int dup = 0;
-            for (int j = 0; j < i && !dup; j++)
-                dup = scheds[j].arith == SCH_ARITH_I8 && scheds[j].form == SCH_FORM_DOT && scheds[j].mr == sc->mr &&
-                      scheds[j].nr == sc->nr && scheds[j].pf == sc->pf;
-            if (dup) continue;
+            int dup = 0, rdup = 0;
+            for (int j = 0; j < i; j++) {
+                const sch_contract_sched *o = &scheds[j];
+                if (o->arith != SCH_ARITH_I8 || o->form != SCH_FORM_DOT || o->mr != sc->mr || o->nr != sc->nr ||
+                    o->pf != sc->pf)
+                    continue;
+                dup = 1;
+                rdup |= o->rp;
+            }
             if (!(*i8_done & 1)) cg_emit_i8_prelude(s, len, cap);
             *i8_done |= 1;
-            cg_emit_i8_tile(t, sc, s, len, cap);
+            if (!dup) cg_emit_i8_tile(t, sc, s, len, cap);
+            /* rp=1: the tile of the repacked copy, beside the one above for
+             * the strips the copy does not cover */
+            if (sc->rp && cg_i8_rp_ok(t, sc) && !rdup) cg_emit_i8_rp_tile(t, sc, s, len, cap);
             continue;
         }
         if (sc->mr < 1 || sc->mr > 8 || sc->nr < 1 || sc->nr > 16 || sc->pf < 0 || sc->pf > 64) continue;
@@ -383,6 +391,14 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     else
         OUT("            wr[j] = (const char *)W + (bo / %d) * %d; if (bo %% %d != 0) fast = 0;\n", be, bb, be);
     OUT("          }\n");
+    int rp = i8 && cg_i8_rp_ok(t, sc);
+    if (rp) {
+        /* the group of the repacked copy holding rows nn..nn+7, when they
+         * are 8 whole rows of K elements it covers (runtime/repack.h) */
+        OUT("          const int64_t rg = wo[0] / (8 * K);\n");
+        OUT("          const int rpok = rpw && fast && nn + 8 <= n1 && wo[0] %% (8 * K) == 0 && wo[1] - wo[0] == K &&"
+            " wo[7] - wo[0] == 7 * K && rg < rpg;\n");
+    }
     OUT("          for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     OUT("            const float *ar[%d];\n", mr);
     OUT("            for (int i = 0; i < %d; i++) {\n", mr);
@@ -400,7 +416,14 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         OUT("              for (int i = 0; i < %d; i++) { const int64_t mi = mm + i < m1 ? mm + i : m1 - 1;\n", mr);
         OUT("                qr[i] = qa + mi * K; sr[i] = qs + mi * qch; lr[i] = ql8 + mi * qch; ur[i] = qsum + mi * qch;\n");
         OUT("                pr[i] = qp ? qp + mi * pst : NULL; }\n");
-        OUT("              %s(qr, sr, lr, ur, pr, wr, qch, res);\n            }\n", tn);
+        if (rp) {
+            char rn[64];
+            cg_i8_rp_tile_name(t, sc, rn, sizeof rn);
+            OUT("              if (rpok) %s(qr, sr, ur, rpw + rg * qch * %d, qch, res);\n              else ", rn, 8 * bb);
+        } else {
+            OUT("              ");
+        }
+        OUT("%s(qr, sr, lr, ur, pr, wr, qch, res);\n            }\n", tn);
     } else {
         OUT("            if (fast) kct_%s_%dx%d_p%d(ar, wr, K / 32, K %% 32, res);\n", dt_tag(t), mr, nr, sc->pf);
     }
@@ -469,6 +492,14 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     if (packed_bf16) cg_emit_packed_bf16_pre(s, len, cap);
     int dot_i8 = 0;
     for (int b = 0; b < 2; b++) dot_i8 |= sched[b].form == SCH_FORM_DOT && sched[b].arith == SCH_ARITH_I8;
+    int rp = 0;
+    for (int b = 0; b < 2; b++) rp |= cg_i8_rp_ok(t, &sched[b]);
+    if (rp) {
+        /* B's repacked copy, bufs[nbufs + 1 + b] (NULL: none), if made for this K */
+        OUT("  const uint8_t *rpw = NULL; int64_t rpg = 0;\n");
+        OUT("  { const int64_t *h = (const int64_t *)B[%d]; if (h && h[0] == K) { rpg = h[1]; rpw = (const uint8_t *)h + %d; } }\n",
+            (int)(p->nbufs + 1 + c->b_buf), RT_REPACK_HEADER);
+    }
     if (dot_i8)
         OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; char *dq_p = NULL;"
             " int64_t dq_o = -1;\n");

@@ -47,6 +47,10 @@ int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
            sc->mr * sc->nr <= 16 && sc->pf >= 0 && sc->pf <= 64;
 }
 
+int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc) {
+    return (t == KILN_Q4_0 || t == KILN_Q5_0) && sc->rp && cg_i8_ok(t, sc) && sc->nr == 8 && sc->mr == 1;
+}
+
 static const char *i8_prelude =
     "/* int8 contraction helpers (emit_contract_i8.c) */\n"
     "#define KVNNI __attribute__((target(\"avx512vnni,bmi2\")))\n"
@@ -524,6 +528,51 @@ static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, c
                 i, j, i, j, i, j);
     OUT("  (void)qsum;\n");
     emit_results(mr, nr, s, len, cap);
+}
+
+/* the tile reading B's 8-row interleaved copy (rp=1, runtime/repack.h):
+ * mr rows of A against one group's 8 rows, a 256-bit accumulator per row of
+ * A whose lane r is B row r. Per block: the 8 rows' scales by one cvtph;
+ * the 4 x 32 nibble bytes give the 8 steps (low nibbles: steps 0-3, high:
+ * 4-7; q5_0 adds 16 where step t's mask has a bit), each a 4-byte lane per
+ * B row; one vpdpbusd per step against A's 4 bytes of the step broadcast,
+ * started from minus the zero point times A's block sum (the same for all
+ * 8 rows); then scaled by d x A's scale into f32. */
+void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
+    snprintf(buf, bufcap, "kcr_%s_%dx8_p%d", tag(t), sc->mr, sc->pf);
+}
+
+void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap) {
+    char name[64];
+    cg_i8_rp_tile_name(t, sc, name, sizeof name);
+    int mr = sc->mr, q5 = t == KILN_Q5_0, rec = 8 * bytes_per_32(t), nib = q5 ? 48 : 16;
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const int32_t *const *qsum,\n"
+        "    const uint8_t *g, int64_t nch, float *res) {\n", name);
+    OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
+    if (q5) OUT("  const __m256i v16 = _mm256_set1_epi8(16);\n");
+    for (int i = 0; i < mr; i++) OUT("  __m256 c%d = _mm256_setzero_ps();\n", i);
+    OUT("  for (int64_t c = 0; c < nch; c++, g += %d) {\n", rec);
+    if (sc->pf > 0)
+        OUT("    _mm_prefetch((const char *)g + %d, _MM_HINT_T0); _mm_prefetch((const char *)g + %d, _MM_HINT_T0);"
+            " _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", rec * sc->pf, rec * sc->pf + 64, rec * sc->pf + 128);
+    OUT("    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));\n");
+    OUT("    __m256i w[8];\n");
+    OUT("    for (int q = 0; q < 4; q++) {\n");
+    OUT("      const __m256i y = _mm256_loadu_si256((const __m256i *)(g + %d + 32 * q));\n", nib);
+    OUT("      w[q] = _mm256_and_si256(y, m4); w[q + 4] = _mm256_and_si256(_mm256_srli_epi16(y, 4), m4);\n");
+    OUT("    }\n");
+    if (q5)
+        OUT("    for (int q = 0; q < 8; q++) { uint32_t k; memcpy(&k, g + 16 + 4 * q, 4);"
+            " w[q] = _mm256_mask_add_epi8(w[q], (__mmask32)k, w[q], v16); }\n");
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const int8_t *x = qa[%d] + 32 * c; int32_t xv[8]; memcpy(xv, x, 32);\n", i);
+        OUT("      __m256i p = _mm256_set1_epi32(-(qsum[%d][c] * %d));\n", i, q5 ? 16 : 8);
+        OUT("      for (int q = 0; q < 8; q++) p = _mm256_dpbusd_epi32(p, w[q], _mm256_set1_epi32(xv[q]));\n");
+        OUT("      c%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(d, _mm256_set1_ps(sa[%d][c])), c%d); }\n", i, i, i);
+    }
+    OUT("  }\n");
+    for (int i = 0; i < mr; i++) OUT("  _mm256_storeu_ps(res + %d, c%d);\n", 8 * i, i);
+    OUT("}\n\n");
 }
 
 void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {

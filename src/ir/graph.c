@@ -274,30 +274,37 @@ kiln_status kiln_bind_dim(kiln_graph *g, const char *name, int64_t value) {
     return KILN_OK;
 }
 
-kiln_status kiln_bind_input(kiln_graph *g, const char *name, void *data, size_t bytes) {
+static kiln_status bind(kiln_graph *g, const char *fn, const char *name, void *data, size_t bytes, int constant) {
     int found = 0;
     for (int32_t i = 0; i < g->nnodes && !found; i++)
         found = g->nodes[i].op == OP_INPUT && strcmp(g->nodes[i].name, name ? name : "") == 0;
     if (!found) {
-        graph_run_error(g, KILN_ERR_INVALID, "kiln_bind_input: the graph has no input named '%s'",
-                        name ? name : "(null)");
+        graph_run_error(g, KILN_ERR_INVALID, "%s: the graph has no input named '%s'", fn, name ? name : "(null)");
         return KILN_ERR_INVALID;
     }
     if (!data && bytes) {
-        graph_run_error(g, KILN_ERR_INVALID, "kiln_bind_input: NULL buffer for '%s'", name);
+        graph_run_error(g, KILN_ERR_INVALID, "%s: NULL buffer for '%s'", fn, name);
         return KILN_ERR_INVALID;
     }
-    for (int32_t i = 0; i < g->ninputs; i++) {
-        if (strcmp(g->inputs[i].name, name) == 0) {
-            g->inputs[i].data = data;
-            g->inputs[i].bytes = bytes;
-            return KILN_OK;
-        }
+    input_binding *b = NULL;
+    for (int32_t i = 0; i < g->ninputs && !b; i++)
+        if (strcmp(g->inputs[i].name, name) == 0) b = &g->inputs[i];
+    if (!b) {
+        KILN_GROW(g->inputs, g->cap_inputs, g->ninputs + 1);
+        b = &g->inputs[g->ninputs++];
+        b->name = kiln_xstrdup(name);
     }
-    KILN_GROW(g->inputs, g->cap_inputs, g->ninputs + 1);
-    g->inputs[g->ninputs].name = kiln_xstrdup(name);
-    g->inputs[g->ninputs].data = data;
-    g->inputs[g->ninputs].bytes = bytes;
-    g->ninputs++;
+    b->data = data;
+    b->bytes = bytes;
+    b->constant = constant;
+    b->gen = ++g->bind_gen;
     return KILN_OK;
+}
+
+kiln_status kiln_bind_input(kiln_graph *g, const char *name, void *data, size_t bytes) {
+    return bind(g, "kiln_bind_input", name, data, bytes, 0);
+}
+
+kiln_status kiln_bind_weight(kiln_graph *g, const char *name, const void *data, size_t bytes) {
+    return bind(g, "kiln_bind_weight", name, (void *)(uintptr_t)data, bytes, 1);
 }

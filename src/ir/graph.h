@@ -77,6 +77,10 @@ typedef struct input_binding {
     char *name;
     void *data;
     size_t bytes;
+    int constant; /* bound with kiln_bind_weight: the contents stay as they are while bound */
+    uint64_t gen; /* which bind call made it (per graph, from 1; copied with the binding):
+                     a copy derived from the buffer (runtime/repack.h) is valid while the
+                     binding it was built from is */
 } input_binding;
 
 typedef struct output_value {
@@ -106,6 +110,7 @@ struct kiln_graph {
     uint32_t ndim_values;
     input_binding *inputs;
     int32_t ninputs, cap_inputs;
+    uint64_t bind_gen; /* the last input_binding.gen handed out */
     output_value *results; /* per output, after a run */
 
     kiln_status status; /* builder error (sticky) or the last run's status */

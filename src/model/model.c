@@ -2,8 +2,9 @@
  * zeroed KV cache, and run it one call at a time.
  *
  * Invariants: see model.h. Weight inputs are bound to pointers into the
- * gguf_file; kiln_bind_input takes a non-const pointer, but inputs that are
- * not states are only read, so the read-only mapping is never written.
+ * gguf_file with kiln_bind_weight (they never change while bound, so a
+ * tuned schedule may read a repacked copy); inputs that are not states are
+ * only read, so the read-only mapping is never written.
  */
 #include "model.h"
 
@@ -56,7 +57,7 @@ void model_free(model *m) {
 static void bind_weights(model *m) {
     for (int64_t i = 0; i < gguf_tensor_count(m->file); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->file, i);
-        kiln_status s = kiln_bind_input(m->g, t->name, (void *)(uintptr_t)t->data, (size_t)t->bytes);
+        kiln_status s = kiln_bind_weight(m->g, t->name, t->data, (size_t)t->bytes);
         if (s == KILN_OK) continue;
         /* tensors the architecture does not use (e.g. rope_freqs in a file
          * whose graph ignores it) are not inputs: skip them */

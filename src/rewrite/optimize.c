@@ -32,6 +32,8 @@ void eg_copy_bindings(const kiln_graph *src, kiln_graph *dst) {
         if (next < dst->ninputs && strcmp(dst->inputs[next].name, src->inputs[i].name) == 0) {
             dst->inputs[next].data = src->inputs[i].data;
             dst->inputs[next].bytes = src->inputs[i].bytes;
+            dst->inputs[next].constant = src->inputs[i].constant;
+            dst->inputs[next].gen = src->inputs[i].gen;
             next++;
             continue;
         }
@@ -39,7 +41,11 @@ void eg_copy_bindings(const kiln_graph *src, kiln_graph *dst) {
             if (dst->nodes[n].op == OP_INPUT && strcmp(dst->nodes[n].name, src->inputs[i].name) == 0) {
                 kiln_bind_input(dst, src->inputs[i].name, src->inputs[i].data, src->inputs[i].bytes);
                 for (int32_t j = 0; j < dst->ninputs; j++)
-                    if (strcmp(dst->inputs[j].name, src->inputs[i].name) == 0) next = j + 1;
+                    if (strcmp(dst->inputs[j].name, src->inputs[i].name) == 0) {
+                        dst->inputs[j].constant = src->inputs[i].constant;
+                        dst->inputs[j].gen = src->inputs[i].gen;
+                        next = j + 1;
+                    }
                 break;
             }
         }

@@ -38,6 +38,7 @@
 #include "tune_generic.h"
 #include "../codegen/emit_contract.h"
 #include "../codegen/emit_gemm_amx_bf16.h"
+#include "repack.h"
 
 struct kiln_program {
     kiln_graph *g;    /* what the kernels compute: the e-graph's extraction of user */
@@ -65,6 +66,7 @@ struct kiln_program {
     int poison;        /* KILN_POISON_RESULTS: result buffers filled with 0xff before every run */
     void *scratch;     /* bufs[sp.nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h) */
     size_t scratch_cap;
+    rt_repacked *repacked; /* per buffer b: its repacked copy, bufs[sp.nbufs + 1 + b] (runtime/repack.h) */
     double *prof;      /* KILN_PROFILE: seconds per kernel, summed over runs (else NULL) */
     double *prof_bytes; /* bytes touched per kernel, summed over runs */
     double *prof_flops; /* contraction flops per kernel, summed over runs */
@@ -235,7 +237,9 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         p->prof_bytes = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_bytes);
         p->prof_flops = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_flops);
     }
-    int32_t nb = p->sp.nbufs + 1;
+    /* bufs: the program's buffers, the scratch, then each buffer's repacked copy */
+    int32_t nb = 2 * p->sp.nbufs + 1;
+    p->repacked = kiln_xcalloc((size_t)p->sp.nbufs + 1, sizeof *p->repacked);
     p->bufs = kiln_xcalloc((size_t)nb, sizeof *p->bufs);
     p->bytes = kiln_xcalloc((size_t)nb, sizeof *p->bytes);
     p->live = kiln_xcalloc((size_t)nb, sizeof *p->live);
@@ -316,6 +320,8 @@ void kiln_program_free(kiln_program *p) {
     free(p->fns);
     free(p->bufs);
     free(p->scratch);
+    for (int32_t b = 0; p->repacked && b < p->sp.nbufs; b++) free(p->repacked[b].data);
+    free(p->repacked);
     free(p->bind_at);
     free(p->bytes);
     free(p->live);
@@ -771,6 +777,7 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     job.values = p->values;
     job.out_bytes = p->bytes[K->out_buf];
     job.b_bytes = p->bytes[K->contract->b_buf];
+    job.rp_bytes = p->repacked[K->contract->b_buf].bytes;
     job.seed = p->has_seed[k * 2 + bucket] ? &p->seeds[k * 2 + bucket] : NULL;
     /* one kernel shape may take an eighth of the whole budget (at least 2 s):
      * a model has a handful of distinct shapes, each worth searching */
@@ -849,6 +856,45 @@ static int shared_a(kiln_program *p, const sch_kernel *K, const sch_contract_sch
     return 1;
 }
 
+/* B's repacked copy for kernel k's decode schedules (rp=1), kept while B
+ * stays bound to the same weight (kiln_bind_weight: the same pointer and
+ * binding); dropped when B is bound as a plain input, whose contents may
+ * change between runs, or when `want` is 0. The kernel reads it through
+ * bufs[nbufs + 1 + b] and falls back to B itself where it is NULL. */
+static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
+    const sch_contract *c = p->sp.kernels[k].contract;
+    int32_t b = c->b_buf;
+    rt_repacked *r = &p->repacked[b];
+    const sch_buf *B = &p->sp.bufs[b];
+    const input_binding *bind = NULL;
+    if (want && B->kind == SCH_BUF_INPUT && rt_repack_x8_ok(B->dtype) && p->bind_at[b] >= 0 &&
+        p->bind_at[b] < p->g->ninputs)
+        bind = &p->g->inputs[p->bind_at[b]];
+    if (bind && (!bind->constant || bind->data != p->bufs[b])) bind = NULL;
+    if (bind && r->data && r->src == bind->data && r->gen == bind->gen && r->k == rn) return;
+    free(r->data);
+    memset(r, 0, sizeof *r);
+    p->bufs[p->sp.nbufs + 1 + b] = NULL;
+    if (!bind) return;
+    r->data = rt_repack_x8(B->dtype, bind->data, p->bytes[b], rn); /* NULL: not repackable, or no memory */
+    r->src = bind->data;
+    r->gen = bind->gen;
+    r->k = rn;
+    r->bytes = r->data ? rt_repack_x8_size(B->dtype, p->bytes[b], rn) : 0;
+    p->bufs[p->sp.nbufs + 1 + b] = r->data;
+}
+
+/* whether some contraction reading buffer b has a decode schedule on its
+ * repacked copy, or is about to search for one */
+static int repack_wanted(const kiln_program *p, int32_t b) {
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        const sch_contract *c = p->sp.kernels[k].contract;
+        if (p->sp.kernels[k].kind != SCH_K_REDUCE || !c || c->b_buf != b) continue;
+        if (c->sched[0].rp || (p->search_budget > p->search_spent && !p->tuned[k * 2])) return 1;
+    }
+    return 0;
+}
+
 /* a contraction kernel's work items: (batch point, run of nc rows of B), see
  * emit_contract.c */
 static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bound, int nthreads) {
@@ -868,10 +914,13 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
     int bucket = m <= SCH_SMALL_M ? 0 : 1;
     rt_kernel_fn fn = p->fns[k];
     rt_module *mods[2] = {NULL, NULL};
+    int rp_b = bucket == 0 && rt_repack_x8_ok(p->sp.bufs[c->b_buf].dtype);
+    if (rp_b) repack_b(p, k, rn, repack_wanted(p, c->b_buf));
     if (p->search_budget > p->search_spent && !p->tuned[k * 2 + bucket]) {
         rt_kernel_fn won = NULL;
         tune_contract_now(p, k, bucket, &won, mods);
         if (won) fn = won;
+        if (rp_b) repack_b(p, k, rn, repack_wanted(p, c->b_buf)); /* the copy goes if no schedule reads it */
     }
     const sch_contract_sched *sc = &c->sched[bucket];
     if (sc->serial) nthreads = 1; /* the schedule keeps the kernel on this thread */

@@ -90,10 +90,13 @@ static int flush_slices(void *const *bufs, const int64_t *vars, int64_t lo, int6
 }
 
 static void flush_b(const launch_args *la, const rt_tune_job *job) {
-    void *b = job->bufs[job->sp->kernels[job->kernel].contract->b_buf];
-    void *const bufs[1] = {b};
-    const int64_t vars[2] = {(int64_t)job->b_bytes, la->nthreads > 1 ? la->nthreads : 1};
-    la->be->launch(la->pool, flush_slices, bufs, vars, vars[1], 1, 0, la->nthreads <= 1);
+    /* B, then its repacked copy (runtime/repack.h) where there is one */
+    int32_t b = job->sp->kernels[job->kernel].contract->b_buf;
+    for (int i = 0; i < 2; i++) {
+        void *const bufs[1] = {job->bufs[i == 0 ? b : job->sp->nbufs + 1 + b]};
+        const int64_t vars[2] = {(int64_t)(i == 0 ? job->b_bytes : job->rp_bytes), la->nthreads > 1 ? la->nthreads : 1};
+        if (bufs[0] && vars[0] > 0) la->be->launch(la->pool, flush_slices, bufs, vars, vars[1], 1, 0, la->nthreads <= 1);
+    }
 }
 
 static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
@@ -126,8 +129,9 @@ static void runoff(const launch_args *la, const rt_tune_job *job, rt_kernel_fn f
     /* into a scratch output, as the rounds run: the program's buffers stay
      * as they were */
     const sch_program *sp = job->sp;
-    void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
-    memcpy(bufs, la->bufs, (size_t)sp->nbufs * sizeof *bufs);
+    /* the buffers, the scratch slot and the repacked copies (exec.c) */
+    void **bufs = kiln_xmalloc((2 * (size_t)sp->nbufs + 1) * sizeof *bufs);
+    memcpy(bufs, la->bufs, (2 * (size_t)sp->nbufs + 1) * sizeof *bufs);
     bufs[sp->kernels[job->kernel].out_buf] = kiln_xmalloc(job->out_bytes + 64);
     launch_args l2 = *la;
     l2.bufs = bufs;
@@ -292,8 +296,9 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
     const sch_kernel *k = &sp->kernels[job->kernel];
     int64_t nout = (int64_t)(job->out_bytes / sizeof(float));
     float *ref = kiln_xmalloc(job->out_bytes + 64), *got = kiln_xmalloc(job->out_bytes + 64);
-    void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
-    memcpy(bufs, la->bufs, (size_t)sp->nbufs * sizeof *bufs);
+    /* the buffers, the scratch slot and the repacked copies (exec.c) */
+    void **bufs = kiln_xmalloc((2 * (size_t)sp->nbufs + 1) * sizeof *bufs);
+    memcpy(bufs, la->bufs, (2 * (size_t)sp->nbufs + 1) * sizeof *bufs);
     launch_args l2 = *la;
     l2.bufs = bufs;
     void *f = la->be->symbol(mod, "kiln_ref");

@@ -15,10 +15,13 @@ typedef struct rt_tune_job {
     rt_pool *pool;
     int nthreads;
     cg_isa isa;
-    void *const *bufs;               /* the program's buffers, bound for this run */
+    void *const *bufs;               /* the program's buffers, bound for this run, then the
+                                        scratch slot and each buffer's repacked copy (exec.c):
+                                        2 nbufs + 1 */
     const int64_t *values;           /* the sym values of this run */
     size_t out_bytes;                /* of the kernel's output buffer */
     size_t b_bytes;                  /* of B's buffer (flushed before decode timings) */
+    size_t rp_bytes;                 /* of B's repacked copy, flushed with it (0: none) */
     const sch_contract_sched *seed;  /* from another machine's record, or NULL */
     double budget_s;                 /* for this kernel */
     int round1;                      /* cost-model candidates in the first round (0: 8) */

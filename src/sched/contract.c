@@ -363,7 +363,9 @@ void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap
     if (n < 0 || (size_t)n >= cap) return;
     if (s->direct) n += snprintf(buf + n, cap - (size_t)n, " direct=1");
     if (n < 0 || (size_t)n >= cap) return;
-    if (s->serial) snprintf(buf + n, cap - (size_t)n, " serial=1");
+    if (s->serial) n += snprintf(buf + n, cap - (size_t)n, " serial=1");
+    if (n < 0 || (size_t)n >= cap) return;
+    if (s->rp) snprintf(buf + n, cap - (size_t)n, " rp=1");
 }
 
 int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
@@ -401,6 +403,9 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
         } else if (strncmp(rest, "serial=1", 8) == 0 && (rest[8] == ' ' || !rest[8])) {
             t.serial = 1;
             rest += 8;
+        } else if (strncmp(rest, "rp=1", 4) == 0 && (rest[4] == ' ' || !rest[4])) {
+            t.rp = 1;
+            rest += 4;
         } else {
             return 0;
         }
@@ -413,6 +418,8 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
     }
     if (t.arith == SCH_ARITH_BF16 && t.form != SCH_FORM_PACKED) return 0; /* bf16: the AMX and packed forms */
     if (t.direct && !(t.form == SCH_FORM_PACKED && t.arith == SCH_ARITH_F32)) return 0; /* f32 packed strips only */
+    /* the repacked copy: 8-row groups read by the int8 dot tiles of one row of A */
+    if (t.rp && !(t.form == SCH_FORM_DOT && t.arith == SCH_ARITH_I8 && t.nr == 8 && t.mr == 1)) return 0;
     if (t.form == SCH_FORM_PACKED) {
         /* packed tiles: nr is a multiple of 16 lanes, mr rows; limits in emit_gemm.c */
         if (t.mr < 1 || t.mr > 16 || t.nr < 16 || t.nr > 64 || t.nr % 16 != 0 || t.nc < 0 || t.mc < 1) return 0;

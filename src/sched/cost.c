@@ -218,7 +218,8 @@ static double cost_split(const sch_machine *mc, const sch_contract_shape *sh, co
     int64_t chunks = cdiv(sh->k, 32);
     int64_t mt = cdiv(sh->m, s->mr), ntile = cdiv(sh->n, s->nr);
     double per_chunk_fma = 2.0 * s->mr * s->nr;
-    double per_chunk_other = 2.0 * s->mr + dequant_cost(sh->b_dtype) * s->nr;
+    /* rp=1: one load and mask yield 4 bytes of all 8 rows, half the work of per-row dequantisation */
+    double per_chunk_other = 2.0 * s->mr + dequant_cost(sh->b_dtype) * s->nr * (s->rp ? 0.5 : 1.0);
     double tiles = (double)mt * (double)ntile * (double)sh->nbatch;
     double fma = tiles * (double)chunks * per_chunk_fma;
     double other = tiles * ((double)chunks * per_chunk_other + 4.0 * (s->mr + s->nr)) +

@@ -151,6 +151,11 @@ typedef struct sch_contract_sched {
                    small products whose split costs more than it saves (the wake-up and
                    barrier, and operands just written by the other core); 0: items over the
                    pool. Last, as direct */
+    int rp;     /* DOT, int8, q4_0 / q5_0 B, nr = 8, mr = 1: the tiles read B from a copy
+                   repacked once (8 rows interleaved per block, see runtime/repack.h), which
+                   the runtime builds for a weight bound with kiln_bind_weight; strips the
+                   copy does not cover (another binding, a partial last strip) read B as it
+                   is. Last, as serial */
 } sch_contract_sched;
 
 /* A REDUCE kernel that is a contraction: out[..., m, ..., n, ...] = sum over r

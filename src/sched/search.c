@@ -6,8 +6,9 @@
  * 32 vector registers; more spills), mr <= 8, nr <= 16; A rows per cache
  * block mc in {16, 64, 256}; B rows per work item nc in {auto, 4, 16, 64
  * tiles} (up to the first that covers N: one item, no thread split);
- * software prefetch of B 0, 8 or 16 chunks ahead; arithmetic f32, or int8 dot products for block-format B on a CPU with VNNI (an
- * approximation: A is quantised per 32 elements, emit_contract_i8.c).
+ * software prefetch of B 0, 8, 16 or 32 chunks ahead; arithmetic f32, or int8 dot products for block-format B on a CPU with VNNI (an
+ * approximation: A is quantised per 32 elements, emit_contract_i8.c); for
+ * decode of a weight in q4_0 or q5_0, the int8 1 x 8 tiles also with rp=1, reading a copy of B repacked once (runtime/repack.h).
  * Tiles taller than M are skipped (they only compute padding).
  */
 #include <stdio.h>
@@ -78,7 +79,14 @@ static int space_forms(const sch_contract_shape *sh, sch_contract_sched *out, in
                             if (ar == 1 && !(sh->vnni && kiln_dtype_is_block(sh->b_dtype) && mr <= 4 && nr <= 8 &&
                                              mr * nr <= 16))
                                 continue;
-                            if (out && n < cap) {
+                            /* int8 decode of q4_0 / q5_0 weights, 1 x 8 tiles: also on B's
+                             * repacked copy (rp=1, runtime/repack.h) */
+                            int rps = ar == 1 && sh->m <= SCH_SMALL_M && nr == 8 && mr == 1 && !sh->b_activation &&
+                                              (sh->b_dtype == KILN_Q4_0 || sh->b_dtype == KILN_Q5_0)
+                                          ? 2
+                                          : 1;
+                            for (int rp = 0; rp < rps; rp++, n++) {
+                                if (!out || n >= cap) continue;
                                 sch_contract_sched *s = &out[n];
                                 memset(s, 0, sizeof *s);
                                 s->mr = mr;
@@ -87,8 +95,8 @@ static int space_forms(const sch_contract_shape *sh, sch_contract_sched *out, in
                                 s->nc = nc;
                                 s->pf = pfs[e];
                                 s->arith = ar ? SCH_ARITH_I8 : SCH_ARITH_F32;
+                                s->rp = rp;
                             }
-                            n++;
                         }
                     }
                 }
@@ -306,8 +314,10 @@ char *sch_space_describe(void) {
                 "registers;\n"
                 "               mc in {16,64,256} rows of A per block; nc in {auto, 4, 16, 64} tiles of B per work "
                 "item;\n"
-                "               B prefetched 0, 8 or 16 chunks ahead; arithmetic f32, or int8 (VNNI, block formats, "
-                "approximate)\n"
+                "               B prefetched 0, 8, 16 or 32 chunks ahead; arithmetic f32, or int8 (VNNI, block formats, "
+                "approximate);\n"
+                "               for decode of q4_0/q5_0 weights, int8 8-row tiles also on a copy repacked at load "
+                "(rp=1: 8 rows interleaved)\n"
                 "  packed form  (large M) B dequantised into packed panels, mr x nr outer-product tiles, kc K per "
                 "panel;\n"
                 "               arithmetic f32, or int8 (VNNI, block formats: B repacked to uint8 strips, A "

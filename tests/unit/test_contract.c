@@ -504,6 +504,106 @@ static void test_attention(void) {
     CASE_END();
 }
 
+
+/* the decode tiles on B's repacked copy (rp=1, runtime/repack.h): q4_0 and
+ * q5_0 weights bound with kiln_bind_weight, K of 17 blocks, N = 37 (four
+ * whole 8-row groups and a partial one read from B itself), M = 1..3, one
+ * item or items of 16 rows, 1 and 2 threads, within the int8 bound.
+ * The copy is observed, not assumed: after the program has run, B's
+ * memory is overwritten without a new bind (which kiln_bind_weight's
+ * contract forbids), and the rows of the whole groups still give the old
+ * results bit for bit while the partial group's rows change; binding again
+ * rebuilds the copy from the new contents; a plain kiln_bind_input makes
+ * every row read B as it is. */
+static void test_int8_repack(void) {
+    static const char *rp_scheds[2] = {"mr=1 nr=8 nc=0 mc=64 arith=i8 pf=8 rp=1",
+                                       "mr=1 nr=8 nc=16 mc=16 arith=i8 rp=1"};
+    const kiln_dtype bt[2] = {KILN_Q4_0, KILN_Q5_0};
+    const int64_t K = 544, N = 37, whole = 32;
+    const size_t yn = 2 * (size_t)N;
+    for (int ti = 0; ti < 2; ti++)
+        for (int si = 0; si < 2; si++) {
+            kiln_dtype t = bt[ti];
+            char name[96], why[300] = "";
+            snprintf(name, sizeof name, "contract_int8_repack_%s_%s", kiln_dtype_name(t), si ? "nc16" : "nc0");
+            CASE_BEGIN(name);
+            setenv("KILN_CONTRACT_SCHED_SMALL", rp_scheds[si], 1);
+            kiln_graph *g = kiln_graph_new();
+            kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 544");
+            kiln_tensor w = kiln_input(g, "w", t, "37, 544");
+            kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+            float *wf = rand_f32(N * K, -1, 1), *wf2 = rand_f32(N * K, -1, 1);
+            size_t wbytes, wbytes2;
+            void *wb = make_weights(t, wf, N * K, &wbytes), *wb2 = make_weights(t, wf2, N * K, &wbytes2);
+            void *wmem = malloc(wbytes);
+            memcpy(wmem, wb, wbytes);
+            CHECK(kiln_bind_weight(g, "w", wmem, wbytes) == KILN_OK, "%s", kiln_graph_error(g));
+            for (int64_t M = 1; M <= 3; M++) {
+                float *xb = rand_f32(M * K, -1, 1);
+                kiln_bind_dim(g, "m", M);
+                kiln_bind_input(g, "x", xb, (size_t)(M * K) * sizeof(float));
+                CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+                float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
+                kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
+                char tile[32];
+                snprintf(tile, sizeof tile, "kcr_%s_1x8_p", t == KILN_Q4_0 ? "q4_0" : "q5_0");
+                if (run_approx(g, M, "arith=i8 (approximate)", tile, got, M * N)) {
+                    double worst = int8_worst(xb, wf, ref, got, M, N, K, 32, why, sizeof why);
+                    CHECK(!why[0], "m=%lld: %s", (long long)M, why);
+                    CHECK(worst > 1e-4, "m=%lld: int8 result indistinguishable from f32", (long long)M);
+                }
+                free(ref);
+                free(got);
+                free(xb);
+            }
+            /* one program, three bindings of the same memory */
+            float *xb = rand_f32(2 * K, -1, 1), *y1 = malloc(yn * sizeof *y1), *y2 = malloc(yn * sizeof *y2);
+            float *ref = malloc(yn * sizeof *ref);
+            kiln_bind_dim(g, "m", 2);
+            kiln_bind_input(g, "x", xb, (size_t)(2 * K) * sizeof(float));
+            kiln_status st;
+            kiln_program *p = kiln_compile(g, NULL, &st);
+            CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+            kiln_read_output(g, "y", y1, yn * sizeof *y1);
+            memcpy(wmem, wb2, wbytes); /* no bind: the copy is what the whole groups read */
+            CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+            kiln_read_output(g, "y", y2, yn * sizeof *y2);
+            int copied = 1, tail_new = 1;
+            for (int64_t i = 0; i < 2; i++)
+                for (int64_t n = 0; n < N; n++) {
+                    if (n < whole) copied &= memcmp(&y1[i * N + n], &y2[i * N + n], sizeof *y1) == 0;
+                    else tail_new &= y1[i * N + n] != y2[i * N + n];
+                }
+            CHECK(copied, "rows of whole groups changed without a new bind: the copy was not read");
+            CHECK(tail_new, "rows past the last whole group did not follow B's memory");
+            for (int bi = 0; bi < 2; bi++) {
+                /* bound again as a weight (the copy is rebuilt), then as a plain input (no copy) */
+                if (bi == 0) kiln_bind_weight(g, "w", wmem, wbytes);
+                else kiln_bind_input(g, "w", wmem, wbytes);
+                CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+                kiln_read_output(g, "y", ref, yn * sizeof *ref);
+                CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+                kiln_read_output(g, "y", y2, yn * sizeof *y2);
+                why[0] = 0;
+                (void)int8_worst(xb, wf2, ref, y2, 2, N, K, 32, why, sizeof why);
+                CHECK(!why[0], "%s: %s", bi == 0 ? "bound again" : "bound as an input", why);
+            }
+            kiln_program_free(p);
+            unsetenv("KILN_CONTRACT_SCHED_SMALL");
+            free(xb);
+            free(y1);
+            free(y2);
+            free(ref);
+            free(wf);
+            free(wf2);
+            free(wb);
+            free(wb2);
+            free(wmem);
+            kiln_graph_free(g);
+            CASE_END();
+        }
+}
+
 int main(void) {
     setenv("KILN_POISON_RESULTS", "1", 1); /* unwritten output elements show as NaN (exec.c) */
     test_linear();
@@ -516,6 +616,7 @@ int main(void) {
         const int64_t dot_ms[3] = {1, 3, 7}, packed_ms[3] = {5, 17, 40};
         test_int8_form("", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", "mr=2 nr=4 nc=0 mc=16 arith=i8", dot_ms, "kci8_");
         test_int8_batch_points();
+        test_int8_repack();
         test_int8_form("_packed", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
                        "mr=4 nr=32 nc=0 mc=16 arith=i8 form=packed kc=256", packed_ms, "_4x32(qr, sr, zr, ur");
         test_int8_form("_packed_wide", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",

@@ -1,5 +1,6 @@
 /* test_quant.c — element types and GGUF block formats (src/ir/dtype.c,
- * src/model/quant.c).
+ * src/model/quant.c), and the 8-row interleave of q4_0 / q5_0
+ * (src/runtime/repack.c).
  *
  * Expected values come from the IEEE / GGUF definitions, computed here
  * independently (double arithmetic, ldexp), never from the code under test:
@@ -11,12 +12,14 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "dtype.h"
 #include "kiln.h"
 #include "quant.h"
+#include "repack.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 static uint64_t rng_next(void) {
@@ -477,6 +480,76 @@ static void test_k_random(kiln_dtype t, const char *name) {
     CASE_END();
 }
 
+/* the 8-row interleave of q4_0 / q5_0 (runtime/repack.h), decoded here from
+ * the layout as repack.h states it and compared with quant_dequantize of
+ * the source rows, every element: 19 rows of 96 (two whole groups, three
+ * rows left to the source), several K; no copy for K off the 32 grid or
+ * fewer than 8 rows */
+static void test_repack_x8(void) {
+    const kiln_dtype ts[2] = {KILN_Q4_0, KILN_Q5_0};
+    for (int ti = 0; ti < 2; ti++) {
+        kiln_dtype t = ts[ti];
+        int q5 = t == KILN_Q5_0, bb = q5 ? 22 : 18;
+        CASE_BEGIN(q5 ? "repack_x8_q5_0_layout" : "repack_x8_q4_0_layout");
+        const int64_t ks[3] = {32, 96, 320}, rows = 19;
+        for (int ki = 0; ki < 3; ki++) {
+            int64_t K = ks[ki], nch = K / 32;
+            float *w = malloc((size_t)(rows * K) * sizeof *w), *want = malloc((size_t)K * sizeof *want);
+            for (int64_t i = 0; i < rows * K; i++) w[i] = rng_unit() * (float)(1 + i % 7);
+            size_t bytes = kiln_dtype_bytes(t, rows * K);
+            uint8_t *src = malloc(bytes);
+            CHECK(quant_quantize(t, w, src, rows * K) == 0, "quantize");
+            CHECK(rt_repack_x8_size(t, bytes, K) == RT_REPACK_HEADER + (size_t)(2 * nch * 8 * bb),
+                  "K=%lld: size %zu", (long long)K, rt_repack_x8_size(t, bytes, K));
+            uint8_t *cp = rt_repack_x8(t, src, bytes, K);
+            CHECK(cp != NULL, "K=%lld: no copy", (long long)K);
+            if (!cp) continue;
+            int64_t head[2];
+            memcpy(head, cp, sizeof head);
+            CHECK(head[0] == K && head[1] == 2, "header %lld %lld", (long long)head[0], (long long)head[1]);
+            int bad = 0;
+            for (int64_t row = 0; row < 16 && !bad; row++) {
+                quant_dequantize(t, src + row * nch * bb, want, K);
+                int64_t g = row / 8, r = row % 8;
+                for (int64_t c = 0; c < nch && !bad; c++) {
+                    const uint8_t *rec = cp + RT_REPACK_HEADER + (g * nch + c) * 8 * bb;
+                    uint16_t dh;
+                    memcpy(&dh, rec + 2 * r, 2);
+                    float d = dtype_f16_to_f32(dh);
+                    const uint8_t *qs = rec + (q5 ? 48 : 16);
+                    for (int e = 0; e < 32 && !bad; e++) {
+                        /* element e: step e / 4, byte e % 4 of the row's lane */
+                        int step = e / 4, s4 = step % 4, hi = step >= 4;
+                        uint8_t byte = qs[32 * s4 + 4 * r + e % 4];
+                        int q = hi ? byte >> 4 : byte & 15, zero = 8;
+                        if (q5) {
+                            uint32_t mask;
+                            memcpy(&mask, rec + 16 + 4 * step, 4);
+                            q |= (int)((mask >> (4 * r + e % 4)) & 1) << 4;
+                            zero = 16;
+                        }
+                        float got = d * (float)(q - zero);
+                        if (got != want[c * 32 + e]) {
+                            bad = 1;
+                            CHECK(0, "K=%lld row %lld element %lld: copy %g, source %g", (long long)K, (long long)row,
+                                  (long long)(c * 32 + e), got, want[c * 32 + e]);
+                        }
+                    }
+                }
+            }
+            free(cp);
+            free(src);
+            free(w);
+            free(want);
+        }
+        CHECK(rt_repack_x8_size(t, 7 * 2 * (size_t)bb, 64) == 0, "a copy of 7 rows");
+        CHECK(rt_repack_x8_size(t, 8 * (size_t)bb, 48) == 0, "a copy with K = 48");
+        CHECK(rt_repack_x8_size(KILN_Q8_0, 8 * 34, 32) == 0, "a copy of q8_0");
+        CHECK(rt_repack_x8(t, NULL, 0, 32) == NULL, "a copy of nothing");
+        CASE_END();
+    }
+}
+
 int main(void) {
     test_table();
     test_f16_all_patterns();
@@ -491,5 +564,6 @@ int main(void) {
     test_q4_0_random();
     test_k_random(KILN_Q4_K, "q4_k_random_roundtrip_error");
     test_k_random(KILN_Q6_K, "q6_k_random_roundtrip_error");
+    test_repack_x8();
     return check_exit();
 }

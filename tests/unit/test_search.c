@@ -22,6 +22,7 @@
 #include "quant.h"
 #include "contract.h"
 #include "emit_contract.h"
+#include "emit_contract_i8.h"
 #include "search.h"
 #include "tunedb.h"
 
@@ -428,8 +429,57 @@ static void test_space_and_model(void) {
                   t.direct && t.pf == 16 && t.mr == 2,
               "direct f32 packed refused");
     }
+    /* the repacked copy (rp=1): decode of a caller's q4_0 / q5_0 weight has
+     * an rp twin of each int8 1 x 8 dot schedule, which reads back, is
+     * emittable for those two formats only, and is priced below its twin;
+     * other formats, prefill and an activation B have none; rp on another
+     * tile or arithmetic is refused */
+    {
+        const kiln_dtype rts[4] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0, KILN_Q4_K};
+        for (int ti = 0; ti < 4; ti++)
+            for (int v = 0; v < 3; v++) {
+                /* v: decode, prefill, activation B */
+                sch_contract_shape shr = {v == 1 ? 64 : 1, 1024, 1024, 1, rts[ti], 1, 1, 0, 0, v == 2, 1, 0};
+                int nr_ = sch_space_contract(&shr, NULL, 0), rps = 0, twins = 0;
+                sch_contract_sched *spr = malloc((size_t)nr_ * sizeof *spr);
+                CHECK(sch_space_contract(&shr, spr, nr_) == nr_, "enumeration size differs (rp)");
+                for (int i = 0; i < nr_; i++) {
+                    if (!spr[i].rp) continue;
+                    rps++;
+                    char text[128];
+                    sch_contract_sched back;
+                    sch_contract_sched_print(&spr[i], text, sizeof text);
+                    CHECK(strstr(text, " rp=1") && sch_contract_sched_parse(text, &back) && back.rp == 1 &&
+                              back.mr == 1 && back.nr == 8 && back.arith == SCH_ARITH_I8,
+                          "schedule '%s' does not read back", text);
+                    CHECK(cg_contract_sched_ok(rts[ti], &spr[i]) && cg_i8_rp_ok(rts[ti], &spr[i]) &&
+                              !cg_i8_rp_ok(KILN_Q8_0, &spr[i]),
+                          "rp schedule '%s': not emittable for q4_0 / q5_0 only", text);
+                    sch_contract_sched plain = spr[i];
+                    plain.rp = 0;
+                    for (int j = 0; j < nr_; j++)
+                        if (memcmp(&spr[j], &plain, sizeof plain) == 0) {
+                            twins++;
+                            CHECK(sch_cost_contract(&mc_default_for_test, &shr, &spr[i]) <
+                                      sch_cost_contract(&mc_default_for_test, &shr, &plain),
+                                  "'%s' not priced below its twin", text);
+                        }
+                }
+                int want = ti < 2 && v == 0;
+                CHECK(want ? rps >= 8 && twins == rps : rps == 0, "%s, %s: %d rp schedules, %d with twins",
+                      kiln_dtype_name(rts[ti]), v == 0 ? "decode" : v == 1 ? "prefill" : "activation", rps, twins);
+                free(spr);
+            }
+        sch_contract_sched t;
+        CHECK(!sch_contract_sched_parse("mr=2 nr=8 nc=0 mc=16 arith=i8 rp=1", &t), "rp with mr=2 accepted");
+        CHECK(!sch_contract_sched_parse("mr=1 nr=4 nc=0 mc=16 arith=i8 rp=1", &t), "rp with nr=4 accepted");
+        CHECK(!sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=f32 rp=1", &t), "rp with f32 accepted");
+        CHECK(sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=i8 pf=8 serial=1 rp=1", &t) && t.rp && t.serial &&
+                  t.pf == 8,
+              "serial rp schedule refused");
+    }
     /* the model sees int8's four-to-one dot products at prefill sizes */
-    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0, 0, 0}, pi = pf;
+    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0, 0, 0, 0}, pi = pf;
     pi.arith = SCH_ARITH_I8;
     CHECK(sch_cost_contract(&mc_default_for_test, &shv, &pi) < sch_cost_contract(&mc_default_for_test, &shv, &pf),
           "packed int8 not cheaper than packed f32 at m=512");
