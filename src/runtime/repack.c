@@ -1,9 +1,11 @@
 /* repack.c — the 8-row interleave of q4_0 and q5_0 weights (layout in
  * repack.h). Plain C byte moves, run once per weight and binding. */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "repack.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 int rt_repack_x8_ok(kiln_dtype t) { return t == KILN_Q4_0 || t == KILN_Q5_0; }
 
@@ -20,8 +22,16 @@ size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k) {
 void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k) {
     size_t size = rt_repack_x8_size(t, bytes, k);
     if (size == 0) return NULL;
+    /* in 2 MiB pages where the kernel gives them, as the model's weights
+     * (gguf.c read_buffer): decode streams the copy once per token, and
+     * with 4 KiB pages every 4 KiB of it is a TLB miss */
+    const size_t huge = (size_t)2 << 20;
+    size_t cap = size >= huge ? (size + huge - 1) / huge * huge : size;
     void *out = NULL;
-    if (posix_memalign(&out, 64, size) != 0) return NULL;
+    if (posix_memalign(&out, size >= huge ? huge : 64, cap) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (cap != size || size % huge == 0) (void)madvise(out, cap, MADV_HUGEPAGE); /* a hint */
+#endif
     int64_t bb = block_bytes(t), nch = k / 32, row = nch * bb;
     int64_t groups = (int64_t)((size - RT_REPACK_HEADER) / (size_t)(8 * row));
     int64_t head[8] = {k, groups, 0, 0, 0, 0, 0, 0};
