@@ -89,9 +89,11 @@ int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *d
 /* per kernel, slowest first: share of the time, ms per run, bytes of the
  * buffers it touches per run (whole buffers: an upper bound where a kernel
  * reads part of one, like a KV cache), achieved GB/s and share of bw_gbs,
- * and for contractions GFLOP/s and share of fma_gflops. malloc'd text;
- * "" when profiling is off. */
-char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, int max_rows);
+ * and for contractions GOP/s (a multiply-add is 2) and share of the peak of
+ * the arithmetic their last launch used: dot_gops for int8 ("i8"), twice
+ * fma_gflops for bf16 ("bf"), else fma_gflops (kiln_device_peaks gives all
+ * three). malloc'd text; "" when profiling is off. */
+char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, double dot_gops, int max_rows);
 void kiln_program_profile_reset(kiln_program *p);
 
 #ifdef __cplusplus

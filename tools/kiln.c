@@ -1121,13 +1121,13 @@ static int cmd_bench(int argc, char **argv) {
                     fflush(stdout);
                 }
                 if (profile && model_program(m)) {
-                    double bw = 0, fma = 0;
-                    kiln_device_peaks((int)ths[ti], &bw, &fma, NULL);
-                    char *rep = kiln_program_profile(model_program(m), bw, fma, getenv("KILN_PROFILE_ROWS") ? atoi(getenv("KILN_PROFILE_ROWS")) : 20);
+                    double bw = 0, fma = 0, dot = 0;
+                    kiln_device_peaks((int)ths[ti], &bw, &fma, &dot);
+                    char *rep = kiln_program_profile(model_program(m), bw, fma, dot, getenv("KILN_PROFILE_ROWS") ? atoi(getenv("KILN_PROFILE_ROWS")) : 20);
                     FILE *o = json ? stderr : stdout;
-                    fprintf(o, "\nprofile of %s%d at %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f GFLOP/s); "
-                               "per run = per %s:\n%s\n",
-                            kind == 0 ? "pp" : "tg", n, (int)ths[ti], ths[ti] == 1 ? "" : "s", bw, fma,
+                    fprintf(o, "\nprofile of %s%d at %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f GFLOP/s, "
+                               "int8 dot %.1f GOP/s); per run = per %s:\n%s\n",
+                            kind == 0 ? "pp" : "tg", n, (int)ths[ti], ths[ti] == 1 ? "" : "s", bw, fma, dot,
                             kind == 0 ? "prompt" : "token", rep);
                     free(rep);
                 }

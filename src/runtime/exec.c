@@ -70,6 +70,7 @@ struct kiln_program {
     double *prof;      /* KILN_PROFILE: seconds per kernel, summed over runs (else NULL) */
     double *prof_bytes; /* bytes touched per kernel, summed over runs */
     double *prof_flops; /* contraction flops per kernel, summed over runs */
+    uint8_t *prof_arith; /* the sch_arith of each contraction's last launch (its peak in the report) */
     int64_t prof_runs;
     /* schedule search (tune.c): per kernel and bucket, 1 once its schedule is
      * final (from the DB or measured here); seeds from other machines */
@@ -236,6 +237,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         p->prof = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof);
         p->prof_bytes = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_bytes);
         p->prof_flops = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_flops);
+        p->prof_arith = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_arith);
     }
     /* bufs: the program's buffers, the scratch, then each buffer's repacked copy */
     int32_t nb = 2 * p->sp.nbufs + 1;
@@ -305,6 +307,7 @@ void kiln_program_free(kiln_program *p) {
         free(p->prof);
         free(p->prof_bytes);
         free(p->prof_flops);
+        free(p->prof_arith);
     }
     if (p->pool) rt_pool_free(p->pool);
     if (p->mod) p->be->module_free(p->mod);
@@ -491,7 +494,7 @@ void kiln_program_profile_reset(kiln_program *p) {
     p->prof_runs = 0;
 }
 
-char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, int max_rows) {
+char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, double dot_gops, int max_rows) {
     char *buf = NULL;
     size_t len = 0, cap = 0;
     if (!p || !p->prof || p->prof_runs == 0) return kiln_xstrdup("");
@@ -508,9 +511,9 @@ char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflo
                 1e3 * total / runs, (long long)p->prof_runs, (int)nk, tbytes / runs / 1e6,
                 total > 0 ? tbytes / total / 1e9 : 0.0, total > 0 && bw_gbs > 0 ? 100 * tbytes / total / 1e9 / bw_gbs : 0.0,
                 bw_gbs);
-    sch_appendf(&buf, &len, &cap, "| %6s | %-8s | %-34s | %6s | %9s | %9s | %7s | %6s | %8s | %6s |\n", "kernel", "kind",
-                "what", "share", "ms/run", "MB/run", "GB/s", "of bw", "GFLOP/s", "of fma");
-    sch_appendf(&buf, &len, &cap, "|-------:|----------|------------------------------------|-------:|----------:|----------:|--------:|-------:|---------:|-------:|\n");
+    sch_appendf(&buf, &len, &cap, "| %6s | %-8s | %-34s | %6s | %9s | %9s | %7s | %6s | %8s | %8s |\n", "kernel", "kind",
+                "what", "share", "ms/run", "MB/run", "GB/s", "of bw", "GOP/s", "of peak");
+    sch_appendf(&buf, &len, &cap, "|-------:|----------|------------------------------------|-------:|----------:|----------:|--------:|-------:|---------:|---------:|\n");
     int8_t *shown = kiln_xcalloc((size_t)nk + 1, 1);
     for (int i = 0; i < max_rows && i < nk; i++) {
         int32_t best = -1;
@@ -530,9 +533,13 @@ char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflo
         char fls[16] = "-", flp[16] = "-";
         if (fl > 0) {
             snprintf(fls, sizeof fls, "%.1f", gfl);
-            snprintf(flp, sizeof flp, "%.0f%%", fma_gflops > 0 ? 100 * gfl / fma_gflops : 0.0);
+            /* against the peak of the arithmetic it ran: int8 dot products,
+             * bf16 pairs (twice the FMA rate), else f32 FMA */
+            int ar = p->prof_arith[best];
+            double peak = ar == SCH_ARITH_I8 ? dot_gops : ar == SCH_ARITH_BF16 ? 2 * fma_gflops : fma_gflops;
+            if (peak > 0) snprintf(flp, sizeof flp, "%.0f%%%s", 100 * gfl / peak, ar == SCH_ARITH_I8 ? " i8" : ar == SCH_ARITH_BF16 ? " bf" : "");
         }
-        sch_appendf(&buf, &len, &cap, "| %6d | %-8s | %-34.34s | %5.1f%% | %9.3f | %9.2f | %7.2f | %5.0f%% | %8s | %6s |\n",
+        sch_appendf(&buf, &len, &cap, "| %6d | %-8s | %-34.34s | %5.1f%% | %9.3f | %9.2f | %7.2f | %5.0f%% | %8s | %8s |\n",
                     (int)best, K->contract ? "contract" : kinds[K->kind], what, total > 0 ? 100 * p->prof[best] / total : 0.0,
                     1e3 * t, by / 1e6, gbs, bw_gbs > 0 ? 100 * gbs / bw_gbs : 0.0, fls, flp);
     }
@@ -940,6 +947,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
         p->prof[k] += mono_s() - t0;
         p->prof_bytes[k] += (double)(p->bytes[c->a_buf] + p->bytes[c->b_buf] + p->bytes[K->out_buf]);
         p->prof_flops[k] += 2.0 * (double)m * (double)n * (double)nbatch * (double)rn;
+        p->prof_arith[k] = (uint8_t)sc->arith;
     }
     for (int i = 0; i < 2; i++)
         if (mods[i]) p->be->module_free(mods[i]);

@@ -264,6 +264,31 @@ static double int8_worst(const float *x, const float *w, const float *ref, const
     return worst;
 }
 
+/* x (M, K) random into g's "x" (dim "m"), then the compiled int8 result
+ * (run_approx: 1 and 2 threads, `tile` called) within int8_worst's bound of
+ * the reference, and not exact (the int8 path really ran: an f32 result
+ * would be within 1e-5); w: the f32 weights before quantising, grp: A's
+ * rounding block */
+static void check_int8_at(kiln_graph *g, int64_t M, int64_t K, int64_t N, const float *wf, int64_t grp,
+                          const char *tile) {
+    char why[300] = "";
+    float *xb = rand_f32(M * K, -1, 1);
+    kiln_bind_dim(g, "m", M);
+    kiln_bind_input(g, "x", xb, (size_t)(M * K) * sizeof(float));
+    CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
+    kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
+    if (run_approx(g, M, "arith=i8 (approximate)", tile, got, M * N)) {
+        double worst = int8_worst(xb, wf, ref, got, M, N, K, grp, why, sizeof why);
+        CHECK(!why[0], "m=%lld: %s", (long long)M, why);
+        CHECK(worst > 1e-4, "m=%lld: int8 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
+              worst);
+    }
+    free(ref);
+    free(got);
+    free(xb);
+}
+
 /* int8 arithmetic (an approximation): each output within the bound of A's
  * rounding, sum over A's blocks (32, or 256 for k-quants) of
  * (max|a| / 254) * sum |w|, plus f32 noise */
@@ -275,7 +300,7 @@ static void test_int8_form(const char *form, const char *small, const char *larg
         /* 32-element formats: an odd number of blocks (the dot tile's pairs
          * leave one) and K not a multiple of the packed forms' K block */
         int64_t K = t == KILN_Q4_K || t == KILN_Q6_K ? 512 : 544, N = 37;
-        char name[96], why[300] = "";
+        char name[96];
         snprintf(name, sizeof name, "contract_int8%s_%s", form, kiln_dtype_name(t));
         CASE_BEGIN(name);
         setenv("KILN_CONTRACT_SCHED_SMALL", small, 1);
@@ -291,26 +316,7 @@ static void test_int8_form(const char *form, const char *small, const char *larg
         size_t wbytes;
         void *wb = make_weights(t, wf, N * K, &wbytes);
         kiln_bind_input(g, "w", wb, wbytes);
-        for (int mi = 0; mi < 3; mi++) {
-            int64_t M = ms[mi];
-            float *xb = rand_f32(M * K, -1, 1);
-            kiln_bind_dim(g, "m", M);
-            kiln_bind_input(g, "x", xb, (size_t)(M * K) * sizeof(float));
-            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
-            float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
-            kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
-            if (run_approx(g, M, "arith=i8 (approximate)", tile, got, M * N)) {
-                int64_t grp = t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32;
-                double worst = int8_worst(xb, wf, ref, got, M, N, K, grp, why, sizeof why);
-                CHECK(!why[0], "%s", why);
-                /* and not exact: the int8 path really ran (an f32 result would be within 1e-5) */
-                CHECK(worst > 1e-4, "m=%lld: int8 result indistinguishable from f32 (worst %g of the bound)", (long long)M,
-                      worst);
-            }
-            free(ref);
-            free(got);
-            free(xb);
-        }
+        for (int mi = 0; mi < 3; mi++) check_int8_at(g, ms[mi], K, N, wf, t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32, tile);
         unsetenv("KILN_CONTRACT_SCHED_SMALL");
         unsetenv("KILN_CONTRACT_SCHED_LARGE");
         free(wf);
@@ -538,24 +544,9 @@ static void test_int8_repack(void) {
             void *wmem = malloc(wbytes);
             memcpy(wmem, wb, wbytes);
             CHECK(kiln_bind_weight(g, "w", wmem, wbytes) == KILN_OK, "%s", kiln_graph_error(g));
-            for (int64_t M = 1; M <= 3; M++) {
-                float *xb = rand_f32(M * K, -1, 1);
-                kiln_bind_dim(g, "m", M);
-                kiln_bind_input(g, "x", xb, (size_t)(M * K) * sizeof(float));
-                CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
-                float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
-                kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
-                char tile[32];
-                snprintf(tile, sizeof tile, "kcr_%s_1x8_p", t == KILN_Q4_0 ? "q4_0" : "q5_0");
-                if (run_approx(g, M, "arith=i8 (approximate)", tile, got, M * N)) {
-                    double worst = int8_worst(xb, wf, ref, got, M, N, K, 32, why, sizeof why);
-                    CHECK(!why[0], "m=%lld: %s", (long long)M, why);
-                    CHECK(worst > 1e-4, "m=%lld: int8 result indistinguishable from f32", (long long)M);
-                }
-                free(ref);
-                free(got);
-                free(xb);
-            }
+            char tile[32];
+            snprintf(tile, sizeof tile, "kcr_%s_1x8_p", t == KILN_Q4_0 ? "q4_0" : "q5_0");
+            for (int64_t M = 1; M <= 3; M++) check_int8_at(g, M, K, N, wf, 32, tile);
             /* one program, three bindings of the same memory */
             float *xb = rand_f32(2 * K, -1, 1), *y1 = malloc(yn * sizeof *y1), *y2 = malloc(yn * sizeof *y2);
             float *ref = malloc(yn * sizeof *ref);
