@@ -483,7 +483,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     int packed_i8 = 0;
     for (int b = 0; b < 2; b++)
         packed_i8 |= (sched[b].form == SCH_FORM_PACKED || sched[b].form == SCH_FORM_AMX) && sched[b].arith == SCH_ARITH_I8;
-    if (packed_i8) cg_emit_packed_i8_pre(s, len, cap);
+    if (packed_i8) cg_emit_packed_i8_pre(p, k, &sched[1], s, len, cap);
     int amx_bf16 = 0;
     for (int b = 0; b < 2; b++) amx_bf16 |= sched[b].form == SCH_FORM_AMX && sched[b].arith == SCH_ARITH_BF16;
     if (amx_bf16) cg_emit_amx_bf16_pre(p, k, s, len, cap);

@@ -37,6 +37,7 @@
 #include "emit_gemm.h"
 #include "emit_contract_i8.h"
 #include "emit_gemm_i8.h"
+#include "emit_gemm_amx_bf16.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
@@ -236,16 +237,74 @@ void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
     }
 }
 
-void cg_emit_packed_i8_pre(char **s, size_t *len, size_t *cap) {
-    OUT("  int8_t *gq_a = NULL; float *gq_s = NULL, *gq_m = NULL; int32_t *gq_z = NULL; int64_t gq_o = -1;\n");
+static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
+    sch_print_sym(p, x, s, len, cap);
+}
+
+/* The shared quantised A (CG_KF_PREP / CG_KF_SHARED, emit_gemm_amx_bf16.h):
+ * one scratch for all threads of R = 16 ceil(M / 16) + 32 rows (the PREP
+ * launch's groups), rows M .. R-1 zero (AMX tiles load whole 16-row
+ * blocks): qa R x K int8, then sa and the minimum sums (R x K/32 f32 each),
+ * then the zero-point sums (R x K/kb int32),
+ * each part 64-byte aligned. The kernel computes the same offsets
+ * (emit_scratch_parts). */
+static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
+
+size_t cg_i8_scratch(kiln_dtype t, int64_t m, int64_t k) {
+    size_t rows = (size_t)((m + 15) / 16 * 16 + 32);
+    return up64(rows * (size_t)k + 64) + 2 * up64((rows * (size_t)(k / 32) + 1) * sizeof(float)) +
+           up64((rows * (size_t)(k / gi_kb(t)) + 1) * sizeof(int32_t));
+}
+
+static void emit_scratch_parts(kiln_dtype t, const char *base, char **s, size_t *len, size_t *cap) {
+    OUT("    const int64_t gq_r = (M + 15) / 16 * 16 + 32;\n");
+    OUT("    const size_t gq_ra = ((size_t)(gq_r * K) + 64 + 63) / 64 * 64;\n");
+    OUT("    const size_t gq_rs = (((size_t)(gq_r * (K / 32)) + 1) * sizeof(float) + 63) / 64 * 64;\n");
+    OUT("    gq_a = (int8_t *)%s; gq_s = (float *)((char *)gq_a + gq_ra); gq_m = (float *)((char *)gq_s + gq_rs);"
+        " gq_z = (int32_t *)((char *)gq_m + gq_rs); (void)%d;\n", base, gi_kb(t));
+}
+
+/* the declarations, and when the large-M schedule `big` is a packed or AMX
+ * int8 form, the CG_KF_PREP launch's body: 16-row groups [lo, hi) of A
+ * (two past M's last zeroed) quantised into the scratch B[nbufs], one batch
+ * point (every other loop index 0), as the items would (the zero point:
+ * 0 for AMX, whose B is made signed, else B's) */
+void cg_emit_packed_i8_pre(const sch_program *p, const sch_kernel *k, const sch_contract_sched *big, char **s,
+                           size_t *len, size_t *cap) {
+    OUT("  int8_t *gq_a = NULL; float *gq_s = NULL, *gq_m = NULL; int32_t *gq_z = NULL; int64_t gq_o = -1;"
+        " int gq_sh = 0;\n");
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    if (!cg_i8_shared_a(t, big)) return;
+    int kb = gi_kb(t), zero = big->form == SCH_FORM_AMX ? 0 : gi_zero(t);
+    OUT("  if (flags & %d) {\n", CG_KF_PREP);
+    char base[32];
+    snprintf(base, sizeof base, "B[%d]", (int)p->nbufs);
+    emit_scratch_parts(t, base, s, len, cap);
+    OUT("    (void)gq_sh;\n");
+    for (int d = 0; d < k->ndim; d++)
+        if (d != c->mdim && d != c->ndim) OUT("    const int64_t i%d = 0; (void)i%d;\n", d, d);
+    OUT("    for (int64_t gq = lo; gq < hi; gq++)\n");
+    OUT("      for (int64_t mq = 16 * gq; mq < 16 * gq + 16; mq++) {\n");
+    OUT("        if (mq >= M) {\n");
+    OUT("          memset(gq_a + mq * K, 0, (size_t)K); memset(gq_s + mq * (K / 32), 0, (size_t)(K / 32) * sizeof(float));\n");
+    OUT("          memset(gq_m + mq * (K / 32), 0, (size_t)(K / 32) * sizeof(float));"
+        " memset(gq_z + mq * (K / %d), 0, (size_t)(K / %d) * sizeof(int32_t));\n", kb, kb);
+    OUT("          continue;\n        }\n");
+    if (c->mdim >= 0) OUT("        const int64_t i%d = mq; (void)i%d;\n", c->mdim, c->mdim);
+    OUT("        kgq_row(A + (");
+    out_sym(p, c->a_base, s, len, cap);
+    OUT("), K, %d, %d, gq_a + mq * K, gq_s + mq * (K / 32), gq_z + mq * (K / %d), gq_m + mq * (K / 32));\n", kb, zero,
+        kb);
+    OUT("      }\n    return 0;\n  }\n");
 }
 
 void cg_emit_packed_i8_post(char **s, size_t *len, size_t *cap) {
-    OUT("  free(gq_a); free(gq_s); free(gq_m); free(gq_z);\n");
+    OUT("  if (!gq_sh) { free(gq_a); free(gq_s); free(gq_m); free(gq_z); }\n");
 }
 
-static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_t *cap) {
-    sch_print_sym(p, x, s, len, cap);
+int cg_i8_shared_a(kiln_dtype t, const sch_contract_sched *big) {
+    return gi_tag(t) && big->arith == SCH_ARITH_I8 && (big->form == SCH_FORM_PACKED || big->form == SCH_FORM_AMX);
 }
 
 /* the fast path needs K in 32s and block-aligned B rows (be elements per
@@ -288,6 +347,14 @@ void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, 
     cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
     /* A quantised once per batch point and call */
     OUT("        const int64_t gob = w / ntiles;\n");
+    /* or, after the runtime's CG_KF_PREP launch (flag CG_KF_SHARED), as
+     * that launch left it in B[nbufs], quantised once for all threads */
+    OUT("        if (gq_o != gob && (flags & %d)) {\n", CG_KF_SHARED);
+    char base[32];
+    snprintf(base, sizeof base, "B[%d]", (int)p->nbufs);
+    emit_scratch_parts(t, base, s, len, cap);
+    OUT("          gq_sh = 1; gq_o = gob;\n");
+    OUT("        }\n");
     OUT("        if (gq_o != gob) {\n");
     OUT("          if (!gq_a) {\n");
     /* rows past M (AMX tiles load whole 16-row blocks) are zero */

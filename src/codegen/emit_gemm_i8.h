@@ -19,7 +19,16 @@ void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
                              size_t *len, size_t *cap);
 /* declarations before a kernel's work-item loop (A's quantised copy, kept
  * across the items of one call) and their release after it */
-void cg_emit_packed_i8_pre(char **s, size_t *len, size_t *cap);
+/* the quantised-A declarations at the kernel's top, and the CG_KF_PREP body
+ * when the large-M schedule big shares A (cg_i8_shared_a) */
+void cg_emit_packed_i8_pre(const sch_program *p, const sch_kernel *k, const sch_contract_sched *big, char **s,
+                           size_t *len, size_t *cap);
+/* whether the large-M schedule big (for B of dtype t) can quantise A once for
+ * all threads: the runtime's CG_KF_PREP launch over ceil(M / 16) + 2 row
+ * groups into a scratch B[nbufs] of cg_i8_scratch bytes, then the items with
+ * CG_KF_SHARED (emit_gemm_amx_bf16.h); one batch point only */
+int cg_i8_shared_a(kiln_dtype t, const sch_contract_sched *big);
+size_t cg_i8_scratch(kiln_dtype t, int64_t m, int64_t k);
 void cg_emit_packed_i8_post(char **s, size_t *len, size_t *cap);
 /* the start of a work item of an int8 form: the scalar f32 loop when K is
  * not in 32s or a B row is not block-aligned, else A quantised once per

@@ -38,6 +38,7 @@
 #include "tune_generic.h"
 #include "../codegen/emit_contract.h"
 #include "../codegen/emit_gemm_amx_bf16.h"
+#include "../codegen/emit_gemm_i8.h"
 #include "repack.h"
 
 struct kiln_program {
@@ -845,13 +846,20 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     return KILN_OK;
 }
 
-/* whether the threads of a launch share one conversion of A (the AMX bf16
- * form with one batch point: every thread needs all of A), with the
- * scratch buffer, bufs[nbufs], grown to hold it */
+/* whether the threads of a launch share one conversion of A, with the
+ * scratch buffer, bufs[nbufs], grown to hold it: the AMX bf16 form with
+ * one batch point (every thread needs all of A), on more than one thread;
+ * the packed and AMX int8 forms' quantised A, also on one (the scratch
+ * then saves each call a fresh zeroed allocation: at K = 8192 and 512
+ * rows, 4 MiB of page faults) */
 static int shared_a(kiln_program *p, const sch_kernel *K, const sch_contract_sched *sc, int64_t nbatch, int64_t m,
-                    int64_t rn) {
-    if (nbatch != 1 || sc->form != SCH_FORM_AMX || sc->arith != SCH_ARITH_BF16 || m <= SCH_SMALL_M || rn <= 0) return 0;
-    size_t need = cg_amx_bf16_scratch(p->sp.bufs[K->contract->b_buf].dtype, m, rn);
+                    int64_t rn, int serial) {
+    if (nbatch != 1 || m <= SCH_SMALL_M || rn <= 0) return 0;
+    kiln_dtype bt = p->sp.bufs[K->contract->b_buf].dtype;
+    size_t need;
+    if (sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_BF16 && !serial) need = cg_amx_bf16_scratch(bt, m, rn);
+    else if (cg_i8_shared_a(bt, sc) && rn % 32 == 0) need = cg_i8_scratch(bt, m, rn);
+    else return 0;
     if (need > p->scratch_cap) {
         void *b = NULL;
         if (posix_memalign(&b, 64, need) != 0) return 0; /* each thread converts for itself */
@@ -936,10 +944,10 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
     int serial = nthreads <= 1 || nbatch * m * n * (rn > 0 ? rn : 1) < 32768;
     double t0 = p->prof ? mono_s() : 0;
     int64_t flags = 0, r = 0;
-    if (!serial && shared_a(p, K, sc, nbatch, m, rn)) {
+    if (shared_a(p, K, sc, nbatch, m, rn, serial)) {
         /* A converted once, each thread a share of its 16-row groups, then
          * read by every thread's items (emit_gemm_amx_bf16.h) */
-        r = p->be->launch(p->pool, fn, p->bufs, p->values, (m + 15) / 16 + 2, 1, CG_KF_PREP, 0);
+        r = p->be->launch(p->pool, fn, p->bufs, p->values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
         flags = CG_KF_SHARED;
     }
     if (r == 0) r = p->be->launch(p->pool, fn, p->bufs, p->values, items, chunk, flags, serial);
