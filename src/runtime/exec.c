@@ -900,8 +900,12 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
 }
 
 /* whether some contraction reading buffer b has a decode schedule on its
- * repacked copy, or is about to search for one */
-static int repack_wanted(const kiln_program *p, int32_t b) {
+ * repacked copy, or is about to search for one: kernel k's own schedule
+ * and search first (every decode launch asks), the others only while a
+ * copy exists that k does not read */
+static int repack_wanted(const kiln_program *p, int32_t k0, int32_t b) {
+    if (p->sp.kernels[k0].contract->sched[0].rp || (p->search_budget > p->search_spent && !p->tuned[k0 * 2])) return 1;
+    if (!p->repacked[b].data) return 0;
     for (int32_t k = 0; k < p->sp.nkernels; k++) {
         const sch_contract *c = p->sp.kernels[k].contract;
         if (p->sp.kernels[k].kind != SCH_K_REDUCE || !c || c->b_buf != b) continue;
@@ -930,12 +934,12 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
     rt_kernel_fn fn = p->fns[k];
     rt_module *mods[2] = {NULL, NULL};
     int rp_b = bucket == 0 && rt_repack_x8_ok(p->sp.bufs[c->b_buf].dtype);
-    if (rp_b) repack_b(p, k, rn, repack_wanted(p, c->b_buf));
+    if (rp_b) repack_b(p, k, rn, repack_wanted(p, k, c->b_buf));
     if (p->search_budget > p->search_spent && !p->tuned[k * 2 + bucket]) {
         rt_kernel_fn won = NULL;
         tune_contract_now(p, k, bucket, &won, mods);
         if (won) fn = won;
-        if (rp_b) repack_b(p, k, rn, repack_wanted(p, c->b_buf)); /* the copy goes if no schedule reads it */
+        if (rp_b) repack_b(p, k, rn, repack_wanted(p, k, c->b_buf)); /* the copy goes if no schedule reads it */
     }
     const sch_contract_sched *sc = &c->sched[bucket];
     if (sc->serial) nthreads = 1; /* the schedule keeps the kernel on this thread */
