@@ -256,12 +256,12 @@ size_t cg_i8_scratch(kiln_dtype t, int64_t m, int64_t k) {
            up64((rows * (size_t)(k / gi_kb(t)) + 1) * sizeof(int32_t));
 }
 
-static void emit_scratch_parts(kiln_dtype t, const char *base, char **s, size_t *len, size_t *cap) {
+static void emit_scratch_parts(const char *base, char **s, size_t *len, size_t *cap) {
     OUT("    const int64_t gq_r = (M + 15) / 16 * 16 + 32;\n");
     OUT("    const size_t gq_ra = ((size_t)(gq_r * K) + 64 + 63) / 64 * 64;\n");
     OUT("    const size_t gq_rs = (((size_t)(gq_r * (K / 32)) + 1) * sizeof(float) + 63) / 64 * 64;\n");
     OUT("    gq_a = (int8_t *)%s; gq_s = (float *)((char *)gq_a + gq_ra); gq_m = (float *)((char *)gq_s + gq_rs);"
-        " gq_z = (int32_t *)((char *)gq_m + gq_rs); (void)%d;\n", base, gi_kb(t));
+        " gq_z = (int32_t *)((char *)gq_m + gq_rs);\n", base);
 }
 
 /* the declarations, and when the large-M schedule `big` is a packed or AMX
@@ -280,8 +280,7 @@ void cg_emit_packed_i8_pre(const sch_program *p, const sch_kernel *k, const sch_
     OUT("  if (flags & %d) {\n", CG_KF_PREP);
     char base[32];
     snprintf(base, sizeof base, "B[%d]", (int)p->nbufs);
-    emit_scratch_parts(t, base, s, len, cap);
-    OUT("    (void)gq_sh;\n");
+    emit_scratch_parts(base, s, len, cap);
     for (int d = 0; d < k->ndim; d++)
         if (d != c->mdim && d != c->ndim) OUT("    const int64_t i%d = 0; (void)i%d;\n", d, d);
     OUT("    for (int64_t gq = lo; gq < hi; gq++)\n");
@@ -352,7 +351,7 @@ void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, 
     OUT("        if (gq_o != gob && (flags & %d)) {\n", CG_KF_SHARED);
     char base[32];
     snprintf(base, sizeof base, "B[%d]", (int)p->nbufs);
-    emit_scratch_parts(t, base, s, len, cap);
+    emit_scratch_parts(base, s, len, cap);
     OUT("          gq_sh = 1; gq_o = gob;\n");
     OUT("        }\n");
     OUT("        if (gq_o != gob) {\n");

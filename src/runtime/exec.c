@@ -241,9 +241,9 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         p->prof_arith = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_arith);
     }
     /* bufs: the program's buffers, the scratch, then each buffer's repacked copy */
-    int32_t nb = 2 * p->sp.nbufs + 1;
-    p->repacked = kiln_xcalloc((size_t)p->sp.nbufs + 1, sizeof *p->repacked);
-    p->bufs = kiln_xcalloc((size_t)nb, sizeof *p->bufs);
+    int32_t nb = p->sp.nbufs + 1;
+    p->repacked = kiln_xcalloc((size_t)nb, sizeof *p->repacked);
+    p->bufs = kiln_xcalloc((size_t)(nb + p->sp.nbufs), sizeof *p->bufs);
     p->bytes = kiln_xcalloc((size_t)nb, sizeof *p->bytes);
     p->live = kiln_xcalloc((size_t)nb, sizeof *p->live);
     p->bind_at = kiln_xmalloc((size_t)nb * sizeof *p->bind_at);
@@ -885,7 +885,7 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
     if (want && B->kind == SCH_BUF_INPUT && rt_repack_x8_ok(B->dtype) && p->bind_at[b] >= 0 &&
         p->bind_at[b] < p->g->ninputs)
         bind = &p->g->inputs[p->bind_at[b]];
-    if (bind && (!bind->constant || bind->data != p->bufs[b])) bind = NULL;
+    if (bind && !bind->constant) bind = NULL;
     if (bind && r->data && r->src == bind->data && r->gen == bind->gen && r->k == rn) return;
     free(r->data);
     memset(r, 0, sizeof *r);
@@ -903,13 +903,16 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
  * repacked copy, or is about to search for one: kernel k's own schedule
  * and search first (every decode launch asks), the others only while a
  * copy exists that k does not read */
+static int reads_copy(const kiln_program *p, int32_t k) {
+    return p->sp.kernels[k].contract->sched[0].rp || (p->search_budget > p->search_spent && !p->tuned[k * 2]);
+}
+
 static int repack_wanted(const kiln_program *p, int32_t k0, int32_t b) {
-    if (p->sp.kernels[k0].contract->sched[0].rp || (p->search_budget > p->search_spent && !p->tuned[k0 * 2])) return 1;
+    if (reads_copy(p, k0)) return 1;
     if (!p->repacked[b].data) return 0;
     for (int32_t k = 0; k < p->sp.nkernels; k++) {
         const sch_contract *c = p->sp.kernels[k].contract;
-        if (p->sp.kernels[k].kind != SCH_K_REDUCE || !c || c->b_buf != b) continue;
-        if (c->sched[0].rp || (p->search_budget > p->search_spent && !p->tuned[k * 2])) return 1;
+        if (p->sp.kernels[k].kind == SCH_K_REDUCE && c && c->b_buf == b && reads_copy(p, k)) return 1;
     }
     return 0;
 }

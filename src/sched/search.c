@@ -316,7 +316,7 @@ char *sch_space_describe(void) {
                 "item;\n"
                 "               B prefetched 0, 8, 16 or 32 chunks ahead; arithmetic f32, or int8 (VNNI, block formats, "
                 "approximate);\n"
-                "               for decode of q4_0/q5_0 weights, int8 8-row tiles also on a copy repacked at load "
+                "               for decode of q4_0/q5_0 weights, int8 8-row tiles also on a copy repacked once "
                 "(rp=1: 8 rows interleaved)\n"
                 "  packed form  (large M) B dequantised into packed panels, mr x nr outer-product tiles, kc K per "
                 "panel;\n"
