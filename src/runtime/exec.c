@@ -68,6 +68,7 @@ struct kiln_program {
     void *scratch;     /* bufs[sp.nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h) */
     size_t scratch_cap;
     rt_repacked *repacked; /* per buffer b: its repacked copy, bufs[sp.nbufs + 1 + b] (runtime/repack.h) */
+    rt_arena rp_arena;     /* the copies' memory */
     double *prof;      /* KILN_PROFILE: seconds per kernel, summed over runs (else NULL) */
     double *prof_bytes; /* bytes touched per kernel, summed over runs */
     double *prof_flops; /* contraction flops per kernel, summed over runs */
@@ -324,7 +325,7 @@ void kiln_program_free(kiln_program *p) {
     free(p->fns);
     free(p->bufs);
     free(p->scratch);
-    for (int32_t b = 0; p->repacked && b < p->sp.nbufs; b++) free(p->repacked[b].data);
+    rt_arena_free(&p->rp_arena); /* every copy */
     free(p->repacked);
     free(p->bind_at);
     free(p->bytes);
@@ -887,11 +888,11 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
         bind = &p->g->inputs[p->bind_at[b]];
     if (bind && !bind->constant) bind = NULL;
     if (bind && r->data && r->src == bind->data && r->gen == bind->gen && r->k == rn) return;
-    free(r->data);
+    rt_arena_release(&p->rp_arena, r->data);
     memset(r, 0, sizeof *r);
     p->bufs[p->sp.nbufs + 1 + b] = NULL;
     if (!bind) return;
-    r->data = rt_repack_x8(B->dtype, bind->data, p->bytes[b], rn); /* NULL: not repackable, or no memory */
+    r->data = rt_repack_x8(B->dtype, bind->data, p->bytes[b], rn, &p->rp_arena); /* NULL: not repackable, or no memory */
     r->src = bind->data;
     r->gen = bind->gen;
     r->k = rn;

@@ -19,19 +19,11 @@ size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k) {
     return RT_REPACK_HEADER + (size_t)(groups * 8 * row);
 }
 
-void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k) {
+void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a) {
     size_t size = rt_repack_x8_size(t, bytes, k);
-    if (size == 0) return NULL;
-    /* in 2 MiB pages where the kernel gives them, as the model's weights
-     * (gguf.c read_buffer): decode streams the copy once per token, and
-     * with 4 KiB pages every 4 KiB of it is a TLB miss */
-    const size_t huge = (size_t)2 << 20;
-    size_t cap = size >= huge ? (size + huge - 1) / huge * huge : size;
-    void *out = NULL;
-    if (posix_memalign(&out, size >= huge ? huge : 64, cap) != 0) return NULL;
-#ifdef MADV_HUGEPAGE
-    if (cap != size || size % huge == 0) (void)madvise(out, cap, MADV_HUGEPAGE); /* a hint */
-#endif
+    if (size == 0 || !src) return NULL;
+    void *out = rt_arena_alloc(a, size);
+    if (!out) return NULL;
     int64_t bb = block_bytes(t), nch = k / 32, row = nch * bb;
     int64_t groups = (int64_t)((size - RT_REPACK_HEADER) / (size_t)(8 * row));
     int64_t head[8] = {k, groups, 0, 0, 0, 0, 0, 0};
@@ -60,4 +52,54 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k) {
         }
     }
     return out;
+}
+
+
+void *rt_arena_alloc(rt_arena *a, size_t bytes) {
+    const size_t huge = (size_t)2 << 20, least = (size_t)32 << 20;
+    size_t need = (bytes + 63) / 64 * 64;
+    struct rt_arena_chunk *c = a->chunks;
+    if (!c || c->cap - c->used < need) {
+        size_t cap = need > least ? (need + huge - 1) / huge * huge : least;
+        c = calloc(1, sizeof *c);
+        void *base = NULL;
+        if (!c || posix_memalign(&base, huge, cap) != 0) {
+            free(c);
+            return NULL;
+        }
+#ifdef MADV_HUGEPAGE
+        (void)madvise(base, cap, MADV_HUGEPAGE); /* a hint: pages are faulted as they are written */
+#endif
+        c->base = base;
+        c->cap = cap;
+        c->next = a->chunks;
+        a->chunks = c;
+    }
+    void *piece = c->base + c->used;
+    c->used += need;
+    c->live++;
+    return piece;
+}
+
+void rt_arena_release(rt_arena *a, void *piece) {
+    if (!piece) return;
+    for (struct rt_arena_chunk **at = &a->chunks; *at; at = &(*at)->next) {
+        struct rt_arena_chunk *c = *at;
+        if ((uint8_t *)piece < c->base || (uint8_t *)piece >= c->base + c->used) continue;
+        if (--c->live == 0) {
+            *at = c->next;
+            free(c->base);
+            free(c);
+        }
+        return;
+    }
+}
+
+void rt_arena_free(rt_arena *a) {
+    while (a->chunks) {
+        struct rt_arena_chunk *c = a->chunks;
+        a->chunks = c->next;
+        free(c->base);
+        free(c);
+    }
 }

@@ -47,8 +47,29 @@ int rt_repack_x8_ok(kiln_dtype t);
 /* bytes of the copy of `bytes` bytes of t read as rows of k elements (0: not
  * repackable: k not a multiple of 32, or fewer than 8 rows) */
 size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k);
-/* the copy, 64-byte aligned, malloc'd (free()); NULL when not repackable or
- * out of memory */
-void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k);
+/* the copy, 64-byte aligned, placed in arena a (rt_arena_release); NULL
+ * when not repackable or out of memory */
+typedef struct rt_arena rt_arena;
+void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a);
+
+/* Memory for the copies: chunks of at least 32 MiB, 2 MiB-aligned and
+ * hinted to the kernel's 2 MiB pages, cut into 64-byte-aligned pieces in
+ * order. Decode reads every copy once per token, each after some 100 MB of
+ * other weights have gone through the TLB: a copy of its own in 4 KiB
+ * pages (gemma3-270m's are 0.1-0.9 MB) took a TLB miss per 4 KiB and ran
+ * at half the speed it was tuned at. A chunk is freed when its last piece
+ * is released; pieces are never reused before that. */
+struct rt_arena_chunk { /* [base, base + cap): pieces cut up to used, live of them not yet released */
+    struct rt_arena_chunk *next;
+    uint8_t *base;
+    size_t cap, used;
+    int64_t live;
+};
+struct rt_arena {
+    struct rt_arena_chunk *chunks; /* newest first; pieces are cut from the newest */
+};
+void *rt_arena_alloc(rt_arena *a, size_t bytes);
+void rt_arena_release(rt_arena *a, void *piece); /* NULL: nothing */
+void rt_arena_free(rt_arena *a);                 /* every chunk, pieces or not */
 
 #endif

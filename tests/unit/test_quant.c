@@ -491,6 +491,7 @@ static void test_repack_x8(void) {
         kiln_dtype t = ts[ti];
         int q5 = t == KILN_Q5_0, bb = q5 ? 22 : 18;
         CASE_BEGIN(q5 ? "repack_x8_q5_0_layout" : "repack_x8_q4_0_layout");
+        rt_arena arena = {0};
         const int64_t ks[3] = {32, 96, 320}, rows = 19;
         for (int ki = 0; ki < 3; ki++) {
             int64_t K = ks[ki], nch = K / 32;
@@ -501,7 +502,7 @@ static void test_repack_x8(void) {
             CHECK(quant_quantize(t, w, src, rows * K) == 0, "quantize");
             CHECK(rt_repack_x8_size(t, bytes, K) == RT_REPACK_HEADER + (size_t)(2 * nch * 8 * bb),
                   "K=%lld: size %zu", (long long)K, rt_repack_x8_size(t, bytes, K));
-            uint8_t *cp = rt_repack_x8(t, src, bytes, K);
+            uint8_t *cp = rt_repack_x8(t, src, bytes, K, &arena);
             CHECK(cp != NULL, "K=%lld: no copy", (long long)K);
             if (!cp) continue;
             int64_t head[2];
@@ -537,7 +538,7 @@ static void test_repack_x8(void) {
                     }
                 }
             }
-            free(cp);
+            rt_arena_release(&arena, cp);
             free(src);
             free(w);
             free(want);
@@ -545,9 +546,51 @@ static void test_repack_x8(void) {
         CHECK(rt_repack_x8_size(t, 7 * 2 * (size_t)bb, 64) == 0, "a copy of 7 rows");
         CHECK(rt_repack_x8_size(t, 8 * (size_t)bb, 48) == 0, "a copy with K = 48");
         CHECK(rt_repack_x8_size(KILN_Q8_0, 8 * 34, 32) == 0, "a copy of q8_0");
-        CHECK(rt_repack_x8(t, NULL, 0, 32) == NULL, "a copy of nothing");
+        CHECK(rt_repack_x8(t, NULL, 0, 32, &arena) == NULL, "a copy of nothing");
+        CHECK(arena.chunks == NULL, "the arena's chunk freed with its last piece");
         CASE_END();
     }
+}
+
+/* the copies' arena: pieces 64-byte aligned, disjoint and writable, cut in
+ * order from 2 MiB-aligned chunks; a chunk goes with its last piece, and a
+ * piece bigger than a chunk gets a chunk of its own */
+static void test_repack_arena(void) {
+    CASE_BEGIN("repack_arena");
+    rt_arena a = {0};
+    enum { N = 40 };
+    uint8_t *piece[N];
+    size_t size[N];
+    for (int i = 0; i < N; i++) {
+        size[i] = (size_t)(1 + i * 97) * (size_t)(i % 3 == 0 ? 1307 : 1); /* odd sizes up to 5 MB, 34.6 MB in all */
+        piece[i] = rt_arena_alloc(&a, size[i]);
+        CHECK(piece[i] && (uintptr_t)piece[i] % 64 == 0, "piece %d: %p", i, (void *)piece[i]);
+        if (piece[i]) memset(piece[i], i + 1, size[i]);
+    }
+    for (int i = 0; i < N; i++)
+        for (size_t j = 0; piece[i] && j < size[i]; j += 511)
+            if (piece[i][j] != (uint8_t)(i + 1)) {
+                CHECK(0, "piece %d byte %zu overwritten: %d", i, j, piece[i][j]);
+                break;
+            }
+    int chunks = 0;
+    for (struct rt_arena_chunk *c = a.chunks; c; c = c->next) {
+        chunks++;
+        CHECK((uintptr_t)c->base % ((size_t)2 << 20) == 0 && c->cap % ((size_t)2 << 20) == 0, "chunk not in 2 MiB units");
+    }
+    CHECK(chunks == 2, "%d chunks for 34.6 MB of pieces", chunks);
+    uint8_t *big = rt_arena_alloc(&a, (size_t)40 << 20);
+    CHECK(big && a.chunks->cap == (size_t)40 << 20 && a.chunks->live == 1, "a 40 MiB piece in a chunk of its own");
+    rt_arena_release(&a, big);
+    CHECK(chunks == 2 && a.chunks && a.chunks->live > 0, "the big piece's chunk freed alone");
+    for (int i = 0; i < N; i++) rt_arena_release(&a, piece[i]);
+    CHECK(a.chunks == NULL, "every chunk freed with its last piece");
+    rt_arena_release(&a, NULL);
+    uint8_t *again = rt_arena_alloc(&a, 100);
+    CHECK(again != NULL, "a piece after every chunk went");
+    rt_arena_free(&a);
+    CHECK(a.chunks == NULL, "rt_arena_free");
+    CASE_END();
 }
 
 int main(void) {
@@ -565,5 +608,6 @@ int main(void) {
     test_k_random(KILN_Q4_K, "q4_k_random_roundtrip_error");
     test_k_random(KILN_Q6_K, "q6_k_random_roundtrip_error");
     test_repack_x8();
+    test_repack_arena();
     return check_exit();
 }
