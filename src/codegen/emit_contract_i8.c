@@ -48,7 +48,7 @@ int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
 }
 
 int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    return (t == KILN_Q4_0 || t == KILN_Q5_0) && sc->rp && cg_i8_ok(t, sc) && sc->nr == 8 && sc->mr == 1;
+    return (t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0) && sc->rp && cg_i8_ok(t, sc) && sc->nr == 8 && sc->mr == 1;
 }
 
 static const char *i8_prelude =
@@ -533,11 +533,12 @@ static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, c
 /* the tile reading B's 8-row interleaved copy (rp=1, runtime/repack.h):
  * mr rows of A against one group's 8 rows, a 256-bit accumulator per row of
  * A whose lane r is B row r. Per block: the 8 rows' scales by one cvtph;
- * the 4 x 32 nibble bytes give the 8 steps (low nibbles: steps 0-3, high:
- * 4-7; q5_0 adds 16 where step t's mask has a bit), each a 4-byte lane per
- * B row; one vpdpbusd per step against A's 4 bytes of the step broadcast,
- * started from minus the zero point times A's block sum (the same for all
- * 8 rows); then scaled by d x A's scale into f32. */
+ * the 8 steps, each a 4-byte lane per B row of unsigned weights (q4_0,
+ * q5_0: the 4 x 32 nibble bytes, low nibbles steps 0-3, high 4-7, q5_0
+ * adding 16 where step t's mask has a bit; q8_0: 8 x 32 bytes stored + 128);
+ * one vpdpbusd per step against A's 4 bytes of the step broadcast, started
+ * from minus the zero point (8, 16, 128) times A's block sum (the same for
+ * all 8 rows); then scaled by d x A's scale into f32. */
 void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
     snprintf(buf, bufcap, "kcr_%s_%dx8_p%d", tag(t), sc->mr, sc->pf);
 }
@@ -545,10 +546,11 @@ void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, s
 void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap) {
     char name[64];
     cg_i8_rp_tile_name(t, sc, name, sizeof name);
-    int mr = sc->mr, q5 = t == KILN_Q5_0, rec = 8 * bytes_per_32(t), nib = q5 ? 48 : 16;
+    int mr = sc->mr, q5 = t == KILN_Q5_0, q8 = t == KILN_Q8_0, rec = 8 * bytes_per_32(t), nib = q5 ? 48 : 16;
+    int zero = q8 ? 128 : q5 ? 16 : 8;
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const int32_t *const *qsum,\n"
         "    const uint8_t *g, int64_t nch, float *res) {\n", name);
-    OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
+    if (!q8) OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
     if (q5) OUT("  const __m256i v16 = _mm256_set1_epi8(16);\n");
     for (int i = 0; i < mr; i++) OUT("  __m256 c%d = _mm256_setzero_ps();\n", i);
     OUT("  for (int64_t c = 0; c < nch; c++, g += %d) {\n", rec);
@@ -560,7 +562,8 @@ void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, si
      * broadcast from memory (through a general register they cost 2 uops
      * each: 34 -> 49 GB/s from L2 on Zen 4) */
     OUT("    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));\n");
-    for (int q = 0; q < 4; q++) {
+    for (int q = 0; q < 8 && q8; q++) OUT("    const __m256i w%d = _mm256_loadu_si256((const __m256i *)(g + %d));\n", q, 16 + 32 * q);
+    for (int q = 0; q < 4 && !q8; q++) {
         OUT("    const __m256i y%d = _mm256_loadu_si256((const __m256i *)(g + %d));\n", q, nib + 32 * q);
         OUT("    __m256i w%d = _mm256_and_si256(y%d, m4), w%d = _mm256_and_si256(_mm256_srli_epi16(y%d, 4), m4);\n", q,
             q, q + 4, q);
@@ -571,7 +574,7 @@ void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, si
                 16 + 4 * q, q, q, q);
     for (int i = 0; i < mr; i++) {
         OUT("    { const int8_t *x = qa[%d] + 32 * c;\n", i);
-        OUT("      __m256i p = _mm256_set1_epi32(-(qsum[%d][c] * %d)), u = _mm256_setzero_si256();\n", i, q5 ? 16 : 8);
+        OUT("      __m256i p = _mm256_set1_epi32(-(qsum[%d][c] * %d)), u = _mm256_setzero_si256();\n", i, zero);
         for (int q = 0; q < 8; q += 2)
             OUT("      p = _mm256_dpbusd_epi32(p, w%d, _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d)));"
                 " u = _mm256_dpbusd_epi32(u, w%d, _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d)));\n", q, 4 * q,

@@ -1,4 +1,4 @@
-/* repack.c — the 8-row interleave of q4_0 and q5_0 weights (layout in
+/* repack.c — the 8-row interleave of q4_0, q5_0 and q8_0 weights (layout in
  * repack.h). Plain C byte moves, run once per weight and binding. */
 #define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "repack.h"
@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-int rt_repack_x8_ok(kiln_dtype t) { return t == KILN_Q4_0 || t == KILN_Q5_0; }
+int rt_repack_x8_ok(kiln_dtype t) { return t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0; }
 
-static int64_t block_bytes(kiln_dtype t) { return t == KILN_Q4_0 ? 18 : t == KILN_Q5_0 ? 22 : 0; }
+static int64_t block_bytes(kiln_dtype t) { return t == KILN_Q4_0 ? 18 : t == KILN_Q5_0 ? 22 : t == KILN_Q8_0 ? 34 : 0; }
 
 size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k) {
     int64_t bb = block_bytes(t);
@@ -37,6 +37,12 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_ar
             for (int r = 0; r < 8; r++) blk[r] = in + (g * 8 + r) * row + c * bb;
             for (int r = 0; r < 8; r++) memcpy(o + 2 * r, blk[r], 2); /* d */
             uint8_t *qs = o + 16;
+            if (t == KILN_Q8_0) {
+                for (int st = 0; st < 8; st++)
+                    for (int r = 0; r < 8; r++)
+                        for (int i = 0; i < 4; i++) qs[32 * st + 4 * r + i] = (uint8_t)(blk[r][2 + 4 * st + i] ^ 0x80u);
+                continue;
+            }
             if (q5) {
                 uint32_t qh[8];
                 for (int r = 0; r < 8; r++) memcpy(&qh[r], blk[r] + 2, 4);

@@ -2,25 +2,29 @@
  * (DESIGN.md section 6: "a repacked layout, when the search chose one, is
  * built then").
  *
- * The 8-row interleave of q4_0 and q5_0 (schedules with rp=1, the int8 dot
- * tiles of emit_contract_i8.c): B is read as rows of K elements; rows 8g ..
- * 8g+7 form group g, stored block by block, so a decode tile reads one
- * stream and gets the eight rows' block c from one 144- or 176-byte record:
+ * The 8-row interleave of q4_0, q5_0 and q8_0 (schedules with rp=1, the
+ * int8 dot tiles of emit_contract_i8.c): B is read as rows of K elements;
+ * rows 8g .. 8g+7 form group g, stored block by block, so a decode tile
+ * reads one stream and gets the eight rows' block c from one 144-, 176- or
+ * 272-byte record:
  *
  *   header (64 bytes): int64 K, int64 groups, zeros
  *   record (g, c) at 64 + (g * K/32 + c) * 8 * block_bytes:
  *     8 x f16  d of rows 0..7                                     (16 bytes)
  *     q5_0 only: 8 x u32 mask_t, t = 0..7: bit 4r + i is the fifth
  *       bit of element 4t + i of row r                             (32 bytes)
- *     4 x 32 bytes, s = 0..3: for r = 0..7 the row's nibble bytes
- *       qs[4s .. 4s+3] (low nibbles: elements 4s..4s+3, high nibbles:
- *       elements 16+4s .. 16+4s+3)                                (128 bytes)
+ *     q4_0, q5_0: 4 x 32 bytes, s = 0..3: for r = 0..7 the row's
+ *       nibble bytes qs[4s .. 4s+3] (low nibbles: elements 4s..4s+3,
+ *       high nibbles: elements 16+4s .. 16+4s+3)                  (128 bytes)
+ *     q8_0: 8 x 32 bytes, t = 0..7: for r = 0..7 the row's elements
+ *       4t .. 4t+3, each + 128 (the int8 x 0x80: unsigned, zero 128) (256 bytes)
  *
  * So the 32 bytes of s hold, per row, 4 consecutive weights in the low
  * nibbles (step t = s) and 4 in the high ones (step t = s + 4), each step a
  * 4-byte lane per row: one vpdpbusd per step against A's 4 bytes of that
- * step broadcast. Exact: the same bits as the source, moved. Rows past the
- * last whole group are not copied (tiles read them from the source).
+ * step broadcast (q8_0: the 32 bytes of t are step t). Exact: the same bits
+ * as the source, moved (q8_0's sign bit flipped). Rows past the last whole
+ * group are not copied (tiles read them from the source).
  */
 #ifndef KILN_RUNTIME_REPACK_H
 #define KILN_RUNTIME_REPACK_H

@@ -511,8 +511,8 @@ static void test_attention(void) {
 }
 
 
-/* the decode tiles on B's repacked copy (rp=1, runtime/repack.h): q4_0 and
- * q5_0 weights bound with kiln_bind_weight, K of 17 blocks, N = 37 (four
+/* the decode tiles on B's repacked copy (rp=1, runtime/repack.h): q4_0,
+ * q5_0 and q8_0 weights bound with kiln_bind_weight, K of 17 blocks, N = 37 (four
  * whole 8-row groups and a partial one read from B itself), M = 1..3, one
  * item or items of 16 rows, 1 and 2 threads, within the int8 bound.
  * The copy is observed, not assumed: after the program has run, B's
@@ -524,10 +524,10 @@ static void test_attention(void) {
 static void test_int8_repack(void) {
     static const char *rp_scheds[2] = {"mr=1 nr=8 nc=0 mc=64 arith=i8 pf=8 rp=1",
                                        "mr=1 nr=8 nc=16 mc=16 arith=i8 rp=1"};
-    const kiln_dtype bt[2] = {KILN_Q4_0, KILN_Q5_0};
+    const kiln_dtype bt[3] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0};
     const int64_t K = 544, N = 37, whole = 32;
     const size_t yn = 2 * (size_t)N;
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 3; ti++)
         for (int si = 0; si < 2; si++) {
             kiln_dtype t = bt[ti];
             char name[96], why[300] = "";
@@ -545,7 +545,7 @@ static void test_int8_repack(void) {
             memcpy(wmem, wb, wbytes);
             CHECK(kiln_bind_weight(g, "w", wmem, wbytes) == KILN_OK, "%s", kiln_graph_error(g));
             char tile[32];
-            snprintf(tile, sizeof tile, "kcr_%s_1x8_p", t == KILN_Q4_0 ? "q4_0" : "q5_0");
+            snprintf(tile, sizeof tile, "kcr_%s_1x8_p", kiln_dtype_name(t));
             for (int64_t M = 1; M <= 3; M++) check_int8_at(g, M, K, N, wf, 32, tile);
             /* one program, three bindings of the same memory */
             float *xb = rand_f32(2 * K, -1, 1), *y1 = malloc(yn * sizeof *y1), *y2 = malloc(yn * sizeof *y2);

@@ -480,17 +480,19 @@ static void test_k_random(kiln_dtype t, const char *name) {
     CASE_END();
 }
 
-/* the 8-row interleave of q4_0 / q5_0 (runtime/repack.h), decoded here from
+/* the 8-row interleave of q4_0 / q5_0 / q8_0 (runtime/repack.h), decoded here from
  * the layout as repack.h states it and compared with quant_dequantize of
  * the source rows, every element: 19 rows of 96 (two whole groups, three
  * rows left to the source), several K; no copy for K off the 32 grid or
  * fewer than 8 rows */
 static void test_repack_x8(void) {
-    const kiln_dtype ts[2] = {KILN_Q4_0, KILN_Q5_0};
-    for (int ti = 0; ti < 2; ti++) {
+    const kiln_dtype ts[3] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0};
+    for (int ti = 0; ti < 3; ti++) {
         kiln_dtype t = ts[ti];
-        int q5 = t == KILN_Q5_0, bb = q5 ? 22 : 18;
-        CASE_BEGIN(q5 ? "repack_x8_q5_0_layout" : "repack_x8_q4_0_layout");
+        int q5 = t == KILN_Q5_0, q8 = t == KILN_Q8_0, bb = q8 ? 34 : q5 ? 22 : 18;
+        char cname[64];
+        snprintf(cname, sizeof cname, "repack_x8_%s_layout", kiln_dtype_name(t));
+        CASE_BEGIN(cname);
         rt_arena arena = {0};
         const int64_t ks[3] = {32, 96, 320}, rows = 19;
         for (int ki = 0; ki < 3; ki++) {
@@ -523,6 +525,10 @@ static void test_repack_x8(void) {
                         int step = e / 4, s4 = step % 4, hi = step >= 4;
                         uint8_t byte = qs[32 * s4 + 4 * r + e % 4];
                         int q = hi ? byte >> 4 : byte & 15, zero = 8;
+                        if (q8) { /* step e / 4 is its own 32 bytes, stored + 128 */
+                            q = qs[32 * step + 4 * r + e % 4];
+                            zero = 128;
+                        }
                         if (q5) {
                             uint32_t mask;
                             memcpy(&mask, rec + 16 + 4 * step, 4);
@@ -545,7 +551,7 @@ static void test_repack_x8(void) {
         }
         CHECK(rt_repack_x8_size(t, 7 * 2 * (size_t)bb, 64) == 0, "a copy of 7 rows");
         CHECK(rt_repack_x8_size(t, 8 * (size_t)bb, 48) == 0, "a copy with K = 48");
-        CHECK(rt_repack_x8_size(KILN_Q8_0, 8 * 34, 32) == 0, "a copy of q8_0");
+        CHECK(rt_repack_x8_size(KILN_Q4_K, 8 * 144, 256) == 0, "a copy of q4_k");
         CHECK(rt_repack_x8(t, NULL, 0, 32, &arena) == NULL, "a copy of nothing");
         CHECK(arena.chunks == NULL, "the arena's chunk freed with its last piece");
         CASE_END();
