@@ -1154,8 +1154,11 @@ static kiln_status run_work(kiln_program *p) {
         int64_t outer = 1, inner = 1;
         for (int d = 0; d < K->ndim && s == KILN_OK; d++) {
             int64_t v = 0;
-            snprintf(what, sizeof what, "the loops of kernel %d", (int)k);
-            s = eval_sym_b(p, bound, K->dim[d], &v, what);
+            uint32_t missing = 0;
+            if (sym_eval(g->syms, K->dim[d], p->values, bound, &v, &missing) != 0) {
+                snprintf(what, sizeof what, "the loops of kernel %d", (int)k); /* only when needed, as above */
+                s = eval_sym_b(p, bound, K->dim[d], &v, what);
+            }
             if (d + 1 < K->ndim) outer *= v;
             else inner = v;
         }
