@@ -48,7 +48,8 @@ int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
 }
 
 int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    return (t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0) && sc->rp && cg_i8_ok(t, sc) && sc->nr == 8 && sc->mr == 1;
+    return (t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0 || t == KILN_Q4_K) && sc->rp && cg_i8_ok(t, sc) && sc->nr == 8 &&
+           sc->mr == 1;
 }
 
 static const char *i8_prelude =
@@ -543,9 +544,69 @@ void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, s
     snprintf(buf, bufcap, "kcr_%s_%dx8_p%d", tag(t), sc->mr, sc->pf);
 }
 
+int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : 8 * bytes_per_32(t); }
+
+/* q4_k's copy (1184-byte records per 256 of K, runtime/repack.h): per
+ * sub-block pair p, 8 steps of 32 bytes whose low nibbles are sub-block
+ * 2p's and high nibbles 2p+1's 4-value lanes of the 8 rows; each
+ * sub-block's dot products times the rows' 6-bit scales summed as int32
+ * over the block, and the minimum term as the rows' mins times A's
+ * sub-block sums; then d x A's scale and dmin x A's scale into f32. A is
+ * quantised per 256 (cg_i8_group): one scale per block, sa[c]. */
+static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const int32_t *const *qsum,\n"
+        "    const uint8_t *g, int64_t nch, float *res) {\n", name);
+    OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
+    OUT("  __m256 c0 = _mm256_setzero_ps();\n");
+    OUT("  for (int64_t c = 0; c < nch; c += 8, g += 1184) {\n");
+    OUT("    const int8_t *x = qa[0] + 32 * c; const int32_t *z = qsum[0] + c;\n");
+    int ahead = 1184 * ((sc->pf + 7) / 8);
+    if (sc->pf > 0)
+        OUT("    _mm_prefetch((const char *)g + %d, _MM_HINT_T0); _mm_prefetch((const char *)g + %d, _MM_HINT_T0);"
+            " _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead, ahead + 64, ahead + 128);
+    /* the minimum term: sum over sub-blocks j of min[j][r] * sum(A's sub-block j) */
+    OUT("    __m256i ms = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + 96))),"
+        " _mm256_set1_epi32(z[0]));\n");
+    for (int j = 1; j < 8; j++)
+        OUT("    ms = _mm256_add_epi32(ms, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d))),"
+            " _mm256_set1_epi32(z[%d])));\n", 96 + 8 * j, j);
+    OUT("    __m256i is = _mm256_setzero_si256();\n");
+    for (int p = 0; p < 4; p++) {
+        const int q0 = 160 + 256 * p;
+        OUT("    { __m256i pl = _mm256_setzero_si256(), ql = pl, ph = pl, qh = pl;\n");
+        if (sc->pf > 0)
+            for (int l = 0; l < 4; l++) OUT("      _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead + q0 + 64 * l);
+        for (int t = 0; t < 8; t++) {
+            OUT("      { const __m256i y = _mm256_loadu_si256((const __m256i *)(g + %d));\n", q0 + 32 * t);
+            OUT("        %s = _mm256_dpbusd_epi32(%s, _mm256_and_si256(y, m4), _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d)));\n",
+                t % 2 ? "ql" : "pl", t % 2 ? "ql" : "pl", 64 * p + 4 * t);
+            OUT("        %s = _mm256_dpbusd_epi32(%s, _mm256_and_si256(_mm256_srli_epi16(y, 4), m4),"
+                " _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d))); }\n", t % 2 ? "qh" : "ph", t % 2 ? "qh" : "ph",
+                64 * p + 32 + 4 * t);
+        }
+        for (int h = 0; h < 2; h++)
+            OUT("      is = _mm256_add_epi32(is, _mm256_mullo_epi32(_mm256_add_epi32(%s, %s),"
+                " _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d)))));\n", h ? "ph" : "pl", h ? "qh" : "ql",
+                32 + 8 * (2 * p + h));
+        OUT("    }\n");
+    }
+    OUT("    const __m256 xs = _mm256_set1_ps(sa[0][c]);\n");
+    OUT("    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)),"
+        " dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));\n");
+    OUT("    c0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, xs), c0);\n");
+    OUT("    c0 = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, xs), c0);\n");
+    OUT("  }\n");
+    OUT("  _mm256_storeu_ps(res, c0);\n");
+    OUT("}\n\n");
+}
+
 void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap) {
     char name[64];
     cg_i8_rp_tile_name(t, sc, name, sizeof name);
+    if (t == KILN_Q4_K) {
+        emit_q4k_rp_tile(sc, name, s, len, cap);
+        return;
+    }
     int mr = sc->mr, q5 = t == KILN_Q5_0, q8 = t == KILN_Q8_0, rec = 8 * bytes_per_32(t), nib = q5 ? 48 : 16;
     int zero = q8 ? 128 : q5 ? 16 : 8;
     OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const int32_t *const *qsum,\n"

@@ -33,6 +33,8 @@ int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc);
  * (runtime/repack.h), and its name */
 void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap);
 void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap);
+/* bytes of the copy per 32 elements of K of a group of 8 rows */
+int cg_i8_rp_bytes32(kiln_dtype t);
 
 /* `rs`, the byte stride between a tile's B rows, for next-tile prefetching */
 void cg_emit_row_stride(kiln_dtype t, int nr, char **s, size_t *len, size_t *cap);

@@ -154,7 +154,7 @@ static void enc_q5_0(const float *x, uint8_t *b) {
  * 8..11 (scale low nibble, min high nibble) and their top 2 bits in the top
  * 2 bits of bytes 0..3 (scale) / 4..7 (min). */
 
-static void q4k_get_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+void quant_q4k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
     if (j < 4) {
         *sc = s[j] & 63;
         *m = s[j + 4] & 63;
@@ -177,7 +177,7 @@ static void deq_q4_k(const uint8_t *b, float *y) {
     const uint8_t *scales = b + 4, *qs = b + 16;
     for (int sb = 0; sb < 8; sb++) {
         int sc, m;
-        q4k_get_scale_min(scales, sb, &sc, &m);
+        quant_q4k_scale_min(scales, sb, &sc, &m);
         float ds = d * (float)sc;
         float dm = dmin * (float)m;
         /* sub-blocks 2c and 2c+1 share bytes qs[32c..32c+31]: low then high nibble */

@@ -22,5 +22,7 @@
 void quant_dequantize(kiln_dtype t, const void *src, float *dst, int64_t n);
 /* encode n floats into block dtype t; returns 0, or -1 if t has no encoder */
 int quant_quantize(kiln_dtype t, const float *src, void *dst, int64_t n);
+/* q4_k: sub-block j's (0..7) 6-bit scale and min from a block's 12 scale bytes */
+void quant_q4k_scale_min(const uint8_t *scales, int j, int *sc, int *m);
 
 #endif

@@ -1,22 +1,47 @@
-/* repack.c — the 8-row interleave of q4_0, q5_0 and q8_0 weights (layout in
+/* repack.c — the 8-row interleave of q4_0, q5_0, q8_0 and q4_k weights (layout in
  * repack.h). Plain C byte moves, run once per weight and binding. */
 #define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "repack.h"
+
+#include "quant.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-int rt_repack_x8_ok(kiln_dtype t) { return t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0; }
+int rt_repack_x8_ok(kiln_dtype t) { return t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0 || t == KILN_Q4_K; }
 
-static int64_t block_bytes(kiln_dtype t) { return t == KILN_Q4_0 ? 18 : t == KILN_Q5_0 ? 22 : t == KILN_Q8_0 ? 34 : 0; }
+/* a block's elements, its bytes in the source and its 8 rows' record in the copy */
+static int64_t block_elems(kiln_dtype t) { return t == KILN_Q4_K ? 256 : 32; }
+static int64_t block_bytes(kiln_dtype t) {
+    return t == KILN_Q4_0 ? 18 : t == KILN_Q5_0 ? 22 : t == KILN_Q8_0 ? 34 : t == KILN_Q4_K ? 144 : 0;
+}
+static int64_t record_bytes(kiln_dtype t) { return t == KILN_Q4_K ? 1184 : 8 * block_bytes(t); }
+
+/* q4_k: block c of rows blk[0..7] as repack.h's record */
+static void record_q4_k(const uint8_t *const *blk, uint8_t *o) {
+    for (int r = 0; r < 8; r++) {
+        memcpy(o + 2 * r, blk[r], 2);          /* d */
+        memcpy(o + 16 + 2 * r, blk[r] + 2, 2); /* dmin */
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            quant_q4k_scale_min(blk[r] + 4, j, &sc, &m);
+            o[32 + 8 * j + r] = (uint8_t)sc;
+            o[96 + 8 * j + r] = (uint8_t)m;
+        }
+    }
+    for (int p = 0; p < 4; p++)
+        for (int t = 0; t < 8; t++)
+            for (int r = 0; r < 8; r++) memcpy(o + 160 + 256 * p + 32 * t + 4 * r, blk[r] + 16 + 32 * p + 4 * t, 4);
+}
 
 size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k) {
     int64_t bb = block_bytes(t);
-    if (bb == 0 || k <= 0 || k % 32 != 0) return 0;
-    int64_t row = k / 32 * bb, groups = (int64_t)(bytes / (size_t)row) / 8;
+    int64_t be = block_elems(t);
+    if (bb == 0 || k <= 0 || k % be != 0) return 0;
+    int64_t row = k / be * bb, groups = (int64_t)(bytes / (size_t)row) / 8;
     if (groups < 1) return 0;
-    return RT_REPACK_HEADER + (size_t)(groups * 8 * row);
+    return RT_REPACK_HEADER + (size_t)(groups * (k / be) * record_bytes(t));
 }
 
 void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a) {
@@ -24,17 +49,21 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_ar
     if (size == 0 || !src) return NULL;
     void *out = rt_arena_alloc(a, size);
     if (!out) return NULL;
-    int64_t bb = block_bytes(t), nch = k / 32, row = nch * bb;
-    int64_t groups = (int64_t)((size - RT_REPACK_HEADER) / (size_t)(8 * row));
+    int64_t bb = block_bytes(t), nch = k / block_elems(t), row = nch * bb, rec = record_bytes(t);
+    int64_t groups = (int64_t)((size - RT_REPACK_HEADER) / (size_t)(nch * rec));
     int64_t head[8] = {k, groups, 0, 0, 0, 0, 0, 0};
     memcpy(out, head, sizeof head);
     const uint8_t *in = src;
     int q5 = t == KILN_Q5_0, qs_at = q5 ? 6 : 2;
     uint8_t *o = (uint8_t *)out + RT_REPACK_HEADER;
     for (int64_t g = 0; g < groups; g++) {
-        for (int64_t c = 0; c < nch; c++, o += 8 * bb) {
+        for (int64_t c = 0; c < nch; c++, o += rec) {
             const uint8_t *blk[8];
             for (int r = 0; r < 8; r++) blk[r] = in + (g * 8 + r) * row + c * bb;
+            if (t == KILN_Q4_K) {
+                record_q4_k(blk, o);
+                continue;
+            }
             for (int r = 0; r < 8; r++) memcpy(o + 2 * r, blk[r], 2); /* d */
             uint8_t *qs = o + 16;
             if (t == KILN_Q8_0) {

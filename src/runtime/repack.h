@@ -19,6 +19,15 @@
  *     q8_0: 8 x 32 bytes, t = 0..7: for r = 0..7 the row's elements
  *       4t .. 4t+3, each + 128 (the int8 x 0x80: unsigned, zero 128) (256 bytes)
  *
+ * q4_k (256-element blocks of 144 bytes) has a 1184-byte record per group
+ * and block c (at 64 + (g * K/256 + c) * 1184):
+ *     8 x f16 d, 8 x f16 dmin of rows 0..7                         (32 bytes)
+ *     u8 scale[j][r], j = 0..7 sub-blocks, r = 0..7 rows (6 bits)  (64 bytes)
+ *     u8 min[j][r]                                                 (64 bytes)
+ *     for p = 0..3, t = 0..7: 32 bytes, for r = 0..7 the row's bytes
+ *       qs[32p + 4t .. 32p + 4t + 3] (low nibbles: sub-block 2p's
+ *       elements 4t..4t+3, high nibbles: sub-block 2p+1's)       (1024 bytes)
+ *
  * So the 32 bytes of s hold, per row, 4 consecutive weights in the low
  * nibbles (step t = s) and 4 in the high ones (step t = s + 4), each step a
  * 4-byte lane per row: one vpdpbusd per step against A's 4 bytes of that
@@ -46,7 +55,7 @@ typedef struct rt_repacked {
     size_t bytes;   /* of data */
 } rt_repacked;
 
-/* whether dtype t has the 8-row interleave */
+/* whether dtype t has the 8-row interleave (q4_0, q5_0, q8_0, q4_k) */
 int rt_repack_x8_ok(kiln_dtype t);
 /* bytes of the copy of `bytes` bytes of t read as rows of k elements (0: not
  * repackable: k not a multiple of 32, or fewer than 8 rows) */

@@ -512,7 +512,8 @@ static void test_attention(void) {
 
 
 /* the decode tiles on B's repacked copy (rp=1, runtime/repack.h): q4_0,
- * q5_0 and q8_0 weights bound with kiln_bind_weight, K of 17 blocks, N = 37 (four
+ * q5_0, q8_0 and q4_k weights bound with kiln_bind_weight, K of 17 blocks
+ * (q4_k: 3), N = 37 (four
  * whole 8-row groups and a partial one read from B itself), M = 1..3, one
  * item or items of 16 rows, 1 and 2 threads, within the int8 bound.
  * The copy is observed, not assumed: after the program has run, B's
@@ -524,19 +525,24 @@ static void test_attention(void) {
 static void test_int8_repack(void) {
     static const char *rp_scheds[2] = {"mr=1 nr=8 nc=0 mc=64 arith=i8 pf=8 rp=1",
                                        "mr=1 nr=8 nc=16 mc=16 arith=i8 rp=1"};
-    const kiln_dtype bt[3] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0};
-    const int64_t K = 544, N = 37, whole = 32;
+    const kiln_dtype bt[4] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0, KILN_Q4_K};
+    const int64_t N = 37, whole = 32;
     const size_t yn = 2 * (size_t)N;
-    for (int ti = 0; ti < 3; ti++)
+    for (int ti = 0; ti < 4; ti++)
         for (int si = 0; si < 2; si++) {
             kiln_dtype t = bt[ti];
+            /* K: 17 blocks of 32, or 3 of q4_k's 256; A quantised per 32 or 256 (cg_i8_group) */
+            const int64_t K = t == KILN_Q4_K ? 768 : 544, grp = t == KILN_Q4_K ? 256 : 32;
+            char xs[32], ws[32];
+            snprintf(xs, sizeof xs, "m, %lld", (long long)K);
+            snprintf(ws, sizeof ws, "37, %lld", (long long)K);
             char name[96], why[300] = "";
             snprintf(name, sizeof name, "contract_int8_repack_%s_%s", kiln_dtype_name(t), si ? "nc16" : "nc0");
             CASE_BEGIN(name);
             setenv("KILN_CONTRACT_SCHED_SMALL", rp_scheds[si], 1);
             kiln_graph *g = kiln_graph_new();
-            kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 544");
-            kiln_tensor w = kiln_input(g, "w", t, "37, 544");
+            kiln_tensor x = kiln_input(g, "x", KILN_F32, xs);
+            kiln_tensor w = kiln_input(g, "w", t, ws);
             kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
             float *wf = rand_f32(N * K, -1, 1), *wf2 = rand_f32(N * K, -1, 1);
             size_t wbytes, wbytes2;
@@ -546,7 +552,7 @@ static void test_int8_repack(void) {
             CHECK(kiln_bind_weight(g, "w", wmem, wbytes) == KILN_OK, "%s", kiln_graph_error(g));
             char tile[32];
             snprintf(tile, sizeof tile, "kcr_%s_1x8_p", kiln_dtype_name(t));
-            for (int64_t M = 1; M <= 3; M++) check_int8_at(g, M, K, N, wf, 32, tile);
+            for (int64_t M = 1; M <= 3; M++) check_int8_at(g, M, K, N, wf, grp, tile);
             /* one program, three bindings of the same memory */
             float *xb = rand_f32(2 * K, -1, 1), *y1 = malloc(yn * sizeof *y1), *y2 = malloc(yn * sizeof *y2);
             float *ref = malloc(yn * sizeof *ref);
@@ -576,7 +582,7 @@ static void test_int8_repack(void) {
                 CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
                 kiln_read_output(g, "y", y2, yn * sizeof *y2);
                 why[0] = 0;
-                (void)int8_worst(xb, wf2, ref, y2, 2, N, K, 32, why, sizeof why);
+                (void)int8_worst(xb, wf2, ref, y2, 2, N, K, grp, why, sizeof why);
                 CHECK(!why[0], "%s: %s", bi == 0 ? "bound again" : "bound as an input", why);
             }
             kiln_program_free(p);
