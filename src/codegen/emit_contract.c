@@ -419,7 +419,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         if (rp) {
             char rn[64];
             cg_i8_rp_tile_name(t, sc, rn, sizeof rn);
-            OUT("              if (rpok) %s(qr, sr, ur, rpw + rg * qch * %d, qch, res);\n              else ", rn,
+            OUT("              if (rpok) %s(qr, sr, lr, ur, rpw + rg * qch * %d, qch, res);\n              else ", rn,
                 cg_i8_rp_bytes32(t));
         } else {
             OUT("              ");

@@ -48,8 +48,8 @@ int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
 }
 
 int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    return (t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0 || t == KILN_Q4_K) && sc->rp && cg_i8_ok(t, sc) && sc->nr == 8 &&
-           sc->mr == 1;
+    return (t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0 || t == KILN_Q4_K || t == KILN_Q6_K) && sc->rp && cg_i8_ok(t, sc) &&
+           sc->nr == 8 && sc->mr == 1;
 }
 
 static const char *i8_prelude =
@@ -544,7 +544,7 @@ void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, s
     snprintf(buf, bufcap, "kcr_%s_%dx8_p%d", tag(t), sc->mr, sc->pf);
 }
 
-int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : 8 * bytes_per_32(t); }
+int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : t == KILN_Q6_K ? 1680 / 8 : 8 * bytes_per_32(t); }
 
 /* q4_k's copy (1184-byte records per 256 of K, runtime/repack.h): per
  * sub-block pair p, 8 steps of 32 bytes whose low nibbles are sub-block
@@ -554,8 +554,9 @@ int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : 8 * byte
  * sub-block sums; then d x A's scale and dmin x A's scale into f32. A is
  * quantised per 256 (cg_i8_group): one scale per block, sa[c]. */
 static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
-    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const int32_t *const *qsum,\n"
-        "    const uint8_t *g, int64_t nch, float *res) {\n", name);
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
+        "    const int32_t *const *qsum, const uint8_t *g, int64_t nch, float *res) {\n", name);
+    OUT("  (void)l8;\n");
     OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
     OUT("  __m256 c0 = _mm256_setzero_ps();\n");
     OUT("  for (int64_t c = 0; c < nch; c += 8, g += 1184) {\n");
@@ -600,17 +601,76 @@ static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, cha
     OUT("}\n\n");
 }
 
+/* q6_k's copy (1680-byte records per 256 of K, runtime/repack.h): per
+ * 32-value chunk pair p and step t, the low 4 bits from the nibble lanes
+ * (chunk 2p low, 2p+1 high) and the top 2 from the high-bit lanes of chunk
+ * quad p / 2 (chunk 4Q + k at bits 2k), so each step is an unsigned 6-bit
+ * lane per row; per 16-value sub-block the dot products less 32 x A's
+ * 16-value sum (the zero point; from A's 4-value lane sums l8) times the
+ * rows' int8 scales, summed as int32 over the block; then d x A's scale.
+ * A is quantised per 256 (cg_i8_group): one scale per block, sa[c]. */
+static void emit_q6k_rp_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
+    static const char *hshift[4] = {"_mm256_slli_epi16(hb, 4)", "_mm256_slli_epi16(hb, 2)", "hb", "_mm256_srli_epi16(hb, 2)"};
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
+        "    const int32_t *const *qsum, const uint8_t *g, int64_t nch, float *res) {\n", name);
+    OUT("  (void)qsum;\n");
+    OUT("  const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);\n");
+    OUT("  __m256 c0 = _mm256_setzero_ps();\n");
+    OUT("  for (int64_t c = 0; c < nch; c += 8, g += 1680) {\n");
+    OUT("    const int8_t *x = qa[0] + 32 * c; const __m256i *l = l8[0] + c;\n");
+    int ahead = 1680 * ((sc->pf + 7) / 8);
+    if (sc->pf > 0)
+        OUT("    _mm_prefetch((const char *)g + %d, _MM_HINT_T0); _mm_prefetch((const char *)g + %d, _MM_HINT_T0);"
+            " _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead, ahead + 64, ahead + 128);
+    OUT("    __m256i is = _mm256_setzero_si256();\n");
+    for (int p = 0; p < 4; p++) {
+        const int q0 = 144 + 256 * p, h0 = 1168 + 256 * (p / 2), k = 2 * (p % 2);
+        OUT("    { __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;\n");
+        if (sc->pf > 0)
+            for (int ln = 0; ln < 6; ln++) /* the pair's 4 lines of nibbles, then 2 of the 8 lines of high bits */
+                OUT("      _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n",
+                    ahead + (ln < 4 ? q0 + 64 * ln : 1168 + 128 * p + 64 * (ln - 4)));
+        for (int t = 0; t < 8; t++) {
+            OUT("      { const __m256i y = _mm256_loadu_si256((const __m256i *)(g + %d)), hb = _mm256_loadu_si256((const __m256i *)(g + %d));\n",
+                q0 + 32 * t, h0 + 32 * t);
+            OUT("        %s = _mm256_dpbusd_epi32(%s, _mm256_or_si256(_mm256_and_si256(y, m4), _mm256_and_si256(%s, m30)),"
+                " _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d)));\n", t < 4 ? "a0" : "a1", t < 4 ? "a0" : "a1", hshift[k],
+                64 * p + 4 * t);
+            OUT("        %s = _mm256_dpbusd_epi32(%s, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y, 4), m4),"
+                " _mm256_and_si256(%s, m30)), _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d))); }\n", t < 4 ? "b0" : "b1",
+                t < 4 ? "b0" : "b1", hshift[k + 1], 64 * p + 32 + 4 * t);
+        }
+        for (int h = 0; h < 2; h++) {
+            /* chunk 2p + h: its two 16-value sums of A, times 32, in every lane */
+            OUT("      { __m256i u = _mm256_hadd_epi32(l[%d], l[%d]); u = _mm256_slli_epi32(_mm256_hadd_epi32(u, u), 5);\n",
+                2 * p + h, 2 * p + h);
+            OUT("        is = _mm256_add_epi32(is, _mm256_mullo_epi32(_mm256_sub_epi32(%s0, _mm256_permute2x128_si256(u, u, 0x00)),"
+                " _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d)))));\n", h ? "b" : "a", 16 + 8 * (4 * p + 2 * h));
+            OUT("        is = _mm256_add_epi32(is, _mm256_mullo_epi32(_mm256_sub_epi32(%s1, _mm256_permute2x128_si256(u, u, 0x11)),"
+                " _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d))))); }\n", h ? "b" : "a",
+                16 + 8 * (4 * p + 2 * h + 1));
+        }
+        OUT("    }\n");
+    }
+    OUT("    c0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is),"
+        " _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)), _mm256_set1_ps(sa[0][c])), c0);\n");
+    OUT("  }\n");
+    OUT("  _mm256_storeu_ps(res, c0);\n");
+    OUT("}\n\n");
+}
+
 void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap) {
     char name[64];
     cg_i8_rp_tile_name(t, sc, name, sizeof name);
-    if (t == KILN_Q4_K) {
-        emit_q4k_rp_tile(sc, name, s, len, cap);
+    if (t == KILN_Q4_K || t == KILN_Q6_K) {
+        (t == KILN_Q4_K ? emit_q4k_rp_tile : emit_q6k_rp_tile)(sc, name, s, len, cap);
         return;
     }
     int mr = sc->mr, q5 = t == KILN_Q5_0, q8 = t == KILN_Q8_0, rec = 8 * bytes_per_32(t), nib = q5 ? 48 : 16;
     int zero = q8 ? 128 : q5 ? 16 : 8;
-    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const int32_t *const *qsum,\n"
-        "    const uint8_t *g, int64_t nch, float *res) {\n", name);
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
+        "    const int32_t *const *qsum, const uint8_t *g, int64_t nch, float *res) {\n", name);
+    OUT("  (void)l8;\n");
     if (!q8) OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
     if (q5) OUT("  const __m256i v16 = _mm256_set1_epi8(16);\n");
     for (int i = 0; i < mr; i++) OUT("  __m256 c%d = _mm256_setzero_ps();\n", i);

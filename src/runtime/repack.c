@@ -1,4 +1,4 @@
-/* repack.c — the 8-row interleave of q4_0, q5_0, q8_0 and q4_k weights (layout in
+/* repack.c — the 8-row interleave of q4_0, q5_0, q8_0, q4_k and q6_k weights (layout in
  * repack.h). Plain C byte moves, run once per weight and binding. */
 #define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "repack.h"
@@ -9,14 +9,44 @@
 #include <string.h>
 #include <sys/mman.h>
 
-int rt_repack_x8_ok(kiln_dtype t) { return t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0 || t == KILN_Q4_K; }
+int rt_repack_x8_ok(kiln_dtype t) {
+    return t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0 || t == KILN_Q4_K || t == KILN_Q6_K;
+}
 
 /* a block's elements, its bytes in the source and its 8 rows' record in the copy */
-static int64_t block_elems(kiln_dtype t) { return t == KILN_Q4_K ? 256 : 32; }
+static int64_t block_elems(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
 static int64_t block_bytes(kiln_dtype t) {
-    return t == KILN_Q4_0 ? 18 : t == KILN_Q5_0 ? 22 : t == KILN_Q8_0 ? 34 : t == KILN_Q4_K ? 144 : 0;
+    return t == KILN_Q4_0 ? 18 : t == KILN_Q5_0 ? 22 : t == KILN_Q8_0 ? 34 : t == KILN_Q4_K ? 144 : t == KILN_Q6_K ? 210 : 0;
 }
-static int64_t record_bytes(kiln_dtype t) { return t == KILN_Q4_K ? 1184 : 8 * block_bytes(t); }
+static int64_t record_bytes(kiln_dtype t) { return t == KILN_Q4_K ? 1184 : 8 * block_bytes(t); /* q6_k: 1680 */ }
+
+/* q6_k: block c of rows blk[0..7] as repack.h's record; the 6-bit values
+ * as quant.c's decoder reads them (ql: 128 bytes, qh: 64, scales: 16 x
+ * int8, d) */
+static void record_q6_k(const uint8_t *const *blk, uint8_t *o) {
+    uint8_t q[8][256];
+    for (int r = 0; r < 8; r++) {
+        memcpy(o + 2 * r, blk[r] + 208, 2); /* d */
+        for (int j = 0; j < 16; j++) o[16 + 8 * j + r] = blk[r][192 + j];
+        for (int e = 0; e < 256; e++) {
+            int h = e / 128, i = e % 128;
+            int lo = (blk[r][64 * h + i % 64] >> (i < 64 ? 0 : 4)) & 15, hi = (blk[r][128 + 32 * h + i % 32] >> (2 * (i / 32))) & 3;
+            q[r][e] = (uint8_t)(lo | hi << 4);
+        }
+    }
+    for (int t = 0; t < 8; t++)
+        for (int r = 0; r < 8; r++)
+            for (int i = 0; i < 4; i++) {
+                for (int p = 0; p < 4; p++)
+                    o[144 + 256 * p + 32 * t + 4 * r + i] =
+                        (uint8_t)((q[r][64 * p + 4 * t + i] & 15) | (q[r][64 * p + 32 + 4 * t + i] & 15) << 4);
+                for (int Q = 0; Q < 2; Q++) {
+                    unsigned bits = 0;
+                    for (int k = 0; k < 4; k++) bits |= (unsigned)(q[r][32 * (4 * Q + k) + 4 * t + i] >> 4) << (2 * k);
+                    o[1168 + 256 * Q + 32 * t + 4 * r + i] = (uint8_t)bits;
+                }
+            }
+}
 
 /* q4_k: block c of rows blk[0..7] as repack.h's record */
 static void record_q4_k(const uint8_t *const *blk, uint8_t *o) {
@@ -60,8 +90,8 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_ar
         for (int64_t c = 0; c < nch; c++, o += rec) {
             const uint8_t *blk[8];
             for (int r = 0; r < 8; r++) blk[r] = in + (g * 8 + r) * row + c * bb;
-            if (t == KILN_Q4_K) {
-                record_q4_k(blk, o);
+            if (t == KILN_Q4_K || t == KILN_Q6_K) {
+                (t == KILN_Q4_K ? record_q4_k : record_q6_k)(blk, o);
                 continue;
             }
             for (int r = 0; r < 8; r++) memcpy(o + 2 * r, blk[r], 2); /* d */

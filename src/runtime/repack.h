@@ -2,7 +2,7 @@
  * (DESIGN.md section 6: "a repacked layout, when the search chose one, is
  * built then").
  *
- * The 8-row interleave of q4_0, q5_0 and q8_0 (schedules with rp=1, the
+ * The 8-row interleave of q4_0, q5_0, q8_0, q4_k and q6_k (rp=1, the
  * int8 dot tiles of emit_contract_i8.c): B is read as rows of K elements;
  * rows 8g .. 8g+7 form group g, stored block by block, so a decode tile
  * reads one stream and gets the eight rows' block c from one 144-, 176- or
@@ -27,6 +27,16 @@
  *     for p = 0..3, t = 0..7: 32 bytes, for r = 0..7 the row's bytes
  *       qs[32p + 4t .. 32p + 4t + 3] (low nibbles: sub-block 2p's
  *       elements 4t..4t+3, high nibbles: sub-block 2p+1's)       (1024 bytes)
+ *
+ * q6_k (256-element blocks of 210 bytes) has a 1680-byte record per group
+ * and block c, the 6-bit values q (0..63, x = d * scale * (q - 32)) of
+ * 32-value chunk j in two parts:
+ *     8 x f16 d of rows 0..7                                       (16 bytes)
+ *     i8 scale[j][r], j = 0..15 sub-blocks of 16 values           (128 bytes)
+ *     for p = 0..3, t = 0..7: 32 bytes, for r = 0..7 the low 4 bits of
+ *       chunk 2p's values 4t..4t+3 (low nibbles) and 2p+1's (high) (1024 bytes)
+ *     for Q = 0..1, t = 0..7: 32 bytes, for r = 0..7 4 bytes whose bits
+ *       2k, 2k+1 are the top 2 bits of chunk 4Q+k's values 4t..4t+3 (512 bytes)
  *
  * So the 32 bytes of s hold, per row, 4 consecutive weights in the low
  * nibbles (step t = s) and 4 in the high ones (step t = s + 4), each step a
@@ -55,7 +65,7 @@ typedef struct rt_repacked {
     size_t bytes;   /* of data */
 } rt_repacked;
 
-/* whether dtype t has the 8-row interleave (q4_0, q5_0, q8_0, q4_k) */
+/* whether dtype t has the 8-row interleave (q4_0, q5_0, q8_0, q4_k, q6_k) */
 int rt_repack_x8_ok(kiln_dtype t);
 /* bytes of the copy of `bytes` bytes of t read as rows of k elements (0: not
  * repackable: k not a multiple of 32, or fewer than 8 rows) */

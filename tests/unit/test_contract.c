@@ -512,8 +512,8 @@ static void test_attention(void) {
 
 
 /* the decode tiles on B's repacked copy (rp=1, runtime/repack.h): q4_0,
- * q5_0, q8_0 and q4_k weights bound with kiln_bind_weight, K of 17 blocks
- * (q4_k: 3), N = 37 (four
+ * q5_0, q8_0, q4_k and q6_k weights bound with kiln_bind_weight, K of 17
+ * blocks (k-quants: 3), N = 37 (four
  * whole 8-row groups and a partial one read from B itself), M = 1..3, one
  * item or items of 16 rows, 1 and 2 threads, within the int8 bound.
  * The copy is observed, not assumed: after the program has run, B's
@@ -525,14 +525,15 @@ static void test_attention(void) {
 static void test_int8_repack(void) {
     static const char *rp_scheds[2] = {"mr=1 nr=8 nc=0 mc=64 arith=i8 pf=8 rp=1",
                                        "mr=1 nr=8 nc=16 mc=16 arith=i8 rp=1"};
-    const kiln_dtype bt[4] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0, KILN_Q4_K};
+    const kiln_dtype bt[5] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0, KILN_Q4_K, KILN_Q6_K};
     const int64_t N = 37, whole = 32;
     const size_t yn = 2 * (size_t)N;
-    for (int ti = 0; ti < 4; ti++)
+    for (int ti = 0; ti < 5; ti++)
         for (int si = 0; si < 2; si++) {
             kiln_dtype t = bt[ti];
-            /* K: 17 blocks of 32, or 3 of q4_k's 256; A quantised per 32 or 256 (cg_i8_group) */
-            const int64_t K = t == KILN_Q4_K ? 768 : 544, grp = t == KILN_Q4_K ? 256 : 32;
+            /* K: 17 blocks of 32, or 3 of the k-quants' 256; A quantised per 32 or 256 (cg_i8_group) */
+            const int kq = t == KILN_Q4_K || t == KILN_Q6_K;
+            const int64_t K = kq ? 768 : 544, grp = kq ? 256 : 32;
             char xs[32], ws[32];
             snprintf(xs, sizeof xs, "m, %lld", (long long)K);
             snprintf(ws, sizeof ws, "37, %lld", (long long)K);

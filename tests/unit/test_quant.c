@@ -551,7 +551,7 @@ static void test_repack_x8(void) {
         }
         CHECK(rt_repack_x8_size(t, 7 * 2 * (size_t)bb, 64) == 0, "a copy of 7 rows");
         CHECK(rt_repack_x8_size(t, 8 * (size_t)bb, 48) == 0, "a copy with K = 48");
-        CHECK(rt_repack_x8_size(KILN_Q6_K, 8 * 210, 256) == 0, "a copy of q6_k");
+        CHECK(rt_repack_x8_size(KILN_F16, 8 * 64, 32) == 0, "a copy of f16");
         CHECK(rt_repack_x8(t, NULL, 0, 32, &arena) == NULL, "a copy of nothing");
         CHECK(arena.chunks == NULL, "the arena's chunk freed with its last piece");
         CASE_END();
@@ -597,6 +597,50 @@ static void test_repack_x8_q4_k(void) {
         }
     }
     CHECK(rt_repack_x8_size(KILN_Q4_K, bytes, 256 + 32) == 0, "a copy with K off the 256 grid");
+    rt_arena_release(&arena, cp);
+    CHECK(arena.chunks == NULL, "the arena's chunk freed with its last piece");
+    free(src);
+    free(w);
+    free(want);
+    CASE_END();
+}
+
+/* q6_k's record likewise, against quant_dequantize (d scale) (q - 32) */
+static void test_repack_x8_q6_k(void) {
+    CASE_BEGIN("repack_x8_q6_k_layout");
+    rt_arena arena = {0};
+    const int64_t K = 512, rows = 9, nb = K / 256;
+    float *w = malloc((size_t)(rows * K) * sizeof *w), *want = malloc((size_t)K * sizeof *want);
+    for (int64_t i = 0; i < rows * K; i++) w[i] = rng_unit() * (float)(1 + i % 5) - 0.3f * (float)(i % 3);
+    size_t bytes = kiln_dtype_bytes(KILN_Q6_K, rows * K);
+    uint8_t *src = malloc(bytes);
+    CHECK(quant_quantize(KILN_Q6_K, w, src, rows * K) == 0, "quantize");
+    CHECK(rt_repack_x8_size(KILN_Q6_K, bytes, K) == RT_REPACK_HEADER + (size_t)(nb * 1680), "size %zu",
+          rt_repack_x8_size(KILN_Q6_K, bytes, K));
+    uint8_t *cp = rt_repack_x8(KILN_Q6_K, src, bytes, K, &arena);
+    CHECK(cp != NULL, "no copy");
+    int bad = 0;
+    for (int64_t r = 0; cp && r < 8 && !bad; r++) {
+        quant_dequantize(KILN_Q6_K, src + r * nb * 210, want, K);
+        for (int64_t c = 0; c < nb && !bad; c++) {
+            const uint8_t *rec = cp + RT_REPACK_HEADER + c * 1680;
+            uint16_t dh;
+            memcpy(&dh, rec + 2 * r, 2);
+            float d = dtype_f16_to_f32(dh);
+            for (int e = 0; e < 256 && !bad; e++) {
+                int j = e / 32, t = (e % 32) / 4, i = e % 4;
+                uint8_t nib = rec[144 + 256 * (j / 2) + 32 * t + 4 * r + i];
+                uint8_t hib = rec[1168 + 256 * (j / 4) + 32 * t + 4 * r + i];
+                int q = ((j % 2 ? nib >> 4 : nib) & 15) | ((hib >> (2 * (j % 4))) & 3) << 4;
+                float got = (d * (float)(int8_t)rec[16 + 8 * (e / 16) + r]) * (float)(q - 32);
+                if (got != want[256 * c + e]) {
+                    bad = 1;
+                    CHECK(0, "row %lld element %lld: copy %g, source %g", (long long)r, (long long)(256 * c + e), got,
+                          want[256 * c + e]);
+                }
+            }
+        }
+    }
     rt_arena_release(&arena, cp);
     CHECK(arena.chunks == NULL, "the arena's chunk freed with its last piece");
     free(src);
@@ -662,6 +706,7 @@ int main(void) {
     test_k_random(KILN_Q6_K, "q6_k_random_roundtrip_error");
     test_repack_x8();
     test_repack_x8_q4_k();
+    test_repack_x8_q6_k();
     test_repack_arena();
     return check_exit();
 }

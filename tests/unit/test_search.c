@@ -430,8 +430,8 @@ static void test_space_and_model(void) {
               "direct f32 packed refused");
     }
     /* the repacked copy (rp=1): decode of a caller's q4_0 / q5_0 / q8_0 /
-     * q4_k weight has an rp twin of each int8 1 x 8 dot schedule, which
-     * reads back, is emittable for those four formats only, and is priced
+     * q4_k / q6_k weight has an rp twin of each int8 1 x 8 dot schedule,
+     * which reads back, is emittable for block formats only, and is priced
      * below its twin;
      * other formats, prefill and an activation B have none; rp on another
      * tile or arithmetic is refused */
@@ -454,8 +454,8 @@ static void test_space_and_model(void) {
                               back.mr == 1 && back.nr == 8 && back.arith == SCH_ARITH_I8,
                           "schedule '%s' does not read back", text);
                     CHECK(cg_contract_sched_ok(rts[ti], &spr[i]) && cg_i8_rp_ok(rts[ti], &spr[i]) &&
-                              !cg_i8_rp_ok(KILN_Q6_K, &spr[i]) && !cg_i8_rp_ok(KILN_F32, &spr[i]),
-                          "rp schedule '%s': not emittable for q4_0 / q5_0 / q8_0 / q4_k only", text);
+                              !cg_i8_rp_ok(KILN_F16, &spr[i]) && !cg_i8_rp_ok(KILN_F32, &spr[i]),
+                          "rp schedule '%s': not emittable for the block formats only", text);
                     sch_contract_sched plain = spr[i];
                     plain.rp = 0;
                     for (int j = 0; j < nr_; j++)
@@ -466,7 +466,7 @@ static void test_space_and_model(void) {
                                   "'%s' not priced below its twin", text);
                         }
                 }
-                int want = ti < 4 && v == 0;
+                int want = v == 0;
                 CHECK(want ? rps >= 8 && twins == rps : rps == 0, "%s, %s: %d rp schedules, %d with twins",
                       kiln_dtype_name(rts[ti]), v == 0 ? "decode" : v == 1 ? "prefill" : "activation", rps, twins);
                 free(spr);
