@@ -1,5 +1,6 @@
-/* repack.c — the 8-row interleave of q4_0, q5_0, q8_0, q4_k and q6_k weights (layout in
- * repack.h). Plain C byte moves, run once per weight and binding. */
+/* repack.c — the 8-row interleave of q4_0, q5_0, q8_0, q4_k and q6_k
+ * weights (layout in repack.h), and the arena the copies live in. Plain C
+ * byte moves, run once per weight and binding. */
 #define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "repack.h"
 
@@ -16,7 +17,12 @@ int rt_repack_x8_ok(kiln_dtype t) {
 /* a block's elements, its bytes in the source and its 8 rows' record in the copy */
 static int64_t block_elems(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
 static int64_t block_bytes(kiln_dtype t) {
-    return t == KILN_Q4_0 ? 18 : t == KILN_Q5_0 ? 22 : t == KILN_Q8_0 ? 34 : t == KILN_Q4_K ? 144 : t == KILN_Q6_K ? 210 : 0;
+    return t == KILN_Q4_0   ? 18
+           : t == KILN_Q5_0 ? 22
+           : t == KILN_Q8_0 ? 34
+           : t == KILN_Q4_K ? 144
+           : t == KILN_Q6_K ? 210
+                            : 0;
 }
 static int64_t record_bytes(kiln_dtype t) { return t == KILN_Q4_K ? 1184 : 8 * block_bytes(t); /* q6_k: 1680 */ }
 
@@ -30,7 +36,8 @@ static void record_q6_k(const uint8_t *const *blk, uint8_t *o) {
         for (int j = 0; j < 16; j++) o[16 + 8 * j + r] = blk[r][192 + j];
         for (int e = 0; e < 256; e++) {
             int h = e / 128, i = e % 128;
-            int lo = (blk[r][64 * h + i % 64] >> (i < 64 ? 0 : 4)) & 15, hi = (blk[r][128 + 32 * h + i % 32] >> (2 * (i / 32))) & 3;
+            int lo = (blk[r][64 * h + i % 64] >> (i < 64 ? 0 : 4)) & 15;
+            int hi = (blk[r][128 + 32 * h + i % 32] >> (2 * (i / 32))) & 3;
             q[r][e] = (uint8_t)(lo | hi << 4);
         }
     }
@@ -74,6 +81,32 @@ size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k) {
     return RT_REPACK_HEADER + (size_t)(groups * (k / be) * record_bytes(t));
 }
 
+/* q4_0 / q5_0: the 8 d, q5_0's fifth-bit masks per step, the nibble lanes */
+static void record_q4_q5(const uint8_t *const *blk, uint8_t *o, int q5) {
+    for (int r = 0; r < 8; r++) memcpy(o + 2 * r, blk[r], 2); /* d */
+    uint8_t *qs = o + 16;
+    if (q5) {
+        uint32_t qh[8];
+        for (int r = 0; r < 8; r++) memcpy(&qh[r], blk[r] + 2, 4);
+        for (int st = 0; st < 8; st++) {
+            uint32_t mask = 0;
+            for (int r = 0; r < 8; r++) mask |= ((qh[r] >> (4 * st)) & 15u) << (4 * r);
+            memcpy(o + 16 + 4 * st, &mask, 4);
+        }
+        qs = o + 48;
+    }
+    for (int s = 0; s < 4; s++)
+        for (int r = 0; r < 8; r++) memcpy(qs + 32 * s + 4 * r, blk[r] + (q5 ? 6 : 2) + 4 * s, 4);
+}
+
+/* q8_0: the 8 d, then per step the rows' 4 values + 128 */
+static void record_q8_0(const uint8_t *const *blk, uint8_t *o) {
+    for (int r = 0; r < 8; r++) memcpy(o + 2 * r, blk[r], 2); /* d */
+    for (int st = 0; st < 8; st++)
+        for (int r = 0; r < 8; r++)
+            for (int i = 0; i < 4; i++) o[16 + 32 * st + 4 * r + i] = (uint8_t)(blk[r][2 + 4 * st + i] ^ 0x80u);
+}
+
 void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a) {
     size_t size = rt_repack_x8_size(t, bytes, k);
     if (size == 0 || !src) return NULL;
@@ -84,41 +117,18 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_ar
     int64_t head[8] = {k, groups, 0, 0, 0, 0, 0, 0};
     memcpy(out, head, sizeof head);
     const uint8_t *in = src;
-    int q5 = t == KILN_Q5_0, qs_at = q5 ? 6 : 2;
     uint8_t *o = (uint8_t *)out + RT_REPACK_HEADER;
-    for (int64_t g = 0; g < groups; g++) {
+    for (int64_t g = 0; g < groups; g++)
         for (int64_t c = 0; c < nch; c++, o += rec) {
             const uint8_t *blk[8];
             for (int r = 0; r < 8; r++) blk[r] = in + (g * 8 + r) * row + c * bb;
-            if (t == KILN_Q4_K || t == KILN_Q6_K) {
-                (t == KILN_Q4_K ? record_q4_k : record_q6_k)(blk, o);
-                continue;
-            }
-            for (int r = 0; r < 8; r++) memcpy(o + 2 * r, blk[r], 2); /* d */
-            uint8_t *qs = o + 16;
-            if (t == KILN_Q8_0) {
-                for (int st = 0; st < 8; st++)
-                    for (int r = 0; r < 8; r++)
-                        for (int i = 0; i < 4; i++) qs[32 * st + 4 * r + i] = (uint8_t)(blk[r][2 + 4 * st + i] ^ 0x80u);
-                continue;
-            }
-            if (q5) {
-                uint32_t qh[8];
-                for (int r = 0; r < 8; r++) memcpy(&qh[r], blk[r] + 2, 4);
-                for (int st = 0; st < 8; st++) {
-                    uint32_t mask = 0;
-                    for (int r = 0; r < 8; r++) mask |= ((qh[r] >> (4 * st)) & 15u) << (4 * r);
-                    memcpy(o + 16 + 4 * st, &mask, 4);
-                }
-                qs = o + 48;
-            }
-            for (int s = 0; s < 4; s++)
-                for (int r = 0; r < 8; r++) memcpy(qs + 32 * s + 4 * r, blk[r] + qs_at + 4 * s, 4);
+            if (t == KILN_Q4_K) record_q4_k(blk, o);
+            else if (t == KILN_Q6_K) record_q6_k(blk, o);
+            else if (t == KILN_Q8_0) record_q8_0(blk, o);
+            else record_q4_q5(blk, o, t == KILN_Q5_0);
         }
-    }
     return out;
 }
-
 
 void *rt_arena_alloc(rt_arena *a, size_t bytes) {
     const size_t huge = (size_t)2 << 20, least = (size_t)32 << 20;
