@@ -44,13 +44,14 @@ static void record_q6_k(const uint8_t *const *blk, uint8_t *o) {
     for (int t = 0; t < 8; t++)
         for (int r = 0; r < 8; r++)
             for (int i = 0; i < 4; i++) {
-                for (int p = 0; p < 4; p++)
-                    o[144 + 256 * p + 32 * t + 4 * r + i] =
-                        (uint8_t)((q[r][64 * p + 4 * t + i] & 15) | (q[r][64 * p + 32 + 4 * t + i] & 15) << 4);
+                for (int p = 0; p < 4; p++) {
+                    int at = 144 + 768 * (p / 2) + (p % 2 ? 512 + 32 * t : 64 * t + 32);
+                    o[at + 4 * r + i] = (uint8_t)((q[r][64 * p + 4 * t + i] & 15) | (q[r][64 * p + 32 + 4 * t + i] & 15) << 4);
+                }
                 for (int Q = 0; Q < 2; Q++) {
                     unsigned bits = 0;
                     for (int k = 0; k < 4; k++) bits |= (unsigned)(q[r][32 * (4 * Q + k) + 4 * t + i] >> 4) << (2 * k);
-                    o[1168 + 256 * Q + 32 * t + 4 * r + i] = (uint8_t)bits;
+                    o[144 + 768 * Q + 64 * t + 4 * r + i] = (uint8_t)bits;
                 }
             }
 }

@@ -33,10 +33,13 @@
  * 32-value chunk j in two parts:
  *     8 x f16 d of rows 0..7                                       (16 bytes)
  *     i8 scale[j][r], j = 0..15 sub-blocks of 16 values           (128 bytes)
- *     for p = 0..3, t = 0..7: 32 bytes, for r = 0..7 the low 4 bits of
- *       chunk 2p's values 4t..4t+3 (low nibbles) and 2p+1's (high) (1024 bytes)
- *     for Q = 0..1, t = 0..7: 32 bytes, for r = 0..7 4 bytes whose bits
- *       2k, 2k+1 are the top 2 bits of chunk 4Q+k's values 4t..4t+3 (512 bytes)
+ *     for Q = 0..1 (768 bytes each, in the order a tile reads them):
+ *       for t = 0..7: hb(Q, t), then nib(2Q, t)                   (512 bytes)
+ *       for t = 0..7: nib(2Q + 1, t)                              (256 bytes)
+ *     where nib(p, t), 32 bytes: for r = 0..7 the low 4 bits of chunk
+ *       2p's values 4t..4t+3 (low nibbles) and 2p+1's (high nibbles);
+ *     hb(Q, t), 32 bytes: for r = 0..7 4 bytes whose bits 2k, 2k+1 are
+ *       the top 2 bits of chunk 4Q+k's values 4t..4t+3
  *
  * So the 32 bytes of s hold, per row, 4 consecutive weights in the low
  * nibbles (step t = s) and 4 in the high ones (step t = s + 4), each step a

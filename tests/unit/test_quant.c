@@ -629,8 +629,9 @@ static void test_repack_x8_q6_k(void) {
             float d = dtype_f16_to_f32(dh);
             for (int e = 0; e < 256 && !bad; e++) {
                 int j = e / 32, t = (e % 32) / 4, i = e % 4;
-                uint8_t nib = rec[144 + 256 * (j / 2) + 32 * t + 4 * r + i];
-                uint8_t hib = rec[1168 + 256 * (j / 4) + 32 * t + 4 * r + i];
+                int pr = j / 2, quad = 144 + 768 * (j / 4);
+                uint8_t nib = rec[quad + (pr % 2 ? 512 + 32 * t : 64 * t + 32) + 4 * r + i];
+                uint8_t hib = rec[quad + 64 * t + 4 * r + i];
                 int q = ((j % 2 ? nib >> 4 : nib) & 15) | ((hib >> (2 * (j % 4))) & 3) << 4;
                 float got = (d * (float)(int8_t)rec[16 + 8 * (e / 16) + r]) * (float)(q - 32);
                 if (got != want[256 * c + e]) {
