@@ -378,6 +378,44 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         OUT("      int8_t *qa = dq_a; float *qs = dq_s; int32_t *qsum = dq_z; __m256i *ql8 = dq_l; char *qp = dq_p;\n");
         OUT("      const int qready = qok && qa && qs && qsum && ql8 && %s;\n", prep ? "qp" : "1");
     }
+    int rp = i8 && cg_i8_rp_ok(t, sc);
+    const int rpkb = RT_REPACK_KBLOCK; /* K per pass over the copy's groups, below */
+    if (rp) {
+        /* Past rpkb of K, a pass per K-block of the copy (repack.h) over
+         * all of the item's groups, one run of memory, each adding its
+         * partial dot products into rpacc; the last block then in the loop
+         * below: a group's 8 rows of all of K (36 KB for q4_0 at K = 8192)
+         * streamed through L1 between two reads of A's quantised row
+         * (10 KB) evicted it, and the copy read at 26 instead of 35 GB/s on
+         * one Zen 4 thread. (The same passes over a copy laid out group
+         * after group, runs of 9 KB 36 KB apart, read it at 20.) */
+        char rn[64];
+        cg_i8_rp_tile_name(t, sc, rn, sizeof rn);
+        OUT("      float *rpacc = NULL; int64_t rpk1 = 0; const int64_t rpw8 = n1 - n0 + 8;\n");
+        OUT("      if (rpw && qready && K > %d && (rpacc = (float *)calloc((size_t)(M * rpw8), sizeof(float))) != NULL) {\n",
+            rpkb);
+        OUT("        rpk1 = (K - 1) / %d * %d;\n", rpkb, rpkb);
+        OUT("        for (int64_t kb0 = 0; kb0 < rpk1; kb0 += %d)\n", rpkb);
+        OUT("          for (int64_t nn = n0; nn + 8 <= n1; nn += 8) {\n");
+        OUT("            int64_t wo[8]; int fast = 1;\n");
+        OUT("            for (int j = 0; j < 8; j++) {\n");
+        OUT("              const int64_t i%d = nn + j;\n", c->ndim);
+        OUT("              const int64_t bo = ");
+        out_sym(p, c->b_base, s, len, cap);
+        OUT(";\n              wo[j] = bo; if (bo %% %d != 0) fast = 0;\n            }\n", be);
+        OUT("            const int64_t rg = wo[0] / (8 * K);\n");
+        OUT("            if (!fast || wo[0] %% (8 * K) != 0 || wo[1] - wo[0] != K || wo[7] - wo[0] != 7 * K || rg >= rpg) continue;\n");
+        OUT("            for (int64_t mi = 0; mi < M; mi++) {\n");
+        OUT("              const int8_t *qr[1] = {qa + mi * K + kb0}; const float *sr[1] = {qs + mi * qch + kb0 / 32};\n");
+        OUT("              const __m256i *lr[1] = {ql8 + mi * qch + kb0 / 32}; const int32_t *ur[1] = {qsum + mi * qch + kb0 / 32};\n");
+        OUT("              float t8[8];\n");
+        OUT("              %s(qr, sr, lr, ur, rpw + (kb0 / 32 * rpg + rg * %d) * %d, %d, t8);\n", rn, rpkb / 32,
+            cg_i8_rp_bytes32(t), rpkb / 32);
+        OUT("              for (int j = 0; j < 8; j++) rpacc[mi * rpw8 + nn - n0 + j] += t8[j];\n");
+        OUT("            }\n");
+        OUT("          }\n");
+        OUT("      }\n");
+    }
     OUT("      for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("        const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
     OUT("        for (int64_t nn = n0; nn < n1; nn += %d) {\n", nr);
@@ -391,7 +429,6 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     else
         OUT("            wr[j] = (const char *)W + (bo / %d) * %d; if (bo %% %d != 0) fast = 0;\n", be, bb, be);
     OUT("          }\n");
-    int rp = i8 && cg_i8_rp_ok(t, sc);
     if (rp) {
         /* the group of the repacked copy holding rows nn..nn+7, when they
          * are 8 whole rows of K elements it covers (runtime/repack.h) */
@@ -419,8 +456,14 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         if (rp) {
             char rn[64];
             cg_i8_rp_tile_name(t, sc, rn, sizeof rn);
-            OUT("              if (rpok) %s(qr, sr, lr, ur, rpw + rg * qch * %d, qch, res);\n              else ", rn,
-                cg_i8_rp_bytes32(t));
+            /* K from rpk1 on, plus the passes' sums (rpk1 = 0: all of K) */
+            OUT("              if (rpok) {\n");
+            OUT("                const int8_t *q1[1] = {qr[0] + rpk1}; const float *s1[1] = {sr[0] + rpk1 / 32};\n");
+            OUT("                const __m256i *l1[1] = {lr[0] + rpk1 / 32}; const int32_t *u1[1] = {ur[0] + rpk1 / 32};\n");
+            OUT("                %s(q1, s1, l1, u1, rpw + (rpk1 / 32 * rpg + rg * (qch - rpk1 / 32)) * %d, qch - rpk1 / 32, res);\n",
+                rn, cg_i8_rp_bytes32(t));
+            OUT("                if (rpacc) for (int j = 0; j < 8; j++) res[j] += rpacc[(mm < m1 ? mm : m1 - 1) * rpw8 + nn - n0 + j];\n");
+            OUT("              } else ");
         } else {
             OUT("              ");
         }
@@ -444,6 +487,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     out_sym(p, k->store_off, s, len, cap);
     OUT("] = res[i * %d + j];\n", nr);
     OUT("              }\n            }\n          }\n        }\n      }\n");
+    if (rp) OUT("      free(rpacc);\n");
 }
 
 void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap) {
@@ -498,8 +542,8 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     if (rp) {
         /* B's repacked copy, bufs[nbufs + 1 + b] (NULL: none), if made for this K */
         OUT("  const uint8_t *rpw = NULL; int64_t rpg = 0;\n");
-        OUT("  { const int64_t *h = (const int64_t *)B[%d]; if (h && h[0] == K) { rpg = h[1]; rpw = (const uint8_t *)h + %d; } }\n",
-            (int)(p->nbufs + 1 + c->b_buf), RT_REPACK_HEADER);
+        OUT("  { const int64_t *h = (const int64_t *)B[%d]; if (h && h[0] == K && h[2] == %d) { rpg = h[1]; rpw = (const uint8_t *)h + %d; } }\n",
+            (int)(p->nbufs + 1 + c->b_buf), RT_REPACK_KBLOCK, RT_REPACK_HEADER);
     }
     if (dot_i8)
         OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; char *dq_p = NULL;"

@@ -115,19 +115,21 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_ar
     if (!out) return NULL;
     int64_t bb = block_bytes(t), nch = k / block_elems(t), row = nch * bb, rec = record_bytes(t);
     int64_t groups = (int64_t)((size - RT_REPACK_HEADER) / (size_t)(nch * rec));
-    int64_t head[8] = {k, groups, 0, 0, 0, 0, 0, 0};
+    int64_t head[8] = {k, groups, RT_REPACK_KBLOCK, 0, 0, 0, 0, 0};
     memcpy(out, head, sizeof head);
     const uint8_t *in = src;
     uint8_t *o = (uint8_t *)out + RT_REPACK_HEADER;
-    for (int64_t g = 0; g < groups; g++)
-        for (int64_t c = 0; c < nch; c++, o += rec) {
-            const uint8_t *blk[8];
-            for (int r = 0; r < 8; r++) blk[r] = in + (g * 8 + r) * row + c * bb;
-            if (t == KILN_Q4_K) record_q4_k(blk, o);
-            else if (t == KILN_Q6_K) record_q6_k(blk, o);
-            else if (t == KILN_Q8_0) record_q8_0(blk, o);
-            else record_q4_q5(blk, o, t == KILN_Q5_0);
-        }
+    const int64_t per = RT_REPACK_KBLOCK / block_elems(t); /* blocks of the format per K-block */
+    for (int64_t c0 = 0; c0 < nch; c0 += per)
+        for (int64_t g = 0; g < groups; g++)
+            for (int64_t c = c0; c < nch && c < c0 + per; c++, o += rec) {
+                const uint8_t *blk[8];
+                for (int r = 0; r < 8; r++) blk[r] = in + (g * 8 + r) * row + c * bb;
+                if (t == KILN_Q4_K) record_q4_k(blk, o);
+                else if (t == KILN_Q6_K) record_q6_k(blk, o);
+                else if (t == KILN_Q8_0) record_q8_0(blk, o);
+                else record_q4_q5(blk, o, t == KILN_Q5_0);
+            }
     return out;
 }
 

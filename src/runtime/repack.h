@@ -8,8 +8,12 @@
  * reads one stream and gets the eight rows' block c from one 144-, 176- or
  * 272-byte record:
  *
- *   header (64 bytes): int64 K, int64 groups, zeros
- *   record (g, c) at 64 + (g * K/32 + c) * 8 * block_bytes:
+ *   header (64 bytes): int64 K, int64 groups, int64 RT_REPACK_KBLOCK, zeros
+ *   records in K-blocks of RT_REPACK_KBLOCK elements (the last one
+ *     shorter), block after block; in each, group after group, the group's
+ *     records of the block in order: with K <= RT_REPACK_KBLOCK, record
+ *     (g, c) at 64 + (g * K/32 + c) * 8 * block_bytes (a decode tile
+ *     reads a block of all its groups in one pass, emit_contract.c):
  *     8 x f16  d of rows 0..7                                     (16 bytes)
  *     q5_0 only: 8 x u32 mask_t, t = 0..7: bit 4r + i is the fifth
  *       bit of element 4t + i of row r                             (32 bytes)
@@ -20,7 +24,8 @@
  *       4t .. 4t+3, each + 128 (the int8 x 0x80: unsigned, zero 128) (256 bytes)
  *
  * q4_k (256-element blocks of 144 bytes) has a 1184-byte record per group
- * and block c (at 64 + (g * K/256 + c) * 1184):
+ * and block c (1184 bytes where 8 q4_0 blocks would take 144, in the order
+ * above):
  *     8 x f16 d, 8 x f16 dmin of rows 0..7                         (32 bytes)
  *     u8 scale[j][r], j = 0..7 sub-blocks, r = 0..7 rows (6 bits)  (64 bytes)
  *     u8 min[j][r]                                                 (64 bytes)
@@ -57,6 +62,8 @@
 #include "kiln.h"
 
 #define RT_REPACK_HEADER 64
+/* elements of K per block of the copy (a multiple of 256) */
+#define RT_REPACK_KBLOCK 2048
 
 /* a buffer's copy as the runtime keeps it (exec.c): valid while the buffer
  * is bound to src by the binding numbered gen, read as rows of k */

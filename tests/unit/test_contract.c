@@ -529,18 +529,21 @@ static void test_int8_repack(void) {
     const int64_t N = 37, whole = 32;
     const size_t yn = 2 * (size_t)N;
     for (int ti = 0; ti < 5; ti++)
-        for (int si = 0; si < 2; si++) {
+        for (int si = 0; si < 4; si++) {
             kiln_dtype t = bt[ti];
-            /* K: 17 blocks of 32, or 3 of the k-quants' 256; A quantised per 32 or 256 (cg_i8_group) */
-            const int kq = t == KILN_Q4_K || t == KILN_Q6_K;
-            const int64_t K = kq ? 768 : 544, grp = kq ? 256 : 32;
+            /* K: 17 blocks of 32, or 3 of the k-quants' 256; A quantised
+             * per 32 or 256 (cg_i8_group); si >= 2: K past 4096, read in
+             * passes of 2048 (emit_contract.c rpacc) and a short last block */
+            const int kq = t == KILN_Q4_K || t == KILN_Q6_K, big = si >= 2;
+            const int64_t K = (kq ? 768 : 544) + (big ? 4096 : 0), grp = kq ? 256 : 32;
             char xs[32], ws[32];
             snprintf(xs, sizeof xs, "m, %lld", (long long)K);
             snprintf(ws, sizeof ws, "37, %lld", (long long)K);
             char name[96], why[300] = "";
-            snprintf(name, sizeof name, "contract_int8_repack_%s_%s", kiln_dtype_name(t), si ? "nc16" : "nc0");
+            snprintf(name, sizeof name, "contract_int8_repack_%s_%s%s", kiln_dtype_name(t), si % 2 ? "nc16" : "nc0",
+                     big ? "_k_passes" : "");
             CASE_BEGIN(name);
-            setenv("KILN_CONTRACT_SCHED_SMALL", rp_scheds[si], 1);
+            setenv("KILN_CONTRACT_SCHED_SMALL", rp_scheds[si % 2], 1);
             kiln_graph *g = kiln_graph_new();
             kiln_tensor x = kiln_input(g, "x", KILN_F32, xs);
             kiln_tensor w = kiln_input(g, "w", t, ws);

@@ -482,9 +482,9 @@ static void test_k_random(kiln_dtype t, const char *name) {
 
 /* the 8-row interleave of q4_0 / q5_0 / q8_0 (runtime/repack.h), decoded here from
  * the layout as repack.h states it and compared with quant_dequantize of
- * the source rows, every element: 19 rows of 96 (two whole groups, three
- * rows left to the source), several K; no copy for K off the 32 grid or
- * fewer than 8 rows */
+ * the source rows, every element: 19 rows (two whole groups, three rows
+ * left to the source), several K, one past a K-block; no copy for K off
+ * the 32 grid or fewer than 8 rows */
 static void test_repack_x8(void) {
     const kiln_dtype ts[3] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0};
     for (int ti = 0; ti < 3; ti++) {
@@ -494,8 +494,8 @@ static void test_repack_x8(void) {
         snprintf(cname, sizeof cname, "repack_x8_%s_layout", kiln_dtype_name(t));
         CASE_BEGIN(cname);
         rt_arena arena = {0};
-        const int64_t ks[3] = {32, 96, 320}, rows = 19;
-        for (int ki = 0; ki < 3; ki++) {
+        const int64_t ks[4] = {32, 96, 320, RT_REPACK_KBLOCK + 96}, rows = 19;
+        for (int ki = 0; ki < 4; ki++) {
             int64_t K = ks[ki], nch = K / 32;
             float *w = malloc((size_t)(rows * K) * sizeof *w), *want = malloc((size_t)K * sizeof *want);
             for (int64_t i = 0; i < rows * K; i++) w[i] = rng_unit() * (float)(1 + i % 7);
@@ -507,15 +507,18 @@ static void test_repack_x8(void) {
             uint8_t *cp = rt_repack_x8(t, src, bytes, K, &arena);
             CHECK(cp != NULL, "K=%lld: no copy", (long long)K);
             if (!cp) continue;
-            int64_t head[2];
+            int64_t head[3];
             memcpy(head, cp, sizeof head);
-            CHECK(head[0] == K && head[1] == 2, "header %lld %lld", (long long)head[0], (long long)head[1]);
+            CHECK(head[0] == K && head[1] == 2 && head[2] == RT_REPACK_KBLOCK, "header %lld %lld %lld", (long long)head[0],
+                  (long long)head[1], (long long)head[2]);
             int bad = 0;
             for (int64_t row = 0; row < 16 && !bad; row++) {
                 quant_dequantize(t, src + row * nch * bb, want, K);
                 int64_t g = row / 8, r = row % 8;
                 for (int64_t c = 0; c < nch && !bad; c++) {
-                    const uint8_t *rec = cp + RT_REPACK_HEADER + (g * nch + c) * 8 * bb;
+                    /* K-block kb of every group, then the next (the last one shorter) */
+                    const int64_t per = RT_REPACK_KBLOCK / 32, kb = c / per, inb = nch - kb * per < per ? nch - kb * per : per;
+                    const uint8_t *rec = cp + RT_REPACK_HEADER + (kb * 2 * per + g * inb + c % per) * 8 * bb;
                     uint16_t dh;
                     memcpy(&dh, rec + 2 * r, 2);
                     float d = dtype_f16_to_f32(dh);
