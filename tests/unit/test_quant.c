@@ -561,90 +561,57 @@ static void test_repack_x8(void) {
     }
 }
 
-/* q4_k's record (runtime/repack.h), decoded here from the layout as
- * stated, against quant_dequantize of the source rows, every element,
- * computed as the decoder does ((d sc) q - dmin m): 8 + 3 rows of 512 */
-static void test_repack_x8_q4_k(void) {
-    CASE_BEGIN("repack_x8_q4_k_layout");
-    rt_arena arena = {0};
-    const int64_t K = 512, rows = 11, nb = K / 256;
-    float *w = malloc((size_t)(rows * K) * sizeof *w), *want = malloc((size_t)K * sizeof *want);
-    for (int64_t i = 0; i < rows * K; i++) w[i] = rng_unit() * (float)(1 + i % 5) - 0.3f * (float)(i % 3);
-    size_t bytes = kiln_dtype_bytes(KILN_Q4_K, rows * K);
-    uint8_t *src = malloc(bytes);
-    CHECK(quant_quantize(KILN_Q4_K, w, src, rows * K) == 0, "quantize");
-    CHECK(rt_repack_x8_size(KILN_Q4_K, bytes, K) == RT_REPACK_HEADER + (size_t)(nb * 1184), "size %zu",
-          rt_repack_x8_size(KILN_Q4_K, bytes, K));
-    uint8_t *cp = rt_repack_x8(KILN_Q4_K, src, bytes, K, &arena);
-    CHECK(cp != NULL, "no copy");
-    int bad = 0;
-    for (int64_t r = 0; cp && r < 8 && !bad; r++) {
-        quant_dequantize(KILN_Q4_K, src + r * nb * 144, want, K);
-        for (int64_t c = 0; c < nb && !bad; c++) {
-            const uint8_t *rec = cp + RT_REPACK_HEADER + c * 1184;
-            uint16_t dh, mh;
-            memcpy(&dh, rec + 2 * r, 2);
-            memcpy(&mh, rec + 16 + 2 * r, 2);
-            float d = dtype_f16_to_f32(dh), dmin = dtype_f16_to_f32(mh);
-            for (int e = 0; e < 256 && !bad; e++) {
-                int j = e / 32, p = j / 2, t = (e % 32) / 4;
-                uint8_t byte = rec[160 + 256 * p + 32 * t + 4 * r + e % 4];
-                int q = j % 2 ? byte >> 4 : byte & 15, sc = rec[32 + 8 * j + r], m = rec[96 + 8 * j + r];
-                float got = (d * (float)sc) * (float)q - dmin * (float)m;
-                if (got != want[256 * c + e]) {
-                    bad = 1;
-                    CHECK(0, "row %lld element %lld: copy %g, source %g", (long long)r, (long long)(256 * c + e), got,
-                          want[256 * c + e]);
-                }
-            }
-        }
+/* element e of row r of a q4_k or q6_k record (runtime/repack.h), decoded
+ * from the layout as stated and computed as quant.c's decoder does:
+ * (d sc) q - dmin m, or (d scale) (q - 32) */
+static float kq_record_value(kiln_dtype t, const uint8_t *rec, int r, int e) {
+    int j = e / 32, st = (e % 32) / 4, i = e % 4;
+    uint16_t dh;
+    memcpy(&dh, rec + 2 * r, 2);
+    float d = dtype_f16_to_f32(dh);
+    if (t == KILN_Q4_K) {
+        uint16_t mh;
+        memcpy(&mh, rec + 16 + 2 * r, 2);
+        uint8_t byte = rec[160 + 256 * (j / 2) + 32 * st + 4 * r + i];
+        int q = j % 2 ? byte >> 4 : byte & 15, sc = rec[32 + 8 * j + r], m = rec[96 + 8 * j + r];
+        return (d * (float)sc) * (float)q - dtype_f16_to_f32(mh) * (float)m;
     }
-    CHECK(rt_repack_x8_size(KILN_Q4_K, bytes, 256 + 32) == 0, "a copy with K off the 256 grid");
-    rt_arena_release(&arena, cp);
-    CHECK(arena.chunks == NULL, "the arena's chunk freed with its last piece");
-    free(src);
-    free(w);
-    free(want);
-    CASE_END();
+    int quad = 144 + 768 * (j / 4);
+    uint8_t nib = rec[quad + (j / 2 % 2 ? 512 + 32 * st : 64 * st + 32) + 4 * r + i];
+    uint8_t hib = rec[quad + 64 * st + 4 * r + i];
+    int q = ((j % 2 ? nib >> 4 : nib) & 15) | ((hib >> (2 * (j % 4))) & 3) << 4;
+    return (d * (float)(int8_t)rec[16 + 8 * (e / 16) + r]) * (float)(q - 32);
 }
 
-/* q6_k's record likewise, against quant_dequantize (d scale) (q - 32) */
-static void test_repack_x8_q6_k(void) {
-    CASE_BEGIN("repack_x8_q6_k_layout");
+/* q4_k's and q6_k's records against quant_dequantize of the source rows,
+ * every element: 8 + 3 rows of 512 */
+static void test_repack_x8_kquant(kiln_dtype t) {
+    char name[48];
+    snprintf(name, sizeof name, "repack_x8_%s_layout", kiln_dtype_name(t));
+    CASE_BEGIN(name);
     rt_arena arena = {0};
-    const int64_t K = 512, rows = 9, nb = K / 256;
+    const int64_t K = 512, rows = 11, nb = K / 256, bb = t == KILN_Q4_K ? 144 : 210, rec = t == KILN_Q4_K ? 1184 : 1680;
     float *w = malloc((size_t)(rows * K) * sizeof *w), *want = malloc((size_t)K * sizeof *want);
     for (int64_t i = 0; i < rows * K; i++) w[i] = rng_unit() * (float)(1 + i % 5) - 0.3f * (float)(i % 3);
-    size_t bytes = kiln_dtype_bytes(KILN_Q6_K, rows * K);
+    size_t bytes = kiln_dtype_bytes(t, rows * K);
     uint8_t *src = malloc(bytes);
-    CHECK(quant_quantize(KILN_Q6_K, w, src, rows * K) == 0, "quantize");
-    CHECK(rt_repack_x8_size(KILN_Q6_K, bytes, K) == RT_REPACK_HEADER + (size_t)(nb * 1680), "size %zu",
-          rt_repack_x8_size(KILN_Q6_K, bytes, K));
-    uint8_t *cp = rt_repack_x8(KILN_Q6_K, src, bytes, K, &arena);
+    CHECK(quant_quantize(t, w, src, rows * K) == 0, "quantize");
+    CHECK(rt_repack_x8_size(t, bytes, K) == RT_REPACK_HEADER + (size_t)(nb * rec), "size %zu", rt_repack_x8_size(t, bytes, K));
+    uint8_t *cp = rt_repack_x8(t, src, bytes, K, &arena);
     CHECK(cp != NULL, "no copy");
     int bad = 0;
-    for (int64_t r = 0; cp && r < 8 && !bad; r++) {
-        quant_dequantize(KILN_Q6_K, src + r * nb * 210, want, K);
-        for (int64_t c = 0; c < nb && !bad; c++) {
-            const uint8_t *rec = cp + RT_REPACK_HEADER + c * 1680;
-            uint16_t dh;
-            memcpy(&dh, rec + 2 * r, 2);
-            float d = dtype_f16_to_f32(dh);
+    for (int r = 0; cp && r < 8 && !bad; r++) {
+        quant_dequantize(t, src + r * nb * bb, want, K);
+        for (int64_t c = 0; c < nb && !bad; c++)
             for (int e = 0; e < 256 && !bad; e++) {
-                int j = e / 32, t = (e % 32) / 4, i = e % 4;
-                int pr = j / 2, quad = 144 + 768 * (j / 4);
-                uint8_t nib = rec[quad + (pr % 2 ? 512 + 32 * t : 64 * t + 32) + 4 * r + i];
-                uint8_t hib = rec[quad + 64 * t + 4 * r + i];
-                int q = ((j % 2 ? nib >> 4 : nib) & 15) | ((hib >> (2 * (j % 4))) & 3) << 4;
-                float got = (d * (float)(int8_t)rec[16 + 8 * (e / 16) + r]) * (float)(q - 32);
+                float got = kq_record_value(t, cp + RT_REPACK_HEADER + c * rec, r, e);
                 if (got != want[256 * c + e]) {
                     bad = 1;
-                    CHECK(0, "row %lld element %lld: copy %g, source %g", (long long)r, (long long)(256 * c + e), got,
-                          want[256 * c + e]);
+                    CHECK(0, "row %d element %lld: copy %g, source %g", r, (long long)(256 * c + e), got, want[256 * c + e]);
                 }
             }
-        }
     }
+    CHECK(rt_repack_x8_size(t, bytes, 256 + 32) == 0, "a copy with K off the 256 grid");
     rt_arena_release(&arena, cp);
     CHECK(arena.chunks == NULL, "the arena's chunk freed with its last piece");
     free(src);
@@ -709,8 +676,8 @@ int main(void) {
     test_k_random(KILN_Q4_K, "q4_k_random_roundtrip_error");
     test_k_random(KILN_Q6_K, "q6_k_random_roundtrip_error");
     test_repack_x8();
-    test_repack_x8_q4_k();
-    test_repack_x8_q6_k();
+    test_repack_x8_kquant(KILN_Q4_K);
+    test_repack_x8_kquant(KILN_Q6_K);
     test_repack_arena();
     return check_exit();
 }
