@@ -1,12 +1,13 @@
 /* repack.h — weights copied once into a layout a schedule reads faster
  * (DESIGN.md section 6: "a repacked layout, when the search chose one, is
- * built then").
+ * built then"; here on the first decode step that reads it, exec.c, in an
+ * arena of 2 MiB pages).
  *
  * The 8-row interleave of q4_0, q5_0, q8_0, q4_k and q6_k (rp=1, the
  * int8 dot tiles of emit_contract_i8.c): B is read as rows of K elements;
  * rows 8g .. 8g+7 form group g, stored block by block, so a decode tile
- * reads one stream and gets the eight rows' block c from one 144-, 176- or
- * 272-byte record:
+ * reads one stream and gets the eight rows' block c from one record (144,
+ * 176 or 272 bytes; q4_k 1184, q6_k 1680):
  *
  *   header (64 bytes): int64 K, int64 groups, int64 RT_REPACK_KBLOCK, zeros
  *   records in K-blocks of RT_REPACK_KBLOCK elements (the last one
@@ -24,8 +25,7 @@
  *       4t .. 4t+3, each + 128 (the int8 x 0x80: unsigned, zero 128) (256 bytes)
  *
  * q4_k (256-element blocks of 144 bytes) has a 1184-byte record per group
- * and block c (1184 bytes where 8 q4_0 blocks would take 144, in the order
- * above):
+ * and block c (32 bytes more than its 8 blocks: the scales unpacked):
  *     8 x f16 d, 8 x f16 dmin of rows 0..7                         (32 bytes)
  *     u8 scale[j][r], j = 0..7 sub-blocks, r = 0..7 rows (6 bits)  (64 bytes)
  *     u8 min[j][r]                                                 (64 bytes)
@@ -46,12 +46,14 @@
  *     hb(Q, t), 32 bytes: for r = 0..7 4 bytes whose bits 2k, 2k+1 are
  *       the top 2 bits of chunk 4Q+k's values 4t..4t+3
  *
- * So the 32 bytes of s hold, per row, 4 consecutive weights in the low
- * nibbles (step t = s) and 4 in the high ones (step t = s + 4), each step a
- * 4-byte lane per row: one vpdpbusd per step against A's 4 bytes of that
- * step broadcast (q8_0: the 32 bytes of t are step t). Exact: the same bits
- * as the source, moved (q8_0's sign bit flipped). Rows past the last whole
- * group are not copied (tiles read them from the source).
+ * So for q4_0 and q5_0 the 32 bytes of s hold, per row, 4 consecutive
+ * weights in the low nibbles (step t = s) and 4 in the high ones (step t =
+ * s + 4), each step a 4-byte lane per row: one vpdpbusd per step against
+ * A's 4 bytes of that step broadcast (q8_0: the 32 bytes of t are step t;
+ * the k-quants likewise per 32-value chunk). Exact: the same bits as the
+ * source, moved (q8_0's sign bit flipped, q4_k's scales unpacked). Rows
+ * past the last whole group are not copied (tiles read them from the
+ * source).
  */
 #ifndef KILN_RUNTIME_REPACK_H
 #define KILN_RUNTIME_REPACK_H
