@@ -544,6 +544,19 @@ void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, s
     snprintf(buf, bufcap, "kcr_%s_%dx8_p%d", tag(t), sc->mr, sc->pf);
 }
 
+/* every rp tile's signature: A's rows, scales, 4-value lane sums and block
+ * sums (the mr = 1 tiles read row 0), the group's records, chunks, 8 results */
+static void emit_rp_signature(const char *name, char **s, size_t *len, size_t *cap) {
+    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
+        "    const int32_t *const *qsum, const uint8_t *g, int64_t nch, float *res) {\n", name);
+}
+
+/* software prefetch of the 3 lines `ahead` bytes on from a record's start */
+static void emit_rp_prefetch3(int ahead, char **s, size_t *len, size_t *cap) {
+    OUT("    _mm_prefetch((const char *)g + %d, _MM_HINT_T0); _mm_prefetch((const char *)g + %d, _MM_HINT_T0);"
+        " _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead, ahead + 64, ahead + 128);
+}
+
 int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : t == KILN_Q6_K ? 1680 / 8 : 8 * bytes_per_32(t); }
 
 /* q4_k's copy (1184-byte records per 256 of K, runtime/repack.h): per
@@ -554,17 +567,14 @@ int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : t == KIL
  * sub-block sums; then d x A's scale and dmin x A's scale into f32. A is
  * quantised per 256 (cg_i8_group): one scale per block, sa[c]. */
 static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
-    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
-        "    const int32_t *const *qsum, const uint8_t *g, int64_t nch, float *res) {\n", name);
+    emit_rp_signature(name, s, len, cap);
     OUT("  (void)l8;\n");
     OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
     OUT("  __m256 c0 = _mm256_setzero_ps();\n");
     OUT("  for (int64_t c = 0; c < nch; c += 8, g += 1184) {\n");
     OUT("    const int8_t *x = qa[0] + 32 * c; const int32_t *z = qsum[0] + c;\n");
     int ahead = 1184 * ((sc->pf + 7) / 8);
-    if (sc->pf > 0)
-        OUT("    _mm_prefetch((const char *)g + %d, _MM_HINT_T0); _mm_prefetch((const char *)g + %d, _MM_HINT_T0);"
-            " _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead, ahead + 64, ahead + 128);
+    if (sc->pf > 0) emit_rp_prefetch3(ahead, s, len, cap);
     /* the minimum term: sum over sub-blocks j of min[j][r] * sum(A's sub-block j) */
     OUT("    __m256i ms = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + 96))),"
         " _mm256_set1_epi32(z[0]));\n");
@@ -613,17 +623,14 @@ static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, cha
  * A is quantised per 256 (cg_i8_group): one scale per block, sa[c]. */
 static void emit_q6k_rp_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
     static const char *hshift[4] = {"_mm256_slli_epi16(hb, 4)", "_mm256_slli_epi16(hb, 2)", "hb", "_mm256_srli_epi16(hb, 2)"};
-    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
-        "    const int32_t *const *qsum, const uint8_t *g, int64_t nch, float *res) {\n", name);
+    emit_rp_signature(name, s, len, cap);
     OUT("  (void)qsum;\n");
     OUT("  const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);\n");
     OUT("  __m256 c0 = _mm256_setzero_ps();\n");
     OUT("  for (int64_t c = 0; c < nch; c += 8, g += 1680) {\n");
     OUT("    const int8_t *x = qa[0] + 32 * c; const __m256i *l = l8[0] + c;\n");
     int ahead = 1680 * ((sc->pf + 7) / 8);
-    if (sc->pf > 0)
-        OUT("    _mm_prefetch((const char *)g + %d, _MM_HINT_T0); _mm_prefetch((const char *)g + %d, _MM_HINT_T0);"
-            " _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead, ahead + 64, ahead + 128);
+    if (sc->pf > 0) emit_rp_prefetch3(ahead, s, len, cap);
     OUT("    __m256i is = _mm256_setzero_si256();\n");
     for (int p = 0; p < 4; p++) {
         /* quad Q = p / 2 at 144 + 768 Q: per step t its high bits and pair
@@ -672,16 +679,13 @@ void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, si
     }
     int mr = sc->mr, q5 = t == KILN_Q5_0, q8 = t == KILN_Q8_0, rec = 8 * bytes_per_32(t), nib = q5 ? 48 : 16;
     int zero = q8 ? 128 : q5 ? 16 : 8;
-    OUT("static KVNNI void %s(const int8_t *const *qa, const float *const *sa, const __m256i *const *l8,\n"
-        "    const int32_t *const *qsum, const uint8_t *g, int64_t nch, float *res) {\n", name);
+    emit_rp_signature(name, s, len, cap);
     OUT("  (void)l8;\n");
     if (!q8) OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
     if (q5) OUT("  const __m256i v16 = _mm256_set1_epi8(16);\n");
     for (int i = 0; i < mr; i++) OUT("  __m256 c%d = _mm256_setzero_ps();\n", i);
     OUT("  for (int64_t c = 0; c < nch; c++, g += %d) {\n", rec);
-    if (sc->pf > 0)
-        OUT("    _mm_prefetch((const char *)g + %d, _MM_HINT_T0); _mm_prefetch((const char *)g + %d, _MM_HINT_T0);"
-            " _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", rec * sc->pf, rec * sc->pf + 64, rec * sc->pf + 128);
+    if (sc->pf > 0) emit_rp_prefetch3(rec * sc->pf, s, len, cap);
     /* straight-line code (gcc -O2 kept loops over a w[8] array on the
      * stack), two independent dpbusd chains per row of A, A's dwords
      * broadcast from memory (through a general register they cost 2 uops

@@ -264,6 +264,18 @@ static double int8_worst(const float *x, const float *w, const float *ref, const
     return worst;
 }
 
+/* y = x w^T of graph g at m = M: x (M, K) bound to fresh random values
+ * (*xb, the caller frees it), the reference interpreter's y (M, N) returned */
+static float *reference_at(kiln_graph *g, int64_t M, int64_t K, int64_t N, float **xb) {
+    *xb = rand_f32(M * K, -1, 1);
+    kiln_bind_dim(g, "m", M);
+    kiln_bind_input(g, "x", *xb, (size_t)(M * K) * sizeof(float));
+    CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float *ref = malloc((size_t)(M * N) * sizeof *ref);
+    kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
+    return ref;
+}
+
 /* x (M, K) random into g's "x" (dim "m"), then the compiled int8 result
  * (run_approx: 1 and 2 threads, `tile` called) within int8_worst's bound of
  * the reference, and not exact (the int8 path really ran: an f32 result
@@ -272,12 +284,7 @@ static double int8_worst(const float *x, const float *w, const float *ref, const
 static void check_int8_at(kiln_graph *g, int64_t M, int64_t K, int64_t N, const float *wf, int64_t grp,
                           const char *tile) {
     char why[300] = "";
-    float *xb = rand_f32(M * K, -1, 1);
-    kiln_bind_dim(g, "m", M);
-    kiln_bind_input(g, "x", xb, (size_t)(M * K) * sizeof(float));
-    CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
-    float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
-    kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
+    float *xb, *ref = reference_at(g, M, K, N, &xb), *got = malloc((size_t)(M * N) * sizeof *got);
     if (run_approx(g, M, "arith=i8 (approximate)", tile, got, M * N)) {
         double worst = int8_worst(xb, wf, ref, got, M, N, K, grp, why, sizeof why);
         CHECK(!why[0], "m=%lld: %s", (long long)M, why);
@@ -387,12 +394,7 @@ static void test_bf16_amx(const char *form, const char *large, const char *tile)
         kiln_bind_input(g, "w", wb, wbytes);
         for (int mi = 0; mi < 3; mi++) {
             int64_t M = ms[mi];
-            float *xb = rand_f32(M * K, -1, 1);
-            kiln_bind_dim(g, "m", M);
-            kiln_bind_input(g, "x", xb, (size_t)(M * K) * sizeof(float));
-            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
-            float *ref = malloc((size_t)(M * N) * sizeof *ref), *got = malloc((size_t)(M * N) * sizeof *got);
-            kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
+            float *xb, *ref = reference_at(g, M, K, N, &xb), *got = malloc((size_t)(M * N) * sizeof *got);
             if (run_approx(g, M, "arith=bf16 (approximate)", tile, got, M * N)) {
                 double worst = 0;
                 for (int64_t m = 0; m < M && !why[0]; m++)
