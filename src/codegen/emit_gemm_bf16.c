@@ -10,7 +10,8 @@
  * Per call of the kernel (one thread's run of work items):
  *   A: every row of the batch point rounded to bf16 once (kgb_arow), K
  *      padded to even with a zero, so word kp of a row is the pair
- *      (a[2kp], a[2kp+1]);
+ *      (a[2kp], a[2kp+1]); and 1 + the index of each row's last nonzero
+ *      word, kept after the rows (gb_a[M * kpa + 16 + row]);
  * Per work item (B rows n0..n1) and K block [k0, k0 + kl) (kc even):
  *   pack: B's columns into strips of nr, word (kp, j) = the pair
  *         (B(j, k0+2kp), B(j, k0+2kp+1)) in bf16, laid out [kp][nr]
@@ -19,7 +20,12 @@
  *         and transposed as 16 x 16 dwords (emit_gemm.c's ktr16); B strided
  *         along K (contiguous along n) as two rounded rows interleaved;
  *   kgb_<mr>x<nr>_p<pf>: acc[mr][nr/16] zmm += dpbf16(broadcast pair of
- *         A row, strip row) per kp, then stored (first K block) or added.
+ *         A row, strip row) per kp, then stored (first K block) or added;
+ *         kp stops at the last nonzero word of the tile's rows. Causal
+ *         attention's probabilities end in zeros past each query's position,
+ *         so its value product skips about half of its pairs. The skipped
+ *         products are 0 x b: the result is the same unless b is inf or NaN
+ *         (IEEE's 0 x inf = NaN is not formed there).
  *
  * Error: each product has relative error <= 2^-7 (two bf16 roundings, round
  * to nearest even), summed in f32: |y - y_exact| <= 2^-7 sum |a b| + f32
@@ -60,12 +66,21 @@ static const char bf16_helpers[] =
     "static inline uint32_t kgb_rne(float f) { uint32_t u; memcpy(&u, &f, 4);\n"
     "  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;\n"
     "  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; }\n"
-    /* a row of K floats -> (K + 1) / 2 pair words */
-    "static KBF16 __attribute__((unused)) void kgb_arow(const float *a, int64_t K, uint32_t *o) {\n"
-    "  int64_t k = 0;\n"
-    "  for (; k + 32 <= K; k += 32)\n"
-    "    _mm512_storeu_si512((void *)(o + k / 2), (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(a + k)));\n"
-    "  for (; k < K; k += 2) o[k / 2] = kgb_rne(a[k]) | (k + 1 < K ? kgb_rne(a[k + 1]) << 16 : 0u);\n"
+    /* a row of K floats -> (K + 1) / 2 pair words; returns 1 + the index of
+     * its last nonzero word (0 when every word is zero) */
+    "static KBF16 __attribute__((unused)) int64_t kgb_arow(const float *a, int64_t K, uint32_t *o) {\n"
+    "  int64_t k = 0, nz = 0;\n"
+    "  for (; k + 32 <= K; k += 32) {\n"
+    "    const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(a + k));\n"
+    "    const unsigned m = (unsigned)_mm512_test_epi32_mask(v, v);\n"
+    "    _mm512_storeu_si512((void *)(o + k / 2), v);\n"
+    "    if (m) nz = k / 2 + 32 - __builtin_clz(m);\n"
+    "  }\n"
+    "  for (; k < K; k += 2) {\n"
+    "    o[k / 2] = kgb_rne(a[k]) | (k + 1 < K ? kgb_rne(a[k + 1]) << 16 : 0u);\n"
+    "    if (o[k / 2]) nz = k / 2 + 1;\n"
+    "  }\n"
+    "  return nz;\n"
     "}\n"
     /* B contiguous along K: columns at element offsets wo[0..nr), K block [k0, k0 + kl) */
     "static KBF16 __attribute__((unused)) void kgb_pack(const float *W, const int64_t *wo, int nr, int64_t k0, int64_t kl,"
@@ -167,10 +182,10 @@ void cg_emit_packed_bf16_schedule(const sch_program *p, const sch_kernel *k, con
     /* A rounded once per batch point and call: row mq's pairs at gb_a + mq * kpa */
     OUT("        const int64_t kpa = (K + 1) / 2, gob = w / ntiles;\n");
     OUT("        if (gb_o != gob) {\n");
-    OUT("          if (!gb_a) { gb_a = (uint32_t *)malloc((size_t)(M * kpa + 16) * sizeof(uint32_t)); if (!gb_a) return 1; }\n");
+    OUT("          if (!gb_a) { gb_a = (uint32_t *)malloc((size_t)(M * kpa + 16 + M) * sizeof(uint32_t)); if (!gb_a) return 1; }\n");
     OUT("          for (int64_t mq = 0; mq < M; mq++) {\n");
     if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
-    OUT("            kgb_arow(A + (");
+    OUT("            gb_a[M * kpa + 16 + mq] = (uint32_t)kgb_arow(A + (");
     out_sym(p, c->a_base, s, len, cap);
     OUT("), K, gb_a + mq * kpa);\n");
     OUT("          }\n");
@@ -202,8 +217,11 @@ void cg_emit_packed_bf16_schedule(const sch_program *p, const sch_kernel *k, con
     OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
     OUT("                const uint32_t *ar[%d];\n", mr);
     OUT("                for (int i = 0; i < %d; i++) ar[i] = gb_a + (mm + (i < rows ? i : rows - 1)) * kpa + k0 / 2;\n", mr);
+    /* the pairs past every row's last nonzero word are not multiplied */
+    OUT("                int64_t kpe = 0;\n");
+    OUT("                for (int i = 0; i < rows; i++) { const int64_t e = (int64_t)gb_a[M * kpa + 16 + mm + i] - k0 / 2; if (e > kpe) kpe = e; }\n");
     cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
-    OUT("                kgb_%dx%d_p%d(ar, bps, kp, cr, rows, cols, osn == 1 ? acc : 0);\n", mr, nr, sc->pf);
+    OUT("                kgb_%dx%d_p%d(ar, bps, kpe < kp ? kpe : kp, cr, rows, cols, osn == 1 ? acc : 0);\n", mr, nr, sc->pf);
     cg_emit_tile_scatter(p, k, nr, s, len, cap);
     OUT("              }\n            }\n          }\n        }\n");
     OUT("        free(bp);\n");

@@ -488,6 +488,64 @@ static void test_bf16_f32(const char *form, const char *large, const char *pack_
     }
 }
 
+/* the packed bf16 form stops each tile at its rows' last nonzero pair of A
+ * (emit_gemm_bf16.c): rows of A end in zeros after 0..40 of K = 45, as
+ * causal attention's probabilities do, and B's k >= 40 are NaN. The result
+ * must be every row's sum over its own nonzero prefix (within the bf16
+ * bound): a tile that stopped at its shortest row would drop terms, and one
+ * that read past its rows' ends would turn NaN. With kc = 32 the second K
+ * block starts inside some rows' prefixes and past others'. */
+static void test_bf16_zero_tails(const char *large) {
+    const int64_t ms[2] = {17, 40}, K = 45, N = 37, H = 2, KN = 40;
+    char why[300] = "";
+    CASE_BEGIN("contract_bf16_packed_zero_tails");
+    setenv("KILN_CONTRACT_SCHED_LARGE", large, 1);
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor a = kiln_input(g, "a", KILN_F32, "2, m, 45");
+    kiln_tensor b = kiln_add(g, kiln_input(g, "b1", KILN_F32, "2, 45, 37"), kiln_input(g, "b2", KILN_F32, "2, 45, 37"));
+    kiln_output(g, kiln_matmul(g, a, b), "y");
+    CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float *b1 = rand_f32(H * K * N, -1, 1), *b2 = rand_f32(H * K * N, -1, 1);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t e = KN; e < K; e++)
+            for (int64_t n = 0; n < N; n++) b1[(h * K + e) * N + n] = NAN;
+    kiln_bind_input(g, "b1", b1, (size_t)(H * K * N) * sizeof(float));
+    kiln_bind_input(g, "b2", b2, (size_t)(H * K * N) * sizeof(float));
+    for (int mi = 0; mi < 2 && !why[0]; mi++) {
+        int64_t M = ms[mi];
+        float *ab = rand_f32(H * M * K, -1, 1), *got = malloc((size_t)(H * M * N) * sizeof *got);
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t e = (m * 7 + h * 13) % (KN + 1); e < K; e++) ab[(h * M + m) * K + e] = 0.0f;
+        kiln_bind_dim(g, "m", M);
+        kiln_bind_input(g, "a", ab, (size_t)(H * M * K) * sizeof(float));
+        if (run_approx(g, M, "arith=bf16 (approximate)", "kgb_pack_strided((const float *)W", got, H * M * N)) {
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t m = 0; m < M && !why[0]; m++)
+                    for (int64_t n = 0; n < N; n++) {
+                        double sum = 0, mag = 0;
+                        for (int64_t e = 0; e < (m * 7 + h * 13) % (KN + 1); e++) {
+                            double x = ab[(h * M + m) * K + e], y = (double)b1[(h * K + e) * N + n] + b2[(h * K + e) * N + n];
+                            sum += x * y;
+                            mag += fabs(x * y);
+                        }
+                        double err = fabs(sum - got[(h * M + m) * N + n]), bound = mag / 128.0 + 1e-5 * (double)K;
+                        if (!(err <= bound))
+                            snprintf(why, sizeof why, "m=%lld h=%lld n=%lld: exact %g, bf16 %g, bound %g", (long long)m,
+                                     (long long)h, (long long)n, sum, got[(h * M + m) * N + n], bound);
+                    }
+            CHECK(!why[0], "%s", why);
+        }
+        free(ab);
+        free(got);
+    }
+    unsetenv("KILN_CONTRACT_SCHED_LARGE");
+    free(b1);
+    free(b2);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 static void test_attention(void) {
     char why[300] = "";
     CASE_BEGIN("contract_attention_gqa");
@@ -656,6 +714,7 @@ int main(void) {
                       "kgb_pack_strided((const float *)W");
         test_bf16_f32("_packed_wide", "mr=4 nr=48 nc=16 mc=16 arith=bf16 form=packed kc=0", "kgb_pack((const float *)W",
                       "kgb_pack_strided((const float *)W");
+        test_bf16_zero_tails("mr=6 nr=32 nc=0 mc=64 arith=bf16 form=packed kc=32 pf=16");
     } else {
         printf("# packed bf16 contractions not tested: this CPU has no avx512_bf16\n");
     }
