@@ -38,6 +38,7 @@
 #include "emit_contract_i8.h"
 #include "emit_gemm_i8.h"
 #include "emit_gemm_amx_bf16.h"
+#include "../runtime/repack.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
@@ -379,21 +380,28 @@ void cg_emit_i8_item_end(char **s, size_t *len, size_t *cap) {
     OUT("      }\n");
 }
 
-void cg_emit_i8_pack_strips(const sch_program *p, const sch_kernel *k, int nr, int make_signed, char **s, size_t *len,
-                            size_t *cap) {
-    const sch_contract *c = k->contract;
-    kiln_dtype t = p->bufs[c->b_buf].dtype;
-    const char *tag = gi_tag(t);
-    if (!tag) return;
-    int kb = gi_kb(t), nd = c->ndim;
+/* opens the loop over the item's strips st and sets wo[j], the element
+ * offsets of strip st's nr rows (the last row repeated past n1) */
+static void emit_strip_rows(const sch_program *p, const sch_kernel *k, int nr, char **s, size_t *len, size_t *cap) {
+    int nd = k->contract->ndim;
     OUT("          for (int64_t st = 0; st < nstr; st++) {\n");
     OUT("            const int64_t ns = n0 + st * %d;\n", nr);
     OUT("            int64_t wo[%d];\n", nr);
     OUT("            for (int j = 0; j < %d; j++) {\n", nr);
     OUT("              const int64_t i%d = ns + j < n1 ? ns + j : n1 - 1; (void)i%d;\n", nd, nd);
     OUT("              wo[j] = ");
-    sch_print_sym(p, c->b_base, s, len, cap);
+    sch_print_sym(p, k->contract->b_base, s, len, cap);
     OUT(";\n            }\n");
+}
+
+void cg_emit_i8_pack_strips(const sch_program *p, const sch_kernel *k, int nr, int make_signed, char **s, size_t *len,
+                            size_t *cap) {
+    const sch_contract *c = k->contract;
+    kiln_dtype t = p->bufs[c->b_buf].dtype;
+    const char *tag = gi_tag(t);
+    if (!tag) return;
+    int kb = gi_kb(t);
+    emit_strip_rows(p, k, nr, s, len, cap);
     OUT("            uint8_t *bqs = bq + st * %d * kcb;\n", nr);
     OUT("            kgb_%s((const void *)W, wo, %d, k0, kl, bqs, bs + st * %d * (kcb / %d), bm + st * %d * (kcb / %d));\n",
         tag, nr, nr, kb, nr, kb);
@@ -411,24 +419,45 @@ void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const
     cg_emit_i8_item_begin(p, k, gi_zero(t), 0, s, len, cap);
     OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : K;\n", sc->kc, sc->kc, sc->kc);
     OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
+    /* B's pack copy (runtime/repack.h), when the runtime made one for this
+     * K, nr and shape: the item's strips are filled once, then read */
+    OUT("        const int64_t *pkh = (const int64_t *)B[%d];\n", (int)(2 * p->nbufs + 1 + c->b_buf));
+    OUT("        const size_t pks = (size_t)%d * (size_t)K + 8 * (size_t)%d * (size_t)(K / %d); /* RT_PACK_STRIP */\n", nr, nr,
+        kb);
+    OUT("        uint8_t *pkw = pkh && pkh[0] == K && pkh[1] == %d && pkh[2] == nstrips", nr);
+    for (int d = 0; d < k->ndim; d++)
+        if (d != md && d != nd) OUT(" * d%d", d);
+    OUT(" ? (uint8_t *)pkh + %d + (size_t)(gob * nstrips + n0 / %d) * pks : NULL;\n", RT_PACK_HEADER, nr);
+    OUT("        if (pkw && !pkh[3]) {\n");
+    emit_strip_rows(p, k, nr, s, len, cap);
+    OUT("            uint8_t *pq = pkw + st * pks;\n");
+    OUT("            kgb_%s((const void *)W, wo, %d, 0, K, pq, (float *)(pq + %d * K), (float *)(pq + %d * K) + %d * (K / %d));\n",
+        tag, nr, nr, nr, nr, kb);
+    OUT("          }\n        }\n");
     OUT("        const size_t qsz = ((size_t)(nstr * %d * kcb) + 63) & ~(size_t)63;\n", nr);
     OUT("        const size_t fsz = ((size_t)(nstr * %d * (kcb / %d)) * sizeof(float) + 63) & ~(size_t)63;\n", nr, kb);
-    OUT("        uint8_t *bq = (uint8_t *)aligned_alloc(64, qsz);\n");
-    OUT("        float *bs = (float *)aligned_alloc(64, fsz), *bm = (float *)aligned_alloc(64, fsz);\n");
-    OUT("        if (!bq || !bs || !bm) { free(bq); free(bs); free(bm); free(gq_a); free(gq_s); free(gq_m); free(gq_z); return 1; }\n");
+    OUT("        uint8_t *bq = pkw ? NULL : (uint8_t *)aligned_alloc(64, qsz);\n");
+    OUT("        float *bs = pkw ? NULL : (float *)aligned_alloc(64, fsz), *bm = pkw ? NULL : (float *)aligned_alloc(64, fsz);\n");
+    OUT("        if (!pkw && (!bq || !bs || !bm)) { free(bq); free(bs); free(bm); free(gq_a); free(gq_s); free(gq_m); free(gq_z); return 1; }\n");
     /* out's stride along n (store_off is affine in n) */
     cg_emit_out_stride(p, k, s, len, cap);
     OUT("        for (int64_t k0 = 0; k0 < K; k0 += kcb) {\n");
     OUT("          const int64_t kl = K - k0 < kcb ? K - k0 : kcb;\n");
     OUT("          const int acc = k0 > 0;\n");
+    OUT("          if (!pkw) {\n");
     cg_emit_i8_pack_strips(p, k, nr, 0, s, len, cap);
+    OUT("          }\n");
     OUT("          for (int64_t m0 = 0; m0 < M; m0 += %d) {\n", sc->mc);
     OUT("            const int64_t m1 = m0 + %d < M ? m0 + %d : M;\n", sc->mc, sc->mc);
     OUT("            for (int64_t st = 0; st < nstr; st++) {\n");
     OUT("              const int64_t ns = n0 + st * %d;\n", nr);
     OUT("              const int cols = (int)(n1 - ns < %d ? n1 - ns : %d);\n", nr, nr);
-    OUT("              const uint8_t *bqs = bq + st * %d * kcb;\n", nr);
-    OUT("              const float *bss = bs + st * %d * (kcb / %d), *bms = bm + st * %d * (kcb / %d);\n", nr, kb, nr, kb);
+    OUT("              const uint8_t *pq = pkw ? pkw + st * pks : NULL;\n");
+    OUT("              const uint8_t *bqs = pkw ? pq + %d * k0 : bq + st * %d * kcb;\n", nr, nr);
+    OUT("              const float *bss = pkw ? (const float *)(pq + %d * K) + %d * (k0 / %d) : bs + st * %d * (kcb / %d);\n",
+        nr, nr, kb, nr, kb);
+    OUT("              const float *bms = pkw ? (const float *)(pq + %d * K) + %d * (K / %d) + %d * (k0 / %d) : bm + st * %d * (kcb / %d);\n",
+        nr, nr, kb, nr, kb, nr, kb);
     OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     OUT("                const int rows = (int)(m1 - mm < %d ? m1 - mm : %d);\n", mr, mr);
     OUT("                const int8_t *qr[%d]; const float *sr[%d], *ur[%d]; const int32_t *zr[%d]; float *cr[%d];\n", mr, mr,

@@ -68,6 +68,8 @@ struct kiln_program {
     void *scratch;     /* bufs[sp.nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h) */
     size_t scratch_cap;
     rt_repacked *repacked; /* per buffer b: its repacked copy, bufs[sp.nbufs + 1 + b] (runtime/repack.h) */
+    rt_repacked *packed;   /* per buffer b: its pack copy, bufs[2 sp.nbufs + 1 + b] (runtime/repack.h) */
+    int pack_copies;       /* 0: KILN_PACK_COPY=0, prefill packs B on every launch */
     rt_arena rp_arena;     /* the copies' memory */
     double *prof;      /* KILN_PROFILE: seconds per kernel, summed over runs (else NULL) */
     double *prof_bytes; /* bytes touched per kernel, summed over runs */
@@ -241,10 +243,14 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         p->prof_flops = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_flops);
         p->prof_arith = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_arith);
     }
-    /* bufs: the program's buffers, the scratch, then each buffer's repacked copy */
+    /* bufs: the program's buffers, the scratch, then each buffer's repacked
+     * copy, then each buffer's pack copy */
     int32_t nb = p->sp.nbufs + 1;
     p->repacked = kiln_xcalloc((size_t)nb, sizeof *p->repacked);
-    p->bufs = kiln_xcalloc((size_t)(nb + p->sp.nbufs), sizeof *p->bufs);
+    p->packed = kiln_xcalloc((size_t)nb, sizeof *p->packed);
+    p->bufs = kiln_xcalloc((size_t)(nb + 2 * p->sp.nbufs), sizeof *p->bufs);
+    const char *pc = getenv("KILN_PACK_COPY");
+    p->pack_copies = !(pc && strcmp(pc, "0") == 0);
     p->bytes = kiln_xcalloc((size_t)nb, sizeof *p->bytes);
     p->live = kiln_xcalloc((size_t)nb, sizeof *p->live);
     p->bind_at = kiln_xmalloc((size_t)nb * sizeof *p->bind_at);
@@ -327,6 +333,7 @@ void kiln_program_free(kiln_program *p) {
     free(p->scratch);
     rt_arena_free(&p->rp_arena); /* every copy */
     free(p->repacked);
+    free(p->packed);
     free(p->bind_at);
     free(p->bytes);
     free(p->live);
@@ -877,16 +884,19 @@ static int shared_a(kiln_program *p, const sch_kernel *K, const sch_contract_sch
  * binding); dropped when B is bound as a plain input, whose contents may
  * change between runs, or when `want` is 0. The kernel reads it through
  * bufs[nbufs + 1 + b] and falls back to B itself where it is NULL. */
+/* buffer b's binding when it is a weight (kiln_bind_weight), else NULL */
+static const input_binding *weight_binding(const kiln_program *p, int32_t b) {
+    if (p->sp.bufs[b].kind != SCH_BUF_INPUT || p->bind_at[b] < 0 || p->bind_at[b] >= p->g->ninputs) return NULL;
+    const input_binding *bind = &p->g->inputs[p->bind_at[b]];
+    return bind->constant ? bind : NULL;
+}
+
 static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
     const sch_contract *c = p->sp.kernels[k].contract;
     int32_t b = c->b_buf;
     rt_repacked *r = &p->repacked[b];
     const sch_buf *B = &p->sp.bufs[b];
-    const input_binding *bind = NULL;
-    if (want && B->kind == SCH_BUF_INPUT && rt_repack_x8_ok(B->dtype) && p->bind_at[b] >= 0 &&
-        p->bind_at[b] < p->g->ninputs)
-        bind = &p->g->inputs[p->bind_at[b]];
-    if (bind && !bind->constant) bind = NULL;
+    const input_binding *bind = want && rt_repack_x8_ok(B->dtype) ? weight_binding(p, b) : NULL;
     if (bind && r->data && r->src == bind->data && r->gen == bind->gen && r->k == rn) return;
     rt_arena_release(&p->rp_arena, r->data);
     memset(r, 0, sizeof *r);
@@ -898,6 +908,56 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
     r->k = rn;
     r->bytes = r->data ? rt_repack_x8_size(B->dtype, p->bytes[b], rn) : 0;
     p->bufs[p->sp.nbufs + 1 + b] = r->data;
+}
+
+/* B's pack copy (runtime/repack.h) for a launch of kernel k's packed int8
+ * schedule sc over nbatch batch points of n rows of B: kept while B stays
+ * bound to the same weight; made, unfilled, when B has none, and filled by
+ * the launch (pack_filled). A copy made for another K or nr stays (the
+ * kernel then packs for itself): two kernels never rebuild it in turn.
+ * Returns whether the launch fills it. */
+static int pack_b(kiln_program *p, int32_t k, const sch_contract_sched *sc, int64_t rn, int64_t nbatch, int64_t n) {
+    int32_t b = p->sp.kernels[k].contract->b_buf;
+    rt_repacked *r = &p->packed[b];
+    const input_binding *bind = weight_binding(p, b);
+    kiln_dtype t = p->sp.bufs[b].dtype;
+    if (r->data && (!bind || r->src != bind->data || r->gen != bind->gen)) { /* B rebound */
+        rt_arena_release(&p->rp_arena, r->data);
+        memset(r, 0, sizeof *r);
+        p->bufs[2 * p->sp.nbufs + 1 + b] = NULL;
+    }
+    if (r->data || !bind || !p->pack_copies || sc->form != SCH_FORM_PACKED || sc->arith != SCH_ARITH_I8 ||
+        !cg_i8_tag(t) || rn <= 0 || rn % 32 != 0 || sc->nr <= 0)
+        return 0;
+    int64_t strips = nbatch * ((n + sc->nr - 1) / sc->nr);
+    size_t bytes = RT_PACK_HEADER + (size_t)strips * RT_PACK_STRIP(sc->nr, rn, cg_i8_kb(t));
+    int64_t *h = rt_arena_alloc(&p->rp_arena, bytes);
+    if (!h) return 0; /* no memory: the kernel packs for itself */
+    memset(h, 0, RT_PACK_HEADER);
+    h[0] = rn;
+    h[1] = sc->nr;
+    h[2] = strips;
+    r->data = h;
+    r->src = bind->data;
+    r->gen = bind->gen;
+    r->k = rn;
+    r->bytes = bytes;
+    p->bufs[2 * p->sp.nbufs + 1 + b] = h;
+    return 1;
+}
+
+/* after the launch that was to fill B's pack copy: filled if it ran, else
+ * dropped (a failed launch may have filled part of it) */
+static void pack_filled(kiln_program *p, int32_t b, int ok) {
+    rt_repacked *r = &p->packed[b];
+    if (!r->data) return;
+    if (ok) {
+        ((int64_t *)r->data)[3] = 1;
+        return;
+    }
+    rt_arena_release(&p->rp_arena, r->data);
+    memset(r, 0, sizeof *r);
+    p->bufs[2 * p->sp.nbufs + 1 + b] = NULL;
 }
 
 /* whether some contraction reading buffer b has a decode schedule on its
@@ -946,6 +1006,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
         if (rp_b) repack_b(p, k, rn, repack_wanted(p, k, c->b_buf)); /* the copy goes if no schedule reads it */
     }
     const sch_contract_sched *sc = &c->sched[bucket];
+    int fills = bucket == 1 && pack_b(p, k, sc, rn, nbatch, n);
     if (sc->serial) nthreads = 1; /* the schedule keeps the kernel on this thread */
     int64_t chunk = sch_contract_runs(sc, n, nbatch, nthreads); /* runs per batch point */
     int64_t items = nbatch * chunk;
@@ -959,6 +1020,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
         flags = CG_KF_SHARED;
     }
     if (r == 0) r = p->be->launch(p->pool, fn, p->bufs, p->values, items, chunk, flags, serial);
+    if (fills) pack_filled(p, c->b_buf, r == 0);
     if (p->prof) {
         p->prof[k] += mono_s() - t0;
         p->prof_bytes[k] += (double)(p->bytes[c->a_buf] + p->bytes[c->b_buf] + p->bytes[K->out_buf]);

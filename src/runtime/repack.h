@@ -87,6 +87,28 @@ size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k);
 typedef struct rt_arena rt_arena;
 void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a);
 
+/* The pack copy (prefill): the strips the packed int8 form (emit_gemm_i8.c)
+ * packs B into, kept so that B is packed once instead of once per launch
+ * (gemma3-270m pp512: 4% of the time). Built by the kernel itself: the
+ * runtime hands it an unfilled copy (filled = 0) on the first large-M
+ * launch on a weight buffer; each work item packs its own strips (items
+ * own disjoint strips), the runtime sets filled after the launch, and
+ * later launches read the strips instead of packing. Layout, for B's rows
+ * read as K elements in strips of nr rows (the schedule's nr), kb
+ * elements per scale:
+ *
+ *   header (64 bytes): int64 K, int64 nr, int64 strips, int64 filled, zeros
+ *   strip s (batch point s / ceil(N / nr), rows nr * (s % ceil(N / nr)) ..
+ *     + nr; the last strip of a batch point repeats its last row) at
+ *     64 + s * RT_PACK_STRIP(nr, K, kb):
+ *     u8 q[K/4][nr][4]      B's values as the tile reads them     (nr*K)
+ *     f32 d[K/kb][nr]       the scales                       (4*nr*K/kb)
+ *     f32 m[K/kb][nr]       q4_k's minimums (else zero)      (4*nr*K/kb)
+ *   so K block [k0, k0 + kl) of a strip is q + nr*k0, d + nr*k0/kb,
+ *   m + nr*k0/kb: the per-launch packing's layout with K whole. */
+#define RT_PACK_HEADER 64
+#define RT_PACK_STRIP(nr, K, kb) ((size_t)(nr) * (size_t)(K) + 8 * (size_t)(nr) * (size_t)((K) / (kb)))
+
 /* Memory for the copies: chunks of at least 32 MiB, 2 MiB-aligned and
  * hinted to the kernel's 2 MiB pages, cut into 64-byte-aligned pieces in
  * order. Decode reads every copy once per token, each after some 100 MB of

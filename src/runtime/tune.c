@@ -99,6 +99,18 @@ static void flush_b(const launch_args *la, const rt_tune_job *job) {
     }
 }
 
+/* the candidates' copy of the program's bufs (3 nbufs + 1 slots: the
+ * buffers, the scratch slot, the repacked copies and the pack copies,
+ * exec.c) with the pack copies' slots empty: a candidate packs B itself
+ * and never fills the program's copy */
+static void **tune_bufs(const sch_program *sp, void *const *from) {
+    size_t n = (size_t)sp->nbufs;
+    void **bufs = kiln_xmalloc((3 * n + 1) * sizeof *bufs);
+    memcpy(bufs, from, (2 * n + 1) * sizeof *bufs);
+    memset(bufs + 2 * n + 1, 0, n * sizeof *bufs);
+    return bufs;
+}
+
 static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
                              const sch_contract_sched *s) {
     /* the reference check just ran it: pages are mapped */
@@ -129,9 +141,7 @@ static void runoff(const launch_args *la, const rt_tune_job *job, rt_kernel_fn f
     /* into a scratch output, as the rounds run: the program's buffers stay
      * as they were */
     const sch_program *sp = job->sp;
-    /* the buffers, the scratch slot and the repacked copies (exec.c) */
-    void **bufs = kiln_xmalloc((2 * (size_t)sp->nbufs + 1) * sizeof *bufs);
-    memcpy(bufs, la->bufs, (2 * (size_t)sp->nbufs + 1) * sizeof *bufs);
+    void **bufs = tune_bufs(sp, la->bufs);
     bufs[sp->kernels[job->kernel].out_buf] = kiln_xmalloc(job->out_bytes + 64);
     launch_args l2 = *la;
     l2.bufs = bufs;
@@ -296,9 +306,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
     const sch_kernel *k = &sp->kernels[job->kernel];
     int64_t nout = (int64_t)(job->out_bytes / sizeof(float));
     float *ref = kiln_xmalloc(job->out_bytes + 64), *got = kiln_xmalloc(job->out_bytes + 64);
-    /* the buffers, the scratch slot and the repacked copies (exec.c) */
-    void **bufs = kiln_xmalloc((2 * (size_t)sp->nbufs + 1) * sizeof *bufs);
-    memcpy(bufs, la->bufs, (2 * (size_t)sp->nbufs + 1) * sizeof *bufs);
+    void **bufs = tune_bufs(sp, la->bufs);
     launch_args l2 = *la;
     l2.bufs = bufs;
     void *f = la->be->symbol(mod, "kiln_ref");

@@ -16,8 +16,8 @@ typedef struct rt_tune_job {
     int nthreads;
     cg_isa isa;
     void *const *bufs;               /* the program's buffers, bound for this run, then the
-                                        scratch slot and each buffer's repacked copy (exec.c):
-                                        2 nbufs + 1 */
+                                        scratch slot, each buffer's repacked copy and its pack
+                                        copy (exec.c): 3 nbufs + 1 */
     const int64_t *values;           /* the sym values of this run */
     size_t out_bytes;                /* of the kernel's output buffer */
     size_t b_bytes;                  /* of B's buffer (flushed before decode timings) */

@@ -665,6 +665,102 @@ static void test_int8_repack(void) {
         }
 }
 
+/* runs p and reads y (n floats) into out */
+static int run_read(kiln_program *p, kiln_graph *g, float *out, size_t n) {
+    int ok = p && kiln_run(p) == KILN_OK;
+    CHECK(ok, "%s", kiln_graph_error(g));
+    if (ok) kiln_read_output(g, "y", out, n * sizeof *out);
+    return ok;
+}
+
+/* the pack copy (runtime/repack.h): a weight's strips packed by the first
+ * prefill launch and read by the later ones. For the five block formats, at
+ * 1 and 2 threads (each thread fills its own strips), N = 37 in strips of
+ * 32 (a partial last strip), K in blocks of 256 (a short last one for the
+ * 32-element formats), and q8_0 also with x of 3 batch points (the
+ * copy's strips are per batch point; a block-format B cannot differ
+ * between them in a graph, so those strips are the same): the first and second runs within the int8 bound of the
+ * reference; B's memory overwritten without a new bind leaves the result
+ * bit for bit (the copy is read, not B); bound again, the copy is rebuilt
+ * and the result follows the new weights; with KILN_PACK_COPY=0 the
+ * overwrite shows at once. */
+static void test_int8_pack_copy(void) {
+    const kiln_dtype bt[6] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0, KILN_Q4_K, KILN_Q6_K, KILN_Q8_0};
+    const int64_t N = 37, M = 17;
+    for (int ti = 0; ti < 6; ti++) {
+        kiln_dtype t = bt[ti];
+        const int kq = t == KILN_Q4_K || t == KILN_Q6_K;
+        const int64_t K = kq ? 768 : 544, grp = kq ? 256 : 32, nb = ti == 5 ? 3 : 1, rows = nb * M;
+        const size_t yn = (size_t)(rows * N);
+        char xs[32], ws[32], name[96], why[300] = "";
+        snprintf(xs, sizeof xs, nb > 1 ? "3, m, %lld" : "m, %lld", (long long)K);
+        snprintf(ws, sizeof ws, "37, %lld", (long long)K);
+        snprintf(name, sizeof name, "contract_int8_pack_copy_%s%s", kiln_dtype_name(t), nb > 1 ? "_batch" : "");
+        CASE_BEGIN(name);
+        setenv("KILN_CONTRACT_SCHED_LARGE", "mr=4 nr=32 nc=0 mc=16 arith=i8 form=packed kc=256", 1);
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, xs);
+        kiln_tensor w = kiln_input(g, "w", t, ws);
+        kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+        CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+        float *wf = rand_f32(N * K, -1, 1), *wf2 = rand_f32(N * K, -1, 1), *xb = rand_f32(rows * K, -1, 1);
+        size_t wbytes, wbytes2;
+        void *wb = make_weights(t, wf, N * K, &wbytes), *wb2 = make_weights(t, wf2, N * K, &wbytes2);
+        void *wmem = malloc(wbytes);
+        float *ref = malloc(yn * sizeof *ref), *ref2 = malloc(yn * sizeof *ref2);
+        float *y1 = malloc(yn * sizeof *y1), *y2 = malloc(yn * sizeof *y2);
+        kiln_bind_dim(g, "m", M);
+        kiln_bind_input(g, "x", xb, (size_t)(rows * K) * sizeof(float));
+        memcpy(wmem, wb2, wbytes);
+        kiln_bind_weight(g, "w", wmem, wbytes);
+        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+        kiln_read_output(g, "y", ref2, yn * sizeof *ref2);
+        for (int mode = 0; mode < 3 && !why[0]; mode++) { /* 1 thread, 2 threads, 1 thread without copies */
+            if (mode == 2) setenv("KILN_PACK_COPY", "0", 1);
+            memcpy(wmem, wb, wbytes);
+            kiln_bind_weight(g, "w", wmem, wbytes);
+            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+            kiln_read_output(g, "y", ref, yn * sizeof *ref);
+            kiln_compile_options o = kiln_compile_defaults();
+            o.threads = mode == 1 ? 2 : 1;
+            kiln_status st;
+            kiln_program *p = kiln_compile(g, &o, &st);
+            for (int r = 0; r < 2 && run_read(p, g, y1, yn); r++) { /* the run that fills, the run that reads */
+                (void)int8_worst(xb, wf, ref, y1, rows, N, K, grp, why, sizeof why);
+                CHECK(!why[0], "mode %d, run %d: %s", mode, r, why);
+            }
+            const char *src = kiln_program_source(p);
+            CHECK(src && strstr(src, "kgi_") && strstr(src, "pkh[3]"), "mode %d: no packed int8 tile reading a pack copy", mode);
+            memcpy(wmem, wb2, wbytes); /* no bind */
+            if (run_read(p, g, y2, yn)) {
+                int same = memcmp(y1, y2, yn * sizeof *y1) == 0;
+                if (mode < 2) CHECK(same, "mode %d: B overwritten without a bind changed the result: the copy was not read", mode);
+                else CHECK(!same, "KILN_PACK_COPY=0: the result did not follow B's memory");
+            }
+            kiln_bind_weight(g, "w", wmem, wbytes); /* bound again: a new copy */
+            if (run_read(p, g, y2, yn)) {
+                (void)int8_worst(xb, wf2, ref2, y2, rows, N, K, grp, why, sizeof why);
+                CHECK(!why[0], "mode %d, bound again: %s", mode, why);
+            }
+            kiln_program_free(p);
+            unsetenv("KILN_PACK_COPY");
+        }
+        unsetenv("KILN_CONTRACT_SCHED_LARGE");
+        free(wf);
+        free(wf2);
+        free(xb);
+        free(wb);
+        free(wb2);
+        free(wmem);
+        free(ref);
+        free(ref2);
+        free(y1);
+        free(y2);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+}
+
 int main(void) {
     setenv("KILN_POISON_RESULTS", "1", 1); /* unwritten output elements show as NaN (exec.c) */
     test_linear();
@@ -678,6 +774,7 @@ int main(void) {
         test_int8_form("", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", "mr=2 nr=4 nc=0 mc=16 arith=i8", dot_ms, "kci8_");
         test_int8_batch_points();
         test_int8_repack();
+        test_int8_pack_copy();
         test_int8_form("_packed", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
                        "mr=4 nr=32 nc=0 mc=16 arith=i8 form=packed kc=256", packed_ms, "_4x32(qr, sr, zr, ur");
         test_int8_form("_packed_wide", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
