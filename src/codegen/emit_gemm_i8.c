@@ -95,7 +95,9 @@ int cg_packed_i8_ok(kiln_dtype t, const sch_contract_sched *s) {
 static const char *gi_prelude =
     "/* packed int8 contraction helpers (emit_gemm_i8.c) */\n"
     "KI __m512i kgi_b4(const int8_t *p) { int32_t x; memcpy(&x, p, 4); return _mm512_set1_epi32(x); }\n"
-    /* one row of A: int8 per 32 with scale sa, exact sums sm, zero-point terms zc per kb */
+    /* one row of A: int8 per 32 with scale sa, zero-point terms zc per kb,
+     * and exact sums sm (q4_k's minimums; NULL: not wanted, and the
+     * reduction that makes them is not done) */
     "static __attribute__((unused)) void kgq_row(const float *a, int64_t K, int kb, int o, int8_t *qa, float *sa,\n"
     "    int32_t *zc, float *sm) {\n"
     "  for (int64_t c = 0; c < K / 32; c++) {\n"
@@ -105,11 +107,10 @@ static const char *gi_prelude =
     "    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));\n"
     "    _mm_storeu_si128((__m128i *)(qa + 32 * c), _mm512_cvtsepi32_epi8(q0));\n"
     "    _mm_storeu_si128((__m128i *)(qa + 32 * c + 16), _mm512_cvtsepi32_epi8(q1));\n"
-    "    const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);\n"
     "    sa[c] = amax / 127.0f;\n"
-    "    sm[c] = _mm512_reduce_add_ps(_mm512_add_ps(x0, x1));\n"
-    "    if (kb == 32) zc[c] = -o * (s0 + s1);\n"
-    "    else { zc[2 * c] = -o * s0; zc[2 * c + 1] = -o * s1; }\n"
+    "    if (sm) sm[c] = _mm512_reduce_add_ps(_mm512_add_ps(x0, x1));\n"
+    "    if (kb == 32) zc[c] = -o * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));\n"
+    "    else { zc[2 * c] = -o * _mm512_reduce_add_epi32(q0); zc[2 * c + 1] = -o * _mm512_reduce_add_epi32(q1); }\n"
     "  }\n"
     "}\n";
 
@@ -294,8 +295,8 @@ void cg_emit_packed_i8_pre(const sch_program *p, const sch_kernel *k, const sch_
     if (c->mdim >= 0) OUT("        const int64_t i%d = mq; (void)i%d;\n", c->mdim, c->mdim);
     OUT("        kgq_row(A + (");
     out_sym(p, c->a_base, s, len, cap);
-    OUT("), K, %d, %d, gq_a + mq * K, gq_s + mq * (K / 32), gq_z + mq * (K / %d), gq_m + mq * (K / 32));\n", kb, zero,
-        kb);
+    OUT("), K, %d, %d, gq_a + mq * K, gq_s + mq * (K / 32), gq_z + mq * (K / %d), %s);\n", kb, zero, kb,
+        t == KILN_Q4_K ? "gq_m + mq * (K / 32)" : "NULL");
     OUT("      }\n    return 0;\n  }\n");
 }
 
@@ -368,8 +369,8 @@ void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, 
     if (md >= 0) OUT("            const int64_t i%d = mq; (void)i%d;\n", md, md);
     OUT("            kgq_row(A + (");
     out_sym(p, c->a_base, s, len, cap);
-    OUT("), K, %d, %d, gq_a + mq * K, gq_s + mq * (K / 32), gq_z + mq * (K / %d), gq_m + mq * (K / 32));\n", kb,
-        zero, kb);
+    OUT("), K, %d, %d, gq_a + mq * K, gq_s + mq * (K / 32), gq_z + mq * (K / %d), %s);\n", kb, zero, kb,
+        t == KILN_Q4_K ? "gq_m + mq * (K / 32)" : "NULL");
     OUT("          }\n");
     OUT("          gq_o = gob;\n");
     OUT("        }\n");
