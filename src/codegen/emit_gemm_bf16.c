@@ -25,7 +25,10 @@
  *         attention's probabilities end in zeros past each query's position,
  *         so its value product skips about half of its pairs. The skipped
  *         products are 0 x b: the result is the same unless b is inf or NaN
- *         (IEEE's 0 x inf = NaN is not formed there).
+ *         (IEEE's 0 x inf = NaN is not formed there). Where the consumers
+ *         multiply the output by zero past a causal bound (n >= m + off,
+ *         sch_contract.n_lim_off, demand.c), a strip past the bound of all
+ *         the tile's rows is stored as 0 with no pairs: attention's scores.
  *
  * Error: each product has relative error <= 2^-7 (two bf16 roundings, round
  * to nearest even), summed in f32: |y - y_exact| <= 2^-7 sum |a b| + f32
@@ -220,6 +223,13 @@ void cg_emit_packed_bf16_schedule(const sch_program *p, const sch_kernel *k, con
     /* the pairs past every row's last nonzero word are not multiplied */
     OUT("                int64_t kpe = 0;\n");
     OUT("                for (int i = 0; i < rows; i++) { const int64_t e = (int64_t)gb_a[M * kpa + 16 + mm + i] - k0 / 2; if (e > kpe) kpe = e; }\n");
+    if (c->n_lim_off != SYM_NONE) {
+        /* columns the consumers multiply by zero in every row of the tile
+         * (demand.c): stored as 0, not computed */
+        OUT("                if (ns >= mm + rows - 1 + (");
+        out_sym(p, c->n_lim_off, s, len, cap);
+        OUT(")) kpe = 0;\n");
+    }
     cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
     OUT("                kgb_%dx%d_p%d(ar, bps, kpe < kp ? kpe : kp, cr, rows, cols, osn == 1 ? acc : 0);\n", mr, nr, sc->pf);
     cg_emit_tile_scatter(p, k, nr, s, len, cap);

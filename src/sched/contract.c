@@ -263,6 +263,7 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     c->b_computed = p->bufs[c->b_buf].kind != SCH_BUF_INPUT;
     c->mdim = md;
     c->ndim = nd;
+    c->n_lim_off = SYM_NONE;
     kiln_dtype bt = p->bufs[c->b_buf].dtype;
     c->sched[0] = sch_contract_default_of(c, 0, bt);
     c->sched[1] = sch_contract_default_of(c, 1, bt);
@@ -280,6 +281,7 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     if (bt == KILN_F32 && c->b_computed) h = fnv_step(h, 0x4143u);
     snprintf(c->key, sizeof c->key, "contract-%s-%016llx", kiln_dtype_name(bt), (unsigned long long)h);
     k->contract = c;
+    c->n_lim_off = sch_demand_n_limit(p, k);
     return forced;
 }
 

@@ -15,6 +15,11 @@
  * KILN_CONTRACT=0 turns recognition off (generic reductions only). */
 int sch_contract_analyse(sch_program *p, uint8_t *force);
 
+/* the contraction kernel k's demanded columns (demand.c): off when its
+ * consumers multiply output (m, n) by zero wherever n >= m + off, else
+ * SYM_NONE */
+sym_id sch_demand_n_limit(const sch_program *p, const sch_kernel *k);
+
 /* the default schedule for small (decode) or large M */
 sch_contract_sched sch_contract_default(int large_m, kiln_dtype b_dtype);
 /* the same for contraction c: a packed schedule when its B is strided along

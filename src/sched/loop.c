@@ -496,6 +496,12 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
             rest = rest ? strchr(rest, ' ') : NULL;
             if (rest) sch_appendf(buf, len, cap, "%s", rest);
         }
+        if (c->n_lim_off != SYM_NONE) {
+            /* demand.c: the consumers multiply the rest by zero */
+            char off[96];
+            sym_print(p->g->syms, c->n_lim_off, off, sizeof off);
+            sch_appendf(buf, len, cap, "; used where i%d < i%d + %s", c->ndim, c->mdim, off);
+        }
         sch_appendf(buf, len, cap, "\n");
     }
     if (k->kind == SCH_K_QUANTIZE || k->kind == SCH_K_COPY) {

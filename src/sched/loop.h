@@ -176,6 +176,9 @@ typedef struct sch_contract {
     sch_contract_sched sched[2];
     int b_computed;        /* B is not a caller's input (an intermediate, or a state such as
                               the KV cache): search.h b_activation */
+    sym_id n_lim_off;      /* SYM_NONE, or: the consumers multiply output (m, n) by zero where
+                              n >= m + n_lim_off (attention's causal mask), so a kernel may
+                              store 0 there instead of the sum (demand.c) */
     char key[32];          /* tuning key: hash of the kernel's shape-free structure */
 } sch_contract;
 
