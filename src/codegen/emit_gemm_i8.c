@@ -13,7 +13,10 @@
  *   pack: B's columns into strips of nr, each 4 consecutive k of a column
  *         one 32-bit word, laid out [k/4][nr][4] (the VNNI operand order),
  *         as unsigned bytes q (q8_0: q + 128), with per-(block, column)
- *         scales d (f32) and, for q4_k, minimums dmin * m;
+ *         scales d (f32) and, for q4_k, minimums dmin * m; for a weight
+ *         the runtime keeps these strips (its pack copy, runtime/repack.h:
+ *         K whole, bufs[2 nbufs + 1 + b]): the first launch fills them,
+ *         item by item, and later launches read them instead of packing;
  *   kgi_<dt>_<mr>x<nr>: per block of kb: int32 s[mr][nr/16] = zc (broadcast
  *         per row), then per 4 k: s += dpbusd(strip row (uint8), broadcast
  *         4 bytes of qa (int8)); then f[mr][nr/16] += float(s) * (d * sa);

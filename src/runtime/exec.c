@@ -879,11 +879,6 @@ static int shared_a(kiln_program *p, const sch_kernel *K, const sch_contract_sch
     return 1;
 }
 
-/* B's repacked copy for kernel k's decode schedules (rp=1), kept while B
- * stays bound to the same weight (kiln_bind_weight: the same pointer and
- * binding); dropped when B is bound as a plain input, whose contents may
- * change between runs, or when `want` is 0. The kernel reads it through
- * bufs[nbufs + 1 + b] and falls back to B itself where it is NULL. */
 /* buffer b's binding when it is a weight (kiln_bind_weight), else NULL */
 static const input_binding *weight_binding(const kiln_program *p, int32_t b) {
     if (p->sp.bufs[b].kind != SCH_BUF_INPUT || p->bind_at[b] < 0 || p->bind_at[b] >= p->g->ninputs) return NULL;
@@ -891,6 +886,11 @@ static const input_binding *weight_binding(const kiln_program *p, int32_t b) {
     return bind->constant ? bind : NULL;
 }
 
+/* B's repacked copy for kernel k's decode schedules (rp=1), kept while B
+ * stays bound to the same weight (kiln_bind_weight: the same pointer and
+ * binding); dropped when B is bound as a plain input, whose contents may
+ * change between runs, or when `want` is 0. The kernel reads it through
+ * bufs[nbufs + 1 + b] and falls back to B itself where it is NULL. */
 static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
     const sch_contract *c = p->sp.kernels[k].contract;
     int32_t b = c->b_buf;

@@ -7,7 +7,9 @@
  * together with the kernel as a generic loop nest (the reference), compiled
  * once, and run on the real inputs of the kernel into scratch outputs. A
  * candidate whose output differs from the reference beyond the f32
- * accumulation tolerance is disqualified and counted. Each survivor is
+ * accumulation tolerance is disqualified and counted (outputs its
+ * consumers multiply by zero, sch_contract.n_lim_off, are left out: a
+ * candidate may store 0 there). Each survivor is
  * timed: one warm-up, then repeats until 5 runs or 30 ms, the minimum kept.
  * A second round measures the untried neighbours of the winner (mr, nr, mc,
  * nc one step away) while the budget lasts. In the large-M bucket a winner
