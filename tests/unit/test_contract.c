@@ -546,14 +546,20 @@ static void test_bf16_zero_tails(const char *large) {
     CASE_END();
 }
 
-static void test_attention(void) {
-    char why[300] = "";
-    CASE_BEGIN("contract_attention_gqa");
+/* kiln_attention of q (s, 4, 32) with k, v (t, 2, 32) at q_pos = t - s */
+static kiln_graph *attention_gqa(int64_t window) {
     kiln_graph *g = kiln_graph_new();
     kiln_tensor q = kiln_input(g, "q", KILN_F32, "s, 4, 32");
     kiln_tensor k = kiln_input(g, "k", KILN_F32, "t, 2, 32");
     kiln_tensor v = kiln_input(g, "v", KILN_F32, "t, 2, 32");
-    kiln_output(g, kiln_attention(g, q, k, v, kiln_sym_parse(g, "t - s"), 0.17, 0), "y");
+    kiln_output(g, kiln_attention(g, q, k, v, kiln_sym_parse(g, "t - s"), 0.17, window), "y");
+    return g;
+}
+
+static void test_attention(void) {
+    char why[300] = "";
+    CASE_BEGIN("contract_attention_gqa");
+    kiln_graph *g = attention_gqa(0);
     CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
     float *qb = rand_f32(5 * 4 * 32, -1, 1), *kb = rand_f32(11 * 2 * 32, -1, 1), *vb = rand_f32(11 * 2 * 32, -1, 1);
     kiln_bind_dim(g, "s", 5);
@@ -590,108 +596,115 @@ static kiln_graph *masked_scores(int recip, int twice) {
     return g;
 }
 
+/* the kernels' text of g compiled with the defaults (NULL: did not compile) */
+static char *kernels_of(kiln_graph *g) {
+    kiln_status st;
+    kiln_program *p = kiln_compile(g, NULL, &st);
+    char *text = p ? kiln_program_kernels(p) : NULL;
+    kiln_program_free(p);
+    return text;
+}
+
 /* the causal bound of attention's scores (demand.c): found in
- * kiln_attention (with and without a window) and in a hand-built mask,
- * and not where the scores have a second use or a 1/x on the way. Then
- * used by the packed bf16 form: with s = 40, t = 45 and key 44 NaN, the
- * masked product is 0 where the strip was skipped (the reference's
- * NaN x 0 is NaN there: the documented difference), every other output
- * within the bf16 bound of the reference, and whole attention within 2%
- * under the forced bf16 schedule */
-static void test_attention_demand(void) {
-    CASE_BEGIN("contract_attention_causal_demand");
-    char why[300] = "";
+ * kiln_attention, with and without a window, for the scores only; found in
+ * a hand-built mask, and not where the scores have a second use or a 1/x
+ * on the way to the mask */
+static void test_causal_bound_found(void) {
+    CASE_BEGIN("contract_causal_bound_found");
     for (int w = 0; w < 2; w++) {
-        kiln_graph *g = kiln_graph_new();
-        kiln_tensor q = kiln_input(g, "q", KILN_F32, "s, 4, 32");
-        kiln_tensor k = kiln_input(g, "k", KILN_F32, "t, 2, 32");
-        kiln_tensor v = kiln_input(g, "v", KILN_F32, "t, 2, 32");
-        kiln_output(g, kiln_attention(g, q, k, v, kiln_sym_parse(g, "t - s"), 0.17, w ? 3 : 0), "y");
-        kiln_status st;
-        kiln_program *p = kiln_compile(g, NULL, &st);
-        char *text = p ? kiln_program_kernels(p) : NULL;
+        kiln_graph *g = attention_gqa(w ? 3 : 0);
+        char *text = kernels_of(g);
         const char *u = text ? strstr(text, "used where i3 < i0 + ") : NULL;
         CHECK(u && !strstr(u + 1, "used where"), "window %d: the scores' causal bound, and only theirs: %s", w,
               text ? text : kiln_graph_error(g));
         free(text);
-        kiln_program_free(p);
         kiln_graph_free(g);
     }
     for (int c = 0; c < 3; c++) { /* plain, 1/x, a second use */
         kiln_graph *g = masked_scores(c == 1, c == 2);
-        kiln_status st;
-        kiln_program *p = kiln_compile(g, NULL, &st);
-        char *text = p ? kiln_program_kernels(p) : NULL;
+        char *text = kernels_of(g);
         int found = text && strstr(text, "used where i1 < i0 + ") != NULL;
         CHECK(text && found == (c == 0), "case %d: bound %s: %s", c, found ? "found" : "not found",
               text ? text : kiln_graph_error(g));
         free(text);
-        kiln_program_free(p);
         kiln_graph_free(g);
     }
+    CASE_END();
+}
+
+/* the packed bf16 form on the bound: with s = 40, t = 45 and key 44 NaN,
+ * the masked product is 0 where a strip was skipped (the reference's
+ * NaN x 0 is NaN there: the documented difference), NaN or 0 elsewhere
+ * past the mask, NaN in key 44's column before it, and every other output
+ * within the bf16 bound of the reference */
+static void test_causal_skip(void) {
+    CASE_BEGIN("contract_causal_skip_bf16");
+    char why[300] = "";
+    const int64_t S = 40, T = 45, off = T - S + 1;
     setenv("KILN_CONTRACT_SCHED_LARGE", "mr=6 nr=16 nc=0 mc=64 arith=bf16 form=packed kc=0", 1);
-    {
-        const int64_t S = 40, T = 45, off = T - S + 1;
-        kiln_graph *g = masked_scores(0, 0);
-        float *qb = rand_f32(S * 32, -1, 1), *k1 = rand_f32(T * 32, -1, 1), *k2 = rand_f32(T * 32, -1, 1);
-        k1[44 * 32 + 5] = NAN;
-        float *ref = malloc((size_t)(S * T) * sizeof *ref), *got = malloc((size_t)(S * T) * sizeof *got);
-        kiln_bind_dim(g, "s", S);
-        kiln_bind_dim(g, "t", T);
-        kiln_bind_input(g, "q", qb, (size_t)(S * 32) * sizeof(float));
-        kiln_bind_input(g, "k1", k1, (size_t)(T * 32) * sizeof(float));
-        kiln_bind_input(g, "k2", k2, (size_t)(T * 32) * sizeof(float));
-        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
-        kiln_read_output(g, "y", ref, (size_t)(S * T) * sizeof *ref);
-        int skipped = 0;
-        if (run_approx(g, S, "arith=bf16 (approximate)", "kgb_", got, S * T)) {
-            for (int64_t i = 0; i < S && !why[0]; i++)
-                for (int64_t j = 0; j < T; j++) {
-                    float r = ref[i * T + j], x = got[i * T + j];
-                    if (j >= i + off && isnan(r) && x == 0.0f) skipped++;
-                    else if (j >= i + off ? !(x == 0.0f || isnan(x)) : j == 44 ? !isnan(x) : !(fabsf(x - r) <= 0.05f))
-                        snprintf(why, sizeof why, "i=%lld j=%lld: reference %g, bf16 %g", (long long)i, (long long)j, r, x);
-                }
-            CHECK(!why[0], "%s", why);
-            CHECK(skipped > 0, "no masked strip was skipped");
-        }
-        free(qb);
-        free(k1);
-        free(k2);
-        free(ref);
-        free(got);
-        kiln_graph_free(g);
-    }
-    {
-        const int64_t S = 40, T = 45;
-        kiln_graph *g = kiln_graph_new();
-        kiln_tensor q = kiln_input(g, "q", KILN_F32, "s, 4, 32");
-        kiln_tensor k = kiln_input(g, "k", KILN_F32, "t, 2, 32");
-        kiln_tensor v = kiln_input(g, "v", KILN_F32, "t, 2, 32");
-        kiln_output(g, kiln_attention(g, q, k, v, kiln_sym_parse(g, "t - s"), 0.17, 0), "y");
-        float *qb = rand_f32(S * 128, -1, 1), *kb = rand_f32(T * 64, -1, 1), *vb = rand_f32(T * 64, -1, 1);
-        float *ref = malloc((size_t)(S * 128) * sizeof *ref), *got = malloc((size_t)(S * 128) * sizeof *got);
-        kiln_bind_dim(g, "s", S);
-        kiln_bind_dim(g, "t", T);
-        kiln_bind_input(g, "q", qb, (size_t)(S * 128) * sizeof(float));
-        kiln_bind_input(g, "k", kb, (size_t)(T * 64) * sizeof(float));
-        kiln_bind_input(g, "v", vb, (size_t)(T * 64) * sizeof(float));
-        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
-        kiln_read_output(g, "y", ref, (size_t)(S * 128) * sizeof *ref);
-        if (run_approx(g, S, "arith=bf16 (approximate)", "kgb_", got, S * 128)) {
-            double big = 0, worst = 0;
-            for (int64_t e = 0; e < S * 128; e++) big = fabs(ref[e]) > big ? fabs(ref[e]) : big;
-            for (int64_t e = 0; e < S * 128; e++) worst = fabs(ref[e] - got[e]) > worst ? fabs(ref[e] - got[e]) : worst;
-            CHECK(worst <= 0.02 * big, "attention under bf16: worst error %g of max %g", worst, big);
-        }
-        free(qb);
-        free(kb);
-        free(vb);
-        free(ref);
-        free(got);
-        kiln_graph_free(g);
+    kiln_graph *g = masked_scores(0, 0);
+    float *qb = rand_f32(S * 32, -1, 1), *k1 = rand_f32(T * 32, -1, 1), *k2 = rand_f32(T * 32, -1, 1);
+    k1[44 * 32 + 5] = NAN;
+    float *ref = malloc((size_t)(S * T) * sizeof *ref), *got = malloc((size_t)(S * T) * sizeof *got);
+    kiln_bind_dim(g, "s", S);
+    kiln_bind_dim(g, "t", T);
+    kiln_bind_input(g, "q", qb, (size_t)(S * 32) * sizeof(float));
+    kiln_bind_input(g, "k1", k1, (size_t)(T * 32) * sizeof(float));
+    kiln_bind_input(g, "k2", k2, (size_t)(T * 32) * sizeof(float));
+    CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+    kiln_read_output(g, "y", ref, (size_t)(S * T) * sizeof *ref);
+    int skipped = 0;
+    if (run_approx(g, S, "arith=bf16 (approximate)", "kgb_", got, S * T)) {
+        for (int64_t i = 0; i < S && !why[0]; i++)
+            for (int64_t j = 0; j < T; j++) {
+                float r = ref[i * T + j], x = got[i * T + j];
+                if (j >= i + off && isnan(r) && x == 0.0f) skipped++;
+                else if (j >= i + off ? !(x == 0.0f || isnan(x)) : j == 44 ? !isnan(x) : !(fabsf(x - r) <= 0.05f))
+                    snprintf(why, sizeof why, "i=%lld j=%lld: reference %g, bf16 %g", (long long)i, (long long)j, r, x);
+            }
+        CHECK(!why[0], "%s", why);
+        CHECK(skipped > 0, "no masked strip was skipped");
     }
     unsetenv("KILN_CONTRACT_SCHED_LARGE");
+    free(qb);
+    free(k1);
+    free(k2);
+    free(ref);
+    free(got);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
+/* whole attention (s = 40, t = 45) with both products on the packed bf16
+ * form (scores skipped past the mask, values stopped at each row's last
+ * nonzero probability): within 2% of the largest output */
+static void test_causal_attention_bf16(void) {
+    CASE_BEGIN("contract_causal_attention_bf16");
+    const int64_t S = 40, T = 45;
+    setenv("KILN_CONTRACT_SCHED_LARGE", "mr=6 nr=16 nc=0 mc=64 arith=bf16 form=packed kc=0", 1);
+    kiln_graph *g = attention_gqa(0);
+    float *qb = rand_f32(S * 128, -1, 1), *kb = rand_f32(T * 64, -1, 1), *vb = rand_f32(T * 64, -1, 1);
+    float *ref = malloc((size_t)(S * 128) * sizeof *ref), *got = malloc((size_t)(S * 128) * sizeof *got);
+    kiln_bind_dim(g, "s", S);
+    kiln_bind_dim(g, "t", T);
+    kiln_bind_input(g, "q", qb, (size_t)(S * 128) * sizeof(float));
+    kiln_bind_input(g, "k", kb, (size_t)(T * 64) * sizeof(float));
+    kiln_bind_input(g, "v", vb, (size_t)(T * 64) * sizeof(float));
+    CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+    kiln_read_output(g, "y", ref, (size_t)(S * 128) * sizeof *ref);
+    if (run_approx(g, S, "arith=bf16 (approximate)", "kgb_", got, S * 128)) {
+        double big = 0, worst = 0;
+        for (int64_t e = 0; e < S * 128; e++) big = fabs(ref[e]) > big ? fabs(ref[e]) : big;
+        for (int64_t e = 0; e < S * 128; e++) worst = fabs(ref[e] - got[e]) > worst ? fabs(ref[e] - got[e]) : worst;
+        CHECK(worst <= 0.02 * big, "attention under bf16: worst error %g of max %g", worst, big);
+    }
+    unsetenv("KILN_CONTRACT_SCHED_LARGE");
+    free(qb);
+    free(kb);
+    free(vb);
+    free(ref);
+    free(got);
+    kiln_graph_free(g);
     CASE_END();
 }
 
@@ -891,7 +904,11 @@ int main(void) {
     test_batched();
     test_fused_operands();
     test_attention();
-    if (cpu_flag("avx512_bf16")) test_attention_demand();
+    test_causal_bound_found();
+    if (cpu_flag("avx512_bf16")) {
+        test_causal_skip();
+        test_causal_attention_bf16();
+    }
     if (cpu_flag("avx512_vnni")) {
         /* the dot form (decode and prefill), then the packed form for
          * prefill: M not a multiple of mr, N not of nr, two K blocks */
