@@ -1255,7 +1255,13 @@ static int tune_row_cmp(const void *pa, const void *pb) {
     return c ? c : strcmp(a->r->fingerprint, b->r->fingerprint);
 }
 
-#define TUNE_KEY_SHORT 12
+/* a key's table form: its kind and dtype whole, its hash cut to 8 digits
+ * ("contract-q4_0-2308cd3e"; q4_0 and q4_k once both read "contract-q4_") */
+static size_t tune_key_short(const char *key) {
+    const char *dash = strrchr(key, '-');
+    size_t n = dash ? (size_t)(dash - key) + 1 + 8 : 12;
+    return n < strlen(key) ? n : strlen(key);
+}
 
 /* the fingerprint records must carry to be this machine's: the CPU's, or
  * with --backend opencl|cuda that backend's device's (NULL without one) */
@@ -1322,7 +1328,7 @@ static int tune_show(int json) {
             }
             for (int i = 0; i < n; i++) {
                 const sch_tune_record *r = rows[i].r;
-                cell_text(r->key, TUNE_KEY_SHORT, cell[0], sizeof cell[0]);
+                cell_text(r->key, tune_key_short(r->key), cell[0], sizeof cell[0]);
                 cell_text(r->bucket, SIZE_MAX, cell[1], sizeof cell[1]);
                 cell_text(r->schedule, SIZE_MAX, cell[2], sizeof cell[2]);
                 fmt_secs(r->best_s, cell[3], sizeof cell[3]);

@@ -207,6 +207,18 @@ def case_show_records():
     assert "3 records" in err, err
 
 
+def case_show_keys_apart():
+    """the table cuts a key's hash, never its dtype: q4_0 and q4_k keys with
+    the same hash show as two different kernels"""
+    db = fresh_db()
+    base = records()[0]
+    recs = [dict(base, key="contract-q4_0-1111111122222222"), dict(base, key="contract-q4_k-1111111122222222")]
+    write_db(db, recs)
+    rc, out, err = kiln(["--show"], db)
+    assert rc == 0, (rc, err)
+    assert "| contract-q4_0-11111111 " in out and "| contract-q4_k-11111111 " in out, out
+
+
 def case_export_import():
     db = fresh_db()
     recs = records()
@@ -319,6 +331,7 @@ def case_tune_model():
 
 suite.case("show_empty_db", case_show_empty)
 suite.case("show_records_table_and_json", case_show_records)
+suite.case("show_keys_apart", case_show_keys_apart)
 suite.case("export_import_roundtrip", case_export_import)
 suite.case("corrupt_db_warns_and_shows_good_records", case_corrupt)
 suite.case("bad_flags_exit_2", case_bad_flags)
