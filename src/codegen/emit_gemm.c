@@ -405,7 +405,15 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
     OUT("              const float *bps = bp + st * %d * kcb;\n", nr);
     OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     emit_tile_rows_f32(p, k, mr, nr, s, len, cap);
-    OUT("                kgp_%s_%dx%d_p%d(ar, bps, %d, kl, cr, rows, cols, osn == 1 ? acc : 0);\n", tag, mr, nr, sc->pf, nr);
+    /* a strip past the causal bound of all the tile's rows (demand.c):
+     * stored as 0, no K steps */
+    OUT("                int64_t kle = kl;\n");
+    if (c->n_lim_off != SYM_NONE) {
+        OUT("                if (ns >= mm + rows - 1 + (");
+        out_sym(p, c->n_lim_off, s, len, cap);
+        OUT(")) kle = 0;\n");
+    }
+    OUT("                kgp_%s_%dx%d_p%d(ar, bps, %d, kle, cr, rows, cols, osn == 1 ? acc : 0);\n", tag, mr, nr, sc->pf, nr);
     cg_emit_tile_scatter(p, k, nr, s, len, cap);
     OUT("              }\n            }\n          }\n        }\n");
     OUT("        free(bp);\n");

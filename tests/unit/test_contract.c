@@ -632,16 +632,16 @@ static void test_causal_bound_found(void) {
     CASE_END();
 }
 
-/* the packed bf16 form on the bound: with s = 40, t = 45 and key 44 NaN,
- * the masked product is 0 where a strip was skipped (the reference's
- * NaN x 0 is NaN there: the documented difference), NaN or 0 elsewhere
- * past the mask, NaN in key 44's column before it, and every other output
- * within the bf16 bound of the reference */
-static void test_causal_skip(void) {
-    CASE_BEGIN("contract_causal_skip_bf16");
+/* a packed form on the bound (bf16: the strips; f32: the K steps): with
+ * s = 40, t = 45 and key 44 NaN, the masked product is 0 where a strip was
+ * skipped (the reference's NaN x 0 is NaN there: the documented
+ * difference), NaN or 0 elsewhere past the mask, NaN in key 44's column
+ * before it, and every other output within tol of the reference */
+static void test_causal_skip(const char *name, const char *sched, const char *arith, float tol) {
+    CASE_BEGIN(name);
     char why[300] = "";
     const int64_t S = 40, T = 45, off = T - S + 1;
-    setenv("KILN_CONTRACT_SCHED_LARGE", "mr=6 nr=16 nc=0 mc=64 arith=bf16 form=packed kc=0", 1);
+    setenv("KILN_CONTRACT_SCHED_LARGE", sched, 1);
     kiln_graph *g = masked_scores(0, 0);
     float *qb = rand_f32(S * 32, -1, 1), *k1 = rand_f32(T * 32, -1, 1), *k2 = rand_f32(T * 32, -1, 1);
     k1[44 * 32 + 5] = NAN;
@@ -654,12 +654,12 @@ static void test_causal_skip(void) {
     CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
     kiln_read_output(g, "y", ref, (size_t)(S * T) * sizeof *ref);
     int skipped = 0;
-    if (run_approx(g, S, "arith=bf16 (approximate)", "kgb_", got, S * T)) {
+    if (run_approx(g, S, arith, "kg", got, S * T)) {
         for (int64_t i = 0; i < S && !why[0]; i++)
             for (int64_t j = 0; j < T; j++) {
                 float r = ref[i * T + j], x = got[i * T + j];
                 if (j >= i + off && isnan(r) && x == 0.0f) skipped++;
-                else if (j >= i + off ? !(x == 0.0f || isnan(x)) : j == 44 ? !isnan(x) : !(fabsf(x - r) <= 0.05f))
+                else if (j >= i + off ? !(x == 0.0f || isnan(x)) : j == 44 ? !isnan(x) : !(fabsf(x - r) <= tol))
                     snprintf(why, sizeof why, "i=%lld j=%lld: reference %g, bf16 %g", (long long)i, (long long)j, r, x);
             }
         CHECK(!why[0], "%s", why);
@@ -905,8 +905,11 @@ int main(void) {
     test_fused_operands();
     test_attention();
     test_causal_bound_found();
+    if (cpu_flag("avx512f"))
+        test_causal_skip("contract_causal_skip_f32", "mr=6 nr=16 nc=0 mc=64 arith=f32 form=packed kc=0", "arith=f32", 1e-4f);
     if (cpu_flag("avx512_bf16")) {
-        test_causal_skip();
+        test_causal_skip("contract_causal_skip_bf16", "mr=6 nr=16 nc=0 mc=64 arith=bf16 form=packed kc=0",
+                         "arith=bf16 (approximate)", 0.05f);
         test_causal_attention_bf16();
     }
     if (cpu_flag("avx512_vnni")) {
