@@ -63,8 +63,9 @@ static int is_one(sym_pool *sp, sym_id s) {
 /* the coordinates c[] of node n that a consumer reads at coordinates u[]
  * through view v: 1 on success. Two forms: n with at most one axis longer
  * than 1 (its coordinate is the view's linear index), or a one-layer view
- * with offset 0 whose every long axis d of n is read by one view axis of
- * n's own row-major stride and size (reshapes, broadcasts, permutes) */
+ * with offset 0 whose every long axis d of n is read by its own view axis
+ * of n's row-major stride and size, every other long view axis having
+ * stride 0 (reshapes, broadcasts, permutes) */
 static int view_coords(sym_pool *sp, const node *n, const view *v, const sym_id *u, sym_id *c) {
     if (v->nlayers != 1 || v->layer[0].masked) return 0;
     const view_layer *l = &v->layer[0];
@@ -81,17 +82,25 @@ static int view_coords(sym_pool *sp, const node *n, const view *v, const sym_id 
     }
     int64_t off;
     if (!sym_is_const(sp, l->offset, &off) || off != 0) return 0;
+    unsigned used = 0; /* view axes matched to an axis of n */
     sym_id stride = sym_const(sp, 1);
     for (int d = n->ndim - 1; d >= 0; stride = sym_mul(sp, stride, n->shape[d]), d--) {
         if (is_one(sp, n->shape[d])) continue;
         int found = 0;
         for (int e = 0; e < l->ndim && !found; e++)
-            if (!is_one(sp, l->shape[e]) && sym_equal(sp, l->stride[e], stride) && sym_equal(sp, l->shape[e], n->shape[d])) {
+            if (!((used >> e) & 1u) && !is_one(sp, l->shape[e]) && sym_equal(sp, l->stride[e], stride) &&
+                sym_equal(sp, l->shape[e], n->shape[d])) {
                 c[d] = u[e];
+                used |= 1u << e;
                 found = 1;
             }
         if (!found) return 0;
     }
+    /* every other long view axis must be a broadcast (stride 0): one that
+     * moves through n (a window's overlapping rows) is not this form */
+    int64_t z;
+    for (int e = 0; e < l->ndim; e++)
+        if (!((used >> e) & 1u) && !is_one(sp, l->shape[e]) && !(sym_is_const(sp, l->stride[e], &z) && z == 0)) return 0;
     return 1;
 }
 
