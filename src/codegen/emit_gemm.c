@@ -238,6 +238,15 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
     sch_print_sym(p, x, s, len, cap);
 }
 
+void cg_emit_masked_strip(const sch_program *p, const sch_kernel *k, const char *steps, char **s, size_t *len,
+                          size_t *cap) {
+    sym_id off = k->contract->n_lim_off;
+    if (off == SYM_NONE) return;
+    OUT("                if (ns >= mm + rows - 1 + (");
+    out_sym(p, off, s, len, cap);
+    OUT(")) %s = 0;\n", steps);
+}
+
 void cg_emit_out_stride(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap) {
     const sch_contract *c = k->contract;
     int md = c->mdim, nd = c->ndim;
@@ -405,14 +414,9 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
     OUT("              const float *bps = bp + st * %d * kcb;\n", nr);
     OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     emit_tile_rows_f32(p, k, mr, nr, s, len, cap);
-    /* a strip past the causal bound of all the tile's rows (demand.c):
-     * stored as 0, no K steps */
+    /* a strip past the causal bound of all the tile's rows: stored as 0, no K steps */
     OUT("                int64_t kle = kl;\n");
-    if (c->n_lim_off != SYM_NONE) {
-        OUT("                if (ns >= mm + rows - 1 + (");
-        out_sym(p, c->n_lim_off, s, len, cap);
-        OUT(")) kle = 0;\n");
-    }
+    cg_emit_masked_strip(p, k, "kle", s, len, cap);
     OUT("                kgp_%s_%dx%d_p%d(ar, bps, %d, kle, cr, rows, cols, osn == 1 ? acc : 0);\n", tag, mr, nr, sc->pf, nr);
     cg_emit_tile_scatter(p, k, nr, s, len, cap);
     OUT("              }\n            }\n          }\n        }\n");

@@ -46,6 +46,11 @@ void cg_emit_strip_operand(const sch_program *p, const sch_kernel *k, int nr, in
                            size_t *cap);
 void cg_emit_out_stride(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap);
 void cg_emit_tile_scatter(const sch_program *p, const sch_kernel *k, int nr, char **s, size_t *len, size_t *cap);
+/* when the consumers multiply the output by zero past a causal bound
+ * (sch_contract.n_lim_off, demand.c): "if (the strip at ns lies past the
+ * bound of every row of the tile at mm) steps = 0;", else nothing */
+void cg_emit_masked_strip(const sch_program *p, const sch_kernel *k, const char *steps, char **s, size_t *len,
+                          size_t *cap);
 /* cr[0..mr): the output rows of the tile at mm (rows valid), ns (osn, ct) */
 void cg_emit_tile_rows(const sch_program *p, const sch_kernel *k, int mr, int nr, char **s, size_t *len, size_t *cap);
 

@@ -223,13 +223,8 @@ void cg_emit_packed_bf16_schedule(const sch_program *p, const sch_kernel *k, con
     /* the pairs past every row's last nonzero word are not multiplied */
     OUT("                int64_t kpe = 0;\n");
     OUT("                for (int i = 0; i < rows; i++) { const int64_t e = (int64_t)gb_a[M * kpa + 16 + mm + i] - k0 / 2; if (e > kpe) kpe = e; }\n");
-    if (c->n_lim_off != SYM_NONE) {
-        /* columns the consumers multiply by zero in every row of the tile
-         * (demand.c): stored as 0, not computed */
-        OUT("                if (ns >= mm + rows - 1 + (");
-        out_sym(p, c->n_lim_off, s, len, cap);
-        OUT(")) kpe = 0;\n");
-    }
+    /* columns the consumers multiply by zero in every row of the tile: stored as 0, not computed */
+    cg_emit_masked_strip(p, k, "kpe", s, len, cap);
     cg_emit_tile_rows(p, k, mr, nr, s, len, cap);
     OUT("                kgb_%dx%d_p%d(ar, bps, kpe < kp ? kpe : kp, cr, rows, cols, osn == 1 ? acc : 0);\n", mr, nr, sc->pf);
     cg_emit_tile_scatter(p, k, nr, s, len, cap);
