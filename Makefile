@@ -1,6 +1,7 @@
 # kiln — one plain Makefile.
 #   make            build/libkiln.a, build/libkiln.so, build/kiln
-#   make test       every test; ends with "N passed, N failed"
+#   make test       every test; ends with "N passed, N failed" (the Python tests
+#                   run in build/pyenv, which tools/pyenv.sh makes from PyPI once)
 #   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
 #   make run        kiln's main job on its default model
 #   CC=clang make   builds with clang (both compilers must stay warning-free)
@@ -72,8 +73,8 @@ fuzz: $(BUILD)/libkiln.so
 	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn -Isrc/rewrite \
 	    tests/fuzz/fuzz_gguf.c $(LIB_SRC) -lm -ldl -lpthread -o $(BUILD)/fuzz_gguf
-	KILN_LIB=$(BUILD)/libkiln.so python3 tests/fuzz/make_corpus.py $(BUILD)/fuzz-corpus
+	py=$$(sh tools/pyenv.sh) && KILN_LIB=$(BUILD)/libkiln.so $$py tests/fuzz/make_corpus.py $(BUILD)/fuzz-corpus
 	$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 $(BUILD)/fuzz-corpus
 
 clean:
-	rm -rf build build-asan build-clang
+	rm -rf build/obj build/tests build/lib* build/kiln build-asan build-clang

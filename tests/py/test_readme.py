@@ -181,9 +181,13 @@ def t_links():
     """every relative link in the README points at a file of the repository"""
     text = open(README, encoding="utf-8").read()
     links = [l for l in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:", l) and not l.startswith("#")]
-    assert links, "no relative links found (the README should link DESIGN.md)"
+    assert links, "no relative links found (the README should link docs/ARCHITECTURE.md)"
     missing = [l for l in links if not os.path.exists(os.path.join(REPO, l.split("#")[0]))]
     assert not missing, "README links to missing files: %s" % missing
+    root = os.path.realpath(REPO)
+    outside = [l for l in links
+               if not os.path.realpath(os.path.join(REPO, l.split("#")[0])).startswith(root + os.sep)]
+    assert not outside, "README links outside the repository (a fresh clone has nothing beside it): %s" % outside
 
 
 def t_explain_egraph(name):
