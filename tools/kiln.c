@@ -111,10 +111,11 @@ static void usage(FILE *f) {
             "  tune    [--show [--json]] [--export F | --import F] [-m MODEL.gguf [--budget S]]\n"
             "                                the tuning DB's winning schedules; with -m, search\n"
             "                                a model's kernels first\n"
-            "  explain --example NAME [--graph] [--egraph] [--optimized] [--json] [--kernels] [--source]\n"
+            "  explain (--example NAME | -m MODEL.gguf) [--graph] [--egraph] [--optimized] [--json]\n"
+            "          [--kernels] [--source]\n"
             "                                show what the compiler decided (e-graph run,\n"
-            "                                extracted graph, kernels, generated C);\n"
-            "                                models: not implemented yet\n"
+            "                                extracted graph, kernels, generated C) for an\n"
+            "                                example graph or a GGUF model\n"
             "  device [--json]               hardware fingerprint and measured peaks; every\n"
             "                                backend's devices with their fingerprints\n"
             "\n"
@@ -650,7 +651,7 @@ typedef struct run_opts {
     long long n_predict, threads, top_k, n_ctx, repeat_last_n;
     double temp, top_p, min_p, repeat_penalty;
     uint64_t seed;
-    int seed_set, chat, interp, use_mmap, json;
+    int seed_set, chat, interp, use_mmap, json, echo;
 } run_opts;
 
 static void run_help(void) {
@@ -673,6 +674,9 @@ static void run_help(void) {
            "  -c, --ctx N             context (KV cache) length (default: min(training, 4096))\n"
            "  --mmap                  map the file instead of reading it into memory\n"
            "  --interp                run the reference interpreter instead of compiled code\n"
+           "  --echo                  print the prompt on stdout before the generated text\n"
+           "                          (after the loading lines on stderr, so a terminal\n"
+           "                          shows them apart)\n"
            "  --json                  no streaming: print one JSON object (text, token ids,\n"
            "                          timings) on stdout\n");
 }
@@ -702,11 +706,12 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             run_help();
             return -1;
         }
-        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json")) {
+        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json") || IS("--echo")) {
             if (eq) return cmd_usage_error("run", "%s takes no value", flag);
             if (IS("--chat")) o->chat = 1;
             else if (IS("--interp")) o->interp = 1;
             else if (IS("--mmap")) o->use_mmap = 1;
+            else if (IS("--echo")) o->echo = 1;
             else o->json = 1;
             continue;
         }
@@ -866,6 +871,11 @@ static int cmd_run(int argc, char **argv) {
     kiln_status st = model_forward(m, ptoks, n_prompt, 0, logits);
     t_prompt = now_s() - t0;
     tok_stream *ts = tok_stream_new(tk, 0, 0);
+    /* the log lines above went to stderr; stdout's text starts after them,
+     * and the statistics below start on a line of their own (a terminal
+     * shows both streams interleaved) */
+    fflush(stderr);
+    if (o.echo && !o.json && !out_write(o.prompt, strlen(o.prompt), &out_failed)) fflush(stdout);
     t0 = now_s();
     while (!st && n_gen < n_max) {
         int32_t id = sampler_sample(smp, logits);
@@ -912,6 +922,7 @@ static int cmd_run(int argc, char **argv) {
     } else {
         out_write(tail, tlen, &out_failed);
         out_write("\n", 1, &out_failed);
+        fflush(stdout);
     }
     if (st) {
         fprintf(stderr, "kiln run: %s\n", model_error(m));
@@ -1059,6 +1070,10 @@ static int cmd_bench(int argc, char **argv) {
         if (bad) return cmd_usage_error("bench", "bad value '%s' for %s: want %s", v, flag, want);
     }
     if (!path) return cmd_usage_error("bench", "which model? give -m MODEL.gguf");
+    int any_test = 0;
+    for (int i = 0; i < npp; i++) any_test |= pps[i] > 0;
+    for (int i = 0; i < ntg; i++) any_test |= tgs[i] > 0;
+    if (!any_test) return cmd_usage_error("bench", "nothing to run: every -p and -n is 0 (give -p N or -n N above 0)");
     long long maxlen = 1;
     for (int i = 0; i < npp; i++) maxlen = pps[i] > maxlen ? pps[i] : maxlen;
     for (int i = 0; i < ntg; i++) maxlen = tgs[i] > maxlen ? tgs[i] : maxlen;

@@ -25,9 +25,11 @@ if ! model=$(sh "$here/tools/fetch_model.sh"); then
 fi
 
 echo "== $("$KILN" --version), default model: ${model#"$here"/}"
-echo "== kiln run -m ${model#"$here"/} -p \"$PROMPT\" -n $N --temp 0 --seed 42"
+echo "== kiln run -m ${model#"$here"/} -p \"$PROMPT\" -n $N --temp 0 --seed 42 --echo"
 echo
-set -- run -m "$model" -p "$PROMPT" -n "$N" --temp 0 --seed 42
+# --echo: kiln prints the prompt itself, after its loading lines on stderr, so
+# a terminal shows the log, then the prompt and its continuation, then the
+# statistics, each starting on a line of its own
+set -- run -m "$model" -p "$PROMPT" -n "$N" --temp 0 --seed 42 --echo
 if [ -n "${KILN_RUN_THREADS:-}" ]; then set -- "$@" -t "$KILN_RUN_THREADS"; fi
-printf '%s' "$PROMPT"
 exec "$KILN" "$@"

@@ -57,7 +57,7 @@ int arch_layer_is_swa(const arch_hparams *hp, int64_t il) {
 kiln_status arch_read_hparams(gguf_file *f, arch_hparams *hp, char *err, size_t cap) {
     memset(hp, 0, sizeof *hp);
     gguf_str a;
-    kiln_status s = gguf_get_str(f, "general.architecture", &a);
+    kiln_status s = gguf_get_name(f, "general.architecture", &a);
     if (s) return got(f, s, err, cap);
     int k = -1;
     for (int i = 0; i < ARCH_COUNT; i++)
@@ -106,7 +106,7 @@ kiln_status arch_read_hparams(gguf_file *f, arch_hparams *hp, char *err, size_t 
     hp->rope_scale_swa = 1;
     gguf_str st;
     if (gguf_find(f, KEY("rope.scaling.type"))) {
-        if ((s = gguf_get_str(f, key, &st))) return got(f, s, err, cap);
+        if ((s = gguf_get_name(f, key, &st))) return got(f, s, err, cap);
         double factor = 1.0;
         if (gguf_str_eq(st, "linear")) {
             if ((s = gguf_get_float(f, KEY("rope.scaling.factor"), &factor))) return got(f, s, err, cap);

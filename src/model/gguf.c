@@ -384,11 +384,15 @@ static kiln_status parse(gguf_file *f, unsigned flags, char *err, size_t cap) {
     for (int64_t i = 0; i < f->ntensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         uint64_t room = f->size - f->data_offset; /* nt > 0 here, so data_offset <= size */
-        if (t->offset > room || t->bytes > room - t->offset)
+        if (t->offset > room || t->bytes > room - t->offset) {
+            if (t->offset > UINT64_MAX - f->data_offset) /* the sum would wrap: say so, not a wrong number */
+                return rd_fail(&r, KILN_ERR_FORMAT, "gguf: tensor '%s': data offset %" PRIu64
+                               " lies beyond any file (the data section starts at %" PRIu64 "; file size %" PRIu64 ")",
+                               t->name, t->offset, f->data_offset, f->size);
             return rd_fail(&r, KILN_ERR_FORMAT, "gguf: tensor '%s': %" PRIu64 " bytes at data offset %" PRIu64
                            " (file offset %" PRIu64 ") run past the end of the file (size %" PRIu64 ")",
-                           t->name, t->bytes, t->offset, f->data_offset + (t->offset <= room ? t->offset : 0),
-                           f->size);
+                           t->name, t->bytes, t->offset, f->data_offset + t->offset, f->size);
+        }
         t->data = f->base + f->data_offset + t->offset;
     }
     return KILN_OK;
@@ -731,6 +735,16 @@ kiln_status gguf_get_str(gguf_file *f, const char *key, gguf_str *out) {
     const gguf_kv *kv = scalar(f, key, "a string", ok_str, &s);
     if (!kv) return s;
     *out = kv->strs[0];
+    return KILN_OK;
+}
+
+kiln_status gguf_get_name(gguf_file *f, const char *key, gguf_str *out) {
+    kiln_status s = gguf_get_str(f, key, out);
+    if (s) return s;
+    if (memchr(out->ptr, 0, (size_t)out->len))
+        return getter_fail(f, KILN_ERR_FORMAT, "gguf: metadata '%s' (offset %" PRIu64
+                           ") is a name with a NUL byte in it ('%.*s\\0...'): refused", key, gguf_find(f, key)->offset,
+                           (int)strnlen(out->ptr, 64), out->ptr);
     return KILN_OK;
 }
 

@@ -134,6 +134,11 @@ kiln_status gguf_get_float_or(gguf_file *f, const char *key, double dflt, double
 kiln_status gguf_get_bool(gguf_file *f, const char *key, int *out);
 kiln_status gguf_get_bool_or(gguf_file *f, const char *key, int dflt, int *out);
 kiln_status gguf_get_str(gguf_file *f, const char *key, gguf_str *out);
+/* a string that names something (architecture, tokenizer, scaling type):
+ * as gguf_get_str, and one with a NUL byte is refused (KILN_ERR_FORMAT), since
+ * it would read as its prefix wherever a C string is compared or printed;
+ * strings in general may hold any bytes */
+kiln_status gguf_get_name(gguf_file *f, const char *key, gguf_str *out);
 /* an array: its element type and count */
 kiln_status gguf_get_array(gguf_file *f, const char *key, gguf_type *elem, uint64_t *count);
 

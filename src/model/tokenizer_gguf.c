@@ -81,8 +81,11 @@ kiln_status tok_from_gguf(gguf_file *f, tokenizer **out, char *err, size_t cap) 
     tok_config cfg;
     tok_config_init(&cfg);
     gguf_str name;
-    if (gguf_get_str(f, "tokenizer.ggml.model", &name))
-        return tg_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: the model file has no tokenizer (%s)", gguf_error(f));
+    if (gguf_get_name(f, "tokenizer.ggml.model", &name)) {
+        if (!gguf_find(f, "tokenizer.ggml.model"))
+            return tg_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: the model file has no tokenizer (%s)", gguf_error(f));
+        return tg_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: %s", gguf_error(f));
+    }
     char kind_name[64], pre_name[64] = "";
     snprintf(kind_name, sizeof kind_name, "%.*s", (int)(name.len < 63 ? name.len : 63), name.ptr);
     int kind = name.len < 63 ? tok_kind_from_name(kind_name) : -1;
@@ -94,7 +97,7 @@ kiln_status tok_from_gguf(gguf_file *f, tokenizer **out, char *err, size_t cap) 
     cfg.kind = (tok_kind)kind;
     if (gguf_find(f, "tokenizer.ggml.pre")) {
         gguf_str pre;
-        if (gguf_get_str(f, "tokenizer.ggml.pre", &pre))
+        if (gguf_get_name(f, "tokenizer.ggml.pre", &pre))
             return tg_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: %s", gguf_error(f));
         if (pre.len >= sizeof pre_name)
             return tg_fail(err, cap, KILN_ERR_UNSUPPORTED, "tokenizer: unsupported pre-tokenizer (name of %llu bytes)",

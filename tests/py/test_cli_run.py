@@ -163,14 +163,15 @@ def decode(v, ids):
 
 # ---------------------------------------------------------------- model files
 
-def write_model(path, arch, v, seed=5, zero_output=False, arch_name=None, extra_tensor=None, tok_model=None):
+def write_model(path, arch, v, seed=5, zero_output=False, arch_name=None, extra_tensor=None, tok_model=None,
+                arch_value=None):
     """a tiny random model of arch with vocabulary v. The output rows of v's
     special tokens are zero (all of them with zero_output)."""
     c = kg.tiny_config(arch, n_vocab=len(v["tokens"]))
     rng = np.random.default_rng(seed)
     w = kg.Writer()
     a = arch_name or arch
-    w.scalar("general.architecture", kg.T_STR, a)
+    w.scalar("general.architecture", kg.T_STR, arch_value or a)
     w.scalar("general.name", kg.T_STR, "tiny cli " + arch)
     for key, val in [("context_length", c["n_ctx"]), ("embedding_length", c["n_embd"]),
                      ("block_count", c["n_layer"]), ("feed_forward_length", c["n_ff"]),
@@ -359,6 +360,9 @@ def t_model_errors():
     expect_error(["run", "-m", bad_type, "-p", "hi"], 1, "Q2_K|type")
     bad_tok = write_model(os.path.join(TMP, "bert.gguf"), "llama", BPE, tok_model="bert")
     expect_error(["run", "-m", bad_tok, "-p", "hi", "--interp"], 1, "tokenizer.*bert")
+    # "llama\0": read as a C string it would pass for llama, or be named 'llama' in a message
+    nul = write_model(os.path.join(TMP, "nul.gguf"), "llama", BPE, arch_value="llama\0")
+    expect_error(["run", "-m", nul, "-p", "hi"], 1, r"general\.architecture.*NUL")
 
 
 def t_usage_errors():
@@ -373,8 +377,45 @@ def t_usage_errors():
     expect_error(["bench", "-m", LLAMA, "-t", "1,x"], 2, "-t")
     expect_error(["bench", "-m", LLAMA, "-r", "0"], 2, "-r")
     expect_error(["bench", "-m", LLAMA, "--what"], 2, "what")
+    expect_error(["bench", "-m", LLAMA, "-p", "0", "-n", "0"], 2, "nothing to run")
+    expect_error(["bench", "-m", LLAMA, "-p", "0,0", "-n", "0", "-t", "1"], 2, "nothing to run")
     r = kiln("run", "--help")
     assert r.returncode == 0 and "--temp" in r.out and "--chat" in r.out, (r.returncode, r.out[:200])
+
+
+def t_help():
+    """kiln --help names every command with what it does today (no stale
+    'not implemented' for things that work)"""
+    r = kiln("--help")
+    assert r.returncode == 0, r.err
+    assert "not implemented" not in r.out, r.out
+    for cmd in ("graph", "run", "bench", "tune", "explain", "device"):
+        assert re.search(r"^\s+%s\b" % cmd, r.out, re.M), "no '%s' in kiln --help" % cmd
+    assert re.search(r"explain \(--example NAME \| -m MODEL\.gguf\)", r.out), r.out
+    r = kiln("explain", "-m", LLAMA, "--kernels")
+    assert r.returncode == 0 and r.out.strip(), "kiln explain -m (which --help shows) failed: %s" % r.err[-300:]
+
+
+def t_terminal_order():
+    """--echo prints the prompt on stdout after the loading lines; with both
+    streams on one pipe (as on a terminal) every log line starts a line of its
+    own and the text is not glued to them"""
+    r = subprocess.run([KILN, "run", "-m", LLAMA, "-p", PROMPT, "--temp", "0", "-n", str(N), "-t", "1", "--echo"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, timeout=120)
+    both = r.stdout.decode("utf-8", errors="replace")
+    assert r.returncode == 0, both[-400:]
+    glued = [l for l in both.splitlines() if "kiln run:" in l and not l.startswith("kiln run:")]
+    assert not glued, "log lines glued to text: %r" % glued
+    lines = both.splitlines()
+    text_at = [i for i, l in enumerate(lines) if l.startswith(PROMPT)]
+    assert text_at, "no line starts with the prompt: %r" % both[-600:]
+    first_log = [i for i, l in enumerate(lines) if l.startswith("kiln run:")]
+    stats = [i for i, l in enumerate(lines) if re.match(r"kiln run: (prompt|generated) ", l)]
+    assert first_log and first_log[0] < text_at[0] < stats[0], "order: log %s, text %s, stats %s" % (
+        first_log[:1], text_at, stats)
+    comp, _ = run_json(LLAMA, "-p", PROMPT, "--temp", 0, "-n", N, "-t", 1)
+    r = kiln("run", "-m", LLAMA, "-p", PROMPT, "--temp", "0", "-n", N, "-t", 1, "--echo")
+    assert r.out == PROMPT + comp["text"] + "\n", "stdout %r, want the prompt then %r" % (r.out, comp["text"])
 
 
 def t_bench():
@@ -451,6 +492,8 @@ suite.case("seeds", t_seeds)
 suite.case("file_errors", t_file_errors)
 suite.case("model_errors", t_model_errors)
 suite.case("usage_errors", t_usage_errors)
+suite.case("help_text", t_help)
+suite.case("terminal_order_echo", t_terminal_order)
 suite.case("bench_table_and_json", t_bench)
 suite.case("bench_profile", t_bench_profile)
 suite.case("explain_model", t_explain_model)

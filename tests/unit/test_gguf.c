@@ -231,8 +231,11 @@ static void case_corrupt_fields(void) {
     corrupt("unknown ggml type", o.t0_type, 1000, 4, KILN_ERR_FORMAT, "unknown ggml type");
     corrupt("row not a block multiple", o.t0_type, GGML_TYPE_Q8_0, 4, KILN_ERR_FORMAT, "block size");
     corrupt("unaligned offset", o.t1_offset, 65, 8, KILN_ERR_FORMAT, "alignment");
-    corrupt("offset past the end", o.t1_offset, 96, 8, KILN_ERR_FORMAT, "end of the file");
-    corrupt("huge offset", o.t1_offset, UINT64_MAX - 31, 8, KILN_ERR_FORMAT, "end of the file");
+    /* the message gives the tensor's own file offset, not the data section's */
+    char past_end[96];
+    snprintf(past_end, sizeof past_end, "data offset 96 (file offset %zu) run past the end of the file", o.data + 96);
+    corrupt("offset past the end", o.t1_offset, 96, 8, KILN_ERR_FORMAT, past_end);
+    corrupt("huge offset", o.t1_offset, UINT64_MAX - 31, 8, KILN_ERR_FORMAT, "beyond any file");
     corrupt("duplicate tensor name", o.t0_name_len + 8, 'b', 1, KILN_ERR_FORMAT, "duplicate tensor");
     /* "test.u32" -> "test.str", the next key */
     corrupt("duplicate key", o.key0_len + 8 + 5, 's' | 't' << 8 | 'r' << 16, 3, KILN_ERR_FORMAT, "duplicate metadata key");
@@ -385,6 +388,10 @@ static void case_round_trip(void) {
         CHECK(gguf_get_u64(f, "t.i64", &u) == KILN_ERR_RANGE, "negative as u64");
         CHECK(gguf_get_float(f, "t.f64", &d) == KILN_OK && d == -1.0 / 3.0, "f64");
         CHECK(gguf_get_str(f, "t.bin", &str) == KILN_OK && str.len == 3 && !memcmp(str.ptr, "a\0b", 3), "bytes");
+        /* a name may not hold a NUL: "a\0b" would compare and print as "a" */
+        CHECK(gguf_get_name(f, "t.bin", &str) == KILN_ERR_FORMAT && strstr(gguf_error(f), "'t.bin'") &&
+                  strstr(gguf_error(f), "NUL"), "name with a NUL: %s", gguf_error(f));
+        CHECK(gguf_get_name(f, "t.str", &str) == KILN_OK, "a plain name");
         CHECK(gguf_get_str(f, "t.u8", &str) == KILN_ERR_FORMAT, "int as string");
         CHECK(gguf_get_int(f, "t.str", 0, 1, &v) == KILN_ERR_FORMAT, "string as int");
         CHECK(gguf_get_int(f, "t.missing", 0, 1, &v) == KILN_ERR_FORMAT && strstr(gguf_error(f), "missing"), "missing");
