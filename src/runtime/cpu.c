@@ -30,6 +30,7 @@
 #include "backend.h"
 #include "base.h"
 #include "cache_trim.h"
+#include "cc_split.h"
 #include "gpu.h"
 
 struct rt_module {
@@ -240,6 +241,9 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
         snprintf(err, errcap, "cannot create the kernel cache directory %s (set XDG_CACHE_HOME)", dir);
         return KILN_ERR_IO;
     }
+    /* code_flags: how the code is compiled; -shared makes the object. The
+     * hash covers both, as before the program could be built in parts */
+    const char *code_flags = "-O2 -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
     const char *base_flags = "-O2 -shared -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
     uint64_t h = 0xcbf29ce484222325ULL;
     h = fnv(h, src);
@@ -274,7 +278,13 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
     shell_quote(qtmp, sizeof qtmp, tmpso);
     shell_quote(qerr, sizeof qerr, errpath);
     snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s 2>%s", cc, base_flags, cflags ? cflags : "", qtmp, qc, qerr);
-    int st = system(cmd);
+    /* a large program is built in parts on all cores (cc_split.c); when that
+     * cannot be done it is compiled whole, as a small one is */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int parts = rt_cc_split_parts(strlen(src), cores > 64 ? 64 : (int)cores);
+    char part_flags[1024];
+    snprintf(part_flags, sizeof part_flags, "%s %s", code_flags, cflags ? cflags : "");
+    int st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         char *msg = read_text(errpath, 3000);
         int code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;

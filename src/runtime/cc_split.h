@@ -1,0 +1,19 @@
+/* cc_split.h — compile a large generated program as parallel translation
+ * units linked into one shared object (cc_split.c). */
+#ifndef KILN_CC_SPLIT_H
+#define KILN_CC_SPLIT_H
+
+#include <stddef.h>
+
+/* how many parts a source of src_len bytes is worth cutting into on a
+ * machine with this many cores (1: compile it whole) */
+int rt_cc_split_parts(size_t src_len, int cores);
+
+/* compile src as nparts translation units at once with `cc flags -c` and
+ * link them with `cc -shared` into out_so; temporary files are named
+ * tmp_base.pN.{c,o} and removed. 0 on success; nonzero (nothing at out_so)
+ * when the source cannot be cut or any step fails: compile it whole then. */
+int rt_cc_split_build(const char *src, int nparts, const char *cc, const char *flags, const char *out_so,
+                      const char *tmp_base);
+
+#endif

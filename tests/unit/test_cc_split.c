@@ -1,0 +1,114 @@
+/* test_cc_split.c — the parallel build of a large program (runtime/cc_split.c)
+ * gives the same functions as a whole build; a source it cannot cut is
+ * refused so that the caller compiles it whole; the part count follows the
+ * size and the cores.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "cc_split.h"
+#include "check.h"
+
+#define NK 400
+
+/* a prelude of static helpers, then NK kernels of ~800 bytes each; kernel k
+ * returns helper(k) + its own sum, which the test recomputes */
+static char *make_source(int static_in_middle) {
+    size_t cap = (size_t)NK * 2000 + 4096, len = 0;
+    char *s = kiln_xmalloc(cap);
+    len += (size_t)snprintf(s + len, cap - len,
+                            "/* test program */\n#include <stdint.h>\n"
+                            "static inline int64_t helper(int64_t k) { return 3 * k + 1; }\n");
+    for (int k = 0; k < NK; k++) {
+        if (static_in_middle && k == NK / 2)
+            len += (size_t)snprintf(s + len, cap - len, "static int64_t mid(int64_t x) { return x + 7; }\n");
+        len += (size_t)snprintf(s + len, cap - len, "int kiln_k%d(int64_t *out) {\n  int64_t acc = helper(%d);\n", k, k);
+        for (int i = 0; i < 24; i++)
+            len += (size_t)snprintf(s + len, cap - len, "  acc += (int64_t)%d * %d; /* padding padding */\n", i, k % 7);
+        if (static_in_middle && k > NK / 2) len += (size_t)snprintf(s + len, cap - len, "  acc = mid(acc) - 7;\n");
+        len += (size_t)snprintf(s + len, cap - len, "  *out = acc;\n  return 0;\n}\n");
+    }
+    return s;
+}
+
+static int64_t expected(int k) {
+    int64_t acc = 3 * (int64_t)k + 1;
+    for (int i = 0; i < 24; i++) acc += (int64_t)i * (k % 7);
+    return acc;
+}
+
+static void case_split_matches(void) {
+    CASE_BEGIN("cc_split_builds_every_kernel");
+    char *src = make_source(0);
+    CHECK(strlen(src) > ((size_t)256 << 10), "the test source is %zu bytes: too small to be cut", strlen(src));
+    char base[] = "/tmp/kiln_cc_split_XXXXXX";
+    int fd = mkstemp(base);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    char so[64];
+    snprintf(so, sizeof so, "%s.so", base);
+    CHECK(rt_cc_split_build(src, 3, "cc", "-O1 -fPIC", so, base) == 0, "the split build failed");
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != NULL, "dlopen %s: %s", so, dlerror());
+    for (int k = 0; k < NK && h; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "kiln_k%d", k);
+        void *f = dlsym(h, name);
+        CHECK(f != NULL, "%s missing from the split object", name);
+        if (!f) break;
+        int (*fn)(int64_t *);
+        memcpy(&fn, &f, sizeof fn);
+        int64_t out = -1;
+        CHECK(fn(&out) == 0 && out == expected(k), "%s: %lld, want %lld", name, (long long)out, (long long)expected(k));
+    }
+    if (h) dlclose(h);
+    remove(so);
+    remove(base);
+    char part[80];
+    snprintf(part, sizeof part, "%s.p0.c", base);
+    CHECK(access(part, F_OK) != 0, "a part's source was left behind");
+    free(src);
+    CASE_END();
+}
+
+static void case_refuses_uncuttable(void) {
+    CASE_BEGIN("cc_split_refuses_what_it_cannot_cut");
+    /* a static function between kernels, used by later ones: a part without
+     * it does not compile, so the build must fail (the caller then compiles
+     * the source whole) and leave nothing behind */
+    char *src = make_source(1);
+    char base[] = "/tmp/kiln_cc_split_XXXXXX";
+    int fd = mkstemp(base);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    char so[64];
+    snprintf(so, sizeof so, "%s.so", base);
+    CHECK(rt_cc_split_build(src, 4, "cc", "-O0 -fPIC", so, base) != 0, "a source with a static in the middle was cut");
+    CHECK(access(so, F_OK) != 0, "a failed split build left %s", so);
+    CHECK(rt_cc_split_build("int main(void) { return 0; }\n", 2, "cc", "-fPIC", so, base) != 0,
+          "a source with no kernel was cut");
+    remove(base);
+    free(src);
+    CASE_END();
+}
+
+static void case_parts(void) {
+    CASE_BEGIN("cc_split_part_count");
+    CHECK(rt_cc_split_parts(100 << 10, 8) == 1, "a small source is compiled whole");
+    CHECK(rt_cc_split_parts((size_t)2 << 20, 1) == 1, "one core: whole");
+    CHECK(rt_cc_split_parts((size_t)2 << 20, 2) == 2, "2 MB on 2 cores: 2 parts");
+    CHECK(rt_cc_split_parts((size_t)300 << 10, 16) == 2, "300 KB: parts of at least 128 KB");
+    CHECK(rt_cc_split_parts((size_t)64 << 20, 64) == 8, "at most 8 parts");
+    CASE_END();
+}
+
+int main(void) {
+    case_parts();
+    case_split_matches();
+    case_refuses_uncuttable();
+    return check_exit();
+}
