@@ -6,7 +6,7 @@
  * a * b, where the operand a varies with the m loop (c->mdim, -1: M = 1) and
  * not with n, b with n (c->ndim) and not with m, and every other loop is a
  * batch loop. The operands are printed by the generic walker
- * (cg_gpu_emit_lx) with the loop variables they use in scope, so any load
+ * (cg_print_lx) with the loop variables they use in scope, so any load
  * the generic kernel could read — block formats dequantised, casts — is
  * read the same way into the tiles. Work-group g covers batch point
  * g / (Mb * Nb), m block (g / Nb) % Mb and n block g % Nb (Mb, Nb: the
@@ -171,7 +171,7 @@ static cshape contract_shape(const sch_program *p, const sch_kernel *k) {
  * column of the block), dm, dn (the extents) and rn (the reduction's) */
 static void emit_block_origin(gemitter *e, const sch_kernel *k, const cshape *c, int bm, int bn) {
     OUT("  const i64 rn = ");
-    cg_gpu_out_sym(e, k->rdim);
+    cg_print_sym(&e->pr, k->rdim);
     OUT(";\n");
     if (c->md >= 0) OUT("  const i64 dm = d%d;\n", c->md);
     else OUT("  const i64 dm = 1;\n");
@@ -199,7 +199,7 @@ static void emit_tile_load(gemitter *e, const cshape *c, int side_is_b, int rows
     OUT("      const i64 %s = k0 + kk;\n", c->rname);
     OUT("      float val = 0.0f;\n");
     OUT("      if (%s + row < %s && %s < rn) {\n", origin, extent, c->rname);
-    cg_gpu_emit_lx(e, side, 8);
+    cg_print_lx(&e->pr, side, 8);
     OUT("        val = (float)t%d;\n", side);
     OUT("      }\n");
     OUT("      %s\n", store);
@@ -209,21 +209,21 @@ static void emit_tile_load(gemitter *e, const cshape *c, int side_is_b, int rows
 /* out[store_off] = value at output (m, n) = (mexpr, nexpr), when inside */
 static void emit_store(gemitter *e, const sch_kernel *k, const cshape *c, const char *mexpr, const char *nexpr,
                        const char *value, int ind) {
-    cg_gpu_indent(e, ind);
+    cg_print_indent(&e->pr, ind);
     OUT("{\n");
-    cg_gpu_indent(e, ind + 2);
+    cg_print_indent(&e->pr, ind + 2);
     OUT("const i64 mo = %s, no = %s;\n", mexpr, nexpr);
     if (c->md >= 0) {
-        cg_gpu_indent(e, ind + 2);
+        cg_print_indent(&e->pr, ind + 2);
         OUT("const i64 i%d = mo;\n", c->md);
     }
-    cg_gpu_indent(e, ind + 2);
+    cg_print_indent(&e->pr, ind + 2);
     OUT("const i64 i%d = no;\n", c->nd);
-    cg_gpu_indent(e, ind + 2);
+    cg_print_indent(&e->pr, ind + 2);
     OUT("if (mo < dm && no < dn) out[");
-    cg_gpu_out_sym(e, k->store_off);
+    cg_print_sym(&e->pr, k->store_off);
     OUT("] = %s;\n", value);
-    cg_gpu_indent(e, ind);
+    cg_print_indent(&e->pr, ind);
     OUT("}\n");
 }
 
@@ -231,8 +231,8 @@ static void emit_store(gemitter *e, const sch_kernel *k, const cshape *c, const 
 
 static void emit_tile_kernel(gemitter *e, int32_t kid, const cg_gpu_contract_sched *s, const char *suffix,
                              int wrong) {
-    const sch_kernel *k = &e->p->kernels[kid];
-    cshape c = contract_shape(e->p, k);
+    const sch_kernel *k = &e->pr.p->kernels[kid];
+    cshape c = contract_shape(e->pr.p, k);
     int bm = s->bm, bn = s->bn, bk = s->bk, tm = s->tm, tn = s->tn;
     int tx = bn / tn, ty = bm / tm, threads = tx * ty;
     cg_gpu_emit_signature(e, kid, suffix);
@@ -305,7 +305,7 @@ static void emit_tile_kernel(gemitter *e, int32_t kid, const cg_gpu_contract_sch
  * over r in steps of bk */
 static void emit_mma_head(gemitter *e, int32_t kid, const cshape *c, int bk) {
     cg_gpu_emit_setup(e, kid);
-    emit_block_origin(e, &e->p->kernels[kid], c, CG_GPU_MMA_BM, CG_GPU_MMA_BN);
+    emit_block_origin(e, &e->pr.p->kernels[kid], c, CG_GPU_MMA_BM, CG_GPU_MMA_BN);
     OUT("  const int lane = lid & 31, warp = lid >> 5, gq = lane >> 2, tq = lane & 3;\n");
     OUT("  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;\n");
     OUT("  float acc[2][4][4];\n");
@@ -317,15 +317,15 @@ static void emit_mma_head(gemitter *e, int32_t kid, const cshape *c, int bk) {
  * and the entry point's body below sm_80 */
 static void emit_mma_tail(gemitter *e, int32_t kid, const cshape *c) {
     OUT("  for (int a = 0; a < 2; a++)\n    for (int b = 0; b < 4; b++)\n      for (int q = 0; q < 4; q++)\n");
-    emit_store(e, &e->p->kernels[kid], c, "m0 + wm + a * 16 + gq + (q >> 1) * 8",
+    emit_store(e, &e->pr.p->kernels[kid], c, "m0 + wm + a * 16 + gq + (q >> 1) * 8",
                "n0 + wn + b * 8 + tq * 2 + (q & 1)", "acc[a][b][q]", 8);
     OUT("  if (kbad) kerr[%d] = 1;\n", kid);
     OUT("#else\n  (void)A; (void)v; (void)bo; (void)n; kerr[%d] = 2;\n#endif\n}\n\n", kid);
 }
 
 static void emit_mma_float(gemitter *e, int32_t kid, cg_gpu_carith arith, const char *suffix) {
-    const sch_kernel *k = &e->p->kernels[kid];
-    cshape c = contract_shape(e->p, k);
+    const sch_kernel *k = &e->pr.p->kernels[kid];
+    cshape c = contract_shape(e->pr.p, k);
     const int bk = 32, pad = 8, threads = CG_GPU_MMA_THREADS;
     const char *ty = arith == CG_GPU_CA_BF16 ? "bf16" : "f16";
     const char *cvt = arith == CG_GPU_CA_BF16 ? "kf2bf" : "kf2h";
@@ -370,8 +370,8 @@ static void emit_mma_float(gemitter *e, int32_t kid, cg_gpu_carith arith, const 
 }
 
 static void emit_mma_i8(gemitter *e, int32_t kid, const char *suffix) {
-    const sch_kernel *k = &e->p->kernels[kid];
-    cshape c = contract_shape(e->p, k);
+    const sch_kernel *k = &e->pr.p->kernels[kid];
+    cshape c = contract_shape(e->pr.p, k);
     const int bk = 32, threads = CG_GPU_MMA_THREADS;
     cg_gpu_emit_signature(e, kid, suffix);
     OUT("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n");
@@ -492,9 +492,7 @@ void cg_gpu_contract_variant_name(int32_t k, int j, char *buf, size_t cap) {
 char *cg_emit_gpu_contract_variants(const sch_program *p, int32_t k, const cg_gpu_options *opt,
                                     const cg_gpu_contract_sched *s, int n, int wrong) {
     gemitter e0, *e = &e0;
-    memset(e, 0, sizeof *e);
-    e->p = p;
-    e->opt = opt;
+    cg_gpu_emitter_init(e, p, opt);
     cg_gpu_emit_preamble(e);
     for (int j = 0; j < n; j++) {
         KILN_ASSERT(s[j].form != CG_GPU_CF_GENERIC);
@@ -503,5 +501,5 @@ char *cg_emit_gpu_contract_variants(const sch_program *p, int32_t k, const cg_gp
         snprintf(suffix, sizeof suffix, "_v%d", j);
         emit_form(e, k, &s[j], suffix, j == wrong);
     }
-    return e->s;
+    return e->pr.s;
 }

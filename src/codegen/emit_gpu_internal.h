@@ -6,26 +6,19 @@
 #define KILN_CODEGEN_EMIT_GPU_INTERNAL_H
 
 #include "emit_gpu.h"
+#include "print_lx.h"
 
 typedef struct gemitter {
-    const sch_program *p;
+    cg_printer pr; /* the text, in the OpenCL C or CUDA C dialect */
     const cg_gpu_options *opt;
-    char *s;
-    size_t len, cap;
 } gemitter;
 
-#define OUT(...) sch_appendf(&e->s, &e->len, &e->cap, __VA_ARGS__)
+#define OUT(...) sch_appendf(&e->pr.s, &e->pr.len, &e->pr.cap, __VA_ARGS__)
 
-/* the element type a buffer of dtype t has in device memory */
-const char *cg_gpu_storage_type(kiln_dtype t);
+/* a printer over p in opt's dialect, its text empty */
+void cg_gpu_emitter_init(gemitter *e, const sch_program *p, const cg_gpu_options *opt);
 /* per buffer: bit 0 read by kernel k, bit 1 its output (calloc'd, nbufs + 1) */
 uint8_t *cg_gpu_kernel_used(const sch_program *p, const sch_kernel *k);
-void cg_gpu_indent(gemitter *e, int n);
-/* a sym expression as i64 arithmetic over the loop variables i<d>, the
- * reduce variables r, r1, ... and the LET variables g<j> */
-void cg_gpu_out_sym(gemitter *e, sym_id s);
-/* the statements computing lx tree id into the local t<id> */
-void cg_gpu_emit_lx(gemitter *e, int32_t id, int ind);
 /* the dialect's header and the helper functions every program starts with */
 void cg_gpu_emit_preamble(gemitter *e);
 /* `KKERNEL kiln_k<kid><suffix>(the ABI's arguments) {` */

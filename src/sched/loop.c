@@ -291,20 +291,26 @@ static int32_t lx_node_tree(sch_program *p, sch_kernel *k, int32_t n, const sym_
 
 /* ---- printing --------------------------------------------------------- */
 
-static void print_sym_rec(const sch_program *p, sym_id s, int c_mode, char **buf, size_t *len, size_t *cap) {
+/* how each language spells an index expression (loop.h) */
+const sch_sym_spelling sch_sym_c = {"", "LL", "(", "LL)", NULL, "", 1, 0};
+static const sch_sym_spelling sym_text = {"", "", "", "", NULL, "", 0, 1};
+
+static void print_sym_rec(const sch_program *p, sym_id s, const sch_sym_spelling *spell, char **buf, size_t *len,
+                          size_t *cap) {
     const sym_pool *sp = p->g->syms;
     const sym_node *n = sym_get(sp, s);
     int64_t alo, ahi;
     switch (n->kind) {
     case SYM_CONST:
-        if (c_mode) sch_appendf(buf, len, cap, n->c < 0 ? "(%lldLL)" : "%lldLL", (long long)n->c);
-        else sch_appendf(buf, len, cap, "%lld", (long long)n->c);
+        if (n->c == INT64_MIN && spell->int_min) sch_appendf(buf, len, cap, "%s", spell->int_min);
+        else if (n->c < 0) sch_appendf(buf, len, cap, "%s%lld%s", spell->neg_pre, (long long)n->c, spell->neg_suf);
+        else sch_appendf(buf, len, cap, "%s%lld%s", spell->int_pre, (long long)n->c, spell->int_suf);
         return;
     case SYM_VAR: {
         const sch_var *v = sch_var_lookup(p, (uint32_t)n->c);
         if (!v) {
-            if (c_mode) sch_appendf(buf, len, cap, "v[%lld]", (long long)n->c);
-            else sch_appendf(buf, len, cap, "%s", sym_var_name(sp, (uint32_t)n->c));
+            if (spell->var_names) sch_appendf(buf, len, cap, "%s", sym_var_name(sp, (uint32_t)n->c));
+            else sch_appendf(buf, len, cap, "v[%lld]", (long long)n->c);
         } else if (v->role == SCH_VAR_LOOP) {
             sch_appendf(buf, len, cap, "i%d", v->index);
         } else if (v->role == SCH_VAR_REDUCE) {
@@ -330,32 +336,39 @@ static void print_sym_rec(const sch_program *p, sym_id s, int c_mode, char **buf
     case SYM_MOD:
         sym_bounds(sp, n->a, &alo, &ahi);
         /* C's / and % equal floor semantics for a >= 0, b > 0 */
-        if (c_mode && !(alo >= 0 && sym_is_const(sp, n->b, &bc) && bc > 0)) fn = n->kind == SYM_DIV ? "kfdiv" : "kfmod";
+        if (spell->floor_fns && !(alo >= 0 && sym_is_const(sp, n->b, &bc) && bc > 0))
+            fn = n->kind == SYM_DIV ? "kfdiv" : "kfmod";
         else op = n->kind == SYM_DIV ? " / " : " % ";
         break;
     default: KILN_ASSERT(0 && "unknown sym kind");
     }
     if (fn) {
         sch_appendf(buf, len, cap, "%s(", fn);
-        print_sym_rec(p, n->a, c_mode, buf, len, cap);
+        print_sym_rec(p, n->a, spell, buf, len, cap);
         sch_appendf(buf, len, cap, ", ");
-        print_sym_rec(p, n->b, c_mode, buf, len, cap);
+        print_sym_rec(p, n->b, spell, buf, len, cap);
         sch_appendf(buf, len, cap, ")");
     } else {
-        sch_appendf(buf, len, cap, "(");
-        print_sym_rec(p, n->a, c_mode, buf, len, cap);
+        /* a comparison may need a cast to mix with the language's int64 */
+        sch_appendf(buf, len, cap, "%s(", n->kind == SYM_LT || n->kind == SYM_AND ? spell->cmp_pre : "");
+        print_sym_rec(p, n->a, spell, buf, len, cap);
         sch_appendf(buf, len, cap, "%s", op);
-        print_sym_rec(p, n->b, c_mode, buf, len, cap);
+        print_sym_rec(p, n->b, spell, buf, len, cap);
         sch_appendf(buf, len, cap, ")");
     }
 }
 
+void sch_print_sym_as(const sch_program *p, sym_id s, const sch_sym_spelling *sp, char **buf, size_t *len,
+                      size_t *cap) {
+    print_sym_rec(p, s, sp, buf, len, cap);
+}
+
 void sch_print_sym(const sch_program *p, sym_id s, char **buf, size_t *len, size_t *cap) {
-    print_sym_rec(p, s, 1, buf, len, cap);
+    print_sym_rec(p, s, &sch_sym_c, buf, len, cap);
 }
 
 static void print_text_sym(const sch_program *p, sym_id s, char **buf, size_t *len, size_t *cap) {
-    print_sym_rec(p, s, 0, buf, len, cap);
+    print_sym_rec(p, s, &sym_text, buf, len, cap);
 }
 
 static void print_lx(const sch_program *p, int32_t id, char **buf, size_t *len, size_t *cap) {

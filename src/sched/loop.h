@@ -268,8 +268,21 @@ sym_id sch_rowmajor(sym_pool *sp, int ndim, const sym_id *shape, const sym_id *c
 const sch_var *sch_var_lookup(const sch_program *p, uint32_t var);
 
 /* ---- text (loop.c) ---- */
-/* print a sym expression as C (int64 arithmetic, floor division); returns chars needed */
+/* How a language spells an index expression (int64 arithmetic, floor
+ * division): C here, OpenCL C and CUDA C in src/codegen/dialect.c, plain text
+ * for the kernel listings. A constant c is int_pre c int_suf (c >= 0) or
+ * neg_pre c neg_suf (c < 0), INT64_MIN is int_min when given; a comparison
+ * (LT, AND) is cmp_pre(a < b); floor_fns: kfdiv/kfmod where / and % would not
+ * floor; var_names: unbound variables by name, else as v[<number>]. */
+typedef struct sch_sym_spelling {
+    const char *int_pre, *int_suf, *neg_pre, *neg_suf, *int_min, *cmp_pre;
+    int floor_fns, var_names;
+} sch_sym_spelling;
+extern const sch_sym_spelling sch_sym_c;
+/* print a sym expression as C (sch_sym_c) or in another spelling */
 void sch_print_sym(const sch_program *p, sym_id s, char **buf, size_t *len, size_t *cap);
+void sch_print_sym_as(const sch_program *p, sym_id s, const sch_sym_spelling *sp, char **buf, size_t *len,
+                      size_t *cap);
 /* one kernel as readable text, appended to the growable string */
 void sch_kernel_print(const sch_program *p, int32_t k, char **buf, size_t *len, size_t *cap);
 /* printf into a growable string */
