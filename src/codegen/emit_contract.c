@@ -34,7 +34,7 @@
 #include "dtype.h"
 #include "emit_contract.h"
 #include "emit_contract_i8.h"
-#include "../runtime/repack.h"
+#include "../sched/repack_layout.h"
 #include "emit_gemm.h"
 #include "emit_gemm_amx.h"
 #include "emit_gemm_amx_bf16.h"
@@ -379,9 +379,9 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         OUT("      const int qready = qok && qa && qs && qsum && ql8 && %s;\n", prep ? "qp" : "1");
     }
     int rp = i8 && cg_i8_rp_ok(t, sc);
-    const int rpkb = RT_REPACK_KBLOCK; /* K per pass over the copy's groups, below */
+    const int rpkb = SCH_REPACK_KBLOCK; /* K per pass over the copy's groups, below */
     if (rp) {
-        /* Past rpkb of K, a pass per K-block of the copy (repack.h) over
+        /* Past rpkb of K, a pass per K-block of the copy (repack_layout.h) over
          * all of the item's groups, one run of memory, each adding its
          * partial dot products into rpacc; the last block then in the loop
          * below: a group's 8 rows of all of K (36 KB for q4_0 at K = 8192)
@@ -431,7 +431,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     OUT("          }\n");
     if (rp) {
         /* the group of the repacked copy holding rows nn..nn+7, when they
-         * are 8 whole rows of K elements it covers (runtime/repack.h) */
+         * are 8 whole rows of K elements it covers (sched/repack_layout.h) */
         OUT("          const int64_t rg = wo[0] / (8 * K);\n");
         OUT("          const int rpok = rpw && fast && nn + 8 <= n1 && wo[0] %% (8 * K) == 0 && wo[1] - wo[0] == K &&"
             " wo[7] - wo[0] == 7 * K && rg < rpg;\n");
@@ -543,7 +543,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
         /* B's repacked copy, bufs[nbufs + 1 + b] (NULL: none), if made for this K */
         OUT("  const uint8_t *rpw = NULL; int64_t rpg = 0;\n");
         OUT("  { const int64_t *h = (const int64_t *)B[%d]; if (h && h[0] == K && h[2] == %d) { rpg = h[1]; rpw = (const uint8_t *)h + %d; } }\n",
-            (int)(p->nbufs + 1 + c->b_buf), RT_REPACK_KBLOCK, RT_REPACK_HEADER);
+            (int)(p->nbufs + 1 + c->b_buf), SCH_REPACK_KBLOCK, SCH_REPACK_HEADER);
     }
     if (dot_i8)
         OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; char *dq_p = NULL;"

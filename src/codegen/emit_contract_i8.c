@@ -531,7 +531,7 @@ static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, c
     emit_results(mr, nr, s, len, cap);
 }
 
-/* the tile reading B's 8-row interleaved copy (rp=1, runtime/repack.h):
+/* the tile reading B's 8-row interleaved copy (rp=1, sched/repack_layout.h):
  * mr rows of A against one group's 8 rows, a 256-bit accumulator per row of
  * A whose lane r is B row r. Per block: the 8 rows' scales by one cvtph;
  * the 8 steps, each a 4-byte lane per B row of unsigned weights (q4_0,
@@ -559,7 +559,7 @@ static void emit_rp_prefetch3(int ahead, char **s, size_t *len, size_t *cap) {
 
 int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : t == KILN_Q6_K ? 1680 / 8 : 8 * bytes_per_32(t); }
 
-/* q4_k's copy (1184-byte records per 256 of K, runtime/repack.h): per
+/* q4_k's copy (1184-byte records per 256 of K, sched/repack_layout.h): per
  * sub-block pair p, 8 steps of 32 bytes whose low nibbles are sub-block
  * 2p's and high nibbles 2p+1's 4-value lanes of the 8 rows; each
  * sub-block's dot products times the rows' 6-bit scales summed as int32
@@ -611,7 +611,7 @@ static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, cha
     OUT("}\n\n");
 }
 
-/* q6_k's copy (1680-byte records per 256 of K, runtime/repack.h): per
+/* q6_k's copy (1680-byte records per 256 of K, sched/repack_layout.h): per
  * 32-value chunk pair p and step t, the low 4 bits from the nibble lanes
  * (chunk 2p low, 2p+1 high) and the top 2 from the high-bit lanes of chunk
  * quad p / 2 (chunk 4Q + k at bits 2k), both read in address order (with

@@ -30,7 +30,7 @@ void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size
 /* 1 when sc reads B's repacked copy (rp=1) and can for dtype t */
 int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc);
 /* the tile for (t, sc) with sc->rp: B read from its 8-row interleaved copy
- * (runtime/repack.h), and its name */
+ * (sched/repack_layout.h), and its name */
 void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap);
 void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap);
 /* bytes of the copy per 32 elements of K of a group of 8 rows */

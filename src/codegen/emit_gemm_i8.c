@@ -14,7 +14,7 @@
  *         one 32-bit word, laid out [k/4][nr][4] (the VNNI operand order),
  *         as unsigned bytes q (q8_0: q + 128), with per-(block, column)
  *         scales d (f32) and, for q4_k, minimums dmin * m; for a weight
- *         the runtime keeps these strips (its pack copy, runtime/repack.h:
+ *         the runtime keeps these strips (its pack copy, sched/repack_layout.h:
  *         K whole, bufs[2 nbufs + 1 + b]): the first launch fills them,
  *         item by item, and later launches read them instead of packing;
  *   kgi_<dt>_<mr>x<nr>: per block of kb: int32 s[mr][nr/16] = zc (broadcast
@@ -41,7 +41,7 @@
 #include "emit_contract_i8.h"
 #include "emit_gemm_i8.h"
 #include "emit_gemm_amx_bf16.h"
-#include "../runtime/repack.h"
+#include "../sched/repack_layout.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
@@ -423,15 +423,17 @@ void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const
     cg_emit_i8_item_begin(p, k, gi_zero(t), 0, s, len, cap);
     OUT("        const int64_t kcb = %d > 0 && %d < K ? %d : K;\n", sc->kc, sc->kc, sc->kc);
     OUT("        const int64_t nstr = (n1 - n0 + %d) / %d;\n", nr - 1, nr);
-    /* B's pack copy (runtime/repack.h), when the runtime made one for this
+    /* B's pack copy (sched/repack_layout.h), when the runtime made one for this
      * K, nr and shape: the item's strips are filled once, then read */
     OUT("        const int64_t *pkh = (const int64_t *)B[%d];\n", (int)(2 * p->nbufs + 1 + c->b_buf));
+    /* the generated comment keeps the macro's former name, RT_PACK_STRIP:
+     * a new spelling would change every cached kernel's key for nothing */
     OUT("        const size_t pks = (size_t)%d * (size_t)K + 8 * (size_t)%d * (size_t)(K / %d); /* RT_PACK_STRIP */\n", nr, nr,
         kb);
     OUT("        uint8_t *pkw = pkh && pkh[0] == K && pkh[1] == %d && pkh[2] == nstrips", nr);
     for (int d = 0; d < k->ndim; d++)
         if (d != md && d != nd) OUT(" * d%d", d);
-    OUT(" ? (uint8_t *)pkh + %d + (size_t)(gob * nstrips + n0 / %d) * pks : NULL;\n", RT_PACK_HEADER, nr);
+    OUT(" ? (uint8_t *)pkh + %d + (size_t)(gob * nstrips + n0 / %d) * pks : NULL;\n", SCH_PACK_HEADER, nr);
     OUT("        if (pkw && !pkh[3]) {\n");
     emit_strip_rows(p, k, nr, s, len, cap);
     OUT("            uint8_t *pq = pkw + st * pks;\n");

@@ -2,7 +2,7 @@
  *
  * f16 is IEEE binary16, bf16 the top half of an f32; both convert from f32
  * with round-to-nearest-even (NaN stays NaN). Block formats (q8_0, q4_0, q4_k,
- * q6_k) are GGUF's layouts; their encoders/decoders live in src/model/quant.c.
+ * q6_k) are GGUF's layouts; their encoders/decoders live in src/ir/quant.c.
  */
 #ifndef KILN_DTYPE_H
 #define KILN_DTYPE_H

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "base.h"
-#include "interp.h"
 
 const op_info op_table[OP_COUNT] = {
 #define X(name, arity, flags) {#name, arity, flags},
@@ -29,7 +28,7 @@ kiln_graph *kiln_graph_new(void) {
 
 void kiln_graph_free(kiln_graph *g) {
     if (!g) return;
-    interp_free_results(g);
+    graph_free_results(g);
     for (int32_t i = 0; i < g->nnodes; i++) free(g->nodes[i].name);
     for (int32_t i = 0; i < g->noutputs; i++) free(g->outputs[i].name);
     for (int32_t i = 0; i < g->ninputs; i++) free(g->inputs[i].name);
@@ -44,6 +43,13 @@ void kiln_graph_free(kiln_graph *g) {
     free(g->dim_bound);
     sym_pool_free(g->syms);
     free(g);
+}
+
+void graph_free_results(kiln_graph *g) {
+    if (!g || !g->results) return;
+    for (output_value *r = g->results; r->ndim >= 0; r++) free(r->data);
+    free(g->results);
+    g->results = NULL;
 }
 
 kiln_status kiln_graph_status(const kiln_graph *g) { return g ? g->status : KILN_ERR_INVALID; }

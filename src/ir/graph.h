@@ -79,7 +79,7 @@ typedef struct input_binding {
     size_t bytes;
     int constant; /* bound with kiln_bind_weight: the contents stay as they are while bound */
     uint64_t gen; /* which bind call made it (per graph, from 1; copied with the binding):
-                     a copy derived from the buffer (runtime/repack.h) is valid while the
+                     a copy derived from the buffer (sched/repack_layout.h) is valid while the
                      binding it was built from is */
 } input_binding;
 
@@ -117,6 +117,10 @@ struct kiln_graph {
     int build_failed;   /* a builder call failed: later builder calls do nothing */
     char error[512];
 };
+
+/* free the results of the last run (g->results, written by the interpreter
+ * or a compiled program); safe to call when there are none */
+void graph_free_results(kiln_graph *g);
 
 /* set the graph's error (first one wins for builder errors); printf-style */
 void graph_error(kiln_graph *g, kiln_status s, const char *fmt, ...)

@@ -59,8 +59,6 @@
  * -1: outputs may be added after a run, and the count at run time must be
  * known to free and look up results safely.
  */
-#include "interp.h"
-
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -1051,7 +1049,7 @@ static kiln_status run(ictx *c) {
 kiln_status kiln_eval_reference(kiln_graph *g) {
     if (!g) return KILN_ERR_INVALID;
     if (g->build_failed) return g->status;
-    interp_free_results(g);
+    graph_free_results(g);
 
     ictx c;
     memset(&c, 0, sizeof c);
@@ -1084,7 +1082,7 @@ kiln_status kiln_eval_reference(kiln_graph *g) {
     free(c.bound);
     free(c.values);
     if (s != KILN_OK) {
-        interp_free_results(g);
+        graph_free_results(g);
         return s;
     }
     g->status = KILN_OK; /* a successful run replaces the previous run's error */
@@ -1093,13 +1091,6 @@ kiln_status kiln_eval_reference(kiln_graph *g) {
 }
 
 /* ---- results ------------------------------------------------------------- */
-
-void interp_free_results(kiln_graph *g) {
-    if (!g || !g->results) return;
-    for (output_value *r = g->results; r->ndim >= 0; r++) free(r->data);
-    free(g->results);
-    g->results = NULL;
-}
 
 /* the result of output `name`, or NULL with a message. The reading functions
  * take a const graph but report errors through it like every other call: the

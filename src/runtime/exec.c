@@ -26,7 +26,6 @@
 #include "backend.h"
 #include "base.h"
 #include "dtype.h"
-#include "interp.h"
 #include "memplan.h"
 #include "quant.h"
 #include "rewrite.h"
@@ -444,7 +443,7 @@ kiln_status kiln_run(kiln_program *p) {
     kiln_graph *user = p->user, *work = p->g;
     eg_copy_bindings(user, work);
     /* hand the previous results back so that their buffers are reused */
-    interp_free_results(work);
+    graph_free_results(work);
     work->results = user->results;
     user->results = NULL;
     kiln_status s = run_work(p);
@@ -930,10 +929,10 @@ static int pack_b(kiln_program *p, int32_t k, const sch_contract_sched *sc, int6
         !cg_i8_tag(t) || rn <= 0 || rn % 32 != 0 || sc->nr <= 0)
         return 0;
     int64_t strips = nbatch * ((n + sc->nr - 1) / sc->nr);
-    size_t bytes = RT_PACK_HEADER + (size_t)strips * RT_PACK_STRIP(sc->nr, rn, cg_i8_kb(t));
+    size_t bytes = SCH_PACK_HEADER + (size_t)strips * SCH_PACK_STRIP(sc->nr, rn, cg_i8_kb(t));
     int64_t *h = rt_arena_alloc(&p->rp_arena, bytes);
     if (!h) return 0; /* no memory: the kernel packs for itself */
-    memset(h, 0, RT_PACK_HEADER);
+    memset(h, 0, SCH_PACK_HEADER);
     h[0] = rn;
     h[1] = sc->nr;
     h[2] = strips;
@@ -1306,10 +1305,10 @@ static kiln_status run_work(kiln_program *p) {
     free(bound);
     if (s != KILN_OK) {
         free_results(res, g->noutputs);
-        interp_free_results(g);
+        graph_free_results(g);
         return s;
     }
-    interp_free_results(g);
+    graph_free_results(g);
     g->results = res;
     g->status = KILN_OK;
     g->error[0] = 0;

@@ -44,7 +44,6 @@
 #include "gpu.h"
 #include "gpu_tune.h"
 #include "graph.h"
-#include "interp.h"
 #include "memplan.h"
 #include "quant.h"
 #include "tunedb.h"
@@ -717,10 +716,10 @@ kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_prog
         /* a failed run may leave device state half-updated: upload again next time */
         for (int32_t b = 0; b < sp->nbufs; b++) gp->host_seen[b] = NULL;
         free_results(res, g->noutputs);
-        interp_free_results(g);
+        graph_free_results(g);
         return s;
     }
-    interp_free_results(g);
+    graph_free_results(g);
     g->results = res;
     g->status = KILN_OK;
     g->error[0] = 0;

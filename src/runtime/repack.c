@@ -1,5 +1,5 @@
 /* repack.c — the 8-row interleave of q4_0, q5_0, q8_0, q4_k and q6_k
- * weights (layout in repack.h), and the arena the copies live in. Plain C
+ * weights (layouts in sched/repack_layout.h), and the arena the copies live in. Plain C
  * byte moves, run once per weight and binding. */
 #define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "repack.h"
@@ -26,7 +26,7 @@ static int64_t block_bytes(kiln_dtype t) {
 }
 static int64_t record_bytes(kiln_dtype t) { return t == KILN_Q4_K ? 1184 : 8 * block_bytes(t); /* q6_k: 1680 */ }
 
-/* q6_k: block c of rows blk[0..7] as repack.h's record; the 6-bit values
+/* q6_k: block c of rows blk[0..7] as repack_layout.h's record; the 6-bit values
  * as quant.c's decoder reads them (ql: 128 bytes, qh: 64, scales: 16 x
  * int8, d) */
 static void record_q6_k(const uint8_t *const *blk, uint8_t *o) {
@@ -56,7 +56,7 @@ static void record_q6_k(const uint8_t *const *blk, uint8_t *o) {
             }
 }
 
-/* q4_k: block c of rows blk[0..7] as repack.h's record */
+/* q4_k: block c of rows blk[0..7] as repack_layout.h's record */
 static void record_q4_k(const uint8_t *const *blk, uint8_t *o) {
     for (int r = 0; r < 8; r++) {
         memcpy(o + 2 * r, blk[r], 2);          /* d */
@@ -79,7 +79,7 @@ size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k) {
     if (bb == 0 || k <= 0 || k % be != 0) return 0;
     int64_t row = k / be * bb, groups = (int64_t)(bytes / (size_t)row) / 8;
     if (groups < 1) return 0;
-    return RT_REPACK_HEADER + (size_t)(groups * (k / be) * record_bytes(t));
+    return SCH_REPACK_HEADER + (size_t)(groups * (k / be) * record_bytes(t));
 }
 
 /* q4_0 / q5_0: the 8 d, q5_0's fifth-bit masks per step, the nibble lanes */
@@ -114,12 +114,12 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_ar
     void *out = rt_arena_alloc(a, size);
     if (!out) return NULL;
     int64_t bb = block_bytes(t), nch = k / block_elems(t), row = nch * bb, rec = record_bytes(t);
-    int64_t groups = (int64_t)((size - RT_REPACK_HEADER) / (size_t)(nch * rec));
-    int64_t head[8] = {k, groups, RT_REPACK_KBLOCK, 0, 0, 0, 0, 0};
+    int64_t groups = (int64_t)((size - SCH_REPACK_HEADER) / (size_t)(nch * rec));
+    int64_t head[8] = {k, groups, SCH_REPACK_KBLOCK, 0, 0, 0, 0, 0};
     memcpy(out, head, sizeof head);
     const uint8_t *in = src;
-    uint8_t *o = (uint8_t *)out + RT_REPACK_HEADER;
-    const int64_t per = RT_REPACK_KBLOCK / block_elems(t); /* blocks of the format per K-block */
+    uint8_t *o = (uint8_t *)out + SCH_REPACK_HEADER;
+    const int64_t per = SCH_REPACK_KBLOCK / block_elems(t); /* blocks of the format per K-block */
     for (int64_t c0 = 0; c0 < nch; c0 += per)
         for (int64_t g = 0; g < groups; g++)
             for (int64_t c = c0; c < nch && c < c0 + per; c++, o += rec) {

@@ -152,7 +152,7 @@ typedef struct sch_contract_sched {
                    barrier, and operands just written by the other core); 0: items over the
                    pool. Last, as direct */
     int rp;     /* DOT, int8, q4_0 / q5_0 B, nr = 8, mr = 1: the tiles read B from a copy
-                   repacked once (8 rows interleaved per block, see runtime/repack.h), which
+                   repacked once (8 rows interleaved per block, see sched/repack_layout.h), which
                    the runtime builds for a weight bound with kiln_bind_weight; strips the
                    copy does not cover (another binding, a partial last strip) read B as it
                    is. Last, as serial */

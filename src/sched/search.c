@@ -8,7 +8,7 @@
  * tiles} (up to the first that covers N: one item, no thread split);
  * software prefetch of B 0, 8, 16 or 32 chunks ahead; arithmetic f32, or int8 dot products for block-format B on a CPU with VNNI (an
  * approximation: A is quantised per 32 elements, emit_contract_i8.c); for
- * decode of a weight in q4_0, q5_0, q8_0, q4_k or q6_k, the int8 1 x 8 tiles also with rp=1, reading a copy of B repacked once (runtime/repack.h).
+ * decode of a weight in q4_0, q5_0, q8_0, q4_k or q6_k, the int8 1 x 8 tiles also with rp=1, reading a copy of B repacked once (sched/repack_layout.h).
  * Tiles taller than M are skipped (they only compute padding).
  */
 #include <stdio.h>
@@ -80,7 +80,7 @@ static int space_forms(const sch_contract_shape *sh, sch_contract_sched *out, in
                                              mr * nr <= 16))
                                 continue;
                             /* int8 decode of q4_0 / q5_0 / q8_0 / q4_k / q6_k weights, 1 x 8 tiles: also
-                             * on B's repacked copy (rp=1, runtime/repack.h) */
+                             * on B's repacked copy (rp=1, sched/repack_layout.h) */
                             int rps = ar == 1 && sh->m <= SCH_SMALL_M && nr == 8 && mr == 1 && !sh->b_activation &&
                                               (sh->b_dtype == KILN_Q4_0 || sh->b_dtype == KILN_Q5_0 || sh->b_dtype == KILN_Q8_0 ||
                                                sh->b_dtype == KILN_Q4_K || sh->b_dtype == KILN_Q6_K)

@@ -41,7 +41,7 @@ F32, F16, BF16, I32, U8, Q8_0, Q4_0, Q4_K, Q6_K, Q5_0 = range(10)
 DTYPE_COUNT = 10
 DTYPE_NAMES = ["f32", "f16", "bf16", "i32", "u8", "q8_0", "q4_0", "q4_k", "q6_k", "q5_0"]
 BLOCK_FORMATS = (Q8_0, Q4_0, Q4_K, Q6_K, Q5_0)
-# elements per block, bytes per block (GGUF layouts; see src/model/quant.h)
+# elements per block, bytes per block (GGUF layouts; see src/ir/quant.h)
 BLOCK_LAYOUT = {Q8_0: (32, 34), Q4_0: (32, 18), Q4_K: (256, 144), Q6_K: (256, 210), Q5_0: (32, 22)}
 
 # kiln_rope_mode

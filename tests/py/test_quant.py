@@ -2,7 +2,7 @@
 `gguf` package's numpy reference (gguf.quants), bit for bit.
 
 Calls kiln's C functions through ctypes from KILN_LIB (default
-build/libkiln.so): quant_dequantize / quant_quantize (src/model/quant.h),
+build/libkiln.so): quant_dequantize / quant_quantize (src/ir/quant.h),
 dtype_f32_to_f16 & co. (src/ir/dtype.h) and kiln_dtype_bytes (kiln.h).
 
 Cases:

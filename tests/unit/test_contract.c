@@ -708,7 +708,7 @@ static void test_causal_attention_bf16(void) {
     CASE_END();
 }
 
-/* the decode tiles on B's repacked copy (rp=1, runtime/repack.h): q4_0,
+/* the decode tiles on B's repacked copy (rp=1, sched/repack_layout.h): q4_0,
  * q5_0, q8_0, q4_k and q6_k weights bound with kiln_bind_weight, K of 17
  * blocks (k-quants: 3), N = 37 (four
  * whole 8-row groups and a partial one read from B itself), M = 1..3, one
@@ -810,7 +810,7 @@ static int run_read(kiln_program *p, kiln_graph *g, float *out, size_t n) {
     return ok;
 }
 
-/* the pack copy (runtime/repack.h): a weight's strips packed by the first
+/* the pack copy (sched/repack_layout.h): a weight's strips packed by the first
  * prefill launch and read by the later ones. For the five block formats, at
  * 1 and 2 threads (each thread fills its own strips), N = 37 in strips of
  * 32 (a partial last strip), K in blocks of 256 (a short last one for the

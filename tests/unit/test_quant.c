@@ -1,5 +1,5 @@
 /* test_quant.c — element types and GGUF block formats (src/ir/dtype.c,
- * src/model/quant.c), and the 8-row interleave of q4_0 / q5_0
+ * src/ir/quant.c), and the 8-row interleave of q4_0 / q5_0
  * (src/runtime/repack.c).
  *
  * Expected values come from the IEEE / GGUF definitions, computed here
@@ -480,8 +480,8 @@ static void test_k_random(kiln_dtype t, const char *name) {
     CASE_END();
 }
 
-/* the 8-row interleave of q4_0 / q5_0 / q8_0 (runtime/repack.h), decoded here from
- * the layout as repack.h states it and compared with quant_dequantize of
+/* the 8-row interleave of q4_0 / q5_0 / q8_0 (sched/repack_layout.h), decoded here from
+ * the layout as repack_layout.h states it and compared with quant_dequantize of
  * the source rows, every element: 19 rows (two whole groups, three rows
  * left to the source), several K, one past a K-block; no copy for K off
  * the 32 grid or fewer than 8 rows */
@@ -494,7 +494,7 @@ static void test_repack_x8(void) {
         snprintf(cname, sizeof cname, "repack_x8_%s_layout", kiln_dtype_name(t));
         CASE_BEGIN(cname);
         rt_arena arena = {0};
-        const int64_t ks[4] = {32, 96, 320, RT_REPACK_KBLOCK + 96}, rows = 19;
+        const int64_t ks[4] = {32, 96, 320, SCH_REPACK_KBLOCK + 96}, rows = 19;
         for (int ki = 0; ki < 4; ki++) {
             int64_t K = ks[ki], nch = K / 32;
             float *w = malloc((size_t)(rows * K) * sizeof *w), *want = malloc((size_t)K * sizeof *want);
@@ -502,14 +502,14 @@ static void test_repack_x8(void) {
             size_t bytes = kiln_dtype_bytes(t, rows * K);
             uint8_t *src = malloc(bytes);
             CHECK(quant_quantize(t, w, src, rows * K) == 0, "quantize");
-            CHECK(rt_repack_x8_size(t, bytes, K) == RT_REPACK_HEADER + (size_t)(2 * nch * 8 * bb),
+            CHECK(rt_repack_x8_size(t, bytes, K) == SCH_REPACK_HEADER + (size_t)(2 * nch * 8 * bb),
                   "K=%lld: size %zu", (long long)K, rt_repack_x8_size(t, bytes, K));
             uint8_t *cp = rt_repack_x8(t, src, bytes, K, &arena);
             CHECK(cp != NULL, "K=%lld: no copy", (long long)K);
             if (!cp) continue;
             int64_t head[3];
             memcpy(head, cp, sizeof head);
-            CHECK(head[0] == K && head[1] == 2 && head[2] == RT_REPACK_KBLOCK, "header %lld %lld %lld", (long long)head[0],
+            CHECK(head[0] == K && head[1] == 2 && head[2] == SCH_REPACK_KBLOCK, "header %lld %lld %lld", (long long)head[0],
                   (long long)head[1], (long long)head[2]);
             int bad = 0;
             for (int64_t row = 0; row < 16 && !bad; row++) {
@@ -517,8 +517,8 @@ static void test_repack_x8(void) {
                 int64_t g = row / 8, r = row % 8;
                 for (int64_t c = 0; c < nch && !bad; c++) {
                     /* K-block kb of every group, then the next (the last one shorter) */
-                    const int64_t per = RT_REPACK_KBLOCK / 32, kb = c / per, inb = nch - kb * per < per ? nch - kb * per : per;
-                    const uint8_t *rec = cp + RT_REPACK_HEADER + (kb * 2 * per + g * inb + c % per) * 8 * bb;
+                    const int64_t per = SCH_REPACK_KBLOCK / 32, kb = c / per, inb = nch - kb * per < per ? nch - kb * per : per;
+                    const uint8_t *rec = cp + SCH_REPACK_HEADER + (kb * 2 * per + g * inb + c % per) * 8 * bb;
                     uint16_t dh;
                     memcpy(&dh, rec + 2 * r, 2);
                     float d = dtype_f16_to_f32(dh);
@@ -561,7 +561,7 @@ static void test_repack_x8(void) {
     }
 }
 
-/* element e of row r of a q4_k or q6_k record (runtime/repack.h), decoded
+/* element e of row r of a q4_k or q6_k record (sched/repack_layout.h), decoded
  * from the layout as stated and computed as quant.c's decoder does:
  * (d sc) q - dmin m, or (d scale) (q - 32) */
 static float kq_record_value(kiln_dtype t, const uint8_t *rec, int r, int e) {
@@ -596,7 +596,7 @@ static void test_repack_x8_kquant(kiln_dtype t) {
     size_t bytes = kiln_dtype_bytes(t, rows * K);
     uint8_t *src = malloc(bytes);
     CHECK(quant_quantize(t, w, src, rows * K) == 0, "quantize");
-    CHECK(rt_repack_x8_size(t, bytes, K) == RT_REPACK_HEADER + (size_t)(nb * rec), "size %zu", rt_repack_x8_size(t, bytes, K));
+    CHECK(rt_repack_x8_size(t, bytes, K) == SCH_REPACK_HEADER + (size_t)(nb * rec), "size %zu", rt_repack_x8_size(t, bytes, K));
     uint8_t *cp = rt_repack_x8(t, src, bytes, K, &arena);
     CHECK(cp != NULL, "no copy");
     int bad = 0;
@@ -604,7 +604,7 @@ static void test_repack_x8_kquant(kiln_dtype t) {
         quant_dequantize(t, src + r * nb * bb, want, K);
         for (int64_t c = 0; c < nb && !bad; c++)
             for (int e = 0; e < 256 && !bad; e++) {
-                float got = kq_record_value(t, cp + RT_REPACK_HEADER + c * rec, r, e);
+                float got = kq_record_value(t, cp + SCH_REPACK_HEADER + c * rec, r, e);
                 if (got != want[256 * c + e]) {
                     bad = 1;
                     CHECK(0, "row %d element %lld: copy %g, source %g", r, (long long)(256 * c + e), got, want[256 * c + e]);

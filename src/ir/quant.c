@@ -1,5 +1,7 @@
 /* quant.c — GGUF block formats: decoders for q8_0, q4_0, q4_k, q6_k and
- * encoders for all four.
+ * encoders for all four. In ir, beside the dtypes they are, so that a CAST
+ * (dtype.c), the interpreter (ref) and the GGUF loader (model) all reach them
+ * from below.
  *
  * Invariants:
  *  - Byte layouts are GGUF's (see quant.h); multi-byte fields are read and
