@@ -14,7 +14,6 @@
  */
 #include "emit_gpu.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 

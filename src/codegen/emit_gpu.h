@@ -1,7 +1,7 @@
-/* emit_gpu.h — OpenCL C and CUDA C source for a kernelized program: one
- * printer over the loop IR (src/sched/loop.h) for both dialects. They differ
- * only in a short header (qualifiers, index builtins, integer type names,
- * math function names); the kernel bodies are the same text.
+/* emit_gpu.h — OpenCL C and CUDA C source for a kernelized program: the
+ * loop-IR printer (print_lx.h) in two dialects (dialect.c). They differ only
+ * in a short header (qualifiers, index builtins, integer type names, math
+ * function names); the kernel bodies are the same text.
  *
  * Kernel ABI. Every MAP/REDUCE/SCATTER kernel k becomes a device entry point
  * named kiln_k<k> with the arguments

@@ -1,6 +1,7 @@
-/* emit_gpu_internal.h — what the GPU printer's parts share (emit_gpu.c: the
- * generic kernels and the helpers; emit_gpu_contract.c: the contraction
- * kernels). Not part of the codegen interface: only those two files include it.
+/* emit_gpu_internal.h — what the GPU emitter's parts share (emit_gpu.c: the
+ * generic kernels; emit_gpu_contract.c: the contraction kernels; the text
+ * of both is printed through print_lx.h). Not part of the codegen
+ * interface: only those two files include it.
  */
 #ifndef KILN_CODEGEN_EMIT_GPU_INTERNAL_H
 #define KILN_CODEGEN_EMIT_GPU_INTERNAL_H

@@ -12,7 +12,8 @@ so a checker that finds nothing cannot pass.
 
 The layers as they stand (docs/ARCHITECTURE.md, "Folder layering"):
     base < ir < {ref, nn, rewrite, model, sched} < codegen < runtime
-with ref, nn, rewrite and model also below runtime, and model using ref.
+(model reaches the compiler only through the public API in
+include/kiln_compile.h, which is outside src/ and so no folder edge).
 """
 import os
 import re
