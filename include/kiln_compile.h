@@ -95,6 +95,38 @@ int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *d
  * three). malloc'd text; "" when profiling is off. */
 char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, double dot_gops, int max_rows);
 void kiln_program_profile_reset(kiln_program *p);
+/* profiling turned on (allocating its counters) or off after compiling */
+void kiln_program_profile_on(kiln_program *p, int on);
+/* seconds per kernel since the last reset, out[0..n): the kernel count
+ * filled (0 when profiling is off) */
+int kiln_program_kernel_times(const kiln_program *p, double *out, int n);
+
+/* ---- the schedule search, steered ---------------------------------------
+ * kiln_program_search gives the program a search of budget_s seconds of wall
+ * time (measuring, checking, and the recompile with the winners) that runs
+ * during its next runs. weights (NULL: none) says where the time goes:
+ * weights[2k + bucket] is kernel k's seconds in the planned workload (bucket
+ * 0: decode-sized M, 1: prefill-sized); each search then gets its part of
+ * what is left in proportion to its weight, and a kernel whose group (the
+ * kernels one search settles) takes less than min_share of its bucket's time
+ * keeps its schedule. Under weights the recompile waits for
+ * kiln_program_search_finish, which also closes the search. */
+typedef struct kiln_search_status {
+    double budget_s, spent_s, reserve_s; /* reserve_s: kept for the recompile */
+    int searched, skipped;               /* kernel searches run; kernels the plan passed over */
+    int untuned, slots;                  /* contraction (kernel, bucket) slots without a schedule yet, and all */
+    int measurements;                    /* candidates measured */
+    double best_speedup;                 /* the largest default/best time ratio found */
+} kiln_search_status;
+kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share);
+kiln_status kiln_program_search_finish(kiln_program *p);
+/* fn(ctx, status) after each kernel search under a plan, on the calling thread */
+typedef void (*kiln_search_progress_fn)(void *ctx, const kiln_search_status *st);
+void kiln_program_search_progress(kiln_program *p, kiln_search_progress_fn fn, void *ctx);
+void kiln_program_search_status(const kiln_program *p, kiln_search_status *out);
+/* contraction (kernel, bucket) slots with no schedule from the tuning DB or
+ * a search yet: all of them on a machine that never tuned this model */
+int kiln_program_untuned(const kiln_program *p);
 
 #ifdef __cplusplus
 }

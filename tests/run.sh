@@ -12,6 +12,9 @@ export KILN_BUILD="$PWD/$BUILD"
 # every compiled run starts with its outputs all ones-bits (NaN), so an
 # element no kernel writes fails the comparison with the reference (exec.c)
 export KILN_POISON_RESULTS=1
+# no first-run schedule search in `kiln run`/`kiln bench` (tests that check
+# it turn it on themselves)
+export KILN_TUNE=0
 # the tests never read or write the user's tuning DB
 tunedir=$(mktemp -d)
 export KILN_TUNEDB="$tunedir/tune.db"

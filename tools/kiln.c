@@ -39,6 +39,7 @@
 #include "gpu.h"
 #include "kiln.h"
 #include "kiln_compile.h"
+#include "autotune.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -508,6 +509,9 @@ static model *load_model(const char *cmd, const char *path, int64_t n_ctx, int m
     return m;
 }
 
+/* the first-run schedule search (below, with kiln tune's) */
+static int first_run_search(const char *cmd, model *m, int no_tune);
+
 /* total weight bytes and parameters of the file's tensors */
 static void model_size(gguf_file *f, uint64_t *bytes, uint64_t *params) {
     *bytes = *params = 0;
@@ -651,7 +655,7 @@ typedef struct run_opts {
     long long n_predict, threads, top_k, n_ctx, repeat_last_n;
     double temp, top_p, min_p, repeat_penalty;
     uint64_t seed;
-    int seed_set, chat, interp, use_mmap, json, echo;
+    int seed_set, chat, interp, use_mmap, json, echo, no_tune;
 } run_opts;
 
 static void run_help(void) {
@@ -674,6 +678,8 @@ static void run_help(void) {
            "  -c, --ctx N             context (KV cache) length (default: min(training, 4096))\n"
            "  --mmap                  map the file instead of reading it into memory\n"
            "  --interp                run the reference interpreter instead of compiled code\n"
+           "  --no-tune               no schedule search on a model's first run on this machine\n"
+           "                          (else up to 30 s, or $KILN_TUNE seconds; KILN_TUNE=0 is off)\n"
            "  --echo                  print the prompt on stdout before the generated text\n"
            "                          (after the loading lines on stderr, so a terminal\n"
            "                          shows them apart)\n"
@@ -706,9 +712,10 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             run_help();
             return -1;
         }
-        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json") || IS("--echo")) {
+        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json") || IS("--echo") || IS("--no-tune")) {
             if (eq) return cmd_usage_error("run", "%s takes no value", flag);
             if (IS("--chat")) o->chat = 1;
+            else if (IS("--no-tune")) o->no_tune = 1;
             else if (IS("--interp")) o->interp = 1;
             else if (IS("--mmap")) o->use_mmap = 1;
             else if (IS("--echo")) o->echo = 1;
@@ -761,6 +768,10 @@ static int cmd_run(int argc, char **argv) {
     double load_s = 0;
     model *m = load_model("run", o.model, (int64_t)o.n_ctx, o.use_mmap, o.interp, (int)o.threads, &load_s);
     if (!m) return 1;
+    if (first_run_search("run", m, o.no_tune)) {
+        model_free(m);
+        return 1;
+    }
     const arch_hparams *hp = model_hparams(m);
     gguf_file *f = model_gguf(m);
     char err[1024];
@@ -979,6 +990,8 @@ static void bench_help(void) {
            "  -r, --repetitions R     timed runs per test (default 5)\n"
            "  --mmap                  map the file instead of reading it into memory\n"
            "  --interp                the reference interpreter instead of compiled code\n"
+           "  --no-tune               no schedule search on a model's first run on this machine\n"
+           "                          and thread count (else up to 30 s each, or $KILN_TUNE s)\n"
            "  --json                  a JSON array of records instead of the table\n"
            "  --profile               after each test, where the time went: per kernel ms, GB/s and\n"
            "                          GFLOP/s against this machine's measured peaks\n");
@@ -1026,7 +1039,7 @@ static kiln_status bench_once(model *m, int pp, int n, int32_t *toks, float *log
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     long long pps[16] = {512}, tgs[16] = {128}, ths[16] = {1, 2}, reps = 5;
-    int npp = 1, ntg = 1, nth = 2, json = 0, interp = 0, use_mmap = 0, profile = 0;
+    int npp = 1, ntg = 1, nth = 2, json = 0, interp = 0, use_mmap = 0, profile = 0, no_tune = 0;
     for (int i = 0; i < argc; i++) {
         char flag[64];
         const char *a = argv[i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
@@ -1043,10 +1056,11 @@ static int cmd_bench(int argc, char **argv) {
             profile = 1;
             continue;
         }
-        if (IS("--json") || IS("--interp") || IS("--mmap")) {
+        if (IS("--json") || IS("--interp") || IS("--mmap") || IS("--no-tune")) {
             if (eq) return cmd_usage_error("bench", "%s takes no value", flag);
             if (IS("--json")) json = 1;
             else if (IS("--interp")) interp = 1;
+            else if (IS("--no-tune")) no_tune = 1;
             else use_mmap = 1;
             continue;
         }
@@ -1089,6 +1103,11 @@ static int cmd_bench(int argc, char **argv) {
         double load_s = 0;
         model *m = load_model("bench", path, (int64_t)maxlen, use_mmap, interp, (int)ths[ti], &load_s);
         if (!m) {
+            rc = 1;
+            break;
+        }
+        if (first_run_search("bench", m, no_tune)) {
+            model_free(m);
             rc = 1;
             break;
         }
@@ -1370,45 +1389,93 @@ static int tune_show(int json) {
     return fflush(stdout) != 0 ? 1 : 0;
 }
 
-/* compile the model with a schedule search of budget seconds: the search
- * measures each contraction on real data during the first runs, so the
- * model runs a 64-token prompt (prefill shapes) and one decode step */
-static int tune_model(const char *path, double budget, int threads, int prompt) {
-    model_options o = model_default_options();
-    o.gguf_flags = (unsigned)GGUF_OPEN_READ;
-    o.compiled = 1;
-    o.threads = threads;
-    o.search_budget = budget;
-    char what[160];
-    snprintf(what, sizeof what, "kiln tune: loading and compiling the model");
-    ticker tk;
-    double t0 = now_s();
-    ticker_start(&tk, what);
-    model *m = NULL;
+/* ---- the schedule search of a model (autotune.c) --------------------- */
+
+typedef struct tune_view {
+    const char *cmd;
+    int tty;
+    int shown; /* a progress line is on the terminal */
+} tune_view;
+
+static void tune_phase(void *ctx, const char *what) {
+    tune_view *v = ctx;
+    if (v->shown) fprintf(stderr, "\r\033[K");
+    v->shown = 0;
+    fprintf(stderr, "kiln %s: %s ...\n", v->cmd, what);
+}
+
+/* on a terminal, one line redrawn after each kernel search */
+static void tune_bar(void *ctx, const kiln_search_status *st) {
+    tune_view *v = ctx;
+    if (!v->tty) return;
+    double left = st->budget_s - st->spent_s;
+    int bar = st->budget_s > 0 ? (int)(20 * st->spent_s / st->budget_s) : 20;
+    char b[21];
+    for (int i = 0; i < 20; i++) b[i] = i < bar ? '#' : '.';
+    b[20] = 0;
+    fprintf(stderr, "\r\033[Kkiln %s: [%s] %d kernels searched, %d contraction slots to go, best %.2fx, %.0f s left",
+            v->cmd, b, st->searched, st->untuned, st->best_speedup, left > 0 ? left : 0);
+    fflush(stderr);
+    v->shown = 1;
+}
+
+/* search m's schedules within budget seconds; 0, or 1 after printing why not */
+static int search_schedules(const char *cmd, model *m, double budget, int prompt) {
+    tune_view v = {cmd, isatty(2), 0};
+    model_tune_options o = model_tune_defaults();
+    o.budget_s = budget;
+    if (prompt > 0) o.prompt = prompt;
+    o.phase = tune_phase;
+    o.ctx = &v;
+    kiln_program_search_progress(model_program(m), tune_bar, &v);
+    kiln_search_status st;
     char err[1024];
-    kiln_status st = model_load_ex(path, &o, &m, err, sizeof err);
-    ticker_stop(&tk);
-    if (st != KILN_OK) {
-        fprintf(stderr, "kiln tune: %s: %s\n", path, err[0] ? err : kiln_status_name(st));
+    double t0 = now_s();
+    kiln_status s = model_autotune(m, &o, &st, err, sizeof err);
+    kiln_program_search_progress(model_program(m), NULL, NULL);
+    if (v.shown) fprintf(stderr, "\r\033[K");
+    if (s != KILN_OK) {
+        fprintf(stderr, "kiln %s: the schedule search failed: %s\n", cmd, err);
         return 1;
     }
-    double t1 = now_s();
-    int n = prompt;
-    if (model_n_ctx(m) < n + 1) n = (int)model_n_ctx(m) - 1;
-    int32_t *toks = kiln_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
-    for (int i = 0; i < n; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
-    float *logits = kiln_xmalloc((size_t)model_n_vocab(m) * sizeof *logits);
-    fprintf(stderr, "kiln tune: searching schedules (budget %g s): a %d-token prompt, then one decode step\n", budget,
-            n);
-    int rc = 0;
-    if (n > 0 && (model_forward(m, toks, n, 0, logits) != KILN_OK || model_forward(m, toks, 1, n, logits) != KILN_OK)) {
-        fprintf(stderr, "kiln tune: %s: running failed: %s\n", path, model_error(m));
-        rc = 1;
-    }
-    fprintf(stderr, "kiln tune: %s: loaded and compiled in %.2f s, searched and ran in %.2f s\n", path, t1 - t0,
-            now_s() - t1);
-    free(toks);
-    free(logits);
+    fprintf(stderr,
+            "kiln %s: searched %d kernel%s in %.1f s of a %.0f s budget (%.1f s with the profile), %d candidates "
+            "measured, best %.2fx over the default; %d kept as they were (under %.0f%% of a step)\n",
+            cmd, st.searched, st.searched == 1 ? "" : "s", st.spent_s, budget, now_s() - t0, st.measurements,
+            st.best_speedup, st.skipped, 100 * o.min_share);
+    return 0;
+}
+
+/* the first-run search's budget: $KILN_TUNE seconds (0: off), default 30 */
+static double first_run_budget(void) {
+    const char *e = getenv("KILN_TUNE");
+    if (!e || !e[0]) return 30;
+    char *end;
+    double b = strtod(e, &end);
+    return *end || !(b >= 0) ? 30 : b;
+}
+
+/* a model new to this machine is searched before it runs (no_tune, or
+ * KILN_TUNE=0, skips); 0, or 1 after printing an error */
+static int first_run_search(const char *cmd, model *m, int no_tune) {
+    double budget = first_run_budget();
+    if (no_tune || budget <= 0 || !model_is_compiled(m) || !model_needs_search(m)) return 0;
+    fprintf(stderr,
+            "kiln %s: this model has no tuned schedules for this machine and thread count: searching for up to "
+            "%.0f s first (--no-tune skips it; 'kiln tune' searches longer)\n",
+            cmd, budget);
+    return search_schedules(cmd, m, budget, 0);
+}
+
+/* compile the model and search its schedules within budget seconds, spent
+ * where its time goes (autotune.c) */
+static int tune_model(const char *path, double budget, int threads, int prompt) {
+    double load_s = 0;
+    model *m = load_model("tune", path, 0, 0, 0, threads, &load_s);
+    if (!m) return 1;
+    fprintf(stderr, "kiln tune: %s: loaded and compiled in %.2f s (%d thread%s)\n", path, load_s, threads,
+            threads == 1 ? "" : "s");
+    int rc = search_schedules("tune", m, budget, prompt);
     model_free(m);
     return rc;
 }

@@ -16,4 +16,8 @@ int rt_cc_split_parts(size_t src_len, int cores);
 int rt_cc_split_build(const char *src, int nparts, const char *cc, const char *flags, const char *out_so,
                       const char *tmp_base);
 
+/* wall seconds a build takes per byte of emitted C, learnt from this
+ * process's compiles (cpu.c): the estimate of a program's recompile */
+double rt_cc_seconds_per_byte(void);
+
 #endif

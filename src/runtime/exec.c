@@ -32,6 +32,7 @@
 #include "gpu.h"
 #include "contract.h"
 #include "search.h"
+#include "cc_split.h"
 #include "tune.h"
 #include "tunedb.h"
 #include "tune_generic.h"
@@ -86,6 +87,21 @@ struct kiln_program {
     int inject_wrong;            /* KILN_TUNE_INJECT_WRONG: tests */
     int measurements;            /* candidates measured */
     rt_gtune_state *gtune;       /* generic kernels' search (tune_generic.c) */
+    /* a search plan (kiln_program_search): where the budget goes. plan_w
+     * [kernel * 2 + bucket]: seconds the kernel takes in the planned
+     * workload (NULL: no plan, every kernel shape may take an eighth);
+     * reserve_s: the final recompile with the winners, kept out of the
+     * search's share; searched/skipped: kernel slots settled by the plan */
+    double *plan_w;
+    sch_contract_sched *pend; /* [kernel * 2 + bucket]: a winner the plan applies when it ends */
+    uint8_t *kept;            /* [kernel * 2 + bucket]: the plan passed it over (recorded as kept, tried 0) */
+    uint8_t *unmeasured;      /* [kernel * 2 + bucket]: its schedule is a "kept" record: a search may try it */
+    uint8_t *has_pend;
+    double reserve_s;
+    int plan_searched, plan_skipped, plan_pending;
+    double plan_best_speedup;
+    kiln_search_progress_fn progress; /* called after each search under a plan (NULL: none) */
+    void *progress_ctx;
 };
 
 static double mono_s(void) {
@@ -118,6 +134,8 @@ static void print_profile(const kiln_program *p) {
 
 static kiln_status emit_and_load(kiln_program *p, char *err, size_t errcap);
 static void apply_tuning_db(kiln_program *p);
+static void drop_pack_copies(kiln_program *p);
+static int contract_shape(const kiln_program *p, int32_t k, const int64_t *values, int bucket, sch_contract_shape *sh);
 
 kiln_compile_options kiln_compile_defaults(void) {
     kiln_compile_options o;
@@ -319,6 +337,11 @@ void kiln_program_free(kiln_program *p) {
     if (p->pool) rt_pool_free(p->pool);
     if (p->mod) p->be->module_free(p->mod);
     free(p->fingerprint);
+    free(p->plan_w);
+    free(p->pend);
+    free(p->has_pend);
+    free(p->kept);
+    free(p->unmeasured);
     free(p->tuned);
     free(p->seeds);
     free(p->has_seed);
@@ -491,6 +514,201 @@ static double kernel_bytes(const kiln_program *p, const sch_kernel *K, int64_t d
     }
     free(loads);
     return b;
+}
+
+/* ---- the search, steered: a plan of where the budget goes ------------- */
+
+int kiln_program_untuned(const kiln_program *p) {
+    if (!p || p->gpu) return 0;
+    int n = 0;
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        const sch_kernel *K = &p->sp.kernels[k];
+        if (!K->contract || !cg_contract_emittable(&p->sp, K, p->isa)) continue;
+        for (int b = 0; b < 2; b++) n += !p->tuned[k * 2 + b] && (b == 0 || K->contract->mdim >= 0);
+    }
+    return n;
+}
+
+/* the recompile of the whole program with new schedules: its bytes of C at
+ * the build's rate (cc_split.h); tuned forms are longer than the defaults
+ * (gemma3-270m's program grew from 2.0 to 3.1 MB of C after its first search) */
+static double recompile_estimate(const kiln_program *p) {
+    size_t len = p->source ? strlen(p->source) : 0;
+    return 1.5 * rt_cc_seconds_per_byte() * (double)len;
+}
+
+/* settle, unsearched, every kernel whose group (same key: one search
+ * settles them all) takes less than min_share of its bucket's time */
+static void plan_skip_small(kiln_program *p, double min_share) {
+    int32_t nk = p->sp.nkernels;
+    double total[2] = {0, 0};
+    for (int32_t k = 0; k < nk; k++)
+        for (int b = 0; b < 2; b++) total[b] += p->plan_w[k * 2 + b];
+    for (int32_t k = 0; k < nk; k++) {
+        const sch_kernel *K = &p->sp.kernels[k];
+        int contract = K->contract && cg_contract_emittable(&p->sp, K, p->isa);
+        const char *key = contract ? K->contract->key : rt_gtune_key(p->gtune, k);
+        if (!contract && !rt_gtune_wanted(p->gtune, k)) continue;
+        double group[2] = {0, 0};
+        for (int32_t j = 0; j < nk; j++) {
+            const sch_kernel *J = &p->sp.kernels[j];
+            const char *kj = contract ? (J->contract ? J->contract->key : "") : rt_gtune_key(p->gtune, j);
+            if (strcmp(kj, key) != 0) continue;
+            for (int b = 0; b < 2; b++) group[b] += p->plan_w[j * 2 + b];
+        }
+        int small[2];
+        for (int b = 0; b < 2; b++) small[b] = group[b] < min_share * total[b] || total[b] <= 0;
+        if (contract) {
+            for (int b = 0; b < 2; b++)
+                if (!p->tuned[k * 2 + b] && small[b]) {
+                    p->tuned[k * 2 + b] = 1;
+                    p->kept[k * 2 + b] = 1;
+                    p->plan_skipped++;
+                }
+        } else if (small[0] && small[1]) {
+            rt_gtune_settle(p->gtune, k);
+            p->plan_skipped++;
+        }
+    }
+}
+
+kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share) {
+    if (!p || !(budget_s >= 0) || !(min_share >= 0 && min_share < 1)) return KILN_ERR_INVALID;
+    if (p->gpu) {
+        rt_gpu_program_set_search(p->gpu, budget_s, p->inject_wrong);
+        return KILN_OK;
+    }
+    p->search_budget = budget_s;
+    p->search_spent = 0;
+    p->plan_searched = p->plan_skipped = 0;
+    /* schedules a plan once kept without measuring are open to this search */
+    for (int32_t k = 0; budget_s > 0 && k < p->sp.nkernels; k++)
+        for (int b = 0; b < 2; b++)
+            if (p->unmeasured[k * 2 + b]) p->tuned[k * 2 + b] = p->unmeasured[k * 2 + b] = 0;
+    p->plan_best_speedup = 1;
+    free(p->plan_w);
+    p->plan_w = NULL;
+    p->reserve_s = 0;
+    if (!weights) return KILN_OK;
+    size_t n = (size_t)p->sp.nkernels * 2;
+    p->plan_w = kiln_xcalloc(n + 1, sizeof *p->plan_w);
+    free(p->pend);
+    free(p->has_pend);
+    p->pend = kiln_xcalloc(n + 1, sizeof *p->pend);
+    p->has_pend = kiln_xcalloc(n + 1, sizeof *p->has_pend);
+    free(p->kept);
+    p->kept = kiln_xcalloc(n + 1, 1);
+    for (size_t i = 0; i < n; i++) p->plan_w[i] = weights[i] > 0 ? weights[i] : 0;
+    p->reserve_s = recompile_estimate(p);
+    plan_skip_small(p, min_share);
+    return KILN_OK;
+}
+
+void kiln_program_search_progress(kiln_program *p, kiln_search_progress_fn fn, void *ctx) {
+    if (!p) return;
+    p->progress = fn;
+    p->progress_ctx = ctx;
+}
+
+/* a record for every contraction slot of constant shape the plan passed
+ * over or did not reach: its schedule as it is, tried 0 ("kept"), so that the
+ * next run knows this machine has been searched for it (model_needs_search)
+ * while a later search (kiln tune) may still try it (unmeasured) */
+static void record_kept(kiln_program *p) {
+    if (!p->fingerprint) p->fingerprint = kiln_device_fingerprint();
+    for (int32_t k = 0; p->fingerprint && k < p->sp.nkernels; k++) {
+        const sch_kernel *K = &p->sp.kernels[k];
+        if (!K->contract || !cg_contract_emittable(&p->sp, K, p->isa)) continue;
+        for (int b = 0; b < 2; b++) {
+            if (b == 1 && K->contract->mdim < 0) continue;
+            if (p->tuned[k * 2 + b] && !p->kept[k * 2 + b]) continue; /* measured, or from the DB */
+            sch_contract_shape sh;
+            if (!contract_shape(p, k, NULL, b, &sh)) continue; /* symbolic sizes: the latest record serves */
+            char bucket[96], err[512];
+            sch_bucket_text(&sh, bucket, sizeof bucket);
+            sch_tune_record r;
+            sch_tune_record_new(&r, p->fingerprint, K->contract->key, bucket);
+            sch_contract_sched_print(&K->contract->sched[b], r.schedule, sizeof r.schedule);
+            r.best_s = r.base_s = 0;
+            r.tried = r.rejected = 0;
+            if (sch_tunedb_store(&r, err, sizeof err) != KILN_OK) {
+                fprintf(stderr, "kiln tune: %s\n", err);
+                return;
+            }
+            p->tuned[k * 2 + b] = p->unmeasured[k * 2 + b] = 1;
+        }
+    }
+}
+
+kiln_status kiln_program_search_finish(kiln_program *p) {
+    if (!p || p->gpu) return KILN_OK;
+    kiln_status s = KILN_OK;
+    if (p->kept) record_kept(p);
+    free(p->kept);
+    p->kept = NULL;
+    for (int32_t k = 0; p->has_pend && k < p->sp.nkernels; k++)
+        for (int b = 0; b < 2; b++)
+            if (p->has_pend[k * 2 + b]) p->sp.kernels[k].contract->sched[b] = p->pend[k * 2 + b];
+    free(p->pend);
+    free(p->has_pend);
+    p->pend = NULL;
+    p->has_pend = NULL;
+    if (p->retune) {
+        char err[4096];
+        double t = mono_s();
+        p->retune = 0;
+        drop_pack_copies(p);
+        s = emit_and_load(p, err, sizeof err);
+        p->search_spent += mono_s() - t;
+        if (s != KILN_OK) graph_run_error(p->g, s, "kiln: recompiling with the tuned schedules: %s", err);
+    }
+    free(p->plan_w);
+    p->plan_w = NULL;
+    /* the search is over: later runs keep what it found, and search nothing */
+    p->search_budget = p->search_spent;
+    return s;
+}
+
+void kiln_program_search_status(const kiln_program *p, kiln_search_status *out) {
+    memset(out, 0, sizeof *out);
+    if (!p) return;
+    out->budget_s = p->search_budget;
+    out->spent_s = p->search_spent;
+    out->reserve_s = p->reserve_s;
+    out->searched = p->plan_searched;
+    out->skipped = p->plan_skipped;
+    out->untuned = kiln_program_untuned(p);
+    for (int32_t k = 0; k < p->sp.nkernels && !p->gpu; k++) {
+        const sch_kernel *K = &p->sp.kernels[k];
+        if (K->contract && cg_contract_emittable(&p->sp, K, p->isa)) out->slots += 1 + (K->contract->mdim >= 0);
+    }
+    out->best_speedup = p->plan_best_speedup;
+    out->measurements = p->measurements;
+}
+
+void kiln_program_profile_on(kiln_program *p, int on) {
+    if (!p || p->gpu) return;
+    size_t n = (size_t)p->sp.nkernels + 1;
+    if (on && !p->prof) {
+        p->prof = kiln_xcalloc(n, sizeof *p->prof);
+        p->prof_bytes = kiln_xcalloc(n, sizeof *p->prof_bytes);
+        p->prof_flops = kiln_xcalloc(n, sizeof *p->prof_flops);
+        p->prof_arith = kiln_xcalloc(n, sizeof *p->prof_arith);
+    } else if (!on && p->prof) {
+        free(p->prof);
+        free(p->prof_bytes);
+        free(p->prof_flops);
+        free(p->prof_arith);
+        p->prof = p->prof_bytes = p->prof_flops = NULL;
+        p->prof_arith = NULL;
+    }
+}
+
+int kiln_program_kernel_times(const kiln_program *p, double *out, int n) {
+    if (!p || !p->prof) return 0;
+    int nk = (int)p->sp.nkernels < n ? (int)p->sp.nkernels : n;
+    for (int k = 0; k < nk; k++) out[k] = p->prof[k];
+    return nk;
 }
 
 void kiln_program_profile_reset(kiln_program *p) {
@@ -675,6 +893,7 @@ static void apply_tuning_db(kiln_program *p) {
     p->tuned = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     p->has_seed = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     p->seeds = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *p->seeds);
+    p->unmeasured = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     /* generic kernels: exact records for constant sizes (tune_generic.c) */
     p->gtune = rt_gtune_new(&p->sp, p->isa, rt_pool_threads(p->pool));
     rt_gtune_apply_db(p->gtune, &p->sp, &p->fingerprint);
@@ -714,6 +933,7 @@ static void apply_tuning_db(kiln_program *p) {
             if (exact && !rt_retune()) {
                 K->contract->sched[b] = sc;
                 p->tuned[k * 2 + b] = 1;
+                p->unmeasured[k * 2 + b] = r.tried == 0;
             } else {
                 p->seeds[k * 2 + b] = sc;
                 p->has_seed[k * 2 + b] = 1;
@@ -766,6 +986,67 @@ static void apply_tuning_db(kiln_program *p) {
     }
 }
 
+/* every weight's pack copy let go (remade, unfilled, by the next prefill
+ * launch): copies filled before a search changed schedules were read wrong
+ * after it (gemma3-270m's greedy text became one token repeated until they
+ * were dropped; their header's K, nr and strip count still matched, so the
+ * new kernels read them) */
+static void drop_pack_copies(kiln_program *p) {
+    for (int32_t b = 0; b < p->sp.nbufs; b++) {
+        if (!p->packed[b].data) continue;
+        rt_arena_release(&p->rp_arena, p->packed[b].data);
+        memset(&p->packed[b], 0, sizeof p->packed[b]);
+        p->bufs[2 * p->sp.nbufs + 1 + b] = NULL;
+    }
+}
+
+static void plan_progress(const kiln_program *p) {
+    if (!p->progress || !p->plan_w) return;
+    kiln_search_status st;
+    kiln_program_search_status(p, &st);
+    p->progress(p->progress_ctx, &st);
+}
+
+/* the planned weight of kernel k's group in this bucket: every contraction
+ * with its key and shape takes the winner of one search, so the search gets
+ * the time of all of them */
+static double contract_group_weight(const kiln_program *p, int32_t k, int bucket, const char *bucket_text) {
+    const char *key = p->sp.kernels[k].contract->key;
+    double w = 0;
+    for (int32_t j = 0; j < p->sp.nkernels; j++) {
+        const sch_kernel *J = &p->sp.kernels[j];
+        if (!J->contract || strcmp(J->contract->key, key) != 0 || p->tuned[j * 2 + bucket]) continue;
+        sch_contract_shape sj;
+        char bj[96];
+        if (!contract_shape(p, j, p->values, bucket, &sj)) continue;
+        sch_bucket_text(&sj, bj, sizeof bj);
+        if (strcmp(bj, bucket_text) == 0) w += p->plan_w[j * 2 + bucket];
+    }
+    return w;
+}
+
+/* seconds a search of weight w may take out of left: its part of what is
+ * left for searching (the final recompile kept aside) in proportion to the
+ * weight of everything the plan has still to search; 0 when nothing is left */
+static double recompile_estimate(const kiln_program *p);
+
+static double plan_share(kiln_program *p, double w, double left) {
+    double pending = 0;
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        const sch_kernel *K = &p->sp.kernels[k];
+        if (K->contract && cg_contract_emittable(&p->sp, K, p->isa)) {
+            for (int b = 0; b < 2; b++)
+                if (!p->tuned[k * 2 + b]) pending += p->plan_w[k * 2 + b];
+        } else if (rt_gtune_wanted(p->gtune, k)) {
+            pending += p->plan_w[k * 2] + p->plan_w[k * 2 + 1];
+        }
+    }
+    p->reserve_s = recompile_estimate(p);
+    double avail = left - p->reserve_s;
+    if (avail <= 0 || w <= 0) return 0;
+    return pending > w ? avail * w / pending : avail;
+}
+
 /* search kernel k's schedule for this bucket now, on this run's buffers;
  * the winner runs this launch and every kernel with the same key and
  * bucket takes its schedule (emitted into the program after the run) */
@@ -794,9 +1075,14 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     job.b_bytes = p->bytes[K->contract->b_buf];
     job.rp_bytes = p->repacked[K->contract->b_buf].bytes;
     job.seed = p->has_seed[k * 2 + bucket] ? &p->seeds[k * 2 + bucket] : NULL;
-    /* one kernel shape may take an eighth of the whole budget (at least 2 s):
-     * a model has a handful of distinct shapes, each worth searching */
+    /* without a plan one kernel shape may take an eighth of the whole budget
+     * (at least 2 s): a model has a handful of distinct shapes, each worth
+     * searching; with one, its share of what is left (plan_share) */
     double share = p->search_budget / 8 > 2.0 ? p->search_budget / 8 : 2.0;
+    if (p->plan_w) {
+        share = plan_share(p, contract_group_weight(p, k, bucket, bucket_text), left);
+        if (share <= 0) return KILN_OK;
+    }
     job.budget_s = left < share ? left : share;
     job.inject_wrong = p->inject_wrong;
     rt_tune_result res;
@@ -808,6 +1094,10 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     kiln_status s = rt_tune_contract(&job, &res, err, sizeof err);
     p->search_spent += res.seconds;
     p->measurements += res.tried;
+    p->plan_searched++;
+    if (s == KILN_OK && res.best_s > 0 && res.base_s / res.best_s > p->plan_best_speedup)
+        p->plan_best_speedup = res.base_s / res.best_s;
+    plan_progress(p);
     if (s != KILN_OK) {
         for (int i = 0; i < 2; i++)
             if (res.mods[i]) p->be->module_free(res.mods[i]);
@@ -844,8 +1134,15 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
         sch_contract_sched_print(&J->contract->sched[bucket], before, sizeof before);
         sch_contract_sched_print(&res.winner, after, sizeof after);
         if (strcmp(before, after) != 0) p->retune = 1;
-        J->contract->sched[bucket] = res.winner;
         p->tuned[j * 2 + bucket] = 1;
+        if (p->plan_w) {
+            /* under a plan the code is recompiled once, at its end: until
+             * then every kernel keeps the schedule its code was made for */
+            p->pend[j * 2 + bucket] = res.winner;
+            p->has_pend[j * 2 + bucket] = 1;
+            continue;
+        }
+        J->contract->sched[bucket] = res.winner;
     }
     *fn_out = res.fn;
     mods_out[0] = res.mods[0];
@@ -964,6 +1261,7 @@ static void pack_filled(kiln_program *p, int32_t b, int ok) {
  * and search first (every decode launch asks), the others only while a
  * copy exists that k does not read */
 static int reads_copy(const kiln_program *p, int32_t k) {
+    if (p->has_pend && p->has_pend[k * 2] && p->pend[k * 2].rp) return 1;
     return p->sp.kernels[k].contract->sched[0].rp || (p->search_budget > p->search_spent && !p->tuned[k * 2]);
 }
 
@@ -1004,7 +1302,11 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
         if (won) fn = won;
         if (rp_b) repack_b(p, k, rn, repack_wanted(p, k, c->b_buf)); /* the copy goes if no schedule reads it */
     }
-    const sch_contract_sched *sc = &c->sched[bucket];
+    /* the schedule of the code that runs: a winner just found (its own
+     * module) waits in pend under a plan */
+    const sch_contract_sched *sc = fn != p->fns[k] && p->has_pend && p->has_pend[k * 2 + bucket]
+                                       ? &p->pend[k * 2 + bucket]
+                                       : &c->sched[bucket];
     int fills = bucket == 1 && pack_b(p, k, sc, rn, nbatch, n);
     if (sc->serial) nthreads = 1; /* the schedule keeps the kernel on this thread */
     int64_t chunk = sch_contract_runs(sc, n, nbatch, nthreads); /* runs per batch point */
@@ -1266,6 +1568,8 @@ static kiln_status run_work(kiln_program *p) {
         memset(&gres, 0, sizeof gres);
         if (p->search_budget > p->search_spent && rt_gtune_wanted(p->gtune, k)) {
             double left = p->search_budget - p->search_spent, share = p->search_budget / 8 > 1.0 ? p->search_budget / 8 : 1.0;
+            if (p->plan_w) share = plan_share(p, p->plan_w[2 * k] + p->plan_w[2 * k + 1], left);
+            if (share <= 0) share = 1e-9; /* out of budget: settled from the DB or kept, nothing measured */
             rt_gtune_job gj = {sp, k, p->be, p->pool, p->isa, p->bufs, p->values, p->bytes, outer, inner, chunk, items,
                                flags, serial, p->fingerprint, left < share ? left : share, 0};
             char gerr[512];
@@ -1273,6 +1577,8 @@ static kiln_status run_work(kiln_program *p) {
                 fprintf(stderr, "kiln tune: kernel %d: search failed (%s); keeping its schedule\n", (int)k, gerr);
             p->search_spent += gres.seconds;
             p->measurements += gres.tried;
+            if (gres.tried) p->plan_searched++;
+            if (gres.tried) plan_progress(p);
             if (gres.changed) p->retune = 1;
             if (gres.fn) gfn = gres.fn;
         }
@@ -1292,11 +1598,16 @@ static kiln_status run_work(kiln_program *p) {
     }
     p->be->sync();
     if (p->prof) p->prof_runs++;
-    if (p->retune && s == KILN_OK) {
-        /* the search changed schedules: the program gets the winners */
+    if (p->retune && s == KILN_OK && !p->plan_w) {
+        /* the search changed schedules: the program gets the winners (the
+         * recompile is the search's time too); under a plan, once, when it
+         * ends (kiln_program_search_finish) */
         char err[4096];
         p->retune = 0;
+        double t_emit = mono_s();
+        drop_pack_copies(p);
         kiln_status rs = emit_and_load(p, err, sizeof err);
+        if (p->search_budget > 0) p->search_spent += mono_s() - t_emit;
         if (rs != KILN_OK) {
             graph_run_error(g, rs, "kiln_run: recompiling with the tuned schedules: %s", err);
             s = rs;

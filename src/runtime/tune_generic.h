@@ -27,6 +27,11 @@ int rt_gtune_apply_db(rt_gtune_state *st, sch_program *sp, char **fingerprint);
 
 /* 1 when kernel k may be searched in place and is not settled */
 int rt_gtune_wanted(const rt_gtune_state *st, int32_t k);
+/* kernel k's schedule is final as it is (a search plan passed it over) */
+void rt_gtune_settle(rt_gtune_state *st, int32_t k);
+/* kernel k's tuning key ("" when it is not searchable): kernels with one
+ * key are settled together by one search */
+const char *rt_gtune_key(const rt_gtune_state *st, int32_t k);
 
 /* the launch of a generic kernel: the runtime's heuristic split (chunk 0 =
  * one chunk per row) replaced by the schedule's chunk when it has one */

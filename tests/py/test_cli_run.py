@@ -418,6 +418,41 @@ def t_terminal_order():
     assert r.out == PROMPT + comp["text"] + "\n", "stdout %r, want the prompt then %r" % (r.out, comp["text"])
 
 
+def t_first_run_search():
+    """a model new to this machine is searched before it runs, within the
+    budget ($KILN_TUNE seconds), with one line per phase when stderr is not a
+    terminal; the next run finds the records and does not search; --no-tune
+    and KILN_TUNE=0 skip it; the tokens are the interpreter's"""
+    db = os.path.join(TMP, "first_run.db")
+    env = dict(ENV, KILN_TUNEDB=db, KILN_TUNE="3")
+    args = [KILN, "run", "-m", GEMMA, "-p", PROMPT, "--temp", "0", "-n", str(N), "-t", "1", "--json"]
+    r = subprocess.run(args + ["--no-tune"], capture_output=True, env=env, timeout=300)
+    assert r.returncode == 0 and b"searching for up to" not in r.stderr, r.stderr[-400:]
+    r = subprocess.run(args, capture_output=True, env=dict(env, KILN_TUNE="0"), timeout=300)
+    assert r.returncode == 0 and b"searching for up to" not in r.stderr, r.stderr[-400:]
+    r = subprocess.run(args, capture_output=True, env=env, timeout=300)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 0, err[-600:]
+    assert "searching for up to 3 s first" in err, err[-600:]
+    for phase in ("measuring where the time goes", "searching prefill schedules", "searching decode schedules",
+                  "compiling the program with the winners"):
+        assert phase in err, "no '%s' line: %r" % (phase, err[-600:])
+    m = re.search(r"searched (\d+) kernels? in ([\d.]+) s of a 3 s budget", err)
+    assert m, err[-600:]
+    assert float(m.group(2)) <= 3 + 3, "the search took %s s of a 3 s budget" % m.group(2)
+    assert "\r" not in err, "a progress bar on a stderr that is not a terminal"
+    tuned = json.loads(r.stdout)
+    interp, _ = run_json(GEMMA, "-p", PROMPT, "--temp", 0, "-n", N, "--interp")
+    assert tuned["ids"] == interp["ids"], "after the search %s, interpreter %s" % (tuned["ids"], interp["ids"])
+    assert os.path.exists(db), "no records written"
+    r = subprocess.run(args, capture_output=True, env=env, timeout=300)
+    assert r.returncode == 0 and b"searching for up to" not in r.stderr, \
+        "searched again with records present: %r" % r.stderr[-400:]
+    # another thread count is another machine setting: searched anew
+    r = subprocess.run(args[:-3] + ["-t", "2", "--json"], capture_output=True, env=env, timeout=300)
+    assert r.returncode == 0 and b"searching for up to" in r.stderr, r.stderr[-400:]
+
+
 def t_bench():
     r = kiln("bench", "-m", LLAMA, "-p", 16, "-n", 8, "-r", 2, "-t", 1)
     assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.err[-400:])
@@ -494,6 +529,7 @@ suite.case("model_errors", t_model_errors)
 suite.case("usage_errors", t_usage_errors)
 suite.case("help_text", t_help)
 suite.case("terminal_order_echo", t_terminal_order)
+suite.case("first_run_search", t_first_run_search)
 suite.case("bench_table_and_json", t_bench)
 suite.case("bench_profile", t_bench_profile)
 suite.case("explain_model", t_explain_model)

@@ -1,7 +1,9 @@
-/* test_cc_split.c — the parallel build of a large program (runtime/cc_split.c)
- * gives the same functions as a whole build; a source it cannot cut is
- * refused so that the caller compiles it whole; the part count follows the
- * size and the cores.
+/* test_cc_split.c — the build of a large program: in parallel parts
+ * (runtime/cc_split.c) it gives the same functions as a whole build, a
+ * source it cannot cut is refused so that the caller compiles it whole, and
+ * the part count follows the size and the cores; with each shared kernel
+ * body once (runtime/cc_dedup.c) every kernel still computes on its own
+ * buffers, and kernels that differ in more than their buffers stay apart.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "cc_dedup.h"
 #include "cc_split.h"
 #include "check.h"
 
@@ -106,8 +109,82 @@ static void case_parts(void) {
     CASE_END();
 }
 
+/* kernels in the emitter's shape: layer l's kernel reads B[3l+1], B[3l+2]
+ * and writes B[3l+3], through pointers named after the buffers; a local
+ * named after a loop id that differs per layer (r<l+5>); every third layer
+ * scales by a different constant (a kernel that must stay apart) */
+#define NL 12
+static char *layers_source(void) {
+    size_t cap = 64 << 10, len = 0;
+    char *s = kiln_xmalloc(cap);
+    len += (size_t)snprintf(s + len, cap - len, "#include <stdint.h>\n#define KI static inline\nKI int64_t k2(int64_t a) { return 2 * a; }\n");
+    for (int l = 0; l < NL; l++) {
+        int a = 3 * l + 1, b = a + 1, o = a + 2;
+        len += (size_t)snprintf(s + len, cap - len,
+                                "int kiln_k%d(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n"
+                                "  (void)v; (void)chunk; (void)flags;\n"
+                                "  const int64_t *restrict b%d = (const int64_t *)B[%d]; /* node #%d */\n"
+                                "  const int64_t *restrict b%d = (const int64_t *)B[%d];\n"
+                                "  int64_t *restrict out = (int64_t *)B[%d];\n"
+                                "  for (int64_t r%d = lo; r%d < hi; r%d++) out[r%d] = k2(b%d[r%d]) + %d * b%d[r%d];\n"
+                                "  return 0;\n}\n\n",
+                                l, a, a, 100 + l, b, b, o, l + 5, l + 5, l + 5, l + 5, a, l + 5, l % 3 == 2 ? 7 : 3, b, l + 5);
+    }
+    return s;
+}
+
+static void case_dedup(void) {
+    CASE_BEGIN("cc_dedup_shares_bodies_and_keeps_buffers");
+    char *src = layers_source();
+    int distinct = 0, kernels = 0;
+    char *tu = rt_cc_dedup(src, &distinct, &kernels);
+    CHECK(tu != NULL, "nothing shared in %d kernels", kernels);
+    CHECK(kernels == NL && distinct == 2, "%d kernels, %d distinct bodies: want %d and 2", kernels, distinct, NL);
+    char base[] = "/tmp/kiln_cc_dedup_XXXXXX";
+    int fd = mkstemp(base);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    char so[64];
+    snprintf(so, sizeof so, "%s.so", base);
+    /* the unit is small: built whole through the split path's 2 parts to
+     * check that bodies defined in one part are called from the other */
+    CHECK(tu && rt_cc_split_build(tu, 2, "cc", "-O1 -fPIC", so, base) == 0, "the deduplicated unit does not build");
+    void *h = tu ? dlopen(so, RTLD_NOW | RTLD_LOCAL) : NULL;
+    CHECK(h != NULL, "dlopen: %s", dlerror());
+    int64_t bufs[3 * NL + 1][4];
+    void *B[3 * NL + 1];
+    for (int i = 0; i <= 3 * NL; i++) {
+        for (int j = 0; j < 4; j++) bufs[i][j] = 100 * i + j;
+        B[i] = bufs[i];
+    }
+    for (int l = 0; l < NL && h; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "kiln_k%d", l);
+        void *f = dlsym(h, name);
+        CHECK(f != NULL, "%s missing", name);
+        if (!f) break;
+        int (*fn)(void *const *, const int64_t *, int64_t, int64_t, int64_t, int64_t);
+        memcpy(&fn, &f, sizeof fn);
+        fn(B, NULL, 0, 4, 0, 0);
+        int a = 3 * l + 1, b = a + 1, o = a + 2;
+        for (int j = 0; j < 4; j++) {
+            int64_t want = 2 * (100 * a + j) + (l % 3 == 2 ? 7 : 3) * (100 * b + j);
+            CHECK(bufs[o][j] == want, "layer %d [%d]: %lld, want %lld", l, j, (long long)bufs[o][j], (long long)want);
+        }
+    }
+    CHECK(!h || dlsym(h, "kiln_body_0") == NULL, "a shared body is exported");
+    if (h) dlclose(h);
+    remove(so);
+    remove(base);
+    free(tu);
+    free(src);
+    CHECK(rt_cc_dedup("int main(void) { return 0; }\n", NULL, NULL) == NULL, "a source without kernels was rewritten");
+    CASE_END();
+}
+
 int main(void) {
     case_parts();
+    case_dedup();
     case_split_matches();
     case_refuses_uncuttable();
     return check_exit();

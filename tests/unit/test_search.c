@@ -633,6 +633,86 @@ static void test_masked_outputs_not_compared(void) {
     }
 }
 
+/* a plan (kiln_program_search with weights): a graph of NL linears of
+ * different widths (each its own key), the widest carrying almost all the
+ * time; the plan measured from a profile of the default schedules passes the
+ * narrow ones over (under 2% of the run), searches the wide one, keeps the
+ * budget (issue 26: within 3 s), and the results still match the reference */
+static void test_search_plan(void) {
+    CASE_BEGIN("search_plan_priorities_and_budget");
+    enum { NL = 8 };
+    const int64_t m = 64, k = 256;
+    kiln_graph *g = kiln_graph_new();
+    char xs[64];
+    snprintf(xs, sizeof xs, "m, %lld", (long long)k);
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, xs);
+    void *ws[NL];
+    char names[NL][16];
+    for (int l = 0; l < NL; l++) {
+        int64_t n = l == 0 ? 2048 : 8 + 8 * l; /* one wide, the rest narrow */
+        char shape[64];
+        snprintf(shape, sizeof shape, "%lld, %lld", (long long)n, (long long)k);
+        snprintf(names[l], sizeof names[l], "w%d", l);
+        kiln_tensor w = kiln_input(g, names[l], KILN_Q4_0, shape);
+        char out[16];
+        snprintf(out, sizeof out, "y%d", l);
+        kiln_output(g, kiln_linear(g, x, w, KILN_NONE), out);
+        float *wf = rand_f32(n * k, 40u + (unsigned)l);
+        size_t wb = kiln_dtype_bytes(KILN_Q4_0, n * k);
+        ws[l] = malloc(wb);
+        quant_quantize(KILN_Q4_0, wf, ws[l], n * k);
+        free(wf);
+        kiln_bind_input(g, names[l], ws[l], wb);
+    }
+    float *xv = rand_f32(m * k, 7);
+    kiln_bind_dim(g, "m", m);
+    kiln_bind_input(g, "x", xv, (size_t)(m * k) * sizeof(float));
+    CHECK(kiln_eval_reference(g) == KILN_OK, "reference: %s", kiln_graph_error(g));
+    float *ref = malloc(2048 * 64 * sizeof *ref), *got = malloc(2048 * 64 * sizeof *got);
+    kiln_read_output(g, "y0", ref, 2048 * 64 * sizeof *ref);
+    kiln_compile_options o = kiln_compile_defaults();
+    o.threads = 1;
+    kiln_status st;
+    setenv("KILN_RETUNE", "1", 1); /* records of earlier cases do not count */
+    kiln_program *p = kiln_compile(g, &o, &st);
+    CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+    if (!p) goto out;
+    int nk = kiln_program_kernel_count(p);
+    double *t = calloc((size_t)nk + 1, sizeof *t), *w = calloc(2 * (size_t)nk + 2, sizeof *w);
+    kiln_program_profile_on(p, 1);
+    CHECK(kiln_run(p) == KILN_OK, "profile run: %s", kiln_graph_error(g));
+    CHECK(kiln_program_kernel_times(p, t, nk) == nk, "no kernel times");
+    kiln_program_profile_on(p, 0);
+    for (int i = 0; i < nk; i++) w[2 * i + 1] = t[i]; /* m = 64: the prefill bucket */
+    const double budget = 2.0;
+    CHECK(kiln_program_search(p, budget, w, 0.02) == KILN_OK, "plan refused");
+    CHECK(kiln_run(p) == KILN_OK, "search run: %s", kiln_graph_error(g));
+    CHECK(kiln_program_search_finish(p) == KILN_OK, "finish: %s", kiln_graph_error(g));
+    kiln_search_status ss;
+    kiln_program_search_status(p, &ss);
+    CHECK(ss.searched >= 1, "the wide kernel was not searched (%d searched, %d skipped)", ss.searched, ss.skipped);
+    CHECK(ss.skipped >= NL - 2, "the narrow kernels were not passed over: %d skipped", ss.skipped);
+    CHECK(ss.spent_s <= budget + 3.0, "the search took %.2f s of a %.1f s budget", ss.spent_s, budget);
+    CHECK(kiln_run(p) == KILN_OK, "run after the search: %s", kiln_graph_error(g));
+    kiln_read_output(g, "y0", got, 2048 * 64 * sizeof *got);
+    double big = 0, worst = 0;
+    for (int i = 0; i < 2048 * 64; i++) big = fabs(ref[i]) > big ? fabs(ref[i]) : big;
+    for (int i = 0; i < 2048 * 64; i++) worst = fabs(ref[i] - got[i]) > worst ? fabs(ref[i] - got[i]) : worst;
+    CHECK(worst <= 1e-3 + 0.03 * big, "after the search: error %g of %g", worst, big);
+    CHECK(kiln_program_search(p, -1, NULL, 0) == KILN_ERR_INVALID, "a negative budget was taken");
+    free(t);
+    free(w);
+    kiln_program_free(p);
+out:
+    unsetenv("KILN_RETUNE");
+    for (int l = 0; l < NL; l++) free(ws[l]);
+    free(xv);
+    free(ref);
+    free(got);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 int main(void) {
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
     setenv("KILN_TUNEDB", db_path, 1);
@@ -645,6 +725,7 @@ int main(void) {
     test_masked_outputs_not_compared();
     test_corrupt_db();
     test_concurrent_tuners();
+    test_search_plan();
     unlink(db_path);
     char side[300];
     snprintf(side, sizeof side, "%s.lock", db_path);

@@ -1,0 +1,143 @@
+/* autotune.c — a model's schedule search, steered by where its time goes
+ * (DESIGN.md section 5: "the budget is a promise ... spent where the time
+ * goes"). Used by `kiln tune -m` and by the first `kiln run` / `kiln bench`
+ * of a model on a machine.
+ *
+ * The steps, all on the model's own program and cache:
+ *  1. warm-up, untimed: one decode step and a short prefill build the weight
+ *     copies the schedules read (as kiln run does before its prompt);
+ *  2. profile with the schedules the program has (the DB's, else the
+ *     defaults): a prefill of `prompt` tokens, then two decode steps;
+ *  3. the plan: kernel k's weight in the workload is its decode time x the
+ *     tokens generated plus its prefill time x (the prompt / the profiled
+ *     prompt), the workload being llama-bench's default one (a 512-token
+ *     prompt, 128 generated); a kernel group under 2% of a decode step or of
+ *     a prefill keeps its schedule (kiln_program_search);
+ *  4. the searches: a prefill and a decode step run again, and each kernel
+ *     searches at its first launch within its share of what is left;
+ *  5. the recompile with the winners (kiln_program_search_finish).
+ * The cache rows the runs wrote are garbage afterwards: every caller starts
+ * its prompt at position 0, and a step writes its rows before reading them.
+ *
+ * The tokens are a fixed pseudo-random sequence: kernel times do not depend
+ * on their values, and the same ids give the same runs on every machine.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autotune.h"
+#include "base.h"
+#include "kiln_compile.h"
+
+model_tune_options model_tune_defaults(void) {
+    model_tune_options o;
+    memset(&o, 0, sizeof o);
+    o.budget_s = 30;
+    o.prompt = 256;
+    o.workload_prompt = 512;
+    o.workload_gen = 128;
+    o.min_share = 0.02;
+    return o;
+}
+
+static void phase(const model_tune_options *o, const char *what) {
+    if (o->phase) o->phase(o->ctx, what);
+}
+
+static kiln_status fail(model *m, char *err, size_t cap, const char *what) {
+    snprintf(err, cap, "%s: %s", what, model_error(m));
+    return KILN_ERR_INVALID;
+}
+
+kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_status *out, char *err,
+                           size_t cap) {
+    model_tune_options o = opt ? *opt : model_tune_defaults();
+    kiln_program *p = model_program(m);
+    if (out) memset(out, 0, sizeof *out);
+    if (!p) {
+        snprintf(err, cap, "the schedule search needs compiled code (not the interpreter)");
+        return KILN_ERR_INVALID;
+    }
+    int n = o.prompt;
+    if (n > model_n_ctx(m) - 3) n = (int)model_n_ctx(m) - 3;
+    if (n < 5) n = 5; /* the prefill bucket starts above 4 rows */
+    if (model_n_ctx(m) < n + 3) {
+        snprintf(err, cap, "a context of %lld rows is too short to search schedules", (long long)model_n_ctx(m));
+        return KILN_ERR_INVALID;
+    }
+    int32_t *toks = kiln_xmalloc((size_t)n * sizeof *toks);
+    for (int i = 0; i < n; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
+    float *logits = kiln_xmalloc((size_t)model_n_vocab(m) * sizeof *logits);
+    int32_t nk = kiln_program_kernel_count(p);
+    double *dec = kiln_xcalloc((size_t)nk + 1, sizeof *dec), *pre = kiln_xcalloc((size_t)nk + 1, sizeof *pre);
+    double *w = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *w);
+    kiln_status s = KILN_OK;
+
+    /* 1-2: warm up, then profile the schedules the program has */
+    phase(&o, "measuring where the time goes (a prefill and two decode steps)");
+    if (model_forward(m, toks, 1, 0, logits) || model_forward(m, toks, 5, 0, logits)) {
+        s = fail(m, err, cap, "warm-up");
+        goto done;
+    }
+    kiln_program_profile_on(p, 1);
+    kiln_program_profile_reset(p);
+    if (model_forward(m, toks, n, 0, logits)) {
+        s = fail(m, err, cap, "profiling a prefill");
+        goto done;
+    }
+    kiln_program_kernel_times(p, pre, nk);
+    kiln_program_profile_reset(p);
+    if (model_forward(m, toks, 1, n, logits) || model_forward(m, toks + 1, 1, n + 1, logits)) {
+        s = fail(m, err, cap, "profiling a decode step");
+        goto done;
+    }
+    kiln_program_kernel_times(p, dec, nk);
+    kiln_program_profile_on(p, 0);
+
+    /* 3: the plan */
+    for (int32_t k = 0; k < nk; k++) {
+        w[2 * k] = dec[k] / 2 * o.workload_gen;
+        w[2 * k + 1] = pre[k] * o.workload_prompt / n;
+    }
+    if ((s = kiln_program_search(p, o.budget_s, w, o.min_share)) != KILN_OK) {
+        snprintf(err, cap, "bad search options (budget %g s, min share %g)", o.budget_s, o.min_share);
+        goto done;
+    }
+    /* 4: the searches, prefill shapes first, then decode */
+    phase(&o, "searching prefill schedules");
+    if (model_forward(m, toks, n, 0, logits)) {
+        s = fail(m, err, cap, "searching prefill schedules");
+        kiln_program_search_finish(p);
+        goto done;
+    }
+    phase(&o, "searching decode schedules");
+    if (model_forward(m, toks, 1, n, logits)) {
+        s = fail(m, err, cap, "searching decode schedules");
+        kiln_program_search_finish(p);
+        goto done;
+    }
+    /* 5: the program with the winners */
+    phase(&o, "compiling the program with the winners");
+    if ((s = kiln_program_search_finish(p)) != KILN_OK) snprintf(err, cap, "%s", model_error(m));
+done:
+    model_reset(m); /* the runs' cache rows are of no use to anyone */
+    if (out) kiln_program_search_status(p, out);
+    kiln_program_profile_on(p, 0);
+    free(toks);
+    free(logits);
+    free(dec);
+    free(pre);
+    free(w);
+    return s;
+}
+
+int model_needs_search(model *m) {
+    kiln_program *p = model_program(m);
+    if (!p) return 0;
+    kiln_search_status st;
+    kiln_program_search_status(p, &st);
+    /* new to this machine (or thread count): most slots have no record. A
+     * model tuned before keeps the few it passed over as they are */
+    return st.slots > 0 && 2 * st.untuned > st.slots;
+}

@@ -1,0 +1,11 @@
+/* cc_dedup.h — one copy of each distinct kernel body in the unit the C
+ * compiler sees (cc_dedup.c). */
+#ifndef KILN_CC_DEDUP_H
+#define KILN_CC_DEDUP_H
+
+/* src with every kernel body that two or more kernels share emitted once
+ * (malloc'd), or NULL when no body is shared; *distinct and *kernels (may be
+ * NULL) get the counts of distinct bodies and of kernels */
+char *rt_cc_dedup(const char *src, int *distinct, int *kernels);
+
+#endif
