@@ -233,12 +233,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* wall seconds a build takes per byte of emitted C (deduplicated and split
- * as cpu_compile builds it): first a guess measured on a 2-core AMD EPYC
- * Zen 4 at -O2 (gemma3-270m's 2 MB in 15.5 s compiled whole, before the
- * split and the deduplication), then learnt from this process's real
- * compiles (a cache hit teaches nothing) */
-static double cc_rate = 7.75e-6;
+/* wall seconds a program's build takes per byte of emitted C (deduplicated
+ * and split as cpu_compile builds it): first a guess measured on a 2-core
+ * AMD EPYC Zen 4 at -O2 (gemma3-270m's tuned 3.1 MB program in 4.6 s on one
+ * core after deduplication: 1.5 us/byte), then learnt from this process's
+ * real compiles of programs (a cache hit teaches nothing) */
+static double cc_rate = 1.5e-6;
 
 double rt_cc_seconds_per_byte(void) { return cc_rate; }
 
@@ -323,8 +323,11 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
     if (st != 0) st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
     free(tu);
     t_cc = now_s() - t_cc;
-    if (st == 0 && strlen(src) > 4096) /* wall seconds per emitted byte, for estimates (rt_cc_seconds_per_byte) */
-        cc_rate = 0.5 * cc_rate + 0.5 * t_cc / (double)strlen(src);
+    /* wall seconds per emitted byte of a whole program, for estimates
+     * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
+     * kernels with nothing to share, ~10x the seconds per byte, and teach
+     * nothing about a program's recompile */
+    if (st == 0 && strlen(src) >= ((size_t)256 << 10)) cc_rate = 0.5 * cc_rate + 0.5 * t_cc / (double)strlen(src);
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         char *msg = read_text(errpath, 3000);
         int code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;

@@ -396,7 +396,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
         memset(got, 0xff, job->out_bytes); /* NaN: a candidate that writes nothing fails */
         bufs[k->out_buf] = got;
         int bad = job->inject_wrong == i + 1, approx = cands[i].arith != SCH_ARITH_F32;
-        if (now_s() > deadline && i > 0) {
+        if (now_s() > deadline && i > 1) { /* the default and the cost model's first choice are always timed */
             times[i] = NAN; /* out of time: not measured (neither tried nor rejected) */
             continue;
         }
@@ -464,7 +464,7 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     /* as many as the budget pays for: a candidate costs its compile, check
      * and timing (cand_cost, learnt from the rounds before) */
     int afford = job->inject_wrong ? first : (int)(job->budget_s / cand_cost) - 2;
-    if (first > afford) first = afford > 1 ? afford : 1;
+    if (first > afford) first = afford > 1 ? afford : 1; /* the default and the cost model's first choice at least */
     for (int i = 0; i < nspace && n < first + 2; i++)
         if (!in_list(cands, n, &space[order[i]])) cands[n++] = space[order[i]];
 
