@@ -31,7 +31,7 @@ endif
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-asan run clean fuzz-graphs fuzz
+.PHONY: all test test-asan run clean fuzz-graphs fuzz FORCE
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln
 
 $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/ir/*.def)
@@ -45,8 +45,14 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 $(BUILD)/libkiln.so: $(LIB_OBJ)
 	$(CC) $(SAN) -shared -o $@ $^ $(LDLIBS)
 
-$(BUILD)/kiln: tools/kiln.c $(BUILD)/libkiln.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
+# the commit the CLI reports (kiln bench --json): rewritten only when it changes
+KILN_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+$(BUILD)/commit.txt: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(KILN_COMMIT)' | cmp -s - $@ || echo '$(KILN_COMMIT)' > $@
+
+$(BUILD)/kiln: tools/kiln.c $(BUILD)/libkiln.a $(BUILD)/commit.txt
+	$(CC) $(CFLAGS) -DKILN_COMMIT='"$(KILN_COMMIT)"' -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkiln.a tests/unit/check.h tests/unit/weights.h
 	@mkdir -p $(dir $@)

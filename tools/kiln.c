@@ -47,6 +47,9 @@
 #include "tunedb.h"
 
 #define KILN_CLI_VERSION "0.1.0-dev"
+#ifndef KILN_COMMIT /* the Makefile passes git's short commit */
+#define KILN_COMMIT "unknown"
+#endif
 
 /* ---- example graphs ----------------------------------------------------- */
 
@@ -511,6 +514,25 @@ static model *load_model(const char *cmd, const char *path, int64_t n_ctx, int m
 
 /* the first-run schedule search (below, with kiln tune's) */
 static int first_run_search(const char *cmd, model *m, int no_tune);
+static double first_run_budget(void);
+
+/* the CPU's model name (/proc/cpuinfo), or "unknown" */
+static void cpu_model(char *out, size_t cap) {
+    snprintf(out, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !c) continue;
+        c++;
+        while (*c == ' ' || *c == '\t') c++;
+        c[strcspn(c, "\n")] = 0;
+        snprintf(out, cap, "%s", c);
+        break;
+    }
+    fclose(f);
+}
 
 /* total weight bytes and parameters of the file's tensors */
 static void model_size(gguf_file *f, uint64_t *bytes, uint64_t *params) {
@@ -999,6 +1021,8 @@ static void bench_help(void) {
 
 typedef struct bench_rec {
     int threads, n_prompt, n_gen;
+    int slots, untuned; /* contraction (kernel, bucket) slots, and those with no schedule from a search */
+    double search_s;    /* the first-run search before this record's runs (0: none) */
     double mean, sd, load_s;
     double samples[64];
     int nsamples;
@@ -1106,11 +1130,16 @@ static int cmd_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
+        double ts0 = now_s();
+        int searched = model_is_compiled(m) && !no_tune && first_run_budget() > 0 && model_needs_search(m);
         if (first_run_search("bench", m, no_tune)) {
             model_free(m);
             rc = 1;
             break;
         }
+        double search_s = searched ? now_s() - ts0 : 0;
+        kiln_search_status sst;
+        kiln_program_search_status(model_program(m), &sst);
         if (!header) {
             model_size(model_gguf(m), &bytes, &params);
             model_desc(model_gguf(m), model_hparams(m), desc, sizeof desc);
@@ -1138,6 +1167,9 @@ static int cmd_bench(int argc, char **argv) {
                 bench_rec *r = &recs[nrec++];
                 memset(r, 0, sizeof *r);
                 r->threads = (int)ths[ti];
+                r->slots = sst.slots;
+                r->untuned = sst.untuned;
+                r->search_s = search_s;
                 r->load_s = load_s;
                 if (kind == 0) r->n_prompt = n;
                 else r->n_gen = n;
@@ -1186,6 +1218,8 @@ static int cmd_bench(int argc, char **argv) {
         model_free(m);
     }
     if (json && !rc) {
+        char cpu[128];
+        cpu_model(cpu, sizeof cpu);
         printf("[\n");
         for (int i = 0; i < nrec; i++) {
             const bench_rec *r = &recs[i];
@@ -1200,7 +1234,10 @@ static int cmd_bench(int argc, char **argv) {
                    r->n_prompt ? "pp" : "tg", r->n_prompt ? r->n_prompt : r->n_gen, r->n_prompt, r->n_gen, r->load_s,
                    r->mean, r->sd);
             for (int j = 0; j < r->nsamples; j++) printf("%s%.6f", j ? ", " : "", r->samples[j]);
-            printf("]}%s\n", i + 1 < nrec ? "," : "");
+            printf("], \"kiln_version\": \"%s\", \"kiln_commit\": \"%s\", \"cpu\": ", KILN_CLI_VERSION, KILN_COMMIT);
+            json_str(stdout, cpu, strlen(cpu));
+            printf(", \"tuned_slots\": %d, \"slots\": %d, \"search_s\": %.3f}%s\n", r->slots - r->untuned, r->slots,
+                   r->search_s, i + 1 < nrec ? "," : "");
         }
         printf("]\n");
     }

@@ -474,6 +474,9 @@ def t_bench():
         assert len(x["samples_ts"]) == 2 and x["avg_ts"] > 0 and x["n_threads"] == 1, x
         assert abs(np.mean(x["samples_ts"]) - x["avg_ts"]) <= 1e-3 * x["avg_ts"], x
         assert x["model_n_params"] > 0 and x["model_size"] > 0, x
+        # what the record measured: kiln's build and the CPU, and whether tuned schedules ran
+        assert x["kiln_version"] and x["kiln_commit"] and x["cpu"], x
+        assert 0 <= x["tuned_slots"] <= x["slots"] and x["slots"] > 0 and x["search_s"] == 0, x
 
 
 def t_bench_profile():
