@@ -24,6 +24,11 @@
 # usage: sh bench/llm.sh [--quick] [--json] [-p 512] [-n 128] [-r 5] [-t 1,2]
 #                        [--rounds K] [--models A.gguf,B.gguf] [--no-random]
 #                        [--no-default] [--only kiln|llama] [--out DIR]
+#   --tuned      kiln with the user's tuning DB (e.g. after a long `kiln tune`);
+#                by default kiln is measured as a user gets it: a fresh tuning
+#                DB (in the --out folder), so each model and thread count gets
+#                kiln's own first-run search (30 s, or $KILN_TUNE) inside its
+#                first `kiln bench`, before anything is timed
 #   --quick      smoke run: -p 64 -n 16 -r 2
 #   --only SIDE  run one side only (the other's columns stay empty; exit 0)
 #   --rounds K   repeat the whole interleaved sweep K times (default 1)
@@ -39,7 +44,7 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
-P=512 N=128 R=5 THREADS=1,2 ROUNDS=1 JSON=0 MODELS="" RANDOM_MODELS=1 DEFAULT_MODEL=1 ONLY="" REPORT=""
+P=512 N=128 R=5 THREADS=1,2 ROUNDS=1 JSON=0 MODELS="" RANDOM_MODELS=1 DEFAULT_MODEL=1 ONLY="" REPORT="" TUNED=0
 OUT="$here/build/bench-llm"
 KILN=${KILN:-$here/build/kiln}
 LLAMA_BENCH=${LLAMA_BENCH:-$here/bench/.peers/llama.cpp/bin/llama-bench}
@@ -54,6 +59,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         -h|--help) usage; exit 0 ;;
         --quick) P=64 N=16 R=2 ;;
+        --tuned) TUNED=1 ;;
         --json) JSON=1 ;;
         -p) need_val "$@"; P=$2; shift ;;
         -n) need_val "$@"; N=$2; shift ;;
@@ -77,6 +83,10 @@ done
 for v in "$R" "$ROUNDS"; do
     case $v in ''|*[!0-9]*|0) die "bad count '$v': want an integer >= 1" ;; esac
 done
+
+# the report and the model writer read GGUF with numpy: the project's own
+# Python environment (tools/pyenv.sh, as make test uses)
+PY=$(sh "$here/tools/pyenv.sh") || die "tools/pyenv.sh could not make the Python environment (numpy, gguf)"
 
 if [ -n "$REPORT" ]; then
     [ -f "$REPORT/models.txt" ] && [ -f "$REPORT/meta.txt" ] || die "$REPORT holds no finished llm.sh run"
@@ -112,7 +122,7 @@ else
         list="$DEFAULT"
     fi
     if [ "$RANDOM_MODELS" = 1 ]; then
-        gen=$(python3 "$here/bench/make_models.py") || die "bench/make_models.py could not write the random models"
+        gen=$("$PY" "$here/bench/make_models.py") || die "bench/make_models.py could not write the random models"
         list="$list $gen"
     fi
 fi
@@ -141,8 +151,17 @@ measure_peaks
     fi
     echo "threads=$THREADS"
     echo "only=$ONLY"
-    echo "args=-p $P -n $N -r $R -t $THREADS, $ROUNDS round(s), llama-bench $lb_load${ONLY:+, only $ONLY}"
+    if [ "$TUNED" = 1 ]; then kmode="kiln with the user's tuning DB (--tuned)"
+    else kmode="kiln as a user gets it: a fresh tuning DB, its own first-run search per model and thread count"; fi
+    echo "args=-p $P -n $N -r $R -t $THREADS, $ROUNDS round(s), llama-bench $lb_load${ONLY:+, only $ONLY}; $kmode"
 } >"$OUT/meta.txt"
+
+# kiln as a user gets it: its tuning DB starts empty, so the first kiln bench
+# of each model and thread count searches (before it times anything)
+if [ "$TUNED" != 1 ]; then
+    export KILN_TUNEDB="$OUT/tune.db"
+    rm -f "$KILN_TUNEDB" "$KILN_TUNEDB.lock" "$KILN_TUNEDB.damaged"
+fi
 
 # ---- the interleaved sweep: one file per (round, model, threads, side)
 total=0
@@ -183,7 +202,7 @@ for m in $list; do i=$((i + 1)); echo "m$i $m"; done >"$OUT/models.txt"
 fi
 
 # ---- the report
-exec python3 - "$OUT" "$JSON" "$THREADS" "$ONLY" <<'PY'
+exec "$PY" - "$OUT" "$JSON" "$THREADS" "$ONLY" <<'PY'
 import glob, json, math, os, re, statistics, sys
 
 out, as_json, threads = sys.argv[1], sys.argv[2] == "1", [int(t) for t in sys.argv[3].split(",")]
