@@ -59,6 +59,7 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
         snprintf(err, cap, "the schedule search needs compiled code (not the interpreter)");
         return KILN_ERR_INVALID;
     }
+    if (!(o.budget_s > 0)) return KILN_OK; /* no budget: nothing searched, nothing recorded */
     int n = o.prompt;
     if (n > model_n_ctx(m) - 3) n = (int)model_n_ctx(m) - 3;
     if (n < 5) n = 5; /* the prefill bucket starts above 4 rows */

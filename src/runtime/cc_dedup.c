@@ -281,7 +281,7 @@ char *rt_cc_dedup(const char *src, int *distinct, int *kernels) {
         for (size_t i = 0; i < n; i++)
             if (ks[i].shared && ks[i].group == (int)i) {
                 putf(&b, "int kiln_body_%ld(const int *kiln_bs_, ", (long)i);
-                put(&b, SIG_REST + 1, strlen(SIG_REST) - 4);
+                put(&b, &SIG_REST[1], strlen(SIG_REST) - 4);
                 put(&b, ";\n", 2);
             }
         for (size_t i = 0; i < n; i++) {
@@ -298,7 +298,7 @@ char *rt_cc_dedup(const char *src, int *distinct, int *kernels) {
             if (ks[i].group == (int)i) { /* after its first kernel: the part holding that kernel defines it */
                 putf(&b, "__attribute__((noinline, visibility(\"hidden\"))) int kiln_body_%ld(const int *kiln_bs_, ",
                      (long)i);
-                put(&b, SIG_REST + 1, strlen(SIG_REST) - 1);
+                put(&b, &SIG_REST[1], strlen(SIG_REST) - 1);
                 put(&b, ks[i].canon, strlen(ks[i].canon));
             }
         }
