@@ -119,8 +119,9 @@ static int64_t load_step(const sch_program *p, sym_id off, sym_id var) {
 }
 
 /* an f32 expression the vector path can evaluate W lanes at a time along
- * `var`: f32 ADD/MUL/LT/EXP2/RECIP/SQRT over constants, stage values and f32
- * loads contiguous or broadcast along var */
+ * `var`: f32 ops marked OPF_VEC in ops.def (ADD/MUL/LT/EXP2/RECIP/SQRT, as
+ * emit_vec_expr spells them) over constants, stage values and f32 loads
+ * contiguous or broadcast along var */
 static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
     const lx *x = &p->lx[id];
     if (x->dtype != KILN_F32) return 0;
@@ -128,11 +129,9 @@ static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
     case LX_CONST:
     case LX_STAGE: return 1;
     case LX_LOAD: return p->bufs[x->buf].dtype == KILN_F32 && load_step(p, x->s, var) >= 0;
-    case LX_UNARY:
-        return (x->op == OP_SQRT || x->op == OP_RECIP || x->op == OP_EXP2) && vec_expr_ok(p, x->a, var);
+    case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var);
     case LX_BINARY:
-        return (x->op == OP_ADD || x->op == OP_MUL || x->op == OP_LT) && vec_expr_ok(p, x->a, var) &&
-               vec_expr_ok(p, x->b, var);
+        return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var) && vec_expr_ok(p, x->b, var);
     default: return 0;
     }
 }
@@ -161,20 +160,27 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
         OUT(load_step(e->pr.p, x->s, var) == 1 ? "])" : "])");
         return;
     case LX_UNARY:
-        if (x->op == OP_SQRT) OUT("%s_sqrt_ps(", pre);
-        else if (x->op == OP_EXP2) OUT("%s(", w512 ? "kexp2_16" : "kexp2_8");
-        else OUT("%s_div_ps(%s_set1_ps(1.0f), ", pre, pre);
-        emit_vec_expr(e, x->a, w512, var);
-        OUT(")");
-        return;
     case LX_BINARY:
-        if (x->op == OP_LT) {
+        switch (x->op) {
+        case OP_SQRT: OUT("%s_sqrt_ps(", pre); break;
+        case OP_EXP2: OUT("%s(", w512 ? "kexp2_16" : "kexp2_8"); break;
+        case OP_RECIP: OUT("%s_div_ps(%s_set1_ps(1.0f), ", pre, pre); break;
+        case OP_LT:
             if (w512) OUT("_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(");
             else OUT("_mm256_and_ps(_mm256_cmp_ps(");
-        } else {
-            OUT("%s_%s_ps(", pre, x->op == OP_ADD ? "add" : "mul");
+            break;
+        case OP_ADD: OUT("%s_add_ps(", pre); break;
+        case OP_MUL: OUT("%s_mul_ps(", pre); break;
+        /* not OPF_VEC: vec_expr_ok kept them off this path */
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_LOG2: case OP_SIN: case OP_MOD: case OP_SUM:
+        case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS: case OP_CONTRACT:
+        case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "not vectorisable");
         }
         emit_vec_expr(e, x->a, w512, var);
+        if (x->kind == LX_UNARY) {
+            OUT(")");
+            return;
+        }
         OUT(", ");
         emit_vec_expr(e, x->b, w512, var);
         if (x->op == OP_LT) OUT(", _CMP_LT_OQ), %s_set1_ps(1.0f))", pre);

@@ -134,7 +134,9 @@ static void print_unary(cg_printer *pr, const lx *x, int32_t id, const char *a, 
     case OP_SIN: snprintf(ex, sizeof ex, "%s(%s)", d->sin, a); break;
     case OP_SQRT: snprintf(ex, sizeof ex, "%s(%s)", d->sqrt, a); break;
     case OP_RECIP: snprintf(ex, sizeof ex, "(1.0f / %s)", a); break;
-    default: KILN_ASSERT(0 && "bad unary op");
+    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT:
+    case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
+    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "bad unary op");
     }
     cg_print_indent(pr, ind);
     OUT("const float t%d = ", id);
@@ -154,7 +156,9 @@ static void print_binary(cg_printer *pr, const lx *x, int32_t id, const char *a,
         case OP_MUL: snprintf(ex, sizeof ex, "(%s * %s)", a, b); break;
         case OP_MOD: snprintf(ex, sizeof ex, "%s(%s, %s)", d->fmod, a, b); break;
         case OP_LT: snprintf(ex, sizeof ex, "(%s < %s ? 1.0f : 0.0f)", a, b); break;
-        default: KILN_ASSERT(0 && "bad binary op");
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
+        case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "bad binary op");
         }
         out_round(pr, x->dtype, ex);
     } else {
@@ -164,7 +168,9 @@ static void print_binary(cg_printer *pr, const lx *x, int32_t id, const char *a,
         case OP_MUL: OUT("%s((%s)%s * (%s)%s)", w, d->u64, a, d->u64, b); break;
         case OP_MOD: OUT("kimod(%s, %s)", a, b); break;
         case OP_LT: OUT("(%s)(%s < %s)", d->i64, a, b); break;
-        default: KILN_ASSERT(0 && "bad binary op");
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
+        case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "bad binary op");
         }
     }
     OUT(";\n");

@@ -112,10 +112,11 @@ kiln_tensor compound_softmax_online(kiln_graph *g, kiln_tensor x, kiln_tensor c,
 }
 
 kiln_tensor compound_build(kiln_graph *g, op_kind op, const kiln_tensor *src, int axis) {
-    switch (op) {
-    case OP_CONTRACT: return compound_contract(g, src[0], src[1], axis);
-    case OP_SOFTMAX_ONLINE: return compound_softmax_online(g, src[0], src[1], axis);
-    default: break;
+    if (op_is_compound(op)) {
+        switch (compound_kind_of(op)) {
+        case COMPOUND_CONTRACT: return compound_contract(g, src[0], src[1], axis);
+        case COMPOUND_SOFTMAX_ONLINE: return compound_softmax_online(g, src[0], src[1], axis);
+        }
     }
     if (g) graph_error(g, KILN_ERR_INVALID, "compound_build: op %d is not a compound op", (int)op);
     return KILN_NONE;
@@ -139,28 +140,30 @@ kiln_tensor compound_expand(kiln_graph *g, op_kind op, const kiln_tensor *src, i
     const char *name = op >= 0 && op < OP_COUNT ? op_table[op].name : "?";
     for (int i = 0; op_is_compound(op) && i < op_table[op].arity; i++)
         if (!tensor_ok(g, name, src[i])) return KILN_NONE;
-    switch (op) {
-    case OP_CONTRACT:
-        if (!same_operands(g, name, src[0], src[1]) || axis_of(g, name, src[0], axis) < 0) return KILN_NONE;
-        return kiln_sum(g, kiln_mul(g, src[0], src[1]), axis);
-    case OP_SOFTMAX_ONLINE: {
-        if (!same_operands(g, name, src[0], src[1])) return KILN_NONE;
-        int k = axis_of(g, name, src[0], axis);
-        if (k < 0) return KILN_NONE;
-        return softmax_expansion(g, src[0], src[1], k);
-    }
-    default: break;
+    if (op_is_compound(op)) {
+        switch (compound_kind_of(op)) {
+        case COMPOUND_CONTRACT:
+            if (!same_operands(g, name, src[0], src[1]) || axis_of(g, name, src[0], axis) < 0) return KILN_NONE;
+            return kiln_sum(g, kiln_mul(g, src[0], src[1]), axis);
+        case COMPOUND_SOFTMAX_ONLINE: {
+            if (!same_operands(g, name, src[0], src[1])) return KILN_NONE;
+            int k = axis_of(g, name, src[0], axis);
+            if (k < 0) return KILN_NONE;
+            return softmax_expansion(g, src[0], src[1], k);
+        }
+        }
     }
     graph_error(g, KILN_ERR_INVALID, "compound_expand: op %d is not a compound op", (int)op);
     return KILN_NONE;
 }
 
 const char *compound_definition(op_kind op) {
-    switch (op) {
-    case OP_CONTRACT: return "CONTRACT(a, b) axis k := SUM_k(MUL(a, b))";
-    case OP_SOFTMAX_ONLINE:
+    if (!op_is_compound(op)) return "";
+    switch (compound_kind_of(op)) {
+    case COMPOUND_CONTRACT: return "CONTRACT(a, b) axis k := SUM_k(MUL(a, b))";
+    case COMPOUND_SOFTMAX_ONLINE:
         return "SOFTMAX_ONLINE(x, c) axis k := MUL(e, RECIP(SUM_k e)) with e = EXP2(MUL(ADD(x, -MAX_k x), c)), "
                "max and sum kept along k";
-    default: return "";
     }
+    return "";
 }

@@ -16,6 +16,16 @@
 /* a macro, so that op_kind and int arguments both convert without warnings */
 #define op_is_compound(op) ((int)(op) >= (int)OP_PRIM_COUNT && (int)(op) < (int)OP_COUNT)
 
+/* the compound ops alone, in compound.def's order, so that a switch over
+ * them lists only them (and -Wswitch names a new one); compound_kind_of is
+ * defined for op_is_compound(op) only */
+typedef enum compound_kind {
+#define X(name, arity, flags, xcost, kcost) COMPOUND_##name,
+#include "compound.def"
+#undef X
+} compound_kind;
+#define compound_kind_of(op) ((compound_kind)((int)(op) - (int)OP_PRIM_COUNT))
+
 /* SUM_axis(MUL(a, b)): a and b of one shape and non-block dtype */
 kiln_tensor compound_contract(kiln_graph *g, kiln_tensor a, kiln_tensor b, int axis);
 /* exp2((x - max_axis x) * c) / sum_axis(...): x and c of one shape, float dtype */

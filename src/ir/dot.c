@@ -144,24 +144,15 @@ static int tensor_valid(const kiln_graph *g, int32_t t) {
            g->tensors[t].view >= 0 && g->tensors[t].view < g->nviews;
 }
 
-/* the op-specific attribute of a node, after its operands */
+/* the op-specific attribute of a node, after its operands: an input's name,
+ * a constant's value, the axis of the ops that have one (OPF_AXIS) */
 static void sb_attr(strbuf *b, const node *n) {
-    switch (n->op) {
-    case OP_INPUT:
+    if (n->op == OP_INPUT)
         sb_printf(b, " \"%s\"%s", n->name ? n->name : "", n->is_state ? " state" : "");
-        break;
-    case OP_CONST:
+    else if (n->op == OP_CONST)
         sb_printf(b, " %.9g", n->value);
-        break;
-    case OP_IOTA:
-    case OP_SUM:
-    case OP_MAX:
+    else if (op_table[n->op].flags & OPF_AXIS)
         sb_printf(b, " axis %d", n->axis);
-        break;
-    default:
-        if (op_is_compound(n->op)) sb_printf(b, " axis %d", n->axis);
-        break;
-    }
 }
 
 /* ---- text --------------------------------------------------------------- */

@@ -14,11 +14,12 @@
 #include "base.h"
 
 const op_info op_table[OP_COUNT] = {
-#define X(name, arity, flags) {#name, arity, flags},
+#define X(name, arity, flags, xcost, kcost) {#name, arity, flags, xcost, kcost},
 #include "ops.def"
 #include "compound.def"
 #undef X
 };
+_Static_assert(sizeof op_table / sizeof op_table[0] == OP_COUNT, "op_table has one row per op");
 
 kiln_graph *kiln_graph_new(void) {
     kiln_graph *g = kiln_xcalloc(1, sizeof *g);

@@ -17,29 +17,46 @@
 #include "view.h"
 
 /* the primitives of ops.def, then the compound ops of compound.def (only the
- * rewriter creates those; see compound.def and compound.h) */
+ * rewriter creates those; see compound.def and compound.h). OP_COUNT is not
+ * an enumerator, so a switch over op_kind without `default:` lists exactly
+ * the ops, and -Wswitch names the one it misses. */
 typedef enum op_kind {
-#define X(name, arity, flags) OP_##name,
+#define X(name, arity, flags, xcost, kcost) OP_##name,
 #include "ops.def"
 #include "compound.def"
 #undef X
-    OP_COUNT
 } op_kind;
 
-/* ops [0, OP_PRIM_COUNT) are the primitives */
-enum {
-    OP_PRIM_COUNT = 0
-#define X(name, arity, flags) +1
+/* ops [0, OP_PRIM_COUNT) are the primitives, [OP_PRIM_COUNT, OP_COUNT) the
+ * compound ops; plain int constants, so that comparing an op_kind with them
+ * is no comparison between two enum types */
+enum op_counts {
+    OP_PRIM_N = 0
+#define X(name, arity, flags, xcost, kcost) +1
 #include "ops.def"
 #undef X
+    ,
+    OP_COMPOUND_N = 0
+#define X(name, arity, flags, xcost, kcost) +1
+#include "compound.def"
+#undef X
+};
+#define OP_PRIM_COUNT ((int)OP_PRIM_N)
+#define OP_COUNT ((int)OP_PRIM_N + (int)OP_COMPOUND_N)
+
+/* the FLAGS column of ops.def (documented there) */
+enum {
+    OPF_LEAF = 1, OPF_UNARY = 2, OPF_BINARY = 4, OPF_REDUCE = 8, OPF_DATA = 16, OPF_LAYOUT = 32, OPF_COMPOUND = 64,
+    OPF_AXIS = 128, OPF_FINITE0 = 256, OPF_VEC = 512
 };
 
-enum { OPF_LEAF = 1, OPF_UNARY = 2, OPF_BINARY = 4, OPF_REDUCE = 8, OPF_DATA = 16, OPF_LAYOUT = 32, OPF_COMPOUND = 64 };
-
+/* one row of ops.def or compound.def */
 typedef struct op_info {
     const char *name;
     int arity;
     unsigned flags;
+    double xcost; /* extraction cost per result element */
+    double kcost; /* generic-kernel work per element (elementwise ops) */
 } op_info;
 
 extern const op_info op_table[OP_COUNT];

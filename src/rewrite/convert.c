@@ -65,21 +65,19 @@ eg_kiln *ek_from_graph(const kiln_graph *g, char *err, size_t cap) {
         }
         int64_t arg = 0;
         int32_t arg2 = 0;
-        switch (n->op) {
-        case OP_INPUT: arg = ek_intern_input(ek, n->name, n->dtype, n->ndim, n->shape, n->is_state); break;
-        case OP_CONST: arg = dbits(n->value); break;
-        case OP_IOTA: {
-            view v;
-            view_identity(&v, g->syms, n->ndim, n->shape);
+        /* the payload: an input's interned name, a constant's bits, the
+         * axis of the ops that have one (OPF_AXIS), an iota's shape */
+        if (n->op == OP_INPUT) {
+            arg = ek_intern_input(ek, n->name, n->dtype, n->ndim, n->shape, n->is_state);
+        } else if (n->op == OP_CONST) {
+            arg = dbits(n->value);
+        } else if (op_table[n->op].flags & OPF_AXIS) {
             arg = n->axis;
-            arg2 = (int32_t)ek_intern_view(ek, &v);
-            break;
-        }
-        case OP_SUM:
-        case OP_MAX: arg = n->axis; break;
-        default:
-            if (op_is_compound(n->op)) arg = n->axis; /* every compound op has an axis */
-            break;
+            if (n->op == OP_IOTA) {
+                view v;
+                view_identity(&v, g->syms, n->ndim, n->shape);
+                arg2 = (int32_t)ek_intern_view(ek, &v);
+            }
         }
         eg_node e = eg_mk((uint16_t)n->op, (uint8_t)n->dtype, arg, arg2, arity, kids);
         ncls[i] = eg_add(ek->eg, &e);
@@ -196,7 +194,8 @@ static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
     const eg_kiln *ek = c->ek;
     for (int i = 0; i < n->nkids; i++)
         if (k[i] == KILN_NONE) return KILN_NONE;
-    switch (n->op) {
+    if (n->op == EG_OP_VIEW) return apply_view(c, k[0], &ek->views[n->arg]);
+    switch ((op_kind)n->op) {
     case OP_INPUT: {
         const ek_input *in = &ek->inputs[n->arg];
         kiln_sym dims[KILN_MAX_DIMS];
@@ -227,11 +226,10 @@ static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
     case OP_SCATTER: return kiln_scatter(g, k[0], k[1], k[2]);
     case OP_CAST: return kiln_cast(g, k[0], (kiln_dtype)n->dtype);
     case OP_CONTIGUOUS: return kiln_contiguous(g, k[0]);
-    case EG_OP_VIEW: return apply_view(c, k[0], &ek->views[n->arg]);
-    default:
-        if (op_is_compound(n->op)) return compound_build(g, (op_kind)n->op, k, (int)n->arg);
-        return KILN_NONE;
+    case OP_CONTRACT:
+    case OP_SOFTMAX_ONLINE: return compound_build(g, (op_kind)n->op, k, (int)n->arg);
     }
+    return KILN_NONE; /* not an op of the e-graph */
 }
 
 kiln_graph *ek_to_graph(const eg_kiln *ek, const eg_terms *ts, char *err, size_t cap) {

@@ -132,8 +132,9 @@ static double bitsd(int64_t b) {
 
 int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
     double r;
+    if (op < 0 || op >= OP_COUNT) return 0; /* EG_OP_VIEW */
     if (t == KILN_F32) {
-        switch (op) {
+        switch ((op_kind)op) {
         case OP_EXP2: r = exp2(a[0]); break;
         case OP_LOG2: r = log2(a[0]); break;
         case OP_SIN: r = sin(a[0]); break;
@@ -144,7 +145,8 @@ int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
         case OP_MOD: r = fmod(a[0], a[1]); break;
         case OP_LT: r = a[0] < a[1] ? 1.0 : 0.0; break;
         case OP_CONTIGUOUS: r = a[0]; break;
-        default: return 0;
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
+        case OP_CAST: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: return 0;
         }
         *out = (double)(float)r;
         return 1;
@@ -152,7 +154,7 @@ int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
     if (t == KILN_I32) {
         for (int i = 0; i < nargs; i++)
             if (a[i] != floor(a[i]) || fabs(a[i]) > 2147483647.0) return 0;
-        switch (op) {
+        switch ((op_kind)op) {
         case OP_ADD: r = a[0] + a[1]; break;
         case OP_MUL: r = a[0] * a[1]; break;
         case OP_MOD:
@@ -161,7 +163,9 @@ int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
             break;
         case OP_LT: r = a[0] < a[1] ? 1.0 : 0.0; break;
         case OP_CONTIGUOUS: r = a[0]; break;
-        default: return 0;
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
+        case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST:
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: return 0;
         }
         if (fabs(r) > 2147483647.0) return 0;
         *out = r;
@@ -187,7 +191,16 @@ static void ek_make(void *ctx, egraph *eg, const eg_node *n, eg_data *out) {
     const eg_data *k1 = n->nkids > 1 ? eg_data_of(eg, n->kids[1]) : NULL;
     out->known = 1;
     out->dtype = n->dtype;
-    switch (n->op) {
+    if (n->op == EG_OP_VIEW) {
+        const view *v = &ek->views[n->arg];
+        set_shape(out, view_ndim(v), view_shape(v));
+        if (k0->has_const && (k0->cval == 0 || !ek_view_masked(ek, (uint32_t)n->arg))) {
+            out->has_const = 1;
+            out->cval = k0->cval;
+        }
+        return;
+    }
+    switch ((op_kind)n->op) {
     case OP_INPUT: {
         const ek_input *in = &ek->inputs[n->arg];
         set_shape(out, in->ndim, in->shape);
@@ -233,19 +246,12 @@ static void ek_make(void *ctx, egraph *eg, const eg_node *n, eg_data *out) {
         return;
     }
     case OP_SCATTER: set_shape(out, k0->ndim, k0->shape); return;
-    case EG_OP_VIEW: {
-        const view *v = &ek->views[n->arg];
-        set_shape(out, view_ndim(v), view_shape(v));
-        if (k0->has_const && (k0->cval == 0 || !ek_view_masked(ek, (uint32_t)n->arg))) {
-            out->has_const = 1;
-            out->cval = k0->cval;
-        }
-        return;
-    }
     case OP_CAST: set_shape(out, k0->ndim, k0->shape); return;
-    default: break;
+    case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT: case OP_RECIP:
+    case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT:
+    case OP_CONTIGUOUS: case OP_SOFTMAX_ONLINE: break;
     }
-    /* elementwise and CONTIGUOUS: the first operand's shape */
+    /* elementwise, CONTIGUOUS and SOFTMAX_ONLINE: the first operand's shape */
     set_shape(out, k0->ndim, k0->shape);
     double a[2];
     int all = 1;
@@ -434,27 +440,16 @@ double ek_default_cost(void *ctx, egraph *eg, const eg_node *n) {
     if (ek->primitives_only && (int)n->op >= (int)OP_PRIM_COUNT && (int)n->op < (int)OP_COUNT) return INFINITY;
     if (n->op == OP_INPUT || n->op == OP_CONST) return 1;
     if (n->op == EG_OP_VIEW) return 1; /* free movement, but not nothing: prefer fewer views */
-    const eg_data *k0 = n->nkids ? eg_data_of(eg, n->kids[0]) : NULL;
-    /* a node's result size, re-derived from its operands (its own class's data is shared) */
-    double out = 1;
-    if (k0) out = elements(ek, k0);
-    switch (n->op) {
-    case OP_IOTA: {
+    if (n->op == OP_IOTA) {
         eg_data d;
         memset(&d, 0, sizeof d);
         set_shape(&d, view_ndim(&ek->views[n->arg2]), view_shape(&ek->views[n->arg2]));
         return 1 + elements(ek, &d);
     }
-    case OP_EXP2: case OP_LOG2: case OP_SIN: return 1 + 4 * out;
-    case OP_SQRT: case OP_RECIP: case OP_MOD: return 1 + 2 * out;
-    case OP_ADD: case OP_MUL: case OP_LT: case OP_CAST: return 1 + out;
-    case OP_SUM: case OP_MAX: return 1 + out;     /* reads every operand element once */
-    case OP_CONTRACT: return 1 + 1.5 * out;       /* one fused multiply-add per operand element */
-    /* one streaming pass (running max and rescaled sum) and one writing pass,
-     * against five passes and four intermediates for the primitive chain */
-    case OP_SOFTMAX_ONLINE: return 1 + 6 * out;
-    case OP_CONTIGUOUS: return 1 + 2 * out;       /* a read and a write per element */
-    case OP_GATHER: case OP_SCATTER: return 1 + out;
-    default: return 1 + out;
-    }
+    /* a node's result size, re-derived from its operands (its own class's
+     * data is shared), times the op's weight (ops.def's XCOST) */
+    const eg_data *k0 = n->nkids ? eg_data_of(eg, n->kids[0]) : NULL;
+    double out = 1;
+    if (k0) out = elements(ek, k0);
+    return 1 + (n->op < OP_COUNT ? op_table[n->op].xcost : 1) * out;
 }

@@ -146,10 +146,10 @@ int rt_gtune_apply_db(rt_gtune_state *st, sch_program *sp, char **fingerprint) {
 static double expr_ops(const sch_program *p, int32_t id) {
     if (id < 0) return 0;
     const lx *x = &p->lx[id];
-    double self = x->kind == LX_UNARY ? (x->op == OP_EXP2 ? 10 : x->op == OP_SQRT || x->op == OP_RECIP ? 4 : 1)
-                  : x->kind == LX_BINARY ? 1
-                  : x->kind == LX_LOAD  ? 0.5
-                                        : 0;
+    /* an elementwise op weighs ops.def's KCOST */
+    double self = x->kind == LX_UNARY || x->kind == LX_BINARY ? op_table[x->op].kcost
+                  : x->kind == LX_LOAD                         ? 0.5
+                                                               : 0;
     return self + expr_ops(p, x->a) + expr_ops(p, x->b);
 }
 

@@ -130,8 +130,11 @@ static sym_id index_value(const kiln_graph *g, int32_t t, const sym_id *u, int d
         if (a == SYM_NONE || b == SYM_NONE) return SYM_NONE;
         return n->op == OP_ADD ? sym_add(sp, a, b) : sym_mul(sp, a, b);
     }
-    default: return SYM_NONE;
+    case OP_INPUT: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT: case OP_RECIP: case OP_MOD: case OP_LT:
+    case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CONTIGUOUS: case OP_CONTRACT:
+    case OP_SOFTMAX_ONLINE: return SYM_NONE;
     }
+    return SYM_NONE;
 }
 
 /* when tensor t at consumer coordinates u is 0 outside a - b < 0: 1 and
@@ -150,22 +153,20 @@ static int zero_outside(const kiln_graph *g, int32_t t, const sym_id *u, sym_id 
     }
     case OP_CAST: return zero_outside(g, n->src[0], c, diff, depth + 1);
     case OP_MUL: return zero_outside(g, n->src[0], c, diff, depth + 1) || zero_outside(g, n->src[1], c, diff, depth + 1);
-    default: return 0;
+    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
+    case OP_RECIP: case OP_ADD: case OP_MOD: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
+    case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: return 0;
     }
+    return 0;
 }
 
-/* elementwise ops that keep a stored 0 finite (see the top) */
+/* elementwise ops that keep a stored 0 finite (see the top): ops.def's
+ * OPF_FINITE0, and a CAST between float dtypes */
 static int keeps_zero_finite(const kiln_graph *g, const node *u) {
-    switch (u->op) {
-    case OP_ADD:
-    case OP_MUL:
-    case OP_EXP2:
-    case OP_SIN:
-    case OP_SQRT: return 1;
-    case OP_CAST: return !kiln_dtype_is_block(u->dtype) && !is_int(u->dtype) &&
-                         !is_int(g->nodes[g->tensors[u->src[0]].node].dtype);
-    default: return 0;
-    }
+    if (u->op == OP_CAST)
+        return !kiln_dtype_is_block(u->dtype) && !is_int(u->dtype) &&
+               !is_int(g->nodes[g->tensors[u->src[0]].node].dtype);
+    return (op_table[u->op].flags & OPF_FINITE0) != 0;
 }
 
 sym_id sch_demand_n_limit(const sch_program *p, const sch_kernel *k) {
