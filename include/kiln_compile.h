@@ -44,6 +44,9 @@ typedef struct kiln_compile_options {
     int threads;         /* worker threads; 0 = all online cores */
     double search_budget; /* seconds of schedule search; 0 = default schedules */
     int vector;          /* -1 = scalar only, 0 = best the machine allows (default) */
+    int exact;           /* 1 = kiln's exact evaluation: every contraction in f32 arithmetic (no bf16
+                            tiles, no int8 activations), no tuning DB, no schedule search; the
+                            default is 1 when $KILN_EXACT is 1 */
 } kiln_compile_options;
 
 /* options with every field at its default */
@@ -72,6 +75,16 @@ int kiln_program_measurements(const kiln_program *p);
 char *kiln_program_space_report(const kiln_program *p);
 /* the schedule space's axes and sizes at example shapes (malloc'd text) */
 char *kiln_schedule_space(void);
+/* which arithmetic the contractions use: for bucket 0 (decode-sized M) and 1
+ * (prefill-sized M), counts[bucket][a] of contraction kernels with a = 0 f32,
+ * 1 int8 activations, 2 bf16 tiles (a kernel the micro-kernel family cannot
+ * take runs its generic f32 loop nest: f32). Returns the contraction kernel
+ * count. kiln_program_arith_text: one line, e.g. "contractions: decode 60 f32,
+ * 36 int8 activations; prefill 70 f32, 26 bf16 tiles" (malloc'd). */
+int kiln_program_arith(const kiln_program *p, int counts[2][3]);
+char *kiln_program_arith_text(const kiln_program *p);
+/* 1 when the program was compiled with exact */
+int kiln_program_exact(const kiln_program *p);
 /* bytes of the intermediate arena planned for the last run (0 before one) */
 size_t kiln_program_arena_bytes(const kiln_program *p);
 

@@ -40,6 +40,7 @@
 #include "kiln.h"
 #include "kiln_compile.h"
 #include "autotune.h"
+#include "kiln_cli.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -112,6 +113,8 @@ static void usage(FILE *f) {
             "  run     -m MODEL.gguf -p PROMPT   generate text (see 'kiln run --help')\n"
             "  bench   -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
             "                                prompt-processing and generation tokens/s\n"
+            "  perplexity -m MODEL.gguf -f TEXT [-c 512] [--kl-divergence-base F [--kl-divergence]]\n"
+            "                                perplexity and KL divergence, as llama-perplexity\n"
             "  tune    [--show [--json]] [--export F | --import F] [-m MODEL.gguf [--budget S]]\n"
             "                                the tuning DB's winning schedules; with -m, search\n"
             "                                a model's kernels first\n"
@@ -126,6 +129,8 @@ static void usage(FILE *f) {
             "options:\n"
             "  --backend cpu|opencl|cuda  where compiled code runs (any command; default cpu,\n"
             "                  or $KILN_BACKEND); GPU backends load their driver at run time\n"
+            "  --exact         kiln's exact evaluation (run, bench, perplexity): f32 contractions,\n"
+            "                  no tuning DB, no schedule search\n"
             "  -h, --help      this text\n"
             "  --version       print the version\n");
 }
@@ -794,6 +799,7 @@ static int cmd_run(int argc, char **argv) {
         model_free(m);
         return 1;
     }
+    kiln_cli_print_arith("run", m);
     const arch_hparams *hp = model_hparams(m);
     gguf_file *f = model_gguf(m);
     char err[1024];
@@ -1137,6 +1143,7 @@ static int cmd_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
+        kiln_cli_print_arith("bench", m);
         double search_s = searched ? now_s() - ts0 : 0;
         kiln_search_status sst;
         kiln_program_search_status(model_program(m), &sst);
@@ -1632,7 +1639,9 @@ static int cmd_tune(int argc, char **argv) {
  * compile does not name a backend (the model loader does not). On GPU
  * backends model weights and the KV cache stay on the device between
  * forward passes (KILN_GPU_RESIDENT, see gpu_exec.c): the CLI never changes
- * them behind kiln's back. Returns 0, or the usage exit status. */
+ * them behind kiln's back. `--exact` is taken out the same way and sets
+ * $KILN_EXACT=1, which kiln_compile_defaults reads (kiln's exact evaluation).
+ * Returns 0, or the usage exit status. */
 static int take_backend_option(int *argc, char **argv) {
     int out = 2;
     for (int i = 2; i < *argc; i++) {
@@ -1642,6 +1651,9 @@ static int take_backend_option(int *argc, char **argv) {
             v = argv[++i];
         } else if (strncmp(a, "--backend=", 10) == 0) {
             v = a + 10;
+        } else if (strcmp(a, "--exact") == 0) {
+            setenv("KILN_EXACT", "1", 1); /* kiln_compile_defaults reads it: f32 only, no DB, no search */
+            continue;
         } else {
             argv[out++] = argv[i];
             continue;
@@ -1678,6 +1690,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
     if (strcmp(cmd, "tune") == 0) return cmd_tune(argc - 2, argv + 2);
+    if (strcmp(cmd, "perplexity") == 0) return cmd_perplexity(argc - 2, argv + 2);
     if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
     return usage_error("unknown command '%s'", cmd);
 }
+
+/* for perplexity.c (kiln_cli.h) */
+int kiln_cli_first_run_search(const char *cmd, model *m, int no_tune) { return first_run_search(cmd, m, no_tune); }

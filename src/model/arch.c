@@ -279,7 +279,7 @@ static kiln_tensor rope(bctx *b, kiln_tensor x, kiln_sym pos, int64_t il, kiln_t
 }
 
 kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, int64_t n_ctx, kiln_dtype kv_dtype,
-                       char *err, size_t cap) {
+                       int all_rows, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
     if (n_ctx < 1 || (kv_dtype != KILN_F32 && kv_dtype != KILN_F16))
         return fail(err, cap, KILN_ERR_INVALID, "arch_build: n_ctx %lld must be >= 1 and the cache f32 or f16",
@@ -368,9 +368,11 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     }
     if (b.st) return b.st;
 
-    kiln_tensor last = kiln_slice(g, x, 0, kiln_sym_sub(g, seq, kiln_sym_int(g, 1)), seq, 1); /* (1, d) */
+    /* (1, d): the last row; all_rows: (seq - logits_from, d) */
+    kiln_sym from = all_rows ? kiln_sym_var(g, "logits_from") : kiln_sym_sub(g, seq, kiln_sym_int(g, 1));
+    kiln_tensor last = kiln_slice(g, x, 0, from, seq, 1);
     last = rmsnorm(&b, last, out_norm);
-    kiln_tensor logits = linear(g, last, out_w, KILN_NONE); /* (1, vocab) */
+    kiln_tensor logits = linear(g, last, out_w, KILN_NONE); /* (rows, vocab) */
     if (logits != KILN_NONE && kiln_tensor_dtype(g, logits) != KILN_F32) logits = kiln_cast(g, logits, KILN_F32);
     kiln_output(g, logits, "logits");
     if (kiln_graph_status(g) != KILN_OK)

@@ -15,7 +15,10 @@
  *            (n_ctx, n_kv_heads, head_dim_v) for each layer L, updated with
  *            SCATTER at rows pos .. pos+seq-1;
  *   symbols  "seq" (tokens this call, >= 1) and "pos" (position of the first);
- *   output   "logits" f32 (1, vocab): the last position only.
+ *   output   "logits" f32 (1, vocab): the last position only; or, built with
+ *            all_rows, f32 (seq - logits_from, vocab): the rows logits_from ..
+ *            seq-1, with the symbol "logits_from" (0 <= logits_from < seq)
+ *            bound per call (perplexity scores many rows of one pass).
  * Prefill (seq > 1) and decode (seq = 1) are the same graph with different
  * bindings; attention reads the updated cache rows 0 .. pos+seq-1.
  */
@@ -68,8 +71,9 @@ int arch_layer_is_swa(const arch_hparams *hp, int64_t il);
 
 /* build the forward graph described above into the empty graph g. Weight
  * inputs are declared with the GGUF shapes and checked against hp; nothing
- * is bound. kv_dtype is f32 or f16. */
+ * is bound. kv_dtype is f32 or f16; all_rows: the logits of a range of rows
+ * (see "output" above) instead of the last row's. */
 kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, int64_t n_ctx, kiln_dtype kv_dtype,
-                       char *err, size_t cap);
+                       int all_rows, char *err, size_t cap);
 
 #endif

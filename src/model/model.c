@@ -23,6 +23,7 @@ struct model {
     arch_hparams hp;
     int64_t n_ctx;
     kiln_dtype kv_dtype;
+    int all_logits; /* the graph's logits are rows logits_from .. seq-1 */
     int nstates;
     void **states; /* cache.k.L, cache.v.L for each layer, in that order */
     size_t *state_bytes;
@@ -38,7 +39,7 @@ static kiln_status mfail(char *err, size_t cap, kiln_status s, const char *fmt, 
 }
 
 model_options model_default_options(void) {
-    model_options o = {0, KILN_F32, 0, 0, 0, 0.0};
+    model_options o = {0, KILN_F32, 0, 0, 0, 0.0, 0, 0};
     return o;
 }
 
@@ -85,8 +86,9 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
     }
     m->n_ctx = o.n_ctx ? o.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     m->kv_dtype = o.kv_dtype;
+    m->all_logits = o.all_logits != 0;
     m->g = kiln_graph_new();
-    if ((s = arch_build(m->g, m->file, &m->hp, m->n_ctx, m->kv_dtype, err, cap))) {
+    if ((s = arch_build(m->g, m->file, &m->hp, m->n_ctx, m->kv_dtype, m->all_logits, err, cap))) {
         model_free(m);
         return s;
     }
@@ -108,6 +110,7 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
         kiln_compile_options co = kiln_compile_defaults();
         co.threads = o.threads;
         co.search_budget = o.search_budget;
+        if (o.exact) co.exact = 1;
         m->prog = kiln_compile(m->g, &co, &s);
         if (!m->prog) {
             if (!s) s = KILN_ERR_INVALID;
@@ -130,21 +133,31 @@ kiln_status model_load(const char *path, model **out, char *err, size_t cap) {
 static kiln_status model_eval(model *m) { return m->prog ? kiln_run(m->prog) : kiln_eval_reference(m->g); }
 
 kiln_status model_forward(model *m, const int32_t *tokens, int n, int pos, float *logits_out) {
+    return model_forward_rows(m, tokens, n, pos, n - 1, logits_out);
+}
+
+kiln_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos, int from, float *logits_out) {
     if (!m) return KILN_ERR_INVALID;
     m->err[0] = 0;
     if (!tokens || !logits_out || n < 1 || pos < 0 || (int64_t)pos + n > m->n_ctx)
         return mfail(m->err, sizeof m->err, KILN_ERR_RANGE,
                      "model_forward: %d tokens at position %d do not fit the context of %lld", n, pos,
                      (long long)m->n_ctx);
+    if (from < 0 || from >= n || (!m->all_logits && from != n - 1))
+        return mfail(m->err, sizeof m->err, KILN_ERR_RANGE,
+                     "model_forward: logits from row %d of %d %s", from, n,
+                     m->all_logits ? "are out of range" : "need a model loaded with all_logits");
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
             return mfail(m->err, sizeof m->err, KILN_ERR_RANGE, "model_forward: token %d (id %d) is outside [0, %lld)",
                          i, tokens[i], (long long)m->hp.n_vocab);
     kiln_status s = kiln_bind_dim(m->g, "seq", n);
     if (!s) s = kiln_bind_dim(m->g, "pos", pos);
+    if (!s && m->all_logits) s = kiln_bind_dim(m->g, "logits_from", from);
     if (!s) s = kiln_bind_input(m->g, "tokens", (void *)(uintptr_t)tokens, (size_t)n * sizeof(int32_t));
     if (!s) s = model_eval(m);
-    if (!s) s = kiln_read_output(m->g, "logits", logits_out, (size_t)m->hp.n_vocab * sizeof(float));
+    if (!s)
+        s = kiln_read_output(m->g, "logits", logits_out, (size_t)(n - from) * (size_t)m->hp.n_vocab * sizeof(float));
     if (s) mfail(m->err, sizeof m->err, s, "model_forward: %s", kiln_graph_error(m->g));
     return s;
 }
@@ -160,5 +173,6 @@ int64_t model_n_ctx(const model *m) { return m->n_ctx; }
 gguf_file *model_gguf(model *m) { return m->file; }
 kiln_graph *model_graph(model *m) { return m->g; }
 int model_is_compiled(const model *m) { return m->prog != NULL; }
+int model_all_logits(const model *m) { return m ? m->all_logits : 0; }
 
 struct kiln_program *model_program(model *m) { return m ? m->prog : NULL; }

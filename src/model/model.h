@@ -33,6 +33,8 @@ typedef struct model_options {
     int compiled;         /* 1: compile the graph at load and run the program; 0: reference interpreter */
     int threads;          /* compiled: worker threads (0 = all cores) */
     double search_budget; /* compiled: seconds of schedule search during the first runs (0: none) */
+    int all_logits;       /* 1: the graph outputs the logits of a range of rows (model_forward_rows) */
+    int exact;            /* compiled: kiln's exact evaluation (kiln_compile_options.exact) */
 } model_options;
 
 model_options model_default_options(void);
@@ -47,6 +49,11 @@ void model_free(model *m);
  * n or pos out of range) leave the cache as it was; the message is in
  * model_error. */
 kiln_status model_forward(model *m, const int32_t *tokens, int n, int pos, float *logits_out);
+/* the same, writing the logits of rows from .. n-1 ((n - from) * n_vocab
+ * floats, row-major) of a model loaded with all_logits; 0 <= from < n.
+ * model_forward on such a model is from = n - 1. */
+kiln_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos, int from, float *logits_out);
+int model_all_logits(const model *m);
 void model_reset(model *m);
 const char *model_error(const model *m);
 

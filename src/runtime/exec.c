@@ -53,6 +53,7 @@ struct kiln_program {
     rt_gpu_program *gpu; /* GPU backends: device code and buffers (gpu_exec.c); NULL on the CPU */
     rt_pool *pool;
     cg_isa isa;
+    int exact; /* kiln_compile_options.exact: f32 contractions only, no tuning DB, no search */
     /* run state, kept between runs */
     void **bufs;
     size_t *bytes;
@@ -141,6 +142,8 @@ kiln_compile_options kiln_compile_defaults(void) {
     kiln_compile_options o;
     memset(&o, 0, sizeof o);
     o.backend = NULL; /* $KILN_BACKEND, else "cpu" (rt_backend_find) */
+    const char *ex = getenv("KILN_EXACT");
+    o.exact = ex && strcmp(ex, "1") == 0;
     return o;
 }
 
@@ -179,6 +182,8 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->g = g;
     p->be = be;
     p->compiling = 1;
+    p->exact = o.exact != 0;
+    if (p->exact) o.search_budget = 0;
     /* the first step of compiling: graph -> e-graph -> saturation -> extraction
      * (primitives only: this backend has no compound kernels yet) */
     const char *eg_env = getenv("KILN_EGRAPH");
@@ -374,6 +379,44 @@ int kiln_program_measurements(const kiln_program *p) {
     return p ? p->measurements + rt_gpu_program_measurements(p->gpu) : 0;
 }
 size_t kiln_program_arena_bytes(const kiln_program *p) { return p ? p->arena_used : 0; }
+int kiln_program_exact(const kiln_program *p) { return p ? p->exact : 0; }
+
+int kiln_program_arith(const kiln_program *p, int counts[2][3]) {
+    memset(counts, 0, 2 * sizeof counts[0]);
+    if (!p) return 0;
+    int n = 0;
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        const sch_kernel *K = &p->sp.kernels[k];
+        if (!K->contract) continue;
+        n++;
+        int emittable = !p->gpu && cg_contract_emittable(&p->sp, K, p->isa);
+        for (int b = 0; b < 2; b++) {
+            sch_arith a = emittable ? K->contract->sched[b].arith : SCH_ARITH_F32;
+            counts[b][a == SCH_ARITH_I8 ? 1 : a == SCH_ARITH_BF16 ? 2 : 0]++;
+        }
+    }
+    return n;
+}
+
+char *kiln_program_arith_text(const kiln_program *p) {
+    static const char *names[3] = {"f32", "int8 activations", "bf16 tiles"};
+    int c[2][3];
+    int n = kiln_program_arith(p, c);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    sch_appendf(&buf, &len, &cap, "%d contraction%s%s:", n, n == 1 ? "" : "s",
+                p && p->exact ? " (exact: f32 only)" : "");
+    for (int b = 0; b < 2; b++) {
+        sch_appendf(&buf, &len, &cap, "%s %s", b ? ";" : "", b ? "prefill" : "decode");
+        int any = 0;
+        for (int a = 0; a < 3; a++)
+            if (c[b][a] || (a == 0 && n == 0)) {
+                sch_appendf(&buf, &len, &cap, "%s %d %s", any ? "," : "", c[b][a], names[a]);
+                any = 1;
+            }
+    }
+    return buf ? buf : kiln_xstrdup("");
+}
 
 char *kiln_program_kernels(const kiln_program *p) {
     char *buf = NULL;
@@ -519,7 +562,7 @@ static double kernel_bytes(const kiln_program *p, const sch_kernel *K, int64_t d
 /* ---- the search, steered: a plan of where the budget goes ------------- */
 
 int kiln_program_untuned(const kiln_program *p) {
-    if (!p || p->gpu) return 0;
+    if (!p || p->gpu || p->exact) return 0;
     int n = 0;
     for (int32_t k = 0; k < p->sp.nkernels; k++) {
         const sch_kernel *K = &p->sp.kernels[k];
@@ -574,6 +617,10 @@ static void plan_skip_small(kiln_program *p, double min_share) {
 
 kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share) {
     if (!p || !(budget_s >= 0) || !(min_share >= 0 && min_share < 1)) return KILN_ERR_INVALID;
+    if (p->exact) {
+        graph_run_error(p->user, KILN_ERR_INVALID, "kiln_program_search: an exact program keeps its f32 schedules");
+        return KILN_ERR_INVALID;
+    }
     if (p->gpu) {
         rt_gpu_program_set_search(p->gpu, budget_s, p->inject_wrong);
         return KILN_OK;
@@ -896,8 +943,8 @@ static void apply_tuning_db(kiln_program *p) {
     p->unmeasured = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     /* generic kernels: exact records for constant sizes (tune_generic.c) */
     p->gtune = rt_gtune_new(&p->sp, p->isa, rt_pool_threads(p->pool));
-    rt_gtune_apply_db(p->gtune, &p->sp, &p->fingerprint);
-    const char *off = getenv("KILN_TUNEDB_OFF");
+    if (!p->exact) rt_gtune_apply_db(p->gtune, &p->sp, &p->fingerprint);
+    const char *off = p->exact ? "1" : getenv("KILN_TUNEDB_OFF");
     int any = 0;
     for (int32_t k = 0; k < nk && !any; k++) any = cg_contract_emittable(&p->sp, &p->sp.kernels[k], p->isa);
     if (!any) return;
@@ -945,7 +992,7 @@ static void apply_tuning_db(kiln_program *p) {
     for (int b = 0; b < 2; b++) {
         const char *txt = getenv(b ? "KILN_CONTRACT_SCHED_LARGE" : "KILN_CONTRACT_SCHED_SMALL");
         sch_contract_sched sc;
-        if (!txt || !txt[0]) continue;
+        if (!txt || !txt[0] || p->exact) continue;
         if (!sch_contract_sched_parse(txt, &sc)) {
             fprintf(stderr, "kiln: ignoring %s='%s': not a contraction schedule\n",
                     b ? "KILN_CONTRACT_SCHED_LARGE" : "KILN_CONTRACT_SCHED_SMALL", txt);
@@ -960,8 +1007,8 @@ static void apply_tuning_db(kiln_program *p) {
     }
     /* a schedule the micro-kernel cannot take (a record from a newer kiln,
      * int8 arithmetic on a CPU without VNNI, AMX bf16 without amx_bf16,
-     * packed bf16 without avx512_bf16):
-     * back to the defaults */
+     * packed bf16 without avx512_bf16), or any approximate arithmetic in an
+     * exact program: back to the defaults (f32) */
     int vnni = rt_cpu_has("avx512_vnni"), amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
     int amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
     int bf16 = rt_cpu_has("avx512_bf16");
@@ -976,8 +1023,9 @@ static void apply_tuning_db(kiln_program *p) {
             needs_bf16 |= sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_BF16;
             needs_pbf16 |= sc->form == SCH_FORM_PACKED && sc->arith == SCH_ARITH_BF16;
         }
+        int approx = K->contract->sched[0].arith != SCH_ARITH_F32 || K->contract->sched[1].arith != SCH_ARITH_F32;
         if (cg_contract_emittable(&p->sp, K, p->isa) && (vnni || !needs_vnni) && (amx || !needs_amx) &&
-            (amx_bf16 || !needs_bf16) && (bf16 || !needs_pbf16))
+            (amx_bf16 || !needs_bf16) && (bf16 || !needs_pbf16) && !(p->exact && approx))
             continue;
         kiln_dtype bt = p->sp.bufs[K->contract->b_buf].dtype;
         K->contract->sched[0] = sch_contract_default_of(K->contract, 0, bt);

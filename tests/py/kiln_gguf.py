@@ -129,7 +129,8 @@ class Writer:
 class ModelOptions(ctypes.Structure):
     """model_options (src/model/model.h)"""
     _fields_ = [("n_ctx", ctypes.c_int64), ("kv_dtype", ctypes.c_int), ("gguf_flags", ctypes.c_uint),
-                ("compiled", ctypes.c_int), ("threads", ctypes.c_int)]
+                ("compiled", ctypes.c_int), ("threads", ctypes.c_int), ("search_budget", ctypes.c_double),
+                ("all_logits", ctypes.c_int), ("exact", ctypes.c_int)]
 
 
 class Model:
