@@ -354,8 +354,9 @@ int cmd_perplexity(int argc, char **argv) {
     if (o.kl) {
         if (ppl_base_open(o.base, &base, err, sizeof err)) return perr("%s", err);
         if (o.ctx_set && o.n_ctx != base.n_ctx) {
+            int32_t bctx = base.n_ctx;
             ppl_base_close(&base);
-            return perr("%s was written with a context of %d tokens, but -c says %lld", o.base, base.n_ctx, o.n_ctx);
+            return perr("%s was written with a context of %d tokens, but -c says %lld", o.base, bctx, o.n_ctx);
         }
         o.n_ctx = base.n_ctx;
     }
