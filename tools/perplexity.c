@@ -548,23 +548,23 @@ int cmd_perplexity(int argc, char **argv) {
             break;
         }
         running[c] = ppl_acc_ppl(&acc, NULL);
-        double el = ppl_now() - te0, per = el / (double)(c + 1);
-        if (tty) {
-            fprintf(stderr, "\r\033[Kkiln perplexity: chunk %lld/%lld, %.2f s per chunk, %.0f s left, PPL so far %.4f",
-                    (long long)(c + 1), (long long)n_chunk, per, per * (double)(n_chunk - c - 1), running[c]);
-            fflush(stderr);
-        }
-        if (o.json) continue;
-        if (o.kl) {
+        if (o.kl && !o.json) {
+            if (tty) fprintf(stderr, "\r\033[K"); /* the row, then the progress line again */
             ppl_kl_summary s;
             ppl_kl_summarize(&kls, 0, &s);
             printf("%4lld    %9.4f ± %9.4f    %10.5f ± %10.5f    %10.5f ± %10.5f    %6.3f ± %6.3f %%    %6.3f ± %6.3f %%\n",
                    (long long)(c + 1), s.ppl, s.ppl_unc, s.ln_ratio, s.ln_ratio_unc, s.kld_mean, s.kld_unc,
                    100 * s.dp_rms, 100 * s.dp_rms_unc, 100 * s.same_top, 100 * s.same_top_unc);
             fflush(stdout);
-        } else if (!tty) {
+        } else if (!o.json && !tty) {
             printf("[%lld]%.4f,", (long long)(c + 1), running[c]);
             fflush(stdout);
+        }
+        if (tty) {
+            double per = (ppl_now() - te0) / (double)(c + 1);
+            fprintf(stderr, "\r\033[Kkiln perplexity: chunk %lld/%lld, %.2f s per chunk, %.0f s left, PPL so far %.4f",
+                    (long long)(c + 1), (long long)n_chunk, per, per * (double)(n_chunk - c - 1), running[c]);
+            fflush(stderr);
         }
     }
     double eval_s = ppl_now() - te0;
