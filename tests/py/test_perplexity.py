@@ -33,6 +33,7 @@ What is checked:
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -371,6 +372,12 @@ def t_exact_run():
     r = kiln("run", "-m", LLAMA, "-p", "ab", "-n", "2", "--temp", "0", "--exact")
     assert r.returncode == 0, r.err[-400:]
     assert "(exact: f32 only)" in r.err and "int8 activations" not in r.err and "bf16 tiles" not in r.err, r.err
+    r = kiln("bench", "-m", LLAMA, "-p", 8, "-n", 2, "-r", 1, "-t", 1, "--exact")
+    assert r.returncode == 0, r.err[-400:]
+    assert "(exact: f32 only)" in r.err, r.err
+    # without --exact the line is there too, counting every contraction once per bucket
+    r = kiln("run", "-m", LLAMA, "-p", "ab", "-n", "2", "--temp", "0")
+    assert r.returncode == 0 and re.search(r"\d+ contractions: decode \d+ f32", r.err), r.err
 
 
 def expect_error(args, code, pattern):
