@@ -93,7 +93,8 @@ size_t kiln_program_arena_bytes(const kiln_program *p);
 char *kiln_device_report(int json);
 /* the fingerprint alone, one line (malloc'd): the tuning DB key */
 char *kiln_device_fingerprint(void);
-/* measured peaks for `threads` threads: read bandwidth (GB/s, 256 MiB), f32
+/* measured peaks for `threads` threads: read bandwidth (GB/s, from DRAM: the
+ * buffer of `kiln device`, at least 4x the last-level cache), f32
  * FMA GFLOP/s and int8 dot-product GOP/s (all threads); -1 when the compute
  * probe could not be compiled (the bandwidth is still measured) */
 int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *dot_gops);

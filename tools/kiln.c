@@ -333,7 +333,9 @@ static int cmd_device(int argc, char **argv) {
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf("usage: kiln device [--json]\n"
                    "the hardware fingerprint (CPU, ISA flags, cores, caches, compiler) and measured\n"
-                   "peaks (read bandwidth per thread count, FP32 FMA, int8 dot product)\n");
+                   "peaks: read bandwidth per thread count from DRAM (a buffer of at least 4x the\n"
+                   "last-level cache) and from cache (half of it), FP32 FMA, int8 dot product, the\n"
+                   "AMX tiles' int8 and bf16 rates where the CPU has them, and the fastest int8 unit\n");
             return 0;
         } else return usage_error("device: unknown option '%s'", argv[i]);
     }

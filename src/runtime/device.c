@@ -5,12 +5,20 @@
  * the key of the tuning DB, so it lists only what changes generated code or
  * its speed.
  *
- * Peaks are measured, not looked up: read bandwidth with 1..N threads (a
- * 256 MiB buffer summed by the thread pool, best of several passes), FP32
- * FMA throughput and int8 dot-product throughput. The compute probes are C
- * compiled through the same path as kernels (so with the ISA flags kernels
- * get), using GCC/Clang vector extensions for FMA and VNNI intrinsics when
- * the CPU has them (else a plain int8 multiply-accumulate loop).
+ * Peaks are measured, not looked up:
+ *  - read bandwidth at 1, 2, 4, ..., N threads, from DRAM (a buffer of at
+ *    least 4x the last-level cache) and from cache (half of it), with the
+ *    widest loads the CPU has, in 2 MiB pages like the weights (readbw.c);
+ *  - FP32 FMA and int8 dot-product throughput of one thread: C compiled
+ *    through the same path as kernels (so with the ISA flags kernels get),
+ *    GCC/Clang vector extensions for FMA and VNNI intrinsics when the CPU
+ *    has them (else a plain int8 multiply-accumulate loop); the compiled
+ *    probe is cached like a kernel, keyed by its text (a version line);
+ *  - the AMX tiles' int8 and bf16 throughput of one thread, where cpuid
+ *    and the kernel allow them (amx_probe.c), else "none" and why;
+ *  - the int8 peak: the fastest of the int8 units (AMX tiles, else the dot
+ *    product), named, for prefill rooflines (bench/llm.sh).
+ * Nothing is cached between runs: every `kiln device` measures afresh.
  *
  * The report ends with every GPU backend's devices and their fingerprints
  * (gpu_exec.c), or why a backend has none (no library, no driver).
@@ -27,6 +35,7 @@
 #include "base.h"
 #include "gpu.h"
 #include "kiln_compile.h"
+#include "probe.h"
 
 
 static const char *isa_flags[] = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
@@ -110,66 +119,10 @@ char *kiln_device_fingerprint(void) { return rt_cpu_fingerprint(); }
 
 /* ---- measurements ------------------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-typedef struct bw_ctx {
-    const double *data;
-    int64_t n;
-    double sums[256];
-    int parts;
-} bw_ctx;
-
-static int bw_piece(void *ctx, int64_t lo, int64_t hi) {
-    bw_ctx *c = ctx;
-    /* four independent sums so the loop is load-bound, not add-latency-bound */
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = lo;
-    for (; i + 4 <= hi; i += 4) {
-        s0 += c->data[i];
-        s1 += c->data[i + 1];
-        s2 += c->data[i + 2];
-        s3 += c->data[i + 3];
-    }
-    for (; i < hi; i++) s0 += c->data[i];
-    c->sums[(lo * c->parts / (c->n ? c->n : 1)) & 255] = s0 + s1 + s2 + s3;
-    return 0;
-}
-
-/* GB/s reading `bytes` with t threads: best of `reps` passes */
-static double measure_bw(size_t bytes, int t, int reps) {
-    int64_t n = (int64_t)(bytes / sizeof(double));
-    double *d = NULL;
-    /* in 2 MiB pages where the kernel gives them, as the model loader puts
-     * the weights (gguf.c): with 4 KiB pages the probe measured the TLB as
-     * much as the memory, and decode ran above "100%" of it */
-    if (posix_memalign((void **)&d, (size_t)2 << 20, (size_t)n * sizeof *d) != 0) return 0;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(d, (size_t)n * sizeof *d, MADV_HUGEPAGE);
-#endif
-    for (int64_t i = 0; i < n; i++) d[i] = (double)(i & 7);
-    rt_pool *pool = rt_pool_new(t);
-    bw_ctx c;
-    memset(&c, 0, sizeof c);
-    c.data = d;
-    c.n = n;
-    c.parts = t;
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        rt_pool_run(pool, n, t, bw_piece, &c);
-        double dt = now_s() - t0;
-        if (dt < best) best = dt;
-    }
-    rt_pool_free(pool);
-    free(d);
-    return (double)bytes / best / 1e9;
-}
-
+/* the compute probes; compiled through the kernel cache, whose key is this
+ * text: the version line makes a changed probe a new object */
 static const char *probe_src =
+    "/* kiln device compute probes, version 2 */\n"
     "#include <stdint.h>\n"
     "#include <time.h>\n"
     "typedef float v16 __attribute__((vector_size(64)));\n"
@@ -266,6 +219,38 @@ static void measure_compute(double *fma_gflops, double *dot_gops, char *dot_kind
     be->module_free(m);
 }
 
+/* the read-bandwidth measurements of a report: DRAM and cache at each
+ * thread count, from one buffer (the cache figure reads its first part) */
+typedef struct bw_table {
+    int n, threads[16];
+    double dram[16], cache[16];
+    const char *dram_loop[16], *cache_loop[16]; /* the faster loop of each */
+    size_t dram_bytes, cache_bytes;
+    const char *loop;
+} bw_table;
+
+static void measure_bw_table(bw_table *bt, int nc) {
+    memset(bt, 0, sizeof *bt);
+    for (int i = 0; i < 16; i++) bt->dram_loop[i] = bt->cache_loop[i] = "";
+    /* 1, 2, 4, ... threads, then all cores */
+    for (int t = 1; t < nc && bt->n < 15; t *= 2) bt->threads[bt->n++] = t;
+    bt->threads[bt->n++] = nc;
+    rt_read_sizes(&bt->dram_bytes, &bt->cache_bytes);
+    bt->loop = rt_read_loop();
+    rt_read_buf *b = rt_read_buf_new(bt->dram_bytes);
+    if (!b) return; /* out of memory: the figures stay 0 */
+    for (int i = 0; i < bt->n; i++) {
+        bt->dram[i] = rt_read_bw(b, bt->dram_bytes, bt->threads[i], 5, 0.02, &bt->dram_loop[i]);
+        bt->cache[i] = rt_read_bw(b, bt->cache_bytes, bt->threads[i], 5, 0.02, &bt->cache_loop[i]);
+    }
+    rt_read_buf_free(b);
+}
+
+static void json_num(char **s, size_t *len, size_t *cap, double v, const char *fmt) {
+    if (v > 0) sch_appendf(s, len, cap, fmt, v);
+    else sch_appendf(s, len, cap, "null");
+}
+
 char *kiln_device_report(int json) {
     char model[256];
     cpu_model(model, sizeof model);
@@ -274,16 +259,16 @@ char *kiln_device_report(int json) {
     int nc = cores();
     const char *cc = rt_cc_identity();
     char *fp = rt_cpu_fingerprint();
-    /* 1, 2, 4, ... threads, then all cores */
-    int tcount[16], ntc = 0;
-    double bw[16];
-    size_t bytes = (size_t)256 << 20;
-    for (int t = 1; t < nc && ntc < 15; t *= 2) tcount[ntc++] = t;
-    tcount[ntc++] = nc;
-    for (int i = 0; i < ntc; i++) bw[i] = measure_bw(bytes, tcount[i], 4);
+    bw_table bt;
+    measure_bw_table(&bt, nc);
     double fma = 0, dot = 0;
     char dot_kind[96], err[2048] = "";
     measure_compute(&fma, &dot, dot_kind, sizeof dot_kind, err, sizeof err);
+    rt_amx_peaks amx = rt_amx_measure();
+    /* the fastest int8 unit: AMX tiles where they were measured, else the dot product */
+    double i8 = amx.int8_gops > dot ? amx.int8_gops : dot;
+    const char *i8_kind = amx.int8_gops > dot ? "amx tdpbssd" : dot_kind;
+    const size_t mib = (size_t)1 << 20;
     char *s = NULL;
     size_t len = 0, cap = 0;
     if (json) {
@@ -298,11 +283,28 @@ char *kiln_device_report(int json) {
                     "],\n  \"codegen\": \"%s\",\n  \"cores\": %d,\n  \"cache_kib\": {\"l1d\": %ld, \"l2\": %ld, "
                     "\"l3\": %ld},\n  \"compiler\": \"%s\",\n  \"read_bandwidth_gbs\": {",
                     cg_isa_name(rt_cpu_isa()), nc, kib[1], kib[2], kib[3], cc ? cc : "none");
-        for (int i = 0; i < ntc; i++) sch_appendf(&s, &len, &cap, "%s\"%d\": %.2f", i ? ", " : "", tcount[i], bw[i]);
+        for (int i = 0; i < bt.n; i++)
+            sch_appendf(&s, &len, &cap, "%s\"%d\": %.2f", i ? ", " : "", bt.threads[i], bt.dram[i]);
+        sch_appendf(&s, &len, &cap, "},\n  \"read_bandwidth_cache_gbs\": {");
+        for (int i = 0; i < bt.n; i++)
+            sch_appendf(&s, &len, &cap, "%s\"%d\": %.2f", i ? ", " : "", bt.threads[i], bt.cache[i]);
+        sch_appendf(&s, &len, &cap, "},\n  \"read_loop_best\": {\"dram\": {");
+        for (int i = 0; i < bt.n; i++)
+            sch_appendf(&s, &len, &cap, "%s\"%d\": \"%s\"", i ? ", " : "", bt.threads[i], bt.dram_loop[i]);
+        sch_appendf(&s, &len, &cap, "}, \"cache\": {");
+        for (int i = 0; i < bt.n; i++)
+            sch_appendf(&s, &len, &cap, "%s\"%d\": \"%s\"", i ? ", " : "", bt.threads[i], bt.cache_loop[i]);
         sch_appendf(&s, &len, &cap,
-                    "},\n  \"fp32_fma_gflops_1thread\": %.1f,\n  \"int8_dot_gops_1thread\": %.1f,\n  \"int8_dot_kind\": "
-                    "\"%s\",\n",
-                    fma, dot, dot_kind);
+                    "}},\n  \"read_buffer_bytes\": {\"dram\": %zu, \"cache\": %zu},\n  \"read_loop\": \"%s\",\n"
+                    "  \"fp32_fma_gflops_1thread\": %.1f,\n  \"int8_dot_gops_1thread\": %.1f,\n  \"int8_dot_kind\": "
+                    "\"%s\",\n  \"amx_int8_gops_1thread\": ",
+                    bt.dram_bytes, bt.cache_bytes, bt.loop, fma, dot, dot_kind);
+        json_num(&s, &len, &cap, amx.int8_gops, "%.1f");
+        sch_appendf(&s, &len, &cap, ",\n  \"amx_bf16_gflops_1thread\": ");
+        json_num(&s, &len, &cap, amx.bf16_gflops, "%.1f");
+        sch_appendf(&s, &len, &cap,
+                    ",\n  \"amx\": \"%s\",\n  \"int8_peak_gops_1thread\": %.1f,\n  \"int8_peak_kind\": \"%s\",\n",
+                    amx.why, i8, i8_kind);
         char *gpu = rt_gpu_device_report(1);
         sch_appendf(&s, &len, &cap, "  \"gpu\": {%s}\n}\n", gpu);
         free(gpu);
@@ -313,11 +315,24 @@ char *kiln_device_report(int json) {
         sch_appendf(&s, &len, &cap,
                     "\ncodegen      %s\ncores        %d\ncaches       L1d %ld KiB, L2 %ld KiB, L3 %ld KiB\ncompiler     %s\n",
                     cg_isa_name(rt_cpu_isa()), nc, kib[1], kib[2], kib[3], cc ? cc : "none (set KILN_CC)");
-        sch_appendf(&s, &len, &cap, "read bandwidth (256 MiB):\n");
-        for (int i = 0; i < ntc; i++)
-            sch_appendf(&s, &len, &cap, "  %3d thread%s %8.2f GB/s\n", tcount[i], tcount[i] == 1 ? " " : "s", bw[i]);
+        sch_appendf(&s, &len, &cap,
+                    "read bandwidth (%s; 2 MiB pages, each thread its own part, best of 5):\n"
+                    "  threads        DRAM (%zu MiB)        cache (%zu MiB)\n",
+                    bt.loop, bt.dram_bytes / mib, bt.cache_bytes / mib);
+        for (int i = 0; i < bt.n; i++)
+            sch_appendf(&s, &len, &cap, "  %7d %9.2f GB/s %-7s %9.2f GB/s %s\n", bt.threads[i], bt.dram[i],
+                        bt.dram_loop[i], bt.cache[i], bt.cache_loop[i]);
+        if (bt.dram[0] <= 0) sch_appendf(&s, &len, &cap, "note: read bandwidth not measured (out of memory)\n");
         sch_appendf(&s, &len, &cap, "fp32 FMA     %.1f GFLOP/s per thread\nint8 dot     %.1f GOP/s per thread (%s)\n", fma,
                     dot, dot_kind);
+        if (amx.int8_gops > 0 || amx.bf16_gflops > 0)
+            sch_appendf(&s, &len, &cap,
+                        "amx int8     %.1f GOP/s per thread (tdpbssd)\namx bf16     %.1f GFLOP/s per thread "
+                        "(tdpbf16ps)\n",
+                        amx.int8_gops, amx.bf16_gflops);
+        else
+            sch_appendf(&s, &len, &cap, "amx          %s\n", amx.why);
+        sch_appendf(&s, &len, &cap, "int8 peak    %.1f GOP/s per thread (%s)\n", i8, i8_kind);
         if (err[0]) sch_appendf(&s, &len, &cap, "note: compute probes not measured: %s\n", err);
         char *gpu = rt_gpu_device_report(0);
         sch_appendf(&s, &len, &cap, "%s", gpu);
@@ -328,13 +343,20 @@ char *kiln_device_report(int json) {
 }
 
 int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *dot_gops) {
-    char kind[64], err[256] = "";
+    char kind[96], err[256] = "";
     double fma = 0, dot = 0;
-    if (bw_gbs) *bw_gbs = measure_bw((size_t)256 << 20, threads > 0 ? threads : 1, 3);
+    int t = threads > 0 ? threads : 1;
+    if (bw_gbs) {
+        size_t dram = 0;
+        rt_read_sizes(&dram, NULL);
+        rt_read_buf *b = rt_read_buf_new(dram);
+        *bw_gbs = b ? rt_read_bw(b, dram, t, 3, 0.02, NULL) : 0;
+        rt_read_buf_free(b);
+    }
     if (fma_gflops || dot_gops) {
         measure_compute(&fma, &dot, kind, sizeof kind, err, sizeof err);
-        if (fma_gflops) *fma_gflops = fma * (threads > 0 ? threads : 1);
-        if (dot_gops) *dot_gops = dot * (threads > 0 ? threads : 1);
+        if (fma_gflops) *fma_gflops = fma * t;
+        if (dot_gops) *dot_gops = dot * t;
     }
     return err[0] ? -1 : 0;
 }
