@@ -59,6 +59,10 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
         snprintf(err, cap, "the schedule search needs compiled code (not the interpreter)");
         return KILN_ERR_INVALID;
     }
+    if (kiln_program_exact(p)) {
+        snprintf(err, cap, "an exact program (--exact, KILN_EXACT=1) is not searched: its contractions stay f32");
+        return KILN_ERR_INVALID;
+    }
     if (!(o.budget_s > 0)) return KILN_OK; /* no budget: nothing searched, nothing recorded */
     int n = o.prompt;
     if (n > model_n_ctx(m) - 3) n = (int)model_n_ctx(m) - 3;

@@ -375,6 +375,9 @@ def t_exact_run():
     r = kiln("bench", "-m", LLAMA, "-p", 8, "-n", 2, "-r", 1, "-t", 1, "--exact")
     assert r.returncode == 0, r.err[-400:]
     assert "(exact: f32 only)" in r.err, r.err
+    # an exact program is never searched: kiln tune --exact says so
+    r = kiln("tune", "-m", LLAMA, "--budget", 1, "--exact")
+    assert r.returncode == 1 and "is not searched" in r.err, (r.returncode, r.err[-300:])
     # without --exact the line is there too, counting every contraction once per bucket
     r = kiln("run", "-m", LLAMA, "-p", "ab", "-n", "2", "--temp", "0")
     assert r.returncode == 0 and re.search(r"\d+ contractions: decode \d+ f32", r.err), r.err
