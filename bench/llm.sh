@@ -14,12 +14,16 @@
 # measured peaks (`kiln device --json`, measured before every cell; medians):
 #   tg: bytes read per token (every weight the token touches, the output head
 #       included, plus the f16 KV cache rows read at the mean position) x t/s
-#       = achieved GB/s, over the measured read bandwidth at that thread count;
+#       = achieved GB/s, over the measured read bandwidth at that thread count:
+#       from DRAM when the bytes per token exceed the last-level cache, else
+#       from cache (the "peak" column says which);
 #   pp: operations per prompt token (2 per multiply-add of every block
 #       matmul, the attention products at the mean causal length, the output
-#       head once per prompt) x t/s = achieved GOP/s, over the int8 dot-product
-#       peak (block-quantized weights) or the fp32 FMA peak (f16/f32 weights),
-#       x threads.
+#       head once per prompt) x t/s = achieved GOP/s, over the fastest int8
+#       unit's peak (AMX tdpbssd where the CPU has it, else the int8 dot
+#       product; block-quantized weights) or the fp32 FMA peak (f16/f32
+#       weights), x threads.
+# A share above 100% is marked "!" and a note under the table says why.
 #
 # usage: sh bench/llm.sh [--quick] [--json] [-p 512] [-n 128] [-r 5] [-t 1,2]
 #                        [--rounds K] [--models A.gguf,B.gguf] [--no-random]
@@ -218,15 +222,18 @@ def device_summary():
         return {}, {}
     dev = dict(ds[-1])
     spread = {}
-    for k in ("fp32_fma_gflops_1thread", "int8_dot_gops_1thread"):
+    for k in ("fp32_fma_gflops_1thread", "int8_dot_gops_1thread", "int8_peak_gops_1thread",
+              "amx_int8_gops_1thread", "amx_bf16_gflops_1thread"):
         v = [d[k] for d in ds if isinstance(d.get(k), (int, float))]
         if v:
             dev[k], spread[k] = statistics.median(v), (min(v), max(v))
-    bw = {}
-    for t in {t for d in ds for t in (d.get("read_bandwidth_gbs") or {})}:
-        v = [d["read_bandwidth_gbs"][t] for d in ds if t in (d.get("read_bandwidth_gbs") or {})]
-        bw[t], spread["read_bandwidth_gbs." + t] = statistics.median(v), (min(v), max(v))
-    dev["read_bandwidth_gbs"] = dict(sorted(bw.items(), key=lambda kv: int(kv[0])))
+    for key in ("read_bandwidth_gbs", "read_bandwidth_cache_gbs"):
+        bw = {}
+        for t in {t for d in ds for t in (d.get(key) or {})}:
+            v = [d[key][t] for d in ds if t in (d.get(key) or {})]
+            bw[t], spread[key + "." + t] = statistics.median(v), (min(v), max(v))
+        if bw:
+            dev[key] = dict(sorted(bw.items(), key=lambda kv: int(kv[0])))
     return dev, spread
 
 
@@ -236,14 +243,48 @@ models = [l.split(" ", 1) for l in open(os.path.join(out, "models.txt")).read().
 BLOCK = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q8_k", "q2_k", "q3_k"}
 
 
-def bandwidth(t):
-    bw = {int(k): v for k, v in dev.get("read_bandwidth_gbs", {}).items()}
+def at_threads(table, t):
+    """(value, threads it was measured at) of a per-thread-count table: t
+    itself, else the closest fewer threads, else the fewest"""
+    bw = {int(k): v for k, v in (table or {}).items()}
     if not bw:
-        return None
+        return None, None
     if t in bw:
-        return bw[t]
-    below = [k for k in bw if k <= t]  # measured at fewer threads: the closest such
-    return bw[max(below)] if below else bw[min(bw)]
+        return bw[t], t
+    below = [k for k in bw if k <= t]
+    k = max(below) if below else min(bw)
+    return bw[k], k
+
+
+LLC = 1024 * ((dev.get("cache_kib") or {}).get("l3") or 0)  # bytes; 0 when unknown
+
+
+def bandwidth(t, nbytes):
+    """(GB/s, "DRAM" or "cache", spread key): the DRAM figure when the bytes
+    read per token exceed the last-level cache (or it is unknown, or the
+    device report has no cache figure), else the cache figure"""
+    if LLC and nbytes <= LLC and dev.get("read_bandwidth_cache_gbs"):
+        v, k = at_threads(dev["read_bandwidth_cache_gbs"], t)
+        return v, "cache", "read_bandwidth_cache_gbs.%s" % k
+    v, k = at_threads(dev.get("read_bandwidth_gbs"), t)
+    return v, "DRAM", "read_bandwidth_gbs.%s" % k
+
+
+def over_note(frac, achieved, kind, spread_key, nbytes=None):
+    """why a share is above 100% (None when it is not)"""
+    if not frac or frac <= 1.0:
+        return None
+    lo, hi = dev_spread.get(spread_key, (None, None))
+    if hi is not None and achieved <= hi:
+        return ("within the range of the %s probes (%.4g..%.4g): the peak is their median on a machine whose speed "
+                "moves" % (kind, lo, hi))
+    rng = " (%.4g..%.4g)" % (lo, hi) if hi is not None else ""
+    if kind == "DRAM" and nbytes:
+        return ("above every DRAM probe%s: %.0f MB per token is more than the %.0f MiB last-level cache, but the part "
+                "of it that stays there between tokens is read at cache speed" % (rng, nbytes / 1e6, LLC / 2**20))
+    if kind in ("DRAM", "cache"):
+        return "above every %s probe%s: the probe reads slower than the kernels (a probe to fix)" % (kind, rng)
+    return "above every %s probe%s: the probe runs slower than the kernels (a probe to fix)" % (kind, rng)
 
 
 def model_costs(path):
@@ -317,8 +358,22 @@ for f in sorted(glob.glob(os.path.join(out, "run-r*-m*-t*-*.json"))):
         test = "pp%d" % r["n_prompt"] if r.get("n_prompt") else "tg%d" % r["n_gen"]
         samples.setdefault((mid, test, t, side), []).extend(r.get("samples_ts") or [r["avg_ts"]])
 
-int8 = dev.get("int8_dot_gops_1thread")
+int8_dot = dev.get("int8_dot_gops_1thread")
 fma = dev.get("fp32_fma_gflops_1thread")
+# the fastest int8 unit (kiln device names it; an older report has the dot product only)
+int8 = dev.get("int8_peak_gops_1thread") or int8_dot
+int8_kind = dev.get("int8_peak_kind") or dev.get("int8_dot_kind") or "int8 dot"
+int8_key = "int8_peak_gops_1thread" if dev.get("int8_peak_gops_1thread") else "int8_dot_gops_1thread"
+notes = []
+
+
+def short_kind(kind):
+    """the peak column's name of a unit: int8 amx, int8 vnni, int8 dot, fp32 fma"""
+    if kind.startswith("amx"):
+        return "int8 amx"
+    if "vnni" in kind:
+        return "int8 vnni"
+    return kind if kind == "fp32 fma" else "int8 dot"
 rows, any_fail = [], bool(errors)
 for mid, path in models:
     try:
@@ -344,31 +399,42 @@ for mid, path in models:
             if c:
                 if test.startswith("tg"):
                     b = tg_bytes(c, n)
-                    bw = bandwidth(t)
-                    row.update(bytes_per_token=b, peak=bw, peak_unit="GB/s")
+                    bw, kind, skey = bandwidth(t, b)
+                    row.update(bytes_per_token=b, peak=bw, peak_unit="GB/s", peak_kind=kind, peak_label=kind)
                     for side in ("kiln", "llama"):
                         ts = row[side + "_ts"]
                         row[side + "_achieved"] = b * ts / 1e9 if ts else None
                         row[side + "_frac"] = b * ts / 1e9 / bw if ts and bw else None
+                        row[side + "_over"] = over_note(row[side + "_frac"], row[side + "_achieved"], kind, skey, b)
                 else:
                     ops = pp_ops(c, n)
                     pk = (int8 if c["quantized"] else fma)
                     pk = pk * t if pk else None
-                    row.update(ops_per_token=ops, peak=pk, peak_unit="GOP/s",
-                               peak_kind="int8 dot" if c["quantized"] else "fp32 fma")
+                    kind = int8_kind if c["quantized"] else "fp32 fma"
+                    skey = int8_key if c["quantized"] else "fp32_fma_gflops_1thread"
+                    row.update(ops_per_token=ops, peak=pk, peak_unit="GOP/s", peak_kind=kind,
+                               peak_label=short_kind(kind))
                     for side in ("kiln", "llama"):
                         ts = row[side + "_ts"]
                         row[side + "_achieved"] = ops * ts / 1e9 if ts else None
                         row[side + "_frac"] = ops * ts / 1e9 / pk if ts and pk else None
+                        # the spread is per thread; the achieved figure is for t threads
+                        row[side + "_over"] = over_note(row[side + "_frac"], (row[side + "_achieved"] or 0) / t, kind,
+                                                        skey)
             rows.append(row)
 
 err_list = [dict(model=dict(models).get(k[0], k[0]), threads=k[1], side=k[2], error=v.strip()[-400:])
             for k, v in sorted(errors.items())]
 if as_json:
     json.dump(dict(meta=meta, device=dict(read_bandwidth_gbs=dev.get("read_bandwidth_gbs"),
+                                          read_bandwidth_cache_gbs=dev.get("read_bandwidth_cache_gbs"),
+                                          read_buffer_bytes=dev.get("read_buffer_bytes"),
+                                          l3_bytes=LLC or None,
                                           measurements=len(glob.glob(os.path.join(out, "device-*.json"))),
                                           ranges=dev_spread,
-                                          int8_dot_gops_1thread=int8, fp32_fma_gflops_1thread=fma,
+                                          int8_dot_gops_1thread=int8_dot, int8_peak_gops_1thread=int8,
+                                          int8_peak_kind=int8_kind, amx=dev.get("amx"),
+                                          fp32_fma_gflops_1thread=fma,
                                           cpu=dev.get("cpu"), cores=dev.get("cores")),
                    rows=rows, errors=err_list), sys.stdout, indent=1)
     print()
@@ -377,30 +443,48 @@ else:
     pct = lambda v: "-" if v is None else "%.1f%%" % (100 * v)
     pct0 = lambda v: "-" if v is None else "%.0f%%" % (100 * v)
     print("kiln %s | llama.cpp %s" % (meta.get("kiln", "?"), meta.get("llama.cpp", "?")))
-    print("%s | %s, %s cores | bandwidth %s GB/s by threads | int8 dot %s GOP/s, fp32 fma %s GFLOP/s per thread"
+    print("%s | %s, %s cores, L3 %s | bandwidth DRAM %s, cache %s GB/s by threads | int8 %s GOP/s (%s), "
+          "fp32 fma %s GFLOP/s per thread"
           % (meta.get("args", ""), dev.get("cpu", "?"), dev.get("cores", "?"),
+             "%.0f MiB" % (LLC / 2**20) if LLC else "?",
              "/".join("%.1f" % v for v in dev.get("read_bandwidth_gbs", {}).values()),
-             f(int8, "%.1f"), f(fma, "%.1f")))
+             "/".join("%.1f" % v for v in (dev.get("read_bandwidth_cache_gbs") or {}).values()) or "-",
+             f(int8, "%.1f"), int8_kind, f(fma, "%.1f")))
     print("load average %s at the start, %s at the end (%s cores); peaks: medians of %d measurements (%s)"
           % (meta.get("load_start", "?"), meta.get("load_end", "?"), dev.get("cores", "?"),
              len(glob.glob(os.path.join(out, "device-*.json"))),
              ", ".join("%s %.4g..%.4g" % (k.replace("read_bandwidth_gbs.", "bw t="), lo, hi)
                        for k, (lo, hi) in sorted(dev_spread.items()))))
     print("medians of all timed samples; spread = (max-min)/median; tg: achieved GB/s and share of the measured")
-    print("read bandwidth; pp: achieved GOP/s and share of the int8 dot peak x threads (fp32 fma for float weights)")
+    print("read bandwidth from DRAM, or from cache when a token reads less than the L3 (column peak); pp: achieved")
+    print("GOP/s and share of the fastest int8 unit's peak x threads (fp32 fma for float weights)")
     print()
-    hdr = ("model", "test", "t", "kiln t/s", "llama.cpp t/s", "kiln/llama", "kiln GB/s|GOP/s", "kiln %peak",
+    hdr = ("model", "test", "t", "kiln t/s", "llama.cpp t/s", "kiln/llama", "peak", "kiln GB/s|GOP/s", "kiln %peak",
            "llama GB/s|GOP/s", "llama %peak", "spread k/l")
-    w = [max(28, max([len(r["model"]) for r in rows] + [0])), 6, 2, 10, 13, 10, 15, 10, 16, 11, 11]
+    w = [max(28, max([len(r["model"]) for r in rows] + [0])), 6, 2, 10, 13, 10,
+         max([5] + [len(r.get("peak_label") or "") for r in rows]), 15, 10, 16, 11, 11]
     line = lambda cells: "| " + " | ".join(("%-*s" if i < 2 else "%*s") % (w[i], c) for i, c in enumerate(cells)) + " |"
     print(line(hdr))
     print("|" + "|".join("-" * (x + 2) for x in w) + "|")
+    def share(r, side):
+        """the share, marked '!' with a numbered note when above 100%"""
+        v = pct(r.get(side + "_frac"))
+        why = r.get(side + "_over")
+        if why:
+            notes.append("%s %s -t %d %s %s%%: %s" % (r["model"], r["test"], r["threads"], side,
+                                                     v.rstrip("%"), why))
+            v += "!"
+        return v
     for r in rows:
         print(line((r["model"], r["test"], r["threads"], f(r["kiln_ts"], "%.2f"), f(r["llama_ts"], "%.2f"),
-                    f(r["ratio"], "%.2fx"), f(r.get("kiln_achieved"), "%.1f"),
-                    pct(r.get("kiln_frac")), f(r.get("llama_achieved"), "%.1f"), pct(r.get("llama_frac")),
+                    f(r["ratio"], "%.2fx"), r.get("peak_label") or "-", f(r.get("kiln_achieved"), "%.1f"),
+                    share(r, "kiln"), f(r.get("llama_achieved"), "%.1f"), share(r, "llama"),
                     "%s/%s" % (pct0(r["kiln_spread"]), pct0(r["llama_spread"])))))
     print()
+    for n in notes:
+        print("! " + n)
+    if notes:
+        print()
     for mid, path in models:
         try:
             c = model_costs(path)
