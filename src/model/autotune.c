@@ -16,6 +16,9 @@
  *  4. the searches: a prefill and a decode step run again, and each kernel
  *     searches at its first launch within its share of what is left;
  *  5. the recompile with the winners (kiln_program_search_finish).
+ * A model built with all_logits (kiln perplexity) gets these steps twice:
+ * as kiln run's model (2/3 of the budget), then with prefills that output
+ * their second half's logits (1/3), for the output head's many-row shape.
  * The cache rows the runs wrote are garbage afterwards: every caller starts
  * its prompt at position 0, and a step writes its rows before reading them.
  *
@@ -50,9 +53,11 @@ static kiln_status fail(model *m, char *err, size_t cap, const char *what) {
     return KILN_ERR_INVALID;
 }
 
-kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_status *out, char *err,
-                           size_t cap) {
-    model_tune_options o = opt ? *opt : model_tune_defaults();
+/* one profile, plan and search; all_rows: the prefills output the logits of
+ * their second half (model_forward_rows), as kiln perplexity runs them */
+static kiln_status autotune_once(model *m, const model_tune_options *opt, int all_rows, kiln_search_status *out,
+                                 char *err, size_t cap) {
+    model_tune_options o = *opt;
     kiln_program *p = model_program(m);
     if (out) memset(out, 0, sizeof *out);
     if (!p) {
@@ -73,7 +78,8 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
     }
     int32_t *toks = kiln_xmalloc((size_t)n * sizeof *toks);
     for (int i = 0; i < n; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
-    float *logits = kiln_xmalloc((size_t)model_n_vocab(m) * sizeof *logits);
+    int from = all_rows ? n / 2 : n - 1;
+    float *logits = kiln_xmalloc((size_t)(n - from) * (size_t)model_n_vocab(m) * sizeof *logits);
     int32_t nk = kiln_program_kernel_count(p);
     double *dec = kiln_xcalloc((size_t)nk + 1, sizeof *dec), *pre = kiln_xcalloc((size_t)nk + 1, sizeof *pre);
     double *w = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *w);
@@ -87,7 +93,7 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
     }
     kiln_program_profile_on(p, 1);
     kiln_program_profile_reset(p);
-    if (model_forward(m, toks, n, 0, logits)) {
+    if (model_forward_rows(m, toks, n, 0, from, logits)) {
         s = fail(m, err, cap, "profiling a prefill");
         goto done;
     }
@@ -111,7 +117,7 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
     }
     /* 4: the searches, prefill shapes first, then decode */
     phase(&o, "searching prefill schedules");
-    if (model_forward(m, toks, n, 0, logits)) {
+    if (model_forward_rows(m, toks, n, 0, from, logits)) {
         s = fail(m, err, cap, "searching prefill schedules");
         kiln_program_search_finish(p);
         goto done;
@@ -134,6 +140,37 @@ done:
     free(dec);
     free(pre);
     free(w);
+    return s;
+}
+
+kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_status *out, char *err,
+                           size_t cap) {
+    model_tune_options o = opt ? *opt : model_tune_defaults();
+    if (!model_all_logits(m) || !(o.budget_s > 0)) return autotune_once(m, &o, 0, out, err, cap);
+    /* A model that outputs many rows' logits (kiln perplexity): first the
+     * search kiln run's model gets (its prefills output the last row), so
+     * the tuning DB ends up as kiln run's first search leaves it (a search
+     * that spent the budget on the output head's many-row prefill would
+     * record the decode kernels it did not reach as kept, and kiln run
+     * would then never search them); then, with a third of the budget, the
+     * prefills score their second half, so the output head's many-row shape
+     * (most of a perplexity chunk's time) is searched too. */
+    double budget = o.budget_s;
+    o.budget_s = budget * 2 / 3;
+    kiln_status s = autotune_once(m, &o, 0, out, err, cap);
+    if (s != KILN_OK) return s;
+    kiln_search_status first;
+    memset(&first, 0, sizeof first);
+    if (out) first = *out;
+    o.budget_s = budget / 3;
+    s = autotune_once(m, &o, 1, out, err, cap);
+    if (s == KILN_OK && out) {
+        out->budget_s = budget;
+        out->spent_s += first.spent_s;
+        out->searched += first.searched;
+        out->measurements += first.measurements;
+        if (first.best_speedup > out->best_speedup) out->best_speedup = first.best_speedup;
+    }
     return s;
 }
 

@@ -23,7 +23,10 @@ What is checked:
     it with the same model gives KL ~ 0 and 100% same top; against another
     model's base, KL mean, median, percentiles, maximum, same top p, dp RMS
     and the PPL ratio equal llama-perplexity's formulas evaluated here;
-  - --exact: the contraction summary says f32 only, on perplexity and run;
+  - --exact: the contraction summary says f32 only, on perplexity, run and
+    bench, and kiln tune refuses it;
+  - the first-run search of a perplexity model leaves the tuning DB so that
+    kiln run does not search again;
   - errors, one line and exit 1 (never a signal): a missing or empty text, a
     text shorter than two chunks, -c above the model's context, and every
     field of a damaged base file (magic, n_ctx, n_vocab, n_chunk, a token id,
@@ -383,6 +386,26 @@ def t_exact_run():
     assert r.returncode == 0 and re.search(r"\d+ contractions: decode \d+ f32", r.err), r.err
 
 
+def t_first_run_search():
+    """a model new to this machine is searched first (KILN_TUNE seconds), and
+    the search leaves the tuning DB as kiln run's own would: kiln run with
+    that DB does not search again"""
+    db = os.path.join(TMP, "search.db")
+    env = dict(ENV, KILN_TUNE="4", KILN_TUNEDB=db)
+    r = subprocess.run([KILN, "perplexity", "-m", LLAMA, "-f", TEXT_F, "-c", "16", "--json"], capture_output=True,
+                       env=env, timeout=600)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 0, err[-500:]
+    assert "no tuned schedules" in err and "searched" in err, err[-500:]
+    j = json.loads(r.stdout)
+    ppl = expected_ppl(LLAMA, tok_ids(TEXT), 16, j["chunks"])[0]
+    close(j["ppl"], ppl, 2e-2, "PPL after the search (int8 / bf16 forms allowed)")
+    r = subprocess.run([KILN, "run", "-m", LLAMA, "-p", "ab", "-n", "2", "--temp", "0"], capture_output=True, env=env,
+                       timeout=600)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 0 and "no tuned schedules" not in err, err[-500:]
+
+
 def expect_error(args, code, pattern):
     r = kiln(*args)
     assert r.returncode == code, "kiln %s: exit %d (want %d): %s" % (" ".join(map(str, args)), r.returncode, code,
@@ -461,6 +484,7 @@ suite.case("chunking_hand_worked", t_chunking_hand_worked)
 suite.case("base_roundtrip", t_base_roundtrip)
 suite.case("kl_other_model", t_kl_other_model)
 suite.case("exact_run", t_exact_run)
+suite.case("first_run_search", t_first_run_search)
 suite.case("input_errors", t_input_errors)
 suite.case("base_errors", t_base_errors)
 suite.finish()
