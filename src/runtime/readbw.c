@@ -9,7 +9,11 @@
  * add chain limits the loads, each thread's part read as RB_STREAMS streams
  * (as a decode kernel reads several weight rows at once), from memory of the
  * kind the runtime keeps weights in (rt_arena: 2 MiB pages, repack.h), every
- * thread on its own contiguous part, best of several timed passes.
+ * thread on its own contiguous part, best of several timed passes. A pass is
+ * timed from the first thread's start to the last thread's end, the threads
+ * starting together once all are awake: a worker's wake-up (a futex wake,
+ * milliseconds when its core is busy on a loaded VM) is not timed, and no
+ * thread reads alone before the others start.
  *
  * The old probe summed doubles in two dependent add chains that the compiler
  * turned into 128-bit loads: it measured its loop, not the memory (1.7x low
@@ -22,6 +26,7 @@
  * anonymous page is the shared zero page and reads from cache).
  */
 #define _DEFAULT_SOURCE
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,20 +254,41 @@ void *rt_read_buf_data(rt_read_buf *b) { return b ? b->data : NULL; }
 typedef struct rb_ctx {
     const uint8_t *data;
     size_t part; /* bytes per thread */
-    int sweeps;
+    int sweeps, threads;
     rb_loop loop;
+    int arrived;              /* threads at the start line of this run */
+    double start[64], end[64]; /* each thread's own clock */
     uint64_t sums[64];
 } rb_ctx;
 
+/* one thread's part: it waits (spinning) until every thread of the run has
+ * arrived, so that a worker's wake-up is not timed, then reads its part
+ * `sweeps` times between its own two clock readings */
 static int rb_piece(void *ctx, int64_t lo, int64_t hi) {
     rb_ctx *c = ctx;
+    __atomic_add_fetch(&c->arrived, (int)(hi - lo), __ATOMIC_ACQ_REL);
+    while (__atomic_load_n(&c->arrived, __ATOMIC_ACQUIRE) < c->threads) sched_yield();
     for (int64_t t = lo; t < hi; t++) {
         const uint8_t *p = c->data + (size_t)t * c->part;
         uint64_t s = 0;
+        c->start[t & 63] = now_s();
         for (int r = 0; r < c->sweeps; r++) s += c->loop(p, c->part);
+        c->end[t & 63] = now_s();
         c->sums[t & 63] += s;
     }
     return 0;
+}
+
+/* seconds of one run: from the first thread's start to the last one's end */
+static double rb_run(rt_pool *pool, rb_ctx *c) {
+    c->arrived = 0;
+    rt_pool_run(pool, c->threads, c->threads, rb_piece, c);
+    double t0 = c->start[0], t1 = c->end[0];
+    for (int t = 1; t < c->threads; t++) {
+        if (c->start[t] < t0) t0 = c->start[t];
+        if (c->end[t] > t1) t1 = c->end[t];
+    }
+    return t1 - t0;
 }
 
 double rt_read_bw(rt_read_buf *b, size_t bytes, int threads, int passes, double min_seconds, const char **loop) {
@@ -284,10 +310,9 @@ double rt_read_bw(rt_read_buf *b, size_t bytes, int threads, int passes, double 
         c[k].part = part;
         c[k].sweeps = 1;
         c[k].loop = cand[k].loop;
+        c[k].threads = threads;
         best[k] = 1e30;
-        double t0 = now_s();
-        rt_pool_run(pool, threads, threads, rb_piece, &c[k]);
-        double one = now_s() - t0;
+        double one = rb_run(pool, &c[k]);
         if (one > 0 && one < min_seconds) {
             double sw = min_seconds / one;
             c[k].sweeps = sw > 100000 ? 100000 : (int)sw + 1;
@@ -296,9 +321,7 @@ double rt_read_bw(rt_read_buf *b, size_t bytes, int threads, int passes, double 
     /* the loops take turns, so that both see the same machine */
     for (int r = 0; r < passes; r++)
         for (int k = 0; k < nc; k++) {
-            double t0 = now_s();
-            rt_pool_run(pool, threads, threads, rb_piece, &c[k]);
-            double dt = now_s() - t0;
+            double dt = rb_run(pool, &c[k]);
             if (dt < best[k]) best[k] = dt;
         }
     rt_pool_free(pool);

@@ -3,8 +3,8 @@
  * read_bw_*: kiln's read-bandwidth probe (rt_read_bw, what `kiln device`
  * reports) against an independent read loop written here, of another shape:
  * 256-bit non-temporal loads (vmovntdqa; 8-byte words on CPUs without
- * AVX2), four accumulators, one stream, its own threads and barriers (not
- * kiln's pool), over the same buffer (on a virtual machine two buffers of
+ * AVX2), four accumulators, one stream, its own threads (not kiln's pool;
+ * a pass from the first thread's start to the last one's end), over the same buffer (on a virtual machine two buffers of
  * the same kind read at speeds 30% apart: each loop reading its own would
  * compare the buffers). Each case measures both, interleaved (kiln,
  * independent, kiln, ...: five rounds), best of several passes each, and
@@ -26,6 +26,7 @@
  */
 #define _DEFAULT_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,8 +127,8 @@ typedef struct td_run {
     size_t part;
     int threads, sweeps, passes;
     td_loop loop;
-    pthread_barrier_t bar;
-    double t0[16], t1[16];
+    int arrived[8];                  /* per pass: threads at its start line */
+    double start[8][16], end[8][16]; /* per pass and thread */
     uint64_t sink[16];
 } td_run;
 
@@ -136,23 +137,26 @@ typedef struct td_arg {
     int id;
 } td_arg;
 
+/* each pass: wait until every thread is there (spinning), then read the
+ * part between this thread's own clock readings */
 static void *td_worker(void *v) {
     td_arg *a = v;
     td_run *r = a->r;
     const uint8_t *p = r->data + (size_t)a->id * r->part;
     for (int pass = 0; pass < r->passes; pass++) {
-        pthread_barrier_wait(&r->bar);
-        if (a->id == 0) r->t0[pass] = now_s();
+        __atomic_add_fetch(&r->arrived[pass], 1, __ATOMIC_ACQ_REL);
+        while (__atomic_load_n(&r->arrived[pass], __ATOMIC_ACQUIRE) < r->threads) sched_yield();
+        r->start[pass][a->id] = now_s();
         uint64_t s = 0;
         for (int k = 0; k < r->sweeps; k++) s += r->loop(p, r->part);
+        r->end[pass][a->id] = now_s();
         r->sink[a->id] += s;
-        pthread_barrier_wait(&r->bar);
-        if (a->id == 0) r->t1[pass] = now_s();
     }
     return NULL;
 }
 
-/* best GB/s of `passes` runs (after one warm-up that sets the sweeps) */
+/* best GB/s of 5 passes (after one warm-up that sets the sweeps), a pass
+ * timed from the first thread's start to the last one's end */
 static double td_measure(const uint8_t *buf, size_t bytes, int threads, td_loop loop) {
     td_run r;
     memset(&r, 0, sizeof r);
@@ -164,7 +168,7 @@ static double td_measure(const uint8_t *buf, size_t bytes, int threads, td_loop 
     for (int phase = 0; phase < 2; phase++) {
         r.passes = phase == 0 ? 1 : 5;
         if (phase == 0) r.sweeps = 1;
-        pthread_barrier_init(&r.bar, NULL, (unsigned)threads);
+        memset(r.arrived, 0, sizeof r.arrived);
         pthread_t th[16];
         td_arg args[16];
         for (int i = 0; i < threads; i++) {
@@ -174,13 +178,17 @@ static double td_measure(const uint8_t *buf, size_t bytes, int threads, td_loop 
         }
         td_worker(&args[0]);
         for (int i = 1; i < threads; i++) pthread_join(th[i], NULL);
-        pthread_barrier_destroy(&r.bar);
-        if (phase == 0) {
-            double one = r.t1[0] - r.t0[0];
-            if (one > 0 && one < 0.02) r.sweeps = (int)(0.02 / one) + 1;
-        } else {
-            for (int k = 0; k < r.passes; k++)
-                if (r.t1[k] - r.t0[k] < best) best = r.t1[k] - r.t0[k];
+        for (int k = 0; k < r.passes; k++) {
+            double t0 = r.start[k][0], t1 = r.end[k][0];
+            for (int i = 1; i < threads; i++) {
+                if (r.start[k][i] < t0) t0 = r.start[k][i];
+                if (r.end[k][i] > t1) t1 = r.end[k][i];
+            }
+            if (phase == 0) {
+                if (t1 - t0 > 0 && t1 - t0 < 0.02) r.sweeps = (int)(0.02 / (t1 - t0)) + 1;
+            } else if (t1 - t0 < best) {
+                best = t1 - t0;
+            }
         }
     }
     return best > 0 && best < 1e30 ? (double)r.part * threads * r.sweeps / best / 1e9 : 0;
