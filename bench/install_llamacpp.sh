@@ -8,7 +8,8 @@
 # is copied into kiln): llama-bench, llama-simple, llama-tokenize and
 # llama-completion, CPU only, tuned for this CPU (GGML_NATIVE), Release, no
 # network code (no CURL/OpenSSL), static so the binaries do not depend on the
-# build tree. llama-cli pulls in the whole server; set WITH_CLI=1 to build it.
+# build tree; llama-perplexity for bench/accuracy.sh. llama-cli pulls in the
+# whole server; set WITH_CLI=1 to build it.
 #
 # AMX: on where the CPU has it (the amx_int8 flag in /proc/cpuinfo), so kiln is
 # measured against llama.cpp's best working build there. The pinned llama.cpp
@@ -57,7 +58,7 @@ else
     else default_peer="$here/bench/.peers/llama.cpp"; fi
 fi
 peer=${LLAMA_PEER_DIR:-$default_peer}
-targets="llama-bench llama-simple llama-tokenize llama-completion"
+targets="llama-bench llama-simple llama-tokenize llama-completion llama-perplexity"
 [ "$WITH_CLI" = 1 ] && targets="$targets llama-cli"
 
 die() { echo "install_llamacpp.sh: $*" >&2; exit 1; }
