@@ -51,8 +51,10 @@ $(BUILD)/commit.txt: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(KILN_COMMIT)' | cmp -s - $@ || echo '$(KILN_COMMIT)' > $@
 
-$(BUILD)/kiln: tools/kiln.c tools/perplexity.c tools/kiln_cli.h $(BUILD)/libkiln.a $(BUILD)/commit.txt
-	$(CC) $(CFLAGS) -DKILN_COMMIT='"$(KILN_COMMIT)"' -o $@ tools/kiln.c tools/perplexity.c $(BUILD)/libkiln.a $(LDLIBS)
+# the CLI: every tools/*.c is one part of it (a new subcommand is a new file)
+CLI_SRC = $(sort $(wildcard tools/*.c))
+$(BUILD)/kiln: $(CLI_SRC) $(wildcard tools/*.h) $(BUILD)/libkiln.a $(BUILD)/commit.txt
+	$(CC) $(CFLAGS) -DKILN_COMMIT='"$(KILN_COMMIT)"' -o $@ $(CLI_SRC) $(BUILD)/libkiln.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkiln.a tests/unit/check.h tests/unit/weights.h
 	@mkdir -p $(dir $@)

@@ -29,6 +29,14 @@
 extern "C" {
 #endif
 
+/* KILN_API marks what libkiln.so exports; everything else is hidden
+ * (-fvisibility=hidden). Every public header's functions carry it. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
 #define KILN_MAX_DIMS 8
 #define KILN_NONE (-1)
 
