@@ -32,16 +32,6 @@ static uint64_t tok_hash_bytes(const char *s, size_t n) {
     return h ^ (h >> 29);
 }
 
-static kiln_status tok_fail(char *err, size_t cap, kiln_status st, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* 1..4: a complete valid character; 0: invalid; -1: a valid but cut-off start */
 static int utf8_check(const unsigned char *p, size_t n) {
     unsigned c = p[0];
@@ -185,53 +175,53 @@ static uint32_t pow2_at_least(uint64_t n) {
 
 static kiln_status check_id(const char *what, int32_t id, int32_t n_vocab, char *err, size_t cap) {
     if (id < -1 || id >= n_vocab)
-        return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: %s id %d is outside the vocabulary (0..%d)", what,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: %s id %d is outside the vocabulary (0..%d)", what,
                         (int)id, (int)n_vocab - 1);
     return KILN_OK;
 }
 
 kiln_status tok_new(const tok_config *cfg, tokenizer **out, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
-    if (!out) return tok_fail(err, cap, KILN_ERR_INVALID, "tokenizer: no output pointer");
+    if (!out) return kiln_fail(err, cap, KILN_ERR_INVALID, "tokenizer: no output pointer");
     *out = NULL;
-    if (!cfg) return tok_fail(err, cap, KILN_ERR_INVALID, "tokenizer: no config");
+    if (!cfg) return kiln_fail(err, cap, KILN_ERR_INVALID, "tokenizer: no config");
     if (cfg->kind != TOK_KIND_SPM && cfg->kind != TOK_KIND_BPE)
-        return tok_fail(err, cap, KILN_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)cfg->kind);
+        return kiln_fail(err, cap, KILN_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)cfg->kind);
     int32_t nv = cfg->n_vocab;
     if (nv <= 0 || !cfg->tokens)
-        return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: empty vocabulary (%d tokens)", (int)nv);
-    if (nv > (1 << 28)) return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: vocabulary too large (%d)", (int)nv);
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: empty vocabulary (%d tokens)", (int)nv);
+    if (nv > (1 << 28)) return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: vocabulary too large (%d)", (int)nv);
     int pre = TOK_PRE_GPT2;
     if (cfg->kind == TOK_KIND_BPE) {
         pre = tok_pre_from_name(cfg->pre);
         if (pre < 0)
-            return tok_fail(err, cap, KILN_ERR_UNSUPPORTED,
+            return kiln_fail(err, cap, KILN_ERR_UNSUPPORTED,
                             "tokenizer: unsupported BPE pre-tokenizer '%s' (kiln knows gpt2/default, llama-bpe, qwen2)",
                             cfg->pre);
         if (cfg->n_merges < 0 || (cfg->n_merges > 0 && !cfg->merges))
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: bad merge list (%d merges)", (int)cfg->n_merges);
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: bad merge list (%d merges)", (int)cfg->n_merges);
     }
     uint64_t total = 0;
     for (int32_t i = 0; i < nv; i++) {
         if (cfg->tokens[i].n && !cfg->tokens[i].s)
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has no text", (int)i);
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has no text", (int)i);
         total += cfg->tokens[i].n;
         if (cfg->token_types && (cfg->token_types[i] < 0 || cfg->token_types[i] > TOK_TYPE_BYTE))
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has unknown type %d", (int)i,
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has unknown type %d", (int)i,
                             (int)cfg->token_types[i]);
         if (cfg->scores && isnan(cfg->scores[i]))
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has a NaN score", (int)i);
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has a NaN score", (int)i);
     }
-    if (total >= UINT32_MAX) return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: vocabulary text too large");
+    if (total >= UINT32_MAX) return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: vocabulary text too large");
     kiln_status st;
     if ((st = check_id("BOS", cfg->bos_id, nv, err, cap)) != KILN_OK) return st;
     if ((st = check_id("EOS", cfg->eos_id, nv, err, cap)) != KILN_OK) return st;
     if ((st = check_id("unknown-token", cfg->unk_id, nv, err, cap)) != KILN_OK) return st;
     if ((st = check_id("end-of-turn", cfg->eot_id, nv, err, cap)) != KILN_OK) return st;
     if (cfg->add_bos && cfg->bos_id < 0)
-        return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: add_bos is set but there is no BOS token");
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: add_bos is set but there is no BOS token");
     if (cfg->add_eos && cfg->eos_id < 0)
-        return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: add_eos is set but there is no EOS token");
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: add_eos is set but there is no EOS token");
 
     tokenizer *t = kiln_xcalloc(1, sizeof *t);
     t->kind = cfg->kind;
@@ -304,7 +294,7 @@ kiln_status tok_new(const tok_config *cfg, tokenizer **out, char *err, size_t ca
         for (int32_t i = 0; i < nm; i++) mtotal += cfg->merges[i].n;
         if (mtotal >= UINT32_MAX) {
             tok_free(t);
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: merge text too large");
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: merge text too large");
         }
         t->n_merges = nm;
         t->merge_text = kiln_xmalloc((size_t)mtotal + 1);
@@ -321,7 +311,7 @@ kiln_status tok_new(const tok_config *cfg, tokenizer **out, char *err, size_t ca
             const char *sp = n > 1 && s ? memchr(s + 1, ' ', n - 1) : NULL;
             if (!sp || sp + 1 == s + n) {
                 tok_free(t);
-                return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: merge %d is not of the form 'left right'",
+                return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: merge %d is not of the form 'left right'",
                                 (int)r);
             }
             uint32_t nl = (uint32_t)(sp - s), nr = n - nl - 1;

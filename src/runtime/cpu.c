@@ -227,12 +227,6 @@ static void trim_cache(const char *dir, const char *sopath) {
     if (now) rt_cache_trim(dir, limit, sopath);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* wall seconds a program's build takes per byte of emitted C (deduplicated
  * and split as cpu_compile builds it): first a guess measured on a 2-core
  * AMD EPYC Zen 4 at -O2 (gemma3-270m's tuned 3.1 MB program in 4.6 s on one
@@ -301,7 +295,7 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
     int parts = rt_cc_split_parts(strlen(src), cores > 64 ? 64 : (int)cores);
     char part_flags[1024];
     snprintf(part_flags, sizeof part_flags, "%s %s", code_flags, cflags ? cflags : "");
-    double t_cc = now_s();
+    double t_cc = kiln_now_s();
     int st = -1;
     /* the layers' copies of one kernel compiled once (cc_dedup.c): the unit
      * the compiler sees, written beside the source; when it fails to build,
@@ -322,7 +316,7 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
     }
     if (st != 0) st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
     free(tu);
-    t_cc = now_s() - t_cc;
+    t_cc = kiln_now_s() - t_cc;
     /* wall seconds per emitted byte of a whole program, for estimates
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
      * kernels with nothing to share, ~10x the seconds per byte, and teach

@@ -105,12 +105,6 @@ struct kiln_program {
     void *progress_ctx;
 };
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* KILN_PROFILE=1: the slowest kernels of the program, on stderr, when it is freed */
 static void print_profile(const kiln_program *p) {
     double total = 0;
@@ -702,11 +696,11 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
     p->has_pend = NULL;
     if (p->retune) {
         char err[4096];
-        double t = mono_s();
+        double t = kiln_now_s();
         p->retune = 0;
         drop_pack_copies(p);
         s = emit_and_load(p, err, sizeof err);
-        p->search_spent += mono_s() - t;
+        p->search_spent += kiln_now_s() - t;
         if (s != KILN_OK) graph_run_error(p->g, s, "kiln: recompiling with the tuned schedules: %s", err);
     }
     free(p->plan_w);
@@ -1360,7 +1354,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
     int64_t chunk = sch_contract_runs(sc, n, nbatch, nthreads); /* runs per batch point */
     int64_t items = nbatch * chunk;
     int serial = nthreads <= 1 || nbatch * m * n * (rn > 0 ? rn : 1) < 32768;
-    double t0 = p->prof ? mono_s() : 0;
+    double t0 = p->prof ? kiln_now_s() : 0;
     int64_t flags = 0, r = 0;
     if (shared_a(p, K, sc, nbatch, m, rn, serial)) {
         /* A converted once, each thread a share of its 16-row groups, then
@@ -1371,7 +1365,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const uint8_t *bo
     if (r == 0) r = p->be->launch(p->pool, fn, p->bufs, p->values, items, chunk, flags, serial);
     if (fills) pack_filled(p, c->b_buf, r == 0);
     if (p->prof) {
-        p->prof[k] += mono_s() - t0;
+        p->prof[k] += kiln_now_s() - t0;
         p->prof_bytes[k] += (double)(p->bytes[c->a_buf] + p->bytes[c->b_buf] + p->bytes[K->out_buf]);
         p->prof_flops[k] += 2.0 * (double)m * (double)n * (double)nbatch * (double)rn;
         p->prof_arith[k] = (uint8_t)sc->arith;
@@ -1631,11 +1625,11 @@ static kiln_status run_work(kiln_program *p) {
             if (gres.fn) gfn = gres.fn;
         }
         rt_gtune_split(K, outer, inner, serial, &chunk, &items);
-        double t0 = p->prof ? mono_s() : 0;
+        double t0 = p->prof ? kiln_now_s() : 0;
         int r = p->be->launch(p->pool, gfn, p->bufs, p->values, items, chunk, flags, serial);
         if (gres.mod) p->be->module_free(gres.mod);
         if (p->prof) {
-            p->prof[k] += mono_s() - t0;
+            p->prof[k] += kiln_now_s() - t0;
             p->prof_bytes[k] += kernel_bytes(p, K, K->ndim == 0 ? 1 : outer * inner);
         }
         if (r != 0) {
@@ -1652,10 +1646,10 @@ static kiln_status run_work(kiln_program *p) {
          * ends (kiln_program_search_finish) */
         char err[4096];
         p->retune = 0;
-        double t_emit = mono_s();
+        double t_emit = kiln_now_s();
         drop_pack_copies(p);
         kiln_status rs = emit_and_load(p, err, sizeof err);
-        if (p->search_budget > 0) p->search_spent += mono_s() - t_emit;
+        if (p->search_budget > 0) p->search_spent += kiln_now_s() - t_emit;
         if (rs != KILN_OK) {
             graph_run_error(g, rs, "kiln_run: recompiling with the tuned schedules: %s", err);
             s = rs;

@@ -50,12 +50,6 @@ struct rt_gtune_state {
     char *fingerprint; /* when the caller had none: computed at the first search */
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int reads_buf(const sch_program *p, int32_t id, int32_t buf) {
     if (id < 0) return 0;
     const lx *x = &p->lx[id];
@@ -241,7 +235,7 @@ static int settle_all(rt_gtune_state *st, const rt_gtune_job *job, const char *b
 kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtune_result *res, char *err,
                             size_t errcap) {
     memset(res, 0, sizeof *res);
-    double t_start = now_s();
+    double t_start = kiln_now_s();
     sch_program *sp = job->sp;
     int32_t k = job->kernel;
     const sch_kernel *K = &sp->kernels[k];
@@ -266,7 +260,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
             res->changed = settle_all(st, job, bucket, &gs);
             res->from_db = 1;
             res->winner = gs;
-            res->seconds = now_s() - t_start;
+            res->seconds = kiln_now_s() - t_start;
             return KILN_OK;
         }
     }
@@ -313,7 +307,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
          * program runs it, checked like every kernel by the tests) */
         st->settled[k] = 1;
         res->space = nspace;
-        res->seconds = now_s() - t_start;
+        res->seconds = kiln_now_s() - t_start;
         return KILN_OK;
     }
 
@@ -335,7 +329,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     free(src);
     if (s != KILN_OK) {
         st->settled[k] = 1;
-        res->seconds = now_s() - t_start;
+        res->seconds = kiln_now_s() - t_start;
         return s;
     }
     kiln_dtype ot = sp->bufs[K->out_buf].dtype;
@@ -364,9 +358,9 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
      * one) leaves the rest equal in both, not garbage against NaN */
     memset(ref, 0xff, ob);
     bufs[K->out_buf] = ref;
-    double t0 = now_s();
+    double t0 = kiln_now_s();
     int ref_rc = ref_fn ? launch_sched(job, bufs, ref_fn, &scalar) : -1;
-    double ref_s = now_s() - t0;
+    double ref_s = kiln_now_s() - t0;
     double times[GT_MAX_CAND];
     rt_kernel_fn fns[GT_MAX_CAND];
     double deadline = t_start + job->budget_s;
@@ -376,7 +370,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
         sym = job->be->symbol(mod, name);
         memcpy(&fns[i], &sym, sizeof sym);
         times[i] = NAN;
-        if (i > 0 && now_s() > deadline) continue; /* out of time: neither tried nor rejected */
+        if (i > 0 && kiln_now_s() > deadline) continue; /* out of time: neither tried nor rejected */
         memset(got, 0xff, ob); /* NaN / all ones: a candidate that writes nothing fails */
         bufs[K->out_buf] = got;
         int rc = fns[i] && ref_fn ? launch_sched(job, bufs, fns[i], &cands[i]) : -1;
@@ -396,9 +390,9 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
         }
         double best = INFINITY, spent = 0;
         for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
-            double a = now_s();
+            double a = kiln_now_s();
             launch_sched(job, bufs, fns[i], &cands[i]);
-            double dt = now_s() - a;
+            double dt = kiln_now_s() - a;
             spent += dt;
             if (dt < best) best = dt;
         }
@@ -419,7 +413,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     if (win < 0) {
         job->be->module_free(mod);
         st->settled[k] = 1;
-        res->seconds = now_s() - t_start;
+        res->seconds = kiln_now_s() - t_start;
         snprintf(err, errcap, "every candidate was rejected by the reference check");
         return KILN_ERR_INVALID;
     }
@@ -428,7 +422,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     res->fn = fns[win];
     res->mod = mod;
     res->changed = settle_all(st, job, bucket, &cands[win]);
-    res->seconds = now_s() - t_start;
+    res->seconds = kiln_now_s() - t_start;
 
     sch_tune_record r;
     sch_tune_record_new(&r, fp, st->key[k], bucket);
