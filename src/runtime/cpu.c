@@ -30,6 +30,7 @@
 
 #include "backend.h"
 #include "base.h"
+#include "config.h"
 #include "cache_trim.h"
 #include "cc_dedup.h"
 #include "cc_split.h"
@@ -43,8 +44,9 @@ struct rt_module {
 /* ---- compiler identity ------------------------------------------------ */
 
 const char *rt_cc(void) {
-    const char *cc = getenv("KILN_CC");
-    return cc && cc[0] ? cc : "cc";
+    kiln_env e;
+    kiln_env_read(&e);
+    return e.host.cc;
 }
 
 static pthread_mutex_t ident_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -78,8 +80,9 @@ const char *rt_cc_identity(void) {
 /* ---- ISA from the fingerprint ----------------------------------------- */
 
 int rt_retune(void) {
-    const char *v = getenv("KILN_RETUNE");
-    return v && v[0] == '1' && v[1] == 0;
+    kiln_env e;
+    kiln_env_read(&e);
+    return e.host.retune;
 }
 
 int rt_cpu_has(const char *flag) {
@@ -114,8 +117,10 @@ cg_isa rt_cpu_isa(void) {
         rt_cpu_has("avx512dq"))
         best = CG_ISA_AVX512;
 #endif
-    const char *want = getenv("KILN_ISA");
-    if (want && want[0]) {
+    kiln_env e;
+    kiln_env_read(&e);
+    const char *want = e.host.isa;
+    if (want) {
         cg_isa w = best;
         if (strcmp(want, "scalar") == 0) w = CG_ISA_SCALAR;
         else if (strcmp(want, "avx2") == 0) w = CG_ISA_AVX2;
@@ -144,12 +149,13 @@ static int mkdir_p(const char *path) {
 }
 
 static int cache_dir(char *out, size_t cap) {
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    if (xdg && xdg[0]) {
+    kiln_env e;
+    kiln_env_read(&e);
+    const char *xdg = e.host.xdg_cache_home, *home = e.host.home;
+    if (xdg) {
         snprintf(out, cap, "%s/kiln", xdg);
         if (mkdir_p(out) == 0) return 0;
-    } else if (home && home[0]) {
+    } else if (home) {
         snprintf(out, cap, "%s/.cache/kiln", home);
         if (mkdir_p(out) == 0) return 0;
     }
@@ -410,9 +416,9 @@ static const rt_backend cpu_backend = {
     cpu_module_path, cpu_module_free, cpu_alloc,  cpu_dealloc, cpu_copy,  cpu_launch,  cpu_sync,
 };
 
-/* no name: $KILN_BACKEND, else the CPU; "opencl" and "cuda" live in gpu_exec.c */
+/* no name: the CPU (kiln_compile_defaults fills the name from $KILN_BACKEND);
+ * "opencl" and "cuda" live in gpu_exec.c */
 const rt_backend *rt_backend_find(const char *name) {
-    if (!name || !name[0]) name = getenv("KILN_BACKEND");
     if (!name || !name[0] || strcmp(name, "cpu") == 0) return &cpu_backend;
     return rt_gpu_backend_find(name);
 }

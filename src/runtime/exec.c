@@ -25,6 +25,7 @@
 #include "kiln_compile.h"
 #include "backend.h"
 #include "base.h"
+#include "config.h"
 #include "dtype.h"
 #include "memplan.h"
 #include "quant.h"
@@ -54,6 +55,7 @@ struct kiln_program {
     rt_pool *pool;
     cg_isa isa;
     int exact; /* kiln_compile_options.exact: f32 contractions only, no tuning DB, no search */
+    kiln_compile_options opt; /* as compiled: the knobs (profile, pack copies, tuning, ...) */
     /* run state, kept between runs */
     void **bufs;
     size_t *bytes;
@@ -133,12 +135,9 @@ static void drop_pack_copies(kiln_program *p);
 static int contract_shape(const kiln_program *p, int32_t k, const int64_t *values, int bucket, sch_contract_shape *sh);
 
 kiln_compile_options kiln_compile_defaults(void) {
-    kiln_compile_options o;
-    memset(&o, 0, sizeof o);
-    o.backend = NULL; /* $KILN_BACKEND, else "cpu" (rt_backend_find) */
-    const char *ex = getenv("KILN_EXACT");
-    o.exact = ex && strcmp(ex, "1") == 0;
-    return o;
+    kiln_env e;
+    kiln_env_read(&e); /* src/base/config.c: the one reader of the environment */
+    return e.compile;
 }
 
 kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_status *st) {
@@ -153,7 +152,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     const rt_backend *be = rt_backend_find(o.backend);
     if (!be) {
         graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: unknown backend '%s' (available: cpu, opencl, cuda)",
-                        o.backend ? o.backend : getenv("KILN_BACKEND"));
+                        o.backend ? o.backend : "cpu");
         if (st) *st = KILN_ERR_UNSUPPORTED;
         return NULL;
     }
@@ -177,12 +176,12 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->be = be;
     p->compiling = 1;
     p->exact = o.exact != 0;
+    p->opt = o;
     if (p->exact) o.search_budget = 0;
     /* the first step of compiling: graph -> e-graph -> saturation -> extraction
      * (primitives only: this backend has no compound kernels yet) */
-    const char *eg_env = getenv("KILN_EGRAPH");
-    if (!(eg_env && strcmp(eg_env, "0") == 0)) {
-        kiln_graph *work = eg_optimize_for_backend(g, 1);
+    if (!o.no_egraph) {
+        kiln_graph *work = eg_optimize_for_backend(g, 1, o.eg_plain);
         if (!work) {
             if (st) *st = g->status != KILN_OK ? g->status : KILN_ERR_INVALID;
             kiln_program_free(p);
@@ -195,7 +194,8 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         else kiln_graph_free(work); /* results are matched by position: keep the graph as given */
         g = p->g;
     }
-    s = sch_kernelize(g, &p->sp, err, sizeof err);
+    sch_options so = {o.no_fuse, o.no_contract, o.no_split};
+    s = sch_kernelize_ex(g, &p->sp, &so, err, sizeof err);
     if (s != KILN_OK) {
         if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);
         if (p->user != g) graph_run_error(p->user, s, "kiln_compile: %s", err);
@@ -223,7 +223,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     const rt_gpu_ops *gops = rt_gpu_find(be->name);
     if (gops) {
         /* GPU backends: gpu_exec.c emits, builds and later runs the program */
-        p->gpu = rt_gpu_program_new(gops, &p->sp, &p->source, &s, err, sizeof err);
+        p->gpu = rt_gpu_program_new(gops, &p->sp, &o, &p->source, &s, err, sizeof err);
         if (!p->gpu) {
             graph_run_error(g, s, "kiln_compile: %s", err);
             if (p->user != g) graph_run_error(p->user, s, "kiln_compile: %s", err);
@@ -231,8 +231,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
             kiln_program_free(p);
             return NULL;
         }
-        const char *inj = getenv("KILN_TUNE_INJECT_WRONG");
-        rt_gpu_program_set_search(p->gpu, o.search_budget, inj && inj[0] ? atoi(inj) : 0);
+        rt_gpu_program_set_search(p->gpu, o.search_budget, o.inject_wrong);
         p->pool = rt_pool_new(1);
         p->compiling = 0;
         return p;
@@ -242,8 +241,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->isa = co.isa;
     p->pool = rt_pool_new(o.threads);
     p->search_budget = o.search_budget;
-    const char *inj = getenv("KILN_TUNE_INJECT_WRONG");
-    if (inj && inj[0]) p->inject_wrong = atoi(inj);
+    p->inject_wrong = o.inject_wrong;
     apply_tuning_db(p);
     s = emit_and_load(p, err, sizeof err);
     if (s != KILN_OK) {
@@ -252,8 +250,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         kiln_program_free(p);
         return NULL;
     }
-    const char *prof = getenv("KILN_PROFILE");
-    if (prof && prof[0] && prof[0] != '0') {
+    if (o.profile) {
         p->prof = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof);
         p->prof_bytes = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_bytes);
         p->prof_flops = kiln_xcalloc((size_t)p->sp.nkernels + 1, sizeof *p->prof_flops);
@@ -265,8 +262,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->repacked = kiln_xcalloc((size_t)nb, sizeof *p->repacked);
     p->packed = kiln_xcalloc((size_t)nb, sizeof *p->packed);
     p->bufs = kiln_xcalloc((size_t)(nb + 2 * p->sp.nbufs), sizeof *p->bufs);
-    const char *pc = getenv("KILN_PACK_COPY");
-    p->pack_copies = !(pc && strcmp(pc, "0") == 0);
+    p->pack_copies = !o.no_pack_copy;
     p->bytes = kiln_xcalloc((size_t)nb, sizeof *p->bytes);
     p->live = kiln_xcalloc((size_t)nb, sizeof *p->live);
     p->bind_at = kiln_xmalloc((size_t)nb * sizeof *p->bind_at);
@@ -275,9 +271,8 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
      * every written line (measured on the 2-core VM: 16 MiB copy 9 -> 26
      * GB/s, 256 MiB 6.7 -> 10.8 GB/s; equal at 4 MiB) */
     p->stream_min = (size_t)8 << 20;
-    p->poison = getenv("KILN_POISON_RESULTS") && strcmp(getenv("KILN_POISON_RESULTS"), "0") != 0;
-    const char *sm = getenv("KILN_STREAM_MIN");
-    if (sm && sm[0]) p->stream_min = (size_t)strtoull(sm, NULL, 10);
+    p->poison = o.poison != 0;
+    if (o.stream_min) p->stream_min = o.stream_min < 0 ? 0 : (size_t)o.stream_min;
     p->compiling = 0;
     return p;
 }
@@ -326,8 +321,7 @@ static kiln_status emit_and_load(kiln_program *p, char *err, size_t errcap) {
 void kiln_program_free(kiln_program *p) {
     if (!p) return;
     if (p->prof) {
-        const char *pe = getenv("KILN_PROFILE");
-        if (pe && strcmp(pe, "quiet") != 0) print_profile(p);
+        if (p->opt.profile == 1) print_profile(p);
         free(p->prof);
         free(p->prof_bytes);
         free(p->prof_flops);
@@ -936,14 +930,14 @@ static void apply_tuning_db(kiln_program *p) {
     p->seeds = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *p->seeds);
     p->unmeasured = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     /* generic kernels: exact records for constant sizes (tune_generic.c) */
-    p->gtune = rt_gtune_new(&p->sp, p->isa, rt_pool_threads(p->pool));
+    p->gtune = rt_gtune_new(&p->sp, p->isa, rt_pool_threads(p->pool), &p->opt);
     if (!p->exact) rt_gtune_apply_db(p->gtune, &p->sp, &p->fingerprint);
-    const char *off = p->exact ? "1" : getenv("KILN_TUNEDB_OFF");
+    int off = p->exact || p->opt.tunedb_off;
     int any = 0;
     for (int32_t k = 0; k < nk && !any; k++) any = cg_contract_emittable(&p->sp, &p->sp.kernels[k], p->isa);
     if (!any) return;
     if (!p->fingerprint) p->fingerprint = kiln_device_fingerprint();
-    for (int32_t k = 0; k < nk && !(off && off[0] == '1'); k++) {
+    for (int32_t k = 0; k < nk && !off; k++) {
         sch_kernel *K = &p->sp.kernels[k];
         if (!cg_contract_emittable(&p->sp, K, p->isa)) continue;
         for (int b = 0; b < 2; b++) {
@@ -984,7 +978,7 @@ static void apply_tuning_db(kiln_program *p) {
     /* KILN_CONTRACT_SCHED_SMALL / _LARGE: one schedule (text as in the DB)
      * for every contraction's small-M / large-M bucket — tests and experiments */
     for (int b = 0; b < 2; b++) {
-        const char *txt = getenv(b ? "KILN_CONTRACT_SCHED_LARGE" : "KILN_CONTRACT_SCHED_SMALL");
+        const char *txt = b ? p->opt.contract_sched_large : p->opt.contract_sched_small;
         sch_contract_sched sc;
         if (!txt || !txt[0] || p->exact) continue;
         if (!sch_contract_sched_parse(txt, &sc)) {
@@ -1127,9 +1121,11 @@ static kiln_status tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_
     }
     job.budget_s = left < share ? left : share;
     job.inject_wrong = p->inject_wrong;
+    job.verbose = p->opt.tune_verbose;
+    job.warm = p->opt.tune_warm;
     rt_tune_result res;
     char err[1024];
-    int show = isatty(2) || getenv("KILN_TUNE_VERBOSE");
+    int show = isatty(2) || p->opt.tune_verbose;
     if (show)
         fprintf(stderr, "kiln tune: kernel %d (%s, %s): searching %d-point space ...\n", (int)k, K->contract->key,
                 bucket_text, sch_space_contract(&sh, NULL, 0));

@@ -27,6 +27,7 @@
 
 #include "../codegen/emit_gpu.h"
 #include "kiln.h"
+#include "kiln_compile.h"
 
 typedef struct rt_gpu rt_gpu;           /* an opened device with its context and queue */
 typedef struct rt_gpu_prog rt_gpu_prog; /* a built program */
@@ -84,10 +85,12 @@ kiln_status rt_gpu_default_device(const rt_gpu_ops *ops, rt_gpu **out, char *err
 /* ---- the executor (gpu_exec.c) ---- */
 typedef struct rt_gpu_program rt_gpu_program;
 
-/* emit, build and prepare sp for the backend; NULL with a message on failure.
- * *source_out receives the generated source (malloc'd) either way. */
-rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp, char **source_out,
-                                   kiln_status *st, char *err, size_t errcap);
+/* emit, build and prepare sp for the backend under opt's GPU knobs
+ * (gpu_contract, gpu_group, gpu_resident, gpu_emit_only, cuda_archs,
+ * tune_verbose); NULL with a message on failure. *source_out receives the
+ * generated source (malloc'd) either way. */
+rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp, const kiln_compile_options *opt,
+                                   char **source_out, kiln_status *st, char *err, size_t errcap);
 void rt_gpu_program_free(rt_gpu_program *gp);
 /* one run of sp on g's current bindings (as run_work in exec.c): results land
  * in g->results, states are written back; errors go to g via graph_run_error */

@@ -40,6 +40,7 @@
 
 #include "backend.h"
 #include "base.h"
+#include "config.h"
 #include "dtype.h"
 #include "gpu.h"
 #include "gpu_tune.h"
@@ -76,10 +77,9 @@ kiln_status rt_gpu_default_device(const rt_gpu_ops *ops, rt_gpu **out, char *err
         if (!dev_slots[i].ops) {
             s = &dev_slots[i];
             s->ops = ops;
-            int index = 0;
-            const char *env = getenv("KILN_DEVICE");
-            if (env && env[0]) index = atoi(env);
-            s->st = ops->open(index, &s->dev, s->why, sizeof s->why);
+            kiln_env env;
+            kiln_env_read(&env);
+            s->st = ops->open(env.host.device, &s->dev, s->why, sizeof s->why);
         }
     kiln_status st = KILN_ERR_UNSUPPORTED;
     *out = NULL;
@@ -121,6 +121,7 @@ struct rt_gpu_program {
     rt_gpu_caps caps;
     double search_budget, search_spent;
     int measurements, inject_wrong;
+    int verbose; /* kiln_compile_options.tune_verbose */
     gpu_choice *choice; /* per contraction kernel and M bucket (k * 2 + (M > 4)) */
     int resident;
     int32_t nbufs, nkernels;
@@ -142,17 +143,12 @@ struct rt_gpu_program {
 
 const char *rt_gpu_program_device(const rt_gpu_program *gp) { return gp ? gp->device_name : ""; }
 
-static int env_int(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && v[0] ? atoi(v) : dflt;
-}
-
-rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp, char **source_out, kiln_status *st,
-                                   char *err, size_t errcap) {
+rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp, const kiln_compile_options *opt,
+                                   char **source_out, kiln_status *st, char *err, size_t errcap) {
     cg_gpu_options o;
     o.dialect = ops->dialect;
     o.contract = cg_gpu_contract_default();
-    const char *cs = getenv("KILN_GPU_CONTRACT");
+    const char *cs = opt->gpu_contract;
     if (cs && cs[0] && !cg_gpu_contract_parse(cs, &o.contract, err, errcap)) {
         *source_out = NULL;
         *st = KILN_ERR_INVALID;
@@ -173,9 +169,10 @@ rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp,
     gp->ops = ops;
     gp->nbufs = sp->nbufs;
     gp->nkernels = sp->nkernels;
-    gp->group = env_int("KILN_GPU_GROUP", ops->dialect == CG_GPU_CUDA ? 128 : 64);
+    gp->group = opt->gpu_group ? opt->gpu_group : ops->dialect == CG_GPU_CUDA ? 128 : 64;
     if (gp->group < 1) gp->group = 1;
-    gp->resident = env_int("KILN_GPU_RESIDENT", 0) != 0;
+    gp->resident = opt->gpu_resident != 0;
+    gp->verbose = opt->tune_verbose;
     size_t nb = (size_t)sp->nbufs + 1;
     gp->bytes = kiln_xcalloc(nb, sizeof *gp->bytes);
     gp->live = kiln_xcalloc(nb, sizeof *gp->live);
@@ -186,13 +183,12 @@ rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp,
     gp->offs = kiln_xcalloc(nb, sizeof *gp->offs);
     gp->kerr = kiln_xcalloc((size_t)sp->nkernels + 1, sizeof *gp->kerr);
     gp->args_tmp = kiln_xcalloc(nb, sizeof *gp->args_tmp);
-    const char *eo = getenv("KILN_GPU_EMIT_ONLY");
-    if (eo && eo[0] && eo[0] != '0') {
+    if (opt->gpu_emit_only) {
         gp->emit_only = 1;
         snprintf(gp->device_name, sizeof gp->device_name, "%s: none (KILN_GPU_EMIT_ONLY)", ops->name);
         /* CUDA without a device: NVRTC still checks the code for the listed
          * architectures (KILN_CUDA_ARCHS=sm_80,sm_90) */
-        const char *archs = getenv("KILN_CUDA_ARCHS");
+        const char *archs = opt->cuda_archs;
         if (ops == &rt_cuda_ops && archs && archs[0]) {
             char list[256], *save = NULL;
             snprintf(list, sizeof list, "%s", archs);
@@ -385,7 +381,7 @@ static kiln_status decide_contract(rt_gpu_program *gp, const sch_program *sp, in
     j.inject_wrong = gp->inject_wrong;
     double left = gp->search_budget - gp->search_spent, share = gp->search_budget / 8 > 2.0 ? gp->search_budget / 8 : 2.0;
     j.budget_s = left < share ? left : share;
-    int show = isatty(2) || getenv("KILN_TUNE_VERBOSE");
+    int show = isatty(2) || gp->verbose;
     if (show) fprintf(stderr, "kiln tune: %s kernel %d (%s, %s): searching ...\n", gp->ops->name, (int)k,
                       K->contract->key, bucket);
     rt_gpu_tune_result r;

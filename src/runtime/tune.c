@@ -125,7 +125,7 @@ static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_k
     /* anything past L1 counts: gemma3-270m's 0.9 MB layer matrices were
      * tuned warm (1 MiB was the line) and ran at 53% of the bandwidth in
      * decode, where a prefetch distance the warm runs could not see helped */
-    int cold = job->bucket == 0 && job->b_bytes >= ((size_t)64 << 10) && !getenv("KILN_TUNE_WARM");
+    int cold = job->bucket == 0 && job->b_bytes >= ((size_t)64 << 10) && !job->warm;
     for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
         if (cold) flush_b(la, job);
         double t0 = kiln_now_s();
@@ -400,7 +400,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
         for (int64_t e = 0; ran && unused && e < nout; e++)
             if (unused[e]) got[e] = ref[e];
         if (!ran || !(sr ? close_to_samples(sr, got, job->shape.k, approx) : close_to(ref, got, nout, job->shape.k, approx))) {
-            if (getenv("KILN_TUNE_VERBOSE") && !bad) {
+            if (job->verbose && !bad) {
                 char txt[128];
                 sch_contract_sched_print(&cands[i], txt, sizeof txt);
                 fprintf(stderr, "kiln tune: candidate %s disagrees with the reference%s\n", txt, sr ? " (sampled)" : "");

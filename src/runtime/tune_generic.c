@@ -48,6 +48,7 @@ struct rt_gtune_state {
     cg_isa isa;
     int nthreads;
     char *fingerprint; /* when the caller had none: computed at the first search */
+    int tunedb_off, verbose, inject_wrong; /* from kiln_compile_options */
 };
 
 static int reads_buf(const sch_program *p, int32_t id, int32_t buf) {
@@ -69,8 +70,11 @@ static int searchable(const sch_program *p, int32_t k, cg_isa isa) {
     return 1;
 }
 
-rt_gtune_state *rt_gtune_new(const sch_program *sp, cg_isa isa, int nthreads) {
+rt_gtune_state *rt_gtune_new(const sch_program *sp, cg_isa isa, int nthreads, const kiln_compile_options *opt) {
     rt_gtune_state *st = kiln_xcalloc(1, sizeof *st);
+    st->tunedb_off = opt->tunedb_off;
+    st->verbose = opt->tune_verbose;
+    st->inject_wrong = opt->gtune_inject_wrong;
     st->nkernels = sp->nkernels;
     st->tunable = kiln_xcalloc((size_t)sp->nkernels + 1, 1);
     st->settled = kiln_xcalloc((size_t)sp->nkernels + 1, 1);
@@ -113,8 +117,7 @@ void rt_gtune_split(const sch_kernel *K, int64_t outer, int64_t inner, int seria
 }
 
 int rt_gtune_apply_db(rt_gtune_state *st, sch_program *sp, char **fingerprint) {
-    const char *off = getenv("KILN_TUNEDB_OFF");
-    if (!st || (off && off[0] == '1')) return 0;
+    if (!st || st->tunedb_off) return 0;
     int applied = 0;
     for (int32_t k = 0; k < st->nkernels; k++) {
         if (!st->tunable[k]) continue;
@@ -250,8 +253,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
         fp = st->fingerprint ? st->fingerprint : "";
     }
     /* a record for this bucket (sizes that were symbolic at compile time) */
-    const char *off = getenv("KILN_TUNEDB_OFF");
-    if (!(off && off[0] == '1')) {
+    if (!st->tunedb_off) {
         sch_tune_record r;
         int exact = 0;
         sch_generic_sched gs;
@@ -347,8 +349,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
     memcpy(bufs, job->bufs, (size_t)sp->nbufs * sizeof *bufs);
     int inject = job->inject_wrong;
-    const char *ie = getenv("KILN_GTUNE_INJECT_WRONG");
-    if (!inject && ie && ie[0]) inject = atoi(ie);
+    if (!inject) inject = st->inject_wrong;
 
     void *sym = job->be->symbol(mod, "kiln_gref");
     rt_kernel_fn ref_fn = NULL;
@@ -379,7 +380,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
             ((unsigned char *)got)[(size_t)(nout / 2) * esz + esz - 1] ^= 0x40;
         res->tried++;
         if (rc != ref_rc || !outputs_match(ot, ref, got, nout)) {
-            if (getenv("KILN_TUNE_VERBOSE") && !bad) {
+            if (st->verbose && !bad) {
                 char txt[96];
                 sch_generic_sched_print(&cands[i], txt, sizeof txt);
                 fprintf(stderr, "kiln tune: kernel %d: candidate %s disagrees with the reference\n", (int)k, txt);
@@ -433,7 +434,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     r.rejected = res->rejected;
     char e2[512];
     if (sch_tunedb_store(&r, e2, sizeof e2) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", e2);
-    if (getenv("KILN_TUNE_VERBOSE"))
+    if (st->verbose)
         fprintf(stderr, "kiln tune: kernel %d (%s, %s): best %.1f us (%s), default %.1f us, %d tried, %d rejected, "
                         "%d-point space, %.2f s\n",
                 (int)k, st->key[k], bucket, res->best_s * 1e6, r.schedule, res->base_s * 1e6, res->tried,

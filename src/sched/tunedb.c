@@ -68,6 +68,7 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "config.h"
 
 #define TUNEDB_HEADER "# kiln tune db v1"
 #define TUNEDB_HEADER_PREFIX "# kiln tune db v"
@@ -422,19 +423,19 @@ static void image_warn(const char *path, const db_image *img) {
 /* ---- the path ----------------------------------------------------------- */
 
 static void path_into(char *buf, size_t cap) {
-    const char *e = getenv("KILN_TUNEDB");
-    if (e && *e) {
-        snprintf(buf, cap, "%s", e);
+    kiln_env env;
+    kiln_env_read(&env);
+    const kiln_host_options *h = &env.host;
+    if (h->tunedb) {
+        snprintf(buf, cap, "%s", h->tunedb);
         return;
     }
-    e = getenv("XDG_CACHE_HOME");
-    if (e && e[0] == '/') { /* the XDG spec: a relative value is to be ignored */
-        snprintf(buf, cap, "%s/kiln/tune.db", e);
+    if (h->xdg_cache_home && h->xdg_cache_home[0] == '/') { /* the XDG spec: a relative value is to be ignored */
+        snprintf(buf, cap, "%s/kiln/tune.db", h->xdg_cache_home);
         return;
     }
-    e = getenv("HOME");
-    if (e && *e) {
-        snprintf(buf, cap, "%s/.cache/kiln/tune.db", e);
+    if (h->home) {
+        snprintf(buf, cap, "%s/.cache/kiln/tune.db", h->home);
         return;
     }
     buf[0] = 0;
