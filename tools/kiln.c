@@ -8,7 +8,7 @@
  *   kiln device [--json]                hardware fingerprint and measured peaks
  *   kiln run -m MODEL.gguf -p PROMPT [...]
  *                                       generate text with a GGUF language model
- *   kiln bench -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]
+ *   kiln bench -m MODEL.gguf [-p 512] [-n 128] [-d 0] [-t 1,2] [-r 5] [--json]
  *                                       prompt/generation throughput table
  *   kiln tune [--show [--json]] [--export F | --import F]
  *             [-m MODEL.gguf [--budget S] [-t N]] | --space
@@ -111,7 +111,7 @@ static void usage(FILE *f) {
             "  graph --example NAME [--dot]  print an example graph (text or Graphviz DOT)\n"
             "  graph --list                  list the example graphs\n"
             "  run     -m MODEL.gguf -p PROMPT   generate text (see 'kiln run --help')\n"
-            "  bench   -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
+            "  bench   -m MODEL.gguf [-p 512] [-n 128] [-d 0] [-t 1,2] [-r 5] [--json]\n"
             "                                prompt-processing and generation tokens/s\n"
             "  perplexity -m MODEL.gguf -f TEXT [-c 512] [--kl-divergence-base F [--kl-divergence]]\n"
             "                                perplexity and KL divergence, as llama-perplexity\n"
@@ -1021,13 +1021,15 @@ static int cmd_run(int argc, char **argv) {
 /* ---- bench -------------------------------------------------------------- */
 
 static void bench_help(void) {
-    printf("usage: kiln bench -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
+    printf("usage: kiln bench -m MODEL.gguf [-p 512] [-n 128] [-d 0] [-t 1,2] [-r 5] [--json]\n"
            "llama-bench-style throughput: for every thread count, the model is loaded and\n"
            "compiled once (not timed); then each test runs r times on a fresh KV cache with\n"
-           "random token ids, after one untimed warm-up.\n"
+           "random token ids, after one untimed warm-up. With a depth d > 0 the cache first\n"
+           "holds d tokens (one untimed prefill per test; the timed runs start at position d).\n"
            "  -m, --model FILE        GGUF model\n"
            "  -p, --n-prompt N[,N..]  prompt processing tests: ppN = N tokens in one batch (0: none)\n"
            "  -n, --n-gen N[,N..]     generation tests: tgN = N single-token decode steps (0: none)\n"
+           "  -d, --n-depth D[,D..]   tokens already in the KV cache before each test (default 0)\n"
            "  -t, --threads T[,T..]   thread counts (default 1,2)\n"
            "  -r, --repetitions R     timed runs per test (default 5)\n"
            "  --mmap                  map the file instead of reading it into memory\n"
@@ -1040,7 +1042,7 @@ static void bench_help(void) {
 }
 
 typedef struct bench_rec {
-    int threads, n_prompt, n_gen;
+    int threads, n_prompt, n_gen, n_depth;
     int slots, untuned; /* contraction (kernel, bucket) slots, and those with no schedule from a search */
     double search_s;    /* the first-run search before this record's runs (0: none) */
     double mean, sd, load_s;
@@ -1066,24 +1068,37 @@ static const char *bench_backend_label(int interp, int upper) {
     return be;
 }
 
-/* one timed run: pp (n tokens at once) or tg (n single-token steps), fresh cache */
-static kiln_status bench_once(model *m, int pp, int n, int32_t *toks, float *logits, uint64_t *rng, double *secs) {
+/* fills a fresh cache with depth random tokens (untimed): the context of the
+ * timed runs of one test. Those runs write positions depth.. only, and a row
+ * reads positions before its own, so the filled rows stay valid across runs. */
+static kiln_status bench_fill(model *m, int depth, int32_t *toks, float *logits, uint64_t *rng) {
+    int64_t nv = model_n_vocab(m);
+    model_reset(m);
+    if (depth == 0) return KILN_OK;
+    for (int i = 0; i < depth; i++) toks[i] = (int32_t)(bench_rng(rng) % (uint64_t)nv);
+    return model_forward(m, toks, depth, 0, logits);
+}
+
+/* one timed run: pp (n tokens at once) or tg (n single-token steps) from
+ * position depth; at depth 0 on a fresh cache */
+static kiln_status bench_once(model *m, int pp, int n, int depth, int32_t *toks, float *logits, uint64_t *rng,
+                              double *secs) {
     int64_t nv = model_n_vocab(m);
     for (int i = 0; i < n; i++) toks[i] = (int32_t)(bench_rng(rng) % (uint64_t)nv);
-    model_reset(m);
+    if (depth == 0) model_reset(m);
     kiln_status st = KILN_OK;
     double t0 = now_s();
-    if (pp) st = model_forward(m, toks, n, 0, logits);
+    if (pp) st = model_forward(m, toks, n, depth, logits);
     else
-        for (int i = 0; i < n && !st; i++) st = model_forward(m, &toks[i], 1, i, logits);
+        for (int i = 0; i < n && !st; i++) st = model_forward(m, &toks[i], 1, depth + i, logits);
     *secs = now_s() - t0;
     return st;
 }
 
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
-    long long pps[16] = {512}, tgs[16] = {128}, ths[16] = {1, 2}, reps = 5;
-    int npp = 1, ntg = 1, nth = 2, json = 0, interp = 0, use_mmap = 0, profile = 0, no_tune = 0;
+    long long pps[16] = {512}, tgs[16] = {128}, ths[16] = {1, 2}, dps[16] = {0}, reps = 5;
+    int npp = 1, ntg = 1, nth = 2, ndp = 1, json = 0, interp = 0, use_mmap = 0, profile = 0, no_tune = 0;
     for (int i = 0; i < argc; i++) {
         char flag[64];
         const char *a = argv[i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
@@ -1110,7 +1125,8 @@ static int cmd_bench(int argc, char **argv) {
         }
         int missing = 0, bad = 0;
         const char *v;
-        if (!(IS("-m") || IS("--model") || IS("-p") || IS("--n-prompt") || IS("-n") || IS("--n-gen") || IS("-t") ||
+        if (!(IS("-m") || IS("--model") || IS("-p") || IS("--n-prompt") || IS("-n") || IS("--n-gen") || IS("-d") ||
+              IS("--n-depth") || IS("-t") ||
               IS("--threads") || IS("-r") || IS("--repetitions")))
             return cmd_usage_error("bench", "unknown option '%s'", a);
         v = opt_value(argc, argv, &i, eq, &missing);
@@ -1121,6 +1137,8 @@ static int cmd_bench(int argc, char **argv) {
             bad = (npp = parse_int_list(v, 0, 1 << 20, pps, 16)) < 0, want = "integers >= 0, comma-separated";
         else if (IS("-n") || IS("--n-gen"))
             bad = (ntg = parse_int_list(v, 0, 1 << 20, tgs, 16)) < 0, want = "integers >= 0, comma-separated";
+        else if (IS("-d") || IS("--n-depth"))
+            bad = (ndp = parse_int_list(v, 0, 1 << 20, dps, 16)) < 0, want = "integers >= 0, comma-separated";
         else if (IS("-t") || IS("--threads"))
             bad = (nth = parse_int_list(v, 1, 1024, ths, 16)) < 0, want = "integers in 1..1024, comma-separated";
         else bad = parse_int(v, 1, 64, &reps), want = "an integer in 1..64";
@@ -1135,10 +1153,16 @@ static int cmd_bench(int argc, char **argv) {
     long long maxlen = 1;
     for (int i = 0; i < npp; i++) maxlen = pps[i] > maxlen ? pps[i] : maxlen;
     for (int i = 0; i < ntg; i++) maxlen = tgs[i] > maxlen ? tgs[i] : maxlen;
+    long long maxdepth = 0;
+    for (int i = 0; i < ndp; i++) maxdepth = dps[i] > maxdepth ? dps[i] : maxdepth;
+    if (maxlen + maxdepth > (1 << 20))
+        return cmd_usage_error("bench", "depth %lld + test %lld tokens is over the limit of %d", maxdepth, maxlen, 1 << 20);
+    long long maxtest = maxlen;
+    maxlen += maxdepth;
 
     if (profile && interp) return cmd_usage_error("bench", "--profile needs compiled code (not --interp)");
     if (profile) setenv("KILN_PROFILE", "quiet", 1); /* collect per-kernel times; report below, not at exit */
-    bench_rec *recs = kiln_xcalloc(2 * 16 * 16, sizeof *recs); /* (pp + tg tests) x thread counts */
+    bench_rec *recs = kiln_xcalloc(2 * 16 * 16 * 16, sizeof *recs); /* (pp + tg tests) x depths x thread counts */
     int nrec = 0, rc = 0;
     char desc[160] = "", size[32] = "", params_s[32] = "";
     uint64_t bytes = 0, params = 0;
@@ -1170,20 +1194,20 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "kiln bench: %d thread%s: %s in %.2f s\n", (int)ths[ti], ths[ti] == 1 ? "" : "s",
                 interp ? "loaded" : "loaded and compiled", load_s);
         if (!json && !header) {
-            printf("| %-28s | %10s | %9s | %-7s | %7s | %8s | %20s |\n", "model", "size", "params", "backend",
+            printf("| %-28s | %10s | %9s | %-7s | %7s | %14s | %20s |\n", "model", "size", "params", "backend",
                    "threads", "test", "t/s");
-            printf("| %.28s | %.10s | %.9s | %.7s | %.7s | %.8s | %.20s |\n", "----------------------------",
-                   "---------:", "--------:", "-------", "------:", "-------:", "-------------------:");
+            printf("| %.28s | %.10s | %.9s | %.7s | %.7s | %.14s | %.20s |\n", "----------------------------",
+                   "---------:", "--------:", "-------", "------:", "-------------:", "-------------------:");
             fflush(stdout);
         }
         header = 1;
-        int32_t *toks = kiln_xmalloc((size_t)maxlen * sizeof *toks);
+        int32_t *toks = kiln_xmalloc((size_t)(maxtest > maxdepth ? maxtest : maxdepth) * sizeof *toks);
         float *logits = kiln_xmalloc((size_t)model_n_vocab(m) * sizeof *logits);
         uint64_t rng = 0x6b696c6e; /* same token ids for every thread count */
         for (int kind = 0; kind < 2 && !rc; kind++) {
-            int cnt = kind == 0 ? npp : ntg;
+            int cnt = (kind == 0 ? npp : ntg) * ndp;
             for (int k = 0; k < cnt && !rc; k++) {
-                int n = (int)(kind == 0 ? pps[k] : tgs[k]);
+                int n = (int)(kind == 0 ? pps[k / ndp] : tgs[k / ndp]), depth = (int)dps[k % ndp];
                 if (n == 0) continue;
                 bench_rec *r = &recs[nrec++];
                 memset(r, 0, sizeof *r);
@@ -1194,12 +1218,14 @@ static int cmd_bench(int argc, char **argv) {
                 r->load_s = load_s;
                 if (kind == 0) r->n_prompt = n;
                 else r->n_gen = n;
+                r->n_depth = depth;
                 double secs;
-                /* warm-up (untimed): first touches of buffers and pages */
-                kiln_status st = bench_once(m, kind == 0, kind == 0 ? n : 1, toks, logits, &rng, &secs);
+                /* the depth, then a warm-up (untimed): first touches of buffers and pages */
+                kiln_status st = bench_fill(m, depth, toks, logits, &rng);
+                if (!st) st = bench_once(m, kind == 0, kind == 0 ? n : 1, depth, toks, logits, &rng, &secs);
                 if (profile) kiln_program_profile_reset(model_program(m));
                 for (int rep = 0; rep < reps && !st; rep++) {
-                    st = bench_once(m, kind == 0, n, toks, logits, &rng, &secs);
+                    st = bench_once(m, kind == 0, n, depth, toks, logits, &rng, &secs);
                     r->samples[r->nsamples++] = secs > 0 ? n / secs : 0;
                 }
                 if (st) {
@@ -1213,11 +1239,12 @@ static int cmd_bench(int argc, char **argv) {
                 for (int j = 0; j < r->nsamples; j++) sq += (r->samples[j] - r->mean) * (r->samples[j] - r->mean);
                 r->sd = r->nsamples > 1 ? sqrt(sq / (r->nsamples - 1)) : 0;
                 if (!json) {
-                    char test[32], ts[48];
-                    snprintf(test, sizeof test, "%s%d", kind == 0 ? "pp" : "tg", n);
+                    char test[40], ts[48];
+                    int tl = snprintf(test, sizeof test, "%s%d", kind == 0 ? "pp" : "tg", n);
+                    if (depth) snprintf(test + tl, sizeof test - (size_t)tl, " @ d%d", depth);
                     snprintf(ts, sizeof ts, "%.2f ± %.2f", r->mean, r->sd);
                     /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
-                    printf("| %-28.28s | %10s | %9s | %-7s | %7d | %8s | %21s |\n", desc, size, params_s,
+                    printf("| %-28.28s | %10s | %9s | %-7s | %7d | %14s | %21s |\n", desc, size, params_s,
                            bench_backend_label(interp, 1), r->threads, test, ts);
                     fflush(stdout);
                 }
@@ -1226,9 +1253,9 @@ static int cmd_bench(int argc, char **argv) {
                     kiln_device_peaks((int)ths[ti], &bw, &fma, &dot);
                     char *rep = kiln_program_profile(model_program(m), bw, fma, dot, getenv("KILN_PROFILE_ROWS") ? atoi(getenv("KILN_PROFILE_ROWS")) : 20);
                     FILE *o = json ? stderr : stdout;
-                    fprintf(o, "\nprofile of %s%d at %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f GFLOP/s, "
-                               "int8 dot %.1f GOP/s); per run = per %s:\n%s\n",
-                            kind == 0 ? "pp" : "tg", n, (int)ths[ti], ths[ti] == 1 ? "" : "s", bw, fma, dot,
+                    fprintf(o, "\nprofile of %s%d at depth %d, %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f "
+                               "GFLOP/s, int8 dot %.1f GOP/s); per run = per %s:\n%s\n",
+                            kind == 0 ? "pp" : "tg", n, depth, (int)ths[ti], ths[ti] == 1 ? "" : "s", bw, fma, dot,
                             kind == 0 ? "prompt" : "token", rep);
                     free(rep);
                 }
@@ -1249,10 +1276,10 @@ static int cmd_bench(int argc, char **argv) {
             printf(", \"model_file\": ");
             json_str(stdout, path, strlen(path));
             printf(", \"model_size\": %llu, \"model_n_params\": %llu, \"backend\": \"%s\", \"n_threads\": %d,"
-                   " \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, \"load_s\": %.6f, \"avg_ts\": %.6f,"
+                   " \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, \"load_s\": %.6f, \"avg_ts\": %.6f,"
                    " \"stddev_ts\": %.6f, \"samples_ts\": [",
                    (unsigned long long)bytes, (unsigned long long)params, bench_backend_label(interp, 0), r->threads,
-                   r->n_prompt ? "pp" : "tg", r->n_prompt ? r->n_prompt : r->n_gen, r->n_prompt, r->n_gen, r->load_s,
+                   r->n_prompt ? "pp" : "tg", r->n_prompt ? r->n_prompt : r->n_gen, r->n_prompt, r->n_gen, r->n_depth, r->load_s,
                    r->mean, r->sd);
             for (int j = 0; j < r->nsamples; j++) printf("%s%.6f", j ? ", " : "", r->samples[j]);
             printf("], \"kiln_version\": \"%s\", \"kiln_commit\": \"%s\", \"cpu\": ", KILN_CLI_VERSION, KILN_COMMIT);
