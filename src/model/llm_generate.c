@@ -45,6 +45,10 @@ static kiln_status tokenize_prompt(kiln_llm *m, const char *prompt, const kiln_g
         tok_encode(m->tok, text, len, 1, p->chat, m->prompt_ids, n);
     }
     free(text);
+    /* a template that writes {{ bos_token }} and a tokenizer that adds BOS: one BOS */
+    int32_t bos = tok_bos(m->tok);
+    if (n >= 2 && bos >= 0 && m->prompt_ids[0] == bos && m->prompt_ids[1] == bos)
+        memmove(m->prompt_ids, m->prompt_ids + 1, (size_t)--n * sizeof *m->prompt_ids);
     if (n <= 0)
         return llm_fail(m, KILN_ERR_INVALID, "the prompt is %s", n < 0 ? "too long" : "empty (and the model adds no BOS)");
     if (n >= model_n_ctx(m->model))

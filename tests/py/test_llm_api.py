@@ -9,6 +9,8 @@ vocabulary (tests/py/tiny_llm.py):
   - kiln_llm_decode: a prefill's last logits equal a prefill of one token
     less followed by one decode step; a bad id is KILN_ERR_RANGE with a
     message, and the cache is unharmed (the same logits after);
+  - kiln_llm_chat_apply renders the gemma turns; a chat generation gives
+    `kiln run --chat`'s text; an unknown template name is an error;
   - the progress callback sees "load" then "ready";
   - the sampler: greedy picks the argmax, bad parameters are refused;
   - errors: a missing file, a file that is not GGUF, NULL handles, next
@@ -77,7 +79,8 @@ for name, res, args in [
         ("kiln_llm_generated_ids", ctypes.POINTER(_i32), [_vp]),
         ("kiln_sampler_new", _vp, [ctypes.POINTER(GenParams), _i32, _cp, ctypes.c_size_t]),
         ("kiln_sampler_sample", _i32, [_vp, ctypes.POINTER(ctypes.c_float)]),
-        ("kiln_sampler_free", None, [_vp]), ("kiln_free", None, [_vp]), ("kiln_version", _cp, [])]:
+        ("kiln_sampler_free", None, [_vp]),
+        ("kiln_llm_chat_apply", _st, [_vp, _cp, _vp, _i, _i, ctypes.POINTER(_vp)]), ("kiln_free", None, [_vp]), ("kiln_version", _cp, [])]:
     f = getattr(L, name)
     f.restype, f.argtypes = res, args
 
@@ -177,6 +180,35 @@ def t_tokens_and_decode():
         L.kiln_llm_free(m)
 
 
+class ChatMsg(ctypes.Structure):
+    _fields_ = [("role", _cp), ("content", _cp)]
+
+
+def t_chat():
+    st, m, err = load()
+    assert st == kc.OK, err
+    try:
+        msgs = (ChatMsg * 2)(ChatMsg(b"user", b"hi"), ChatMsg(b"assistant", b"the cat"))
+        out = _vp()
+        st = L.kiln_llm_chat_apply(m, b"gemma", msgs, 2, 1, ctypes.byref(out))
+        assert st == kc.OK, L.kiln_llm_error(m)
+        text = ctypes.string_at(out).decode()
+        L.kiln_free(out)
+        assert "<start_of_turn>user\nhi<end_of_turn>" in text and text.endswith("<start_of_turn>model\n"), text
+        st = L.kiln_llm_chat_apply(m, b"no-such-template", msgs, 2, 1, ctypes.byref(out))
+        assert st != kc.OK and L.kiln_llm_error(m), st
+        gp = L.kiln_gen_default_params()
+        gp.temperature, gp.max_tokens, gp.chat, gp.chat_template = 0.0, N, 1, b"gemma"
+        st = L.kiln_llm_generate(m, b"the cat", ctypes.byref(gp), ctypes.byref(out))
+        assert st == kc.OK, L.kiln_llm_error(m)
+        text = ctypes.string_at(out).decode()
+        L.kiln_free(out)
+        want = kiln_run_json("-p", "the cat", "-n", N, "--temp", 0, "--interp", "--chat", "--chat-template", "gemma")
+        assert text == want["text"], (text, want["text"])
+    finally:
+        L.kiln_llm_free(m)
+
+
 def t_progress():
     seen = []
     cb = PROGRESS(lambda ctx, stage, f: seen.append((stage.decode(), f)))
@@ -218,6 +250,7 @@ def t_errors():
 suite.case("example_c_matches_kiln_run", t_example_matches_cli)
 suite.case("generate_interpreter_matches_kiln_run", t_generate_interpreter)
 suite.case("tokens_decode_sampler", t_tokens_and_decode)
+suite.case("chat_template", t_chat)
 suite.case("progress_callback", t_progress)
 suite.case("errors", t_errors, isolate=True)
 suite.finish()
