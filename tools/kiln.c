@@ -643,48 +643,12 @@ static uint64_t random_seed(void) {
 
 /* ---- run ---------------------------------------------------------------- */
 
-typedef enum chat_kind { CHAT_GEMMA, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2 } chat_kind;
-
-static const struct chat_template {
-    const char *name, *marker, *before, *after;
-} chat_templates[] = {
-    [CHAT_GEMMA] = {"gemma", "<start_of_turn>", "<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n"},
-    [CHAT_CHATML] = {"chatml", "<|im_start|>", "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"},
-    [CHAT_LLAMA3] = {"llama3", "<|start_header_id|>", "<|start_header_id|>user<|end_header_id|>\n\n",
-                     "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    [CHAT_LLAMA2] = {"llama2", "[INST]", "[INST] ", " [/INST]"},
-};
-
-static int bytes_contain(const char *s, size_t n, const char *needle) {
-    size_t k = strlen(needle);
-    for (size_t i = 0; k <= n && i <= n - k; i++)
-        if (memcmp(s + i, needle, k) == 0) return 1;
-    return 0;
-}
-
-/* The chat format: from the markers in tokenizer.chat_template when the file
- * has one, else from the architecture and the vocabulary's special tokens. */
-static chat_kind chat_pick(gguf_file *f, const tokenizer *t, const arch_hparams *hp) {
-    gguf_str tpl;
-    if (gguf_find(f, "tokenizer.chat_template") && gguf_get_str(f, "tokenizer.chat_template", &tpl) == KILN_OK) {
-        static const chat_kind order[] = {CHAT_GEMMA, CHAT_LLAMA3, CHAT_CHATML, CHAT_LLAMA2};
-        for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-            if (bytes_contain(tpl.ptr, (size_t)tpl.len, chat_templates[order[i]].marker)) return order[i];
-    }
-    if (hp->kind == ARCH_GEMMA3) return CHAT_GEMMA;
-    if (hp->kind == ARCH_QWEN2 || hp->kind == ARCH_QWEN3) return CHAT_CHATML;
-    if (tok_lookup(t, "<|start_header_id|>", 19) >= 0) return CHAT_LLAMA3;
-    if (tok_lookup(t, "<|im_start|>", 12) >= 0) return CHAT_CHATML;
-    if (tok_lookup(t, "<start_of_turn>", 15) >= 0) return CHAT_GEMMA;
-    return CHAT_LLAMA2;
-}
-
 typedef struct run_opts {
-    const char *model, *prompt;
+    const char *model, *prompt, *prompt_file, *sys, *chat_template;
     long long n_predict, threads, top_k, n_ctx, repeat_last_n;
     double temp, top_p, min_p, repeat_penalty;
     uint64_t seed;
-    int seed_set, chat, interp, use_mmap, json, echo, no_tune;
+    int seed_set, chat, interp, use_mmap, json, echo, no_tune, interactive;
 } run_opts;
 
 static void run_help(void) {
@@ -703,7 +667,14 @@ static void run_help(void) {
            "  --repeat-penalty R      penalise recent tokens; 1 = off (default 1.0)\n"
            "  --repeat-last-n N       how many recent tokens the penalty sees (default 64)\n"
            "  -s, --seed S            sampling seed (default: random, printed)\n"
-           "  --chat                  wrap the prompt in the model's chat template\n"
+           "  -f, --file FILE         read the prompt from FILE\n"
+           "  --chat                  wrap the prompt in the model's chat template (its\n"
+           "                          tokenizer.chat_template; a warning and a built-in\n"
+           "                          format guessed from the vocabulary when it has none)\n"
+           "  --chat-template NAME    use the built-in format NAME: gemma, chatml, llama3, llama2\n"
+           "  -sys, --system TEXT     the system message (implies --chat)\n"
+           "  -i, --interactive       with --chat: a conversation, one user turn per line on\n"
+           "                          stdin (an empty line or end of input ends it)\n"
            "  -c, --ctx N             context (KV cache) length (default: min(training, 4096))\n"
            "  --mmap                  map the file instead of reading it into memory\n"
            "  --interp                run the reference interpreter instead of compiled code\n"
@@ -741,9 +712,11 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             run_help();
             return -1;
         }
-        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json") || IS("--echo") || IS("--no-tune")) {
+        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json") || IS("--echo") || IS("--no-tune") ||
+            IS("-i") || IS("--interactive")) {
             if (eq) return cmd_usage_error("run", "%s takes no value", flag);
             if (IS("--chat")) o->chat = 1;
+            else if (IS("-i") || IS("--interactive")) o->interactive = 1;
             else if (IS("--no-tune")) o->no_tune = 1;
             else if (IS("--interp")) o->interp = 1;
             else if (IS("--mmap")) o->use_mmap = 1;
@@ -753,7 +726,8 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         }
         static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--n-predict", "-t",
                                              "--threads", "--temp", "--top-k", "--top-p", "--min-p",
-                                             "--repeat-penalty", "--repeat-last-n", "-s", "--seed", "-c", "--ctx"};
+                                             "--repeat-penalty", "--repeat-last-n", "-s", "--seed", "-c", "--ctx",
+                                             "-f", "--file", "-sys", "--system", "--chat-template"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= IS(valued[k]);
         if (!known) return cmd_usage_error("run", "unknown option '%s'", a);
@@ -763,6 +737,12 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         const char *want = "";
         if (IS("-m") || IS("--model")) o->model = v;
         else if (IS("-p") || IS("--prompt")) o->prompt = v;
+        else if (IS("-f") || IS("--file")) o->prompt_file = v;
+        else if (IS("-sys") || IS("--system")) o->sys = v, o->chat = 1;
+        else if (IS("--chat-template")) {
+            o->chat_template = v, o->chat = 1;
+            if (!chat_is_builtin(v)) return cmd_usage_error("run", "unknown chat template '%s' (known: gemma, chatml, llama3, llama2)", v);
+        }
         else if (IS("-n") || IS("--n-predict")) bad = parse_int(v, 0, 1 << 30, &o->n_predict), want = "an integer >= 0";
         else if (IS("-t") || IS("--threads")) bad = parse_int(v, 1, 1024, &o->threads), want = "an integer in 1..1024";
         else if (IS("--temp")) bad = parse_num(v, 0, 1e6, &o->temp), want = "a number >= 0";
@@ -778,7 +758,11 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         if (bad) return cmd_usage_error("run", "bad value '%s' for %s: want %s", v, flag, want);
     }
     if (!o->model) return cmd_usage_error("run", "which model? give -m MODEL.gguf");
-    if (!o->prompt) return cmd_usage_error("run", "no prompt: give -p TEXT");
+    if (o->prompt && o->prompt_file) return cmd_usage_error("run", "give -p TEXT or -f FILE, not both");
+    if (o->interactive && !o->chat) return cmd_usage_error("run", "-i is a conversation: give --chat too");
+    if (o->interactive && o->json) return cmd_usage_error("run", "-i prints as it goes: no --json");
+    if (!o->prompt && !o->prompt_file && !o->interactive)
+        return cmd_usage_error("run", "no prompt: give -p TEXT or -f FILE");
     return 0;
 }
 
@@ -788,17 +772,34 @@ static int out_write(const char *s, size_t n, int *failed) {
     return *failed;
 }
 
+static void run_sampler_params(const run_opts *o, sampler_params *sp) {
+    sampler_params_init(sp);
+    sp->temperature = (float)o->temp;
+    sp->top_k = (int32_t)o->top_k;
+    sp->top_p = (float)o->top_p;
+    sp->min_p = (float)o->min_p;
+    sp->repeat_penalty = (float)o->repeat_penalty;
+    sp->repeat_last_n = (int32_t)o->repeat_last_n;
+    sp->seed = o->seed;
+}
+
 static int cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = run_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
     if (!o.seed_set) o.seed = random_seed();
+    char *file_text = NULL;
+    if (o.prompt_file && !(o.prompt = file_text = kiln_cli_read_text("run", o.prompt_file))) return 1;
 
     double load_s = 0;
     model *m = load_model("run", o.model, (int64_t)o.n_ctx, o.use_mmap, o.interp, (int)o.threads, &load_s);
-    if (!m) return 1;
+    if (!m) {
+        free(file_text);
+        return 1;
+    }
     if (first_run_search("run", m, o.no_tune)) {
         model_free(m);
+        free(file_text);
         return 1;
     }
     kiln_cli_print_arith("run", m);
@@ -809,6 +810,7 @@ static int cmd_run(int argc, char **argv) {
     if (tok_from_gguf(f, &tk, err, sizeof err) != KILN_OK) {
         fprintf(stderr, "kiln run: %s: %s\n", o.model, err);
         model_free(m);
+        free(file_text);
         return 1;
     }
     if (tok_n_vocab(tk) > model_n_vocab(m)) {
@@ -816,6 +818,7 @@ static int cmd_run(int argc, char **argv) {
                 (int)tok_n_vocab(tk), (long long)model_n_vocab(m));
         tok_free(tk);
         model_free(m);
+        free(file_text);
         return 1;
     }
     char desc[160], size[32];
@@ -829,24 +832,38 @@ static int cmd_run(int argc, char **argv) {
                   o.threads == 1 ? "" : "s");
     fprintf(stderr, "kiln run: %s, %s, %lld layers, vocab %lld, context %lld; %s\n", desc, size,
             (long long)hp->n_layer, (long long)model_n_vocab(m), (long long)model_n_ctx(m), how);
+    if (o.interactive) { /* a conversation on stdin (chat_loop.c) */
+        sampler_params isp;
+        run_sampler_params(&o, &isp);
+        kiln_cli_chat_announce("run", f, o.chat_template);
+        rc = kiln_cli_chat_loop(m, tk, o.chat_template, o.sys, o.prompt, &isp, o.n_predict);
+        free(file_text);
+        tok_free(tk);
+        model_free(m);
+        return rc;
+    }
 
-    /* the prompt, wrapped when --chat; special tokens are parsed only in templated text */
+    /* the prompt, rendered with the chat template when --chat; special tokens
+     * are parsed only in templated text */
     const char *text = o.prompt;
     char *wrapped = NULL;
     if (o.chat) {
-        const struct chat_template *ct = &chat_templates[chat_pick(f, tk, hp)];
-        size_t n = strlen(ct->before) + strlen(o.prompt) + strlen(ct->after) + 1;
-        wrapped = kiln_xmalloc(n);
-        snprintf(wrapped, n, "%s%s%s", ct->before, o.prompt, ct->after);
+        kiln_cli_chat_announce("run", f, o.chat_template);
+        chat_msg msgs[2];
+        int n_msgs = 0;
+        if (o.sys) msgs[n_msgs++] = (chat_msg){"system", o.sys};
+        msgs[n_msgs++] = (chat_msg){"user", o.prompt};
+        wrapped = kiln_cli_chat_text("run", f, o.chat_template, msgs, n_msgs);
+        if (!wrapped) {
+            free(file_text);
+            tok_free(tk);
+            model_free(m);
+            return 1;
+        }
         text = wrapped;
-        fprintf(stderr, "kiln run: chat template %s\n", ct->name);
     }
-    int n_prompt = tok_encode(tk, text, strlen(text), 1, o.chat, NULL, 0);
     int32_t *ptoks = NULL;
-    if (n_prompt > 0) {
-        ptoks = kiln_xmalloc((size_t)n_prompt * sizeof *ptoks);
-        tok_encode(tk, text, strlen(text), 1, o.chat, ptoks, n_prompt);
-    }
+    int n_prompt = kiln_cli_encode(tk, text, o.chat, &ptoks);
     free(wrapped);
     rc = 0;
     if (n_prompt <= 0) {
@@ -859,14 +876,7 @@ static int cmd_run(int argc, char **argv) {
         rc = 1;
     }
     sampler_params sp;
-    sampler_params_init(&sp);
-    sp.temperature = (float)o.temp;
-    sp.top_k = (int32_t)o.top_k;
-    sp.top_p = (float)o.top_p;
-    sp.min_p = (float)o.min_p;
-    sp.repeat_penalty = (float)o.repeat_penalty;
-    sp.repeat_last_n = (int32_t)o.repeat_last_n;
-    sp.seed = o.seed;
+    run_sampler_params(&o, &sp);
     sampler *smp = NULL;
     if (!rc && sampler_new(&sp, (int32_t)model_n_vocab(m), &smp, err, sizeof err) != KILN_OK) {
         fprintf(stderr, "kiln run: %s\n", err);
@@ -874,6 +884,7 @@ static int cmd_run(int argc, char **argv) {
     }
     if (rc) {
         free(ptoks);
+        free(file_text);
         tok_free(tk);
         model_free(m);
         return rc;
@@ -999,6 +1010,7 @@ static int cmd_run(int argc, char **argv) {
     free(gen);
     free(logits);
     free(ptoks);
+    free(file_text);
     tok_stream_free(ts);
     sampler_free(smp);
     tok_free(tk);
