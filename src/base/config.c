@@ -87,6 +87,13 @@ static void read_host(kiln_host_options *h) {
     h->device = num("KILN_DEVICE", 0);
     h->opencl_options = str("KILN_OPENCL_OPTIONS");
     h->nvrtc = str("KILN_NVRTC");
+    h->tune_s = 30;
+    const char *tune = str("KILN_TUNE");
+    if (tune) {
+        char *end;
+        double b = strtod(tune, &end);
+        if (!*end && b >= 0) h->tune_s = b;
+    }
 }
 
 void kiln_env_read(kiln_env *e) {

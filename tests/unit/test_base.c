@@ -20,7 +20,7 @@ static const char *const all_vars[] = {
     "KILN_TUNE_VERBOSE", "KILN_TUNE_WARM", "KILN_TUNE_INJECT_WRONG", "KILN_GTUNE_INJECT_WRONG",
     "KILN_CONTRACT_SCHED_SMALL", "KILN_CONTRACT_SCHED_LARGE", "KILN_GPU_CONTRACT", "KILN_GPU_GROUP",
     "KILN_GPU_RESIDENT", "KILN_GPU_EMIT_ONLY", "KILN_CUDA_ARCHS", "KILN_CC", "KILN_ISA", "KILN_CACHE_MAX_MB",
-    "KILN_RETUNE", "KILN_TUNEDB", "XDG_CACHE_HOME", "HOME", "KILN_DEVICE", "KILN_OPENCL_OPTIONS", "KILN_NVRTC",
+    "KILN_RETUNE", "KILN_TUNEDB", "XDG_CACHE_HOME", "HOME", "KILN_DEVICE", "KILN_OPENCL_OPTIONS", "KILN_NVRTC", "KILN_TUNE",
 };
 
 static void clear_all(void) {
@@ -46,6 +46,7 @@ static void test_defaults(void) {
           "host strings");
     CHECK(e.host.cache_max_bytes == (uint64_t)1024 << 20, "cache %llu", (unsigned long long)e.host.cache_max_bytes);
     CHECK(!e.host.retune && e.host.device == 0 && !e.host.opencl_options && !e.host.nvrtc, "host");
+    CHECK(e.host.tune_s == 30, "tune_s %g", e.host.tune_s);
     CASE_END();
 }
 
@@ -85,6 +86,7 @@ static void test_every_knob(void) {
     setenv("KILN_DEVICE", "2", 1);
     setenv("KILN_OPENCL_OPTIONS", "-cl-mad-enable", 1);
     setenv("KILN_NVRTC", "/lib/libnvrtc.so", 1);
+    setenv("KILN_TUNE", "2.5", 1);
     kiln_env e;
     kiln_env_read(&e);
     const kiln_compile_options *o = &e.compile;
@@ -107,6 +109,7 @@ static void test_every_knob(void) {
     CHECK(e.host.home && strcmp(e.host.home, "/h") == 0, "home");
     CHECK(e.host.opencl_options && strcmp(e.host.opencl_options, "-cl-mad-enable") == 0, "opencl options");
     CHECK(e.host.nvrtc && strcmp(e.host.nvrtc, "/lib/libnvrtc.so") == 0, "nvrtc");
+    CHECK(e.host.tune_s == 2.5, "tune_s %g", e.host.tune_s);
     /* kiln_compile_defaults is the compile part, read at the call */
     kiln_compile_options d = kiln_compile_defaults();
     CHECK(d.no_fuse && d.profile == 2 && d.inject_wrong == 3 && d.exact == 1, "defaults follow the environment");
@@ -131,6 +134,7 @@ static void test_readings(void) {
     setenv("KILN_POISON_RESULTS", "0", 1);
     setenv("KILN_CACHE_MAX_MB", "junk", 1); /* unreadable: the default */
     setenv("KILN_CC", "", 1);               /* empty: the default */
+    setenv("KILN_TUNE", "-1", 1);           /* negative: the default */
     kiln_env_read(&e);
     CHECK(!e.compile.no_fuse && !e.compile.no_egraph, "off switches");
     CHECK(!e.compile.exact && !e.host.retune, "exact %d retune %d", e.compile.exact, e.host.retune);
@@ -138,6 +142,7 @@ static void test_readings(void) {
           e.compile.stream_min);
     CHECK(!e.compile.tunedb_off && !e.compile.poison, "tunedb_off, poison");
     CHECK(e.host.cache_max_bytes == (uint64_t)1024 << 20 && strcmp(e.host.cc, "cc") == 0, "host defaults");
+    CHECK(e.host.tune_s == 30, "tune_s %g", e.host.tune_s);
     setenv("KILN_PROFILE", "1", 1);
     kiln_env_read(&e);
     CHECK(e.compile.profile == 1, "profile=1 prints: %d", e.compile.profile);
