@@ -48,7 +48,7 @@ typedef struct srv_request {
     size_t len, cap;
     size_t safe;       /* text[0 .. safe) cannot become part of a stop string */
     double *lp;        /* logprobs: per generated token */
-    size_t *off;       /* logprobs: where each token's text starts in text */
+    size_t *off;       /* per generated token: where its text starts in text */
     int n_gen;
     int done;          /* finished: finish is set */
     const char *finish; /* "stop", "length", or NULL while running */

@@ -315,10 +315,8 @@ srv_request *srv_api_parse(const srv_info *info, int chat, const char *body, siz
     long long room = info->n_ctx - r->n_prompt;
     if (max_tokens < 0) max_tokens = info->default_max_tokens >= 0 ? info->default_max_tokens : room;
     r->max_tokens = (int)(max_tokens < room + 1 ? max_tokens : room + 1);
-    if (r->logprobs) {
-        r->lp = kiln_xcalloc((size_t)r->max_tokens + 1, sizeof *r->lp);
-        r->off = kiln_xcalloc((size_t)r->max_tokens + 1, sizeof *r->off);
-    }
+    if (r->logprobs) r->lp = kiln_xcalloc((size_t)r->max_tokens + 1, sizeof *r->lp);
+    r->off = kiln_xcalloc((size_t)r->max_tokens + 1, sizeof *r->off);
     static unsigned long long next_id;
     snprintf(r->id, sizeof r->id, "%s-%llx%04llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)time(NULL),
              __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED) & 0xffff);

@@ -227,7 +227,8 @@ static void slot_step(srv_engine *e, slot *s) {
     pthread_mutex_lock(&r->mu);
     s->gen[r->n_gen] = id;
     s->counts[id]++;
-    if (r->logprobs) r->lp[r->n_gen] = lp, r->off[r->n_gen] = r->len;
+    if (r->logprobs) r->lp[r->n_gen] = lp;
+    r->off[r->n_gen] = r->len;
     r->n_gen++;
     append(r, piece, plen);
     int stopped = check_stop(r);

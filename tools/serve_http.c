@@ -137,15 +137,22 @@ static void next_event(conn *k) {
         set_pending(k, ev);
         append_pending(k, "data: [DONE]\n\n");
         k->finished = 1;
-    } else if (r->done) {
+    } else if (r->safe > k->sent) {
+        /* one event per token, as the text came, even when several are ready */
+        size_t to = r->safe;
+        for (int i = 0; i < r->n_gen; i++)
+            if (r->off[i] > k->sent) {
+                if (r->off[i] < to) to = r->off[i];
+                break;
+            }
+        set_pending(k, srv_api_chunk(info, r, k->sent, to, k->first, 0));
+        k->sent = to;
+        k->first = 0;
+    } else if (r->done) { /* every token sent: the finish reason */
         set_pending(k, srv_api_chunk(info, r, k->sent, r->len, k->first, 1));
         append_pending(k, "data: [DONE]\n\n");
         k->sent = r->len;
         k->finished = 1;
-    } else if (r->safe > k->sent) {
-        set_pending(k, srv_api_chunk(info, r, k->sent, r->safe, k->first, 0));
-        k->sent = r->safe;
-        k->first = 0;
     } else set_pending(k, kiln_xstrdup(": keep-alive\n\n"));
     pthread_mutex_unlock(&r->mu);
 }
