@@ -19,7 +19,9 @@ What is checked:
     shape mismatch, bad axis, unknown input, missing input, missing and
     malformed files, closed model, bad token id, bad sampling parameters,
     a prompt longer than the context, a freed program;
-  - help(kiln.Model) documents generate and stream.
+  - help(kiln.Model) documents generate and stream;
+  - README.md's Python examples run: the graph example as written, the
+    model example with the tiny model's path in place of the real one.
 """
 import json
 import os
@@ -239,6 +241,22 @@ def t_help():
     assert kiln.version() == kiln.__version__, (kiln.version(), kiln.__version__)
 
 
+def readme_block(name):
+    import re
+    text = open(os.path.join(kc.REPO, "README.md"), encoding="utf-8").read()
+    m = re.search(r"<!-- python-%s:begin -->\s*```python\n(.*?)```\s*<!-- python-%s:end -->" % (name, name), text, re.S)
+    assert m, "README.md has no python-%s block" % name
+    return m.group(1)
+
+
+def t_readme_examples():
+    exec(compile(readme_block("graph"), "README python-graph", "exec"), {})
+    src = readme_block("model")
+    assert '"models/gemma-3-270m-q4_k_m.gguf"' in src, src[:200]
+    src = src.replace('"models/gemma-3-270m-q4_k_m.gguf"', repr(MODEL) + ", tune=0")
+    exec(compile(src, "README python-model", "exec"), {})
+
+
 suite.case("softmax_symbolic_rows_vs_numpy", t_softmax_symbolic_rows)
 suite.case("operators_vs_numpy", t_operators)
 suite.case("explain_matches_cli", t_explain_matches_cli)
@@ -248,4 +266,5 @@ suite.case("gil_released_in_long_calls", t_gil_released)
 suite.case("graph_errors", t_graph_errors, isolate=True)
 suite.case("model_errors", t_model_errors, isolate=True)
 suite.case("help_documents_model", t_help)
+suite.case("readme_python_examples", t_readme_examples)
 suite.finish()
