@@ -246,11 +246,15 @@ void rt_gpu_release(kiln_program *p) {
 
 /* ---- memory ---- */
 
-/* runs need a device: not so after KILN_GPU_EMIT_ONLY */
-static kiln_status usable(const rt_gpu_program *gp, char *err, size_t errcap) {
+/* runs need a device: not so after KILN_GPU_EMIT_ONLY (told to the graph
+ * here, err left empty, so the executor adds nothing) */
+static kiln_status usable(kiln_program *p, char *err) {
+    const rt_gpu_program *gp = gpu_state(p);
     if (!gp->emit_only) return KILN_OK;
-    snprintf(err, errcap, "this %s program was compiled with KILN_GPU_EMIT_ONLY (source only, no device)",
-             gp->be->name);
+    graph_run_error(p->plan.g, KILN_ERR_UNSUPPORTED,
+                    "kiln_run: this %s program was compiled with KILN_GPU_EMIT_ONLY (source only, no device)",
+                    gp->be->name);
+    err[0] = 0;
     return KILN_ERR_UNSUPPORTED;
 }
 
@@ -286,7 +290,7 @@ static kiln_status own_mem(kiln_program *p, int32_t b, char *err, size_t errcap)
 /* an input or a state uploaded, unless resident and unchanged */
 kiln_status rt_gpu_bind(kiln_program *p, int32_t b, const void *host, size_t bytes, char *err, size_t errcap) {
     rt_gpu_program *gp = gpu_state(p);
-    kiln_status s = usable(gp, err, errcap);
+    kiln_status s = usable(p, err);
     if (s == KILN_OK) s = own_mem(p, b, err, errcap);
     if (s != KILN_OK) return s;
     int state = p->plan.sp.bufs[b].kind == SCH_BUF_STATE;
@@ -302,7 +306,7 @@ kiln_status rt_gpu_bind(kiln_program *p, int32_t b, const void *host, size_t byt
 kiln_status rt_gpu_place(kiln_program *p, size_t need, char *err, size_t errcap) {
     rt_gpu_program *gp = gpu_state(p);
     const sch_program *sp = &p->plan.sp;
-    kiln_status s = usable(gp, err, errcap);
+    kiln_status s = usable(p, err);
     if (s == KILN_OK) s = ensure(gp, &gp->arena, &gp->arena_cap, need, err, errcap);
     if (s != KILN_OK) {
         char why[1024];
@@ -316,7 +320,7 @@ kiln_status rt_gpu_place(kiln_program *p, size_t need, char *err, size_t errcap)
 
 kiln_status rt_gpu_result(kiln_program *p, int32_t b, void *host, char *err, size_t errcap) {
     (void)host;
-    kiln_status s = usable(gpu_state(p), err, errcap);
+    kiln_status s = usable(p, err);
     return s == KILN_OK ? own_mem(p, b, err, errcap) : s;
 }
 
@@ -325,7 +329,7 @@ kiln_status rt_gpu_begin(kiln_program *p, char *err, size_t errcap) {
     rt_gpu_program *gp = gpu_state(p);
     const sch_program *sp = &p->plan.sp;
     const rt_gpu_ops *ops = gp->ops;
-    kiln_status s = usable(gp, err, errcap);
+    kiln_status s = usable(p, err);
     if (s != KILN_OK) return s;
     uint32_t nv = p->run.nvalues;
     size_t vb = ((size_t)nv + 1) * sizeof(int64_t), ob = ((size_t)sp->nbufs + 1) * sizeof(int64_t);
