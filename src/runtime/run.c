@@ -283,6 +283,7 @@ static kiln_status quantize_step(kiln_program *p, const sch_kernel *K, char *err
     const rt_backend *be = p->plan.be;
     kiln_dtype t = p->plan.sp.bufs[K->out_buf].dtype;
     size_t sb = p->run.bytes[K->src_buf], db = p->run.bytes[K->out_buf];
+    /* on a device: the f32 source and the blocks staged in host memory */
     void *tmp = be->caps & RT_CAP_HOST_MEMORY ? NULL : kiln_xmalloc(sb + db + 16);
     void *src = NULL, *dst = NULL;
     kiln_status s = be->host_step(p, K->src_buf, 1, tmp, &src, err, errcap);
@@ -293,7 +294,6 @@ static kiln_status quantize_step(kiln_program *p, const sch_kernel *K, char *err
         s = KILN_ERR_UNSUPPORTED;
     }
     if (s == KILN_OK) s = be->host_step(p, K->out_buf, 0, dst, &dst, err, errcap);
-    (void)db;
     free(tmp);
     return s;
 }
@@ -394,8 +394,6 @@ static kiln_status fetch_outputs(kiln_program *p, output_value *res) {
     }
     return KILN_OK;
 }
-
-kiln_status rt_tune_after_run(kiln_program *p, kiln_status s);
 
 kiln_status rt_program_run(kiln_program *p) {
     kiln_graph *g = p->plan.g;
