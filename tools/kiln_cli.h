@@ -10,7 +10,10 @@
 #ifndef KILN_CLI_H
 #define KILN_CLI_H
 
+#include "chat.h"
 #include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
 
 /* kiln.c: a model new to this machine is searched before it runs (no_tune,
  * KILN_TUNE=0 or an exact program skips it) */
@@ -20,5 +23,20 @@ int kiln_cli_first_run_search(const char *cmd, model *m, int no_tune);
 int cmd_perplexity(int argc, char **argv);
 /* "kiln CMD: N contractions: decode ... ; prefill ..." on stderr (compiled models only) */
 void kiln_cli_print_arith(const char *cmd, model *m);
+
+/* chat_cli.c: chat for run and serve */
+char *kiln_cli_read_text(const char *cmd, const char *path); /* whole file, NUL-terminated */
+/* one stderr line: which template --chat uses; a warning when the model has none */
+void kiln_cli_chat_announce(const char *cmd, gguf_file *f, const char *tmpl);
+/* the conversation rendered with the generation prompt (chat_render) */
+char *kiln_cli_chat_text(const char *cmd, gguf_file *f, const char *tmpl, const chat_msg *msgs, int n);
+/* text to ids with BOS as the tokenizer adds it (one, even when the template
+ * wrote one too); special: parse control tokens. Returns the count (ids in *out)
+ * or <= 0 with *out NULL. */
+int kiln_cli_encode(const tokenizer *tk, const char *text, int special, int32_t **out);
+
+/* chat_loop.c: kiln run --chat -i; first (may be NULL) is the first user turn */
+int kiln_cli_chat_loop(model *m, const tokenizer *tk, const char *tmpl, const char *sys, const char *first,
+                       const sampler_params *sp, long long n_predict);
 
 #endif
