@@ -193,8 +193,20 @@ static enum MHD_Result run_request(srv_http *h, struct MHD_Connection *c, conn *
         MHD_destroy_response(resp);
         return ret;
     }
+    /* wait for the result; a client that closed its connection meanwhile
+     * cancels the request (its slot is freed at the engine's next step) */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
     pthread_mutex_lock(&r->mu);
-    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    while (!r->done) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 200 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        if (!pthread_cond_timedwait(&r->cv, &r->mu, &until) || fd < 0) continue;
+        char b;
+        if (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) r->cancelled = 1;
+    }
     char *body = r->error[0] ? srv_api_error_json(500, r->error) : srv_api_result_json(h->info, r);
     int failed = r->error[0] != 0;
     pthread_mutex_unlock(&r->mu);

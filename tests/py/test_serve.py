@@ -261,6 +261,13 @@ def t_disconnect():
     assert b"data: " in buf, buf[:200]
     s.close()
     assert wait_idle(SRV), "the slot of a client that went away is still busy"
+    # not streaming: the server notices the closed connection while it waits
+    s = socket.create_connection(("127.0.0.1", SRV.port), timeout=30)
+    b = json.dumps({"prompt": "the cat", "max_tokens": CTX, "temperature": 0.8}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
+    s.close()
+    assert wait_idle(SRV), "the slot of a non-streaming client that went away is still busy"
     assert complete(SRV.client(), PROMPTS[0], n=4)[0]
 
 
