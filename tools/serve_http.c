@@ -14,7 +14,8 @@
  *
  * Limits: body (max_body; 413), headers (MHD's connection memory; 431),
  * connections (max_connections, beyond which MHD refuses), idle time
- * (timeout_s). Every answer other than a stream is JSON.
+ * (timeout_s), a request's whole time (request_timeout_s: a queued request
+ * is refused, a running one ends with finish_reason "length"). Every answer other than a stream is JSON.
  */
 #ifdef KILN_HAVE_SERVE
 
@@ -178,6 +179,7 @@ static enum MHD_Result run_request(srv_http *h, struct MHD_Connection *c, conn *
     char msg[512];
     srv_request *r = srv_api_parse(h->info, k->route == ROUTE_CHAT, k->body ? k->body : "", k->len, &status, msg, sizeof msg);
     if (!r) return respond_error(c, (unsigned)status, msg);
+    r->deadline = srv_now() + h->o.request_timeout_s;
     if (srv_engine_submit(h->engine, r)) {
         srv_request_release(r);
         return respond_error(c, 503, "the server is busy: every slot is in use and the queue is full; retry later");
