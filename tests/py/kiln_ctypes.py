@@ -227,8 +227,8 @@ class _Lib:
             fn.restype = res
             fn.argtypes = args
             setattr(self, name, fn)
-        libc = ctypes.CDLL(None)
-        self.free = libc.free
+        # what the library malloc'd is released by the library (kiln_free)
+        self.free = self.dll.kiln_free
         self.free.argtypes = [_vp]
         self.free.restype = None
 
