@@ -1011,7 +1011,16 @@ static void apply_tuning_db(kiln_program *p) {
             sch_tune_record r;
             int exact = 0;
             sch_contract_sched sc;
-            if (!sch_tunedb_lookup(p->fingerprint, K->contract->key, bucket, &r, &exact)) continue;
+            if (!sch_tunedb_lookup(p->fingerprint, K->contract->key, bucket, &r, &exact)) {
+                /* none of its own: this machine's record at another thread
+                 * count, or for a neighbouring shape, seeds its search */
+                if (sch_tunedb_lookup_near(p->fingerprint, K->contract->key, bucket, &r) &&
+                    sch_contract_sched_parse(r.schedule, &sc)) {
+                    p->seeds[k * 2 + b] = sc;
+                    p->has_seed[k * 2 + b] = 1;
+                }
+                continue;
+            }
             if (!sch_contract_sched_parse(r.schedule, &sc)) continue; /* never trusted */
             if (exact && !rt_retune()) {
                 K->contract->sched[b] = sc;
