@@ -228,6 +228,10 @@ def t_stop_strings():
     got = "".join(ch.choices[0].text or "" for ch in cl.completions.create(
         model="m", prompt=PROMPTS[2], max_tokens=16, temperature=0, stop=stop, stream=True))
     assert got == cut, (got, cut)
+    # a repeated "stop" key: the last counts (once an overflow of the stop list, found by make fuzz-serve)
+    body = '{"prompt": "the cat", "max_tokens": 4, ' + ", ".join(['"stop": ["a", "b", "c", "d"]'] * 3) + "}"
+    st, data = SRV.request("POST", "/v1/completions", body)
+    assert st == 200, (st, data[:200])
 
 
 def t_sampling_fields():
