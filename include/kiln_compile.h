@@ -47,6 +47,10 @@ typedef struct kiln_compile_options {
     int exact;           /* 1 = kiln's exact evaluation: every contraction in f32 arithmetic (no bf16
                             tiles, no int8 activations), no tuning DB, no schedule search; the
                             default is 1 when $KILN_EXACT is 1 */
+    int fixed_defaults;  /* 1 = a contraction without a tuning record runs kiln's fixed f32
+                            default schedule; 0 (the default, unless $KILN_FIXED_DEFAULTS is 1) =
+                            the cost model's first choice for its shape, which may take int8 or
+                            bf16 arithmetic as a search would */
 } kiln_compile_options;
 
 /* options with every field at its default */
