@@ -27,7 +27,8 @@ PROGRESS = ctypes.CFUNCTYPE(None, _vp, _cp, _d)
 
 
 class CompileOptions(ctypes.Structure):
-    _fields_ = [("backend", _cp), ("threads", _i), ("search_budget", _d), ("vector", _i), ("exact", _i)]
+    _fields_ = [("backend", _cp), ("threads", _i), ("search_budget", _d), ("vector", _i), ("exact", _i),
+                ("fixed_defaults", _i)]
 
 
 class LlmParams(ctypes.Structure):
