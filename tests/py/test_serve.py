@@ -228,6 +228,34 @@ def t_stop_strings():
     got = "".join(ch.choices[0].text or "" for ch in cl.completions.create(
         model="m", prompt=PROMPTS[2], max_tokens=16, temperature=0, stop=stop, stream=True))
     assert got == cut, (got, cut)
+    # a repeated "stop" key: the last counts (once an overflow of the stop list, found by make fuzz-serve)
+    body = '{"prompt": "the cat", "max_tokens": 4, ' + ", ".join(['"stop": ["a", "b", "c", "d"]'] * 3) + "}"
+    st, data = SRV.request("POST", "/v1/completions", body)
+    assert st == 200, (st, data[:200])
+
+
+def t_sampling_fields():
+    cl = SRV.client()
+    # seeded sampling repeats itself; another seed (almost surely) differs somewhere
+    a = [cl.completions.create(model="m", prompt=PROMPTS[3], max_tokens=16, temperature=1.5, top_p=1, extra_body={"top_k": 0, "min_p": 0},
+                               seed=s).choices[0].text for s in (5, 5, 6)]
+    assert a[0] == a[1], a
+    # the chosen tokens' log-probabilities: they spell the text, each <= 0
+    r = cl.completions.create(model="m", prompt=PROMPTS[0], max_tokens=8, temperature=0, logprobs=0)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text and len(lp.token_logprobs) == r.usage.completion_tokens, lp
+    assert all(x <= 1e-9 for x in lp.token_logprobs), lp.token_logprobs
+    c = cl.chat.completions.create(model="m", messages=[{"role": "user", "content": "the cat"}], max_tokens=6,
+                                   temperature=0, logprobs=True)
+    items = c.choices[0].logprobs.content
+    assert "".join(t.token for t in items) == c.choices[0].message.content and all(t.logprob <= 1e-9 for t in items)
+    # penalties change what greedy decoding picks once tokens repeat
+    r0 = cl.completions.create(model="m", prompt=PROMPTS[0], max_tokens=24, temperature=0, logprobs=0)
+    plain, toks = r0.choices[0].text, r0.choices[0].logprobs.tokens
+    pen, _ = complete(cl, PROMPTS[0], n=24, frequency_penalty=2.0, presence_penalty=2.0)
+    assert len(set(toks)) < len(toks), "24 greedy tokens of a tiny vocabulary repeat one: %r" % toks
+    assert pen != plain, (pen, plain)
+    assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
 def raw_stream(port, body, read_events=1):
@@ -412,6 +440,7 @@ if SRV:
     suite.case("chat_stream", t_chat_stream)
     suite.case("concurrent_greedy", t_concurrent)
     suite.case("stop_strings", t_stop_strings)
+    suite.case("sampling_fields", t_sampling_fields)
     suite.case("disconnect_frees_slot", t_disconnect)
     suite.case("bad_inputs", t_bad_inputs)
     suite.case("fuzz_and_slow_clients", t_fuzz_and_slow_clients)
