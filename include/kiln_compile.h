@@ -146,6 +146,13 @@ KILN_API void kiln_program_search_status(const kiln_program *p, kiln_search_stat
  * a search yet: all of them on a machine that never tuned this model */
 KILN_API int kiln_program_untuned(const kiln_program *p);
 
+/* ---- the tuning DB ----------------------------------------------------------
+ * Every valid record of the DB in use ($KILN_TUNEDB, else the cache's
+ * tune.db) as JSON: {"path": ..., "damaged": lines skipped, "records":
+ * [{"fingerprint", "key", "bucket", "schedule", "best_s", "base_s", "tried",
+ * "rejected", "date", "ir_version"}, ...]}. malloc'd: kiln_free. */
+KILN_API char *kiln_tunedb_json(void);
+
 /* ---- CUDA without a device ------------------------------------------------
  * kiln_cuda_compile_check compiles CUDA source with NVRTC for arch
  * ("sm_80", "sm_90"): KILN_OK when NVRTC accepts it (*bin_bytes: the size of
