@@ -47,6 +47,10 @@ typedef struct kiln_compile_options {
     int exact;           /* 1 = kiln's exact evaluation: every contraction in f32 arithmetic (no bf16
                             tiles, no int8 activations), no tuning DB, no schedule search; the
                             default is 1 when $KILN_EXACT is 1 */
+    int fixed_defaults;  /* 1 = a contraction without a tuning record runs kiln's fixed f32
+                            default schedule; 0 (the default, unless $KILN_FIXED_DEFAULTS is 1) =
+                            the cost model's first choice for its shape, which may take int8 or
+                            bf16 arithmetic as a search would */
 } kiln_compile_options;
 
 /* options with every field at its default */
@@ -154,6 +158,13 @@ KILN_API void kiln_program_search_status(const kiln_program *p, kiln_search_stat
 /* contraction (kernel, bucket) slots with no schedule from the tuning DB or
  * a search yet: all of them on a machine that never tuned this model */
 KILN_API int kiln_program_untuned(const kiln_program *p);
+
+/* ---- the tuning DB ----------------------------------------------------------
+ * Every valid record of the DB in use ($KILN_TUNEDB, else the cache's
+ * tune.db) as JSON: {"path": ..., "damaged": lines skipped, "records":
+ * [{"fingerprint", "key", "bucket", "schedule", "best_s", "base_s", "tried",
+ * "rejected", "date", "ir_version"}, ...]}. malloc'd: kiln_free. */
+KILN_API char *kiln_tunedb_json(void);
 
 /* ---- CUDA without a device ------------------------------------------------
  * kiln_cuda_compile_check compiles CUDA source with NVRTC for arch

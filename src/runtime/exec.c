@@ -37,6 +37,8 @@ kiln_compile_options kiln_compile_defaults(void) {
     o.backend = NULL; /* $KILN_BACKEND, else "cpu" (rt_backend_find) */
     const char *ex = getenv("KILN_EXACT");
     o.exact = ex && strcmp(ex, "1") == 0;
+    const char *fd = getenv("KILN_FIXED_DEFAULTS");
+    o.fixed_defaults = fd && strcmp(fd, "1") == 0;
     return o;
 }
 
@@ -137,6 +139,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->plan.be = be;
     p->plan.compiling = 1;
     p->plan.exact = o.exact != 0;
+    p->plan.fixed_defaults = o.fixed_defaults != 0;
     if (p->plan.exact) o.search_budget = 0;
     p->tune.budget = o.search_budget;
     const char *inj = getenv("KILN_TUNE_INJECT_WRONG");
@@ -276,7 +279,17 @@ int kiln_program_untuned(const kiln_program *p) {
  * (gemma3-270m's program grew from 2.0 to 3.1 MB of C after its first search) */
 static double recompile_estimate(const kiln_program *p) {
     size_t len = p->plan.source ? strlen(p->plan.source) : 0;
-    return 1.5 * rt_cc_seconds_per_byte() * (double)len;
+    /* a machine busier than its cores stretches a compile by about the load
+     * per core (a tiny program measured 0.55 s estimated against 6.4 s real
+     * at load 11.6 on 2 cores); overestimating only shortens the search */
+    double load = 0, stretch = 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
+        fclose(f);
+    }
+    return stretch * (1.5 * rt_cc_seconds_per_byte() * (double)len + 0.25);
 }
 
 /* settle, unsearched, every kernel whose group (same key: one search
@@ -404,8 +417,12 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
         double t = rt_mono_s();
         p->tune.retune = 0;
         rt_cpu_drop_pack_copies(p);
+        double est = recompile_estimate(p);
         s = rt_cpu_emit_and_load(p, err, sizeof err);
         p->tune.spent += rt_mono_s() - t;
+        if (getenv("KILN_TUNE_VERBOSE"))
+            fprintf(stderr, "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s)\n",
+                    rt_mono_s() - t, est);
         if (s != KILN_OK) graph_run_error(p->plan.g, s, "kiln: recompiling with the tuned schedules: %s", err);
     }
     free(p->tune.plan_w);
@@ -505,6 +522,24 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     return 1;
 }
 
+/* every contraction slot without a record takes the cost model's first
+ * choice for its shape (a prefill-sized M of 256 for the large-M bucket);
+ * slots whose sizes besides M are symbolic keep the fixed default */
+static void cost_model_defaults(kiln_program *p) {
+    for (int32_t k = 0; k < p->plan.sp.nkernels; k++) {
+        sch_kernel *K = &p->plan.sp.kernels[k];
+        if (!cg_contract_emittable(&p->plan.sp, K, p->plan.isa)) continue;
+        for (int b = 0; b < 2; b++) {
+            sch_contract_shape sh;
+            sch_contract_sched sc;
+            if (p->tune.tuned[k * 2 + b] || (K->contract->mdim < 0 && b == 1)) continue;
+            if (!contract_shape(p, k, NULL, b, &sh)) continue;
+            if (b == 1) sh.m = 256;
+            if (rt_tune_cost_first(&p->plan.sp, k, &sh, p->plan.isa, &sc)) K->contract->sched[b] = sc;
+        }
+    }
+}
+
 /* schedules from the tuning DB: this machine's records are used as they
  * are (no search); another machine's only seed a search */
 void rt_tune_apply_db(kiln_program *p) {
@@ -547,7 +582,16 @@ void rt_tune_apply_db(kiln_program *p) {
             sch_tune_record r;
             int exact = 0;
             sch_contract_sched sc;
-            if (!sch_tunedb_lookup(p->tune.fingerprint, K->contract->key, bucket, &r, &exact)) continue;
+            if (!sch_tunedb_lookup(p->tune.fingerprint, K->contract->key, bucket, &r, &exact)) {
+                /* none of its own: this machine's record at another thread
+                 * count, or for a neighbouring shape, seeds its search */
+                if (sch_tunedb_lookup_near(p->tune.fingerprint, K->contract->key, bucket, &r) &&
+                    sch_contract_sched_parse(r.schedule, &sc)) {
+                    p->tune.seeds[k * 2 + b] = sc;
+                    p->tune.has_seed[k * 2 + b] = 1;
+                }
+                continue;
+            }
             if (!sch_contract_sched_parse(r.schedule, &sc)) continue; /* never trusted */
             if (exact && !rt_retune()) {
                 K->contract->sched[b] = sc;
@@ -577,6 +621,9 @@ void rt_tune_apply_db(kiln_program *p) {
             p->tune.tuned[k * 2 + b] = 1;
         }
     }
+    /* no record: the cost model's first choice (what a search would time
+     * first), not the fixed default */
+    if (!p->plan.exact && !p->plan.fixed_defaults) cost_model_defaults(p);
     /* a schedule the micro-kernel cannot take (a record from a newer kiln,
      * int8 arithmetic on a CPU without VNNI, AMX bf16 without amx_bf16,
      * packed bf16 without avx512_bf16), or any approximate arithmetic in an

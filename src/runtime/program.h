@@ -31,6 +31,7 @@ typedef struct rt_plan {
     char *source;     /* the generated source of the code now loaded */
     cg_isa isa;
     int exact;        /* kiln_compile_options.exact: f32 contractions only, no tuning DB, no search */
+    int fixed_defaults; /* kiln_compile_options.fixed_defaults: no record = the fixed f32 default */
     rt_pool *pool;    /* the threads kernels run on (one on device backends) */
     rt_module *mod;   /* host-code backends: the loaded code */
     rt_kernel_fn *fns; /* host-code backends: per kernel (NULL for host steps) */
