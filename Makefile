@@ -143,5 +143,16 @@ fuzz-chat:
 	    src/base/base.c -lm -o $(BUILD)/fuzz_chat
 	$(BUILD)/fuzz_chat -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 $(BUILD)/fuzz-chat-corpus
 
+# libFuzzer on kiln serve's request parser (tools/serve_api.c; needs the server's libraries)
+fuzz-serve: $(BUILD)/libkiln.a
+	@mkdir -p $(BUILD)/fuzz-serve-corpus
+	printf '\001{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stop": ["x"], "logprobs": true}' \
+	    > $(BUILD)/fuzz-serve-corpus/chat.json
+	printf '\000{"prompt": "Hello", "temperature": 0.5, "seed": 3, "stream": true}' > $(BUILD)/fuzz-serve-corpus/completion.json
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined $(SERVE_CFLAGS) \
+	    -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/runtime -Itools tests/fuzz/fuzz_serve_api.c tools/serve_api.c \
+	    tools/serve_engine.c tools/chat_cli.c $(BUILD)/libkiln.a $(SERVE_LIBS) $(LDLIBS) -o $(BUILD)/fuzz_serve_api
+	$(BUILD)/fuzz_serve_api -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 $(BUILD)/fuzz-serve-corpus
+
 clean:
 	rm -rf build/obj build/tests build/lib* build/kiln build-asan build-clang

@@ -48,6 +48,10 @@ typedef struct kiln_compile_options {
     int exact;           /* 1 = kiln's exact evaluation: every contraction in f32 arithmetic (no bf16
                             tiles, no int8 activations), no tuning DB, no schedule search; the
                             default is 1 when $KILN_EXACT is 1 */
+    int fixed_defaults;  /* 1 = a contraction without a tuning record runs kiln's fixed f32
+                            default schedule; 0 (the default, unless $KILN_FIXED_DEFAULTS is 1) =
+                            the cost model's first choice for its shape, which may take int8 or
+                            bf16 arithmetic as a search would */
     /* the knobs: 0 / NULL means the normal behaviour; the variable in brackets
      * is what kiln_compile_defaults reads. String fields must stay valid
      * during kiln_compile. */
@@ -116,6 +120,19 @@ KILN_API int kiln_program_exact(const kiln_program *p);
 /* bytes of the intermediate arena planned for the last run (0 before one) */
 KILN_API size_t kiln_program_arena_bytes(const kiln_program *p);
 
+/* the backends kiln was built with (src/runtime/registry.c), the CPU first:
+ * the i-th one's name ("cpu"), NULL past the end */
+KILN_API const char *kiln_backend_name(int i);
+/* every name, comma-separated ("cpu, opencl, cuda"; static) */
+KILN_API const char *kiln_backend_names(void);
+/* the backend's name for tables ("CPU"); name NULL or "": $KILN_BACKEND, else
+ * the CPU (as for every function here); NULL for an unknown name */
+KILN_API const char *kiln_backend_label(const char *name);
+/* 1 when the backend runs on host memory (inputs used in place), else 0 */
+KILN_API int kiln_backend_host_memory(const char *name);
+/* the fingerprint its tuning records carry (malloc'd), NULL when it has no device */
+KILN_API char *kiln_backend_fingerprint(const char *name);
+
 /* `kiln device`: the hardware fingerprint and measured peaks, as text or JSON
  * (json != 0). Measuring takes about a second. malloc'd; caller frees. */
 KILN_API char *kiln_device_report(int json);
@@ -169,6 +186,13 @@ KILN_API void kiln_program_search_status(const kiln_program *p, kiln_search_stat
 /* contraction (kernel, bucket) slots with no schedule from the tuning DB or
  * a search yet: all of them on a machine that never tuned this model */
 KILN_API int kiln_program_untuned(const kiln_program *p);
+
+/* ---- the tuning DB ----------------------------------------------------------
+ * Every valid record of the DB in use ($KILN_TUNEDB, else the cache's
+ * tune.db) as JSON: {"path": ..., "damaged": lines skipped, "records":
+ * [{"fingerprint", "key", "bucket", "schedule", "best_s", "base_s", "tried",
+ * "rejected", "date", "ir_version"}, ...]}. malloc'd: kiln_free. */
+KILN_API char *kiln_tunedb_json(void);
 
 /* ---- CUDA without a device ------------------------------------------------
  * kiln_cuda_compile_check compiles CUDA source with NVRTC for arch

@@ -488,12 +488,16 @@ static int online_cores(void) {
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 
-/* load (and compile unless interp) with a ticker; prints the error and
+/* load (and compile unless interp) with a ticker; n_ctx: cache rows (0: the
+ * model's default; < 0: at least -n_ctx, the default when that holds them).
+ * Prints the error and
  * returns NULL on failure */
 static model *load_model(const char *cmd, const char *path, int64_t n_ctx, int mmap_file, int interp, int threads,
                          double *secs) {
     model_options o = model_default_options();
-    o.n_ctx = n_ctx;
+    /* n_ctx < 0: at least -n_ctx rows, the model's default when that holds them */
+    o.n_ctx = n_ctx > 0 ? n_ctx : 0;
+    o.n_ctx_min = n_ctx < 0 ? -n_ctx : 0;
     o.gguf_flags = mmap_file ? 0u : (unsigned)GGUF_OPEN_READ;
     o.compiled = !interp;
     o.threads = threads;
@@ -1058,12 +1062,10 @@ static uint64_t bench_rng(uint64_t *s) {
 /* the backend a bench row ran on: "interp", or $KILN_BACKEND (set by
  * --backend), "cpu" by default; upper-case for the table (llama-bench's "CPU") */
 static const char *bench_backend_label(int interp, int upper) {
-    const char *be = getenv("KILN_BACKEND");
     if (interp) return "interp";
-    if (!be || !*be || strcmp(be, "cpu") == 0) return upper ? "CPU" : "cpu";
-    if (strcmp(be, "cuda") == 0) return upper ? "CUDA" : "cuda";
-    if (strcmp(be, "opencl") == 0) return upper ? "OpenCL" : "opencl";
-    return be;
+    const char *label = kiln_backend_label(NULL), *name = getenv("KILN_BACKEND");
+    if (!label) return name; /* unknown: as given */
+    return upper ? label : name && *name ? name : kiln_backend_name(0);
 }
 
 /* fills a fresh cache with depth random tokens (untimed): the context of the
@@ -1167,7 +1169,9 @@ static int cmd_bench(int argc, char **argv) {
     int header = 0;
     for (int ti = 0; ti < nth && !rc; ti++) {
         double load_s = 0;
-        model *m = load_model("bench", path, (int64_t)maxlen, use_mmap, interp, (int)ths[ti], &load_s);
+        /* the model's default context when it holds the longest test: the
+         * same compiled code as `kiln run` (the cache length is compiled in) */
+        model *m = load_model("bench", path, -(int64_t)maxlen, use_mmap, interp, (int)ths[ti], &load_s);
         if (!m) {
             rc = 1;
             break;
@@ -1382,14 +1386,7 @@ static size_t tune_key_short(const char *key) {
 
 /* the fingerprint records must carry to be this machine's: the CPU's, or
  * with --backend opencl|cuda that backend's device's (NULL without one) */
-static char *backend_fingerprint(void) {
-    const rt_gpu_ops *ops = rt_gpu_find(getenv("KILN_BACKEND"));
-    if (!ops) return kiln_device_fingerprint();
-    rt_gpu *dev = NULL;
-    char err[512];
-    if (rt_gpu_default_device(ops, &dev, err, sizeof err) != KILN_OK) return NULL;
-    return ops->fingerprint(dev);
-}
+static char *backend_fingerprint(void) { return kiln_backend_fingerprint(NULL); }
 
 static int tune_show(int json) {
     int n = 0, damaged = 0;
@@ -1697,10 +1694,10 @@ static int take_backend_option(int *argc, char **argv) {
             argv[out++] = argv[i];
             continue;
         }
-        if (strcmp(v, "cpu") != 0 && strcmp(v, "opencl") != 0 && strcmp(v, "cuda") != 0)
-            return cmd_usage_error(argv[1], "unknown backend '%s' (available: cpu, opencl, cuda)", v);
+        if (!v[0] || !kiln_backend_label(v))
+            return cmd_usage_error(argv[1], "unknown backend '%s' (available: %s)", v, kiln_backend_names());
         setenv("KILN_BACKEND", v, 1);
-        if (strcmp(v, "cpu") != 0) setenv("KILN_GPU_RESIDENT", "1", 0);
+        if (!kiln_backend_host_memory(v)) setenv("KILN_GPU_RESIDENT", "1", 0);
     }
     *argc = out;
     argv[out] = NULL;

@@ -37,6 +37,7 @@ static void read_compile(kiln_compile_options *o) {
     memset(o, 0, sizeof *o);
     o->backend = str("KILN_BACKEND");
     o->exact = is_one("KILN_EXACT");
+    o->fixed_defaults = is_one("KILN_FIXED_DEFAULTS");
     o->no_egraph = is_zero("KILN_EGRAPH");
     o->eg_plain = is_set("KILN_EG_PLAIN");
     o->no_fuse = is_zero("KILN_FUSE");

@@ -88,6 +88,7 @@ class CompileOptions(ctypes.Structure):
     """kiln_compile_options (include/kiln_compile.h)"""
     _fields_ = [("backend", ctypes.c_char_p), ("threads", ctypes.c_int),
                 ("search_budget", ctypes.c_double), ("vector", ctypes.c_int), ("exact", ctypes.c_int),
+                ("fixed_defaults", ctypes.c_int),
                 # the knobs (kiln_compile_defaults fills them from KILN_*; every field, in order, since
                 # the struct is returned by value and must have the C size)
                 ("no_egraph", ctypes.c_int), ("eg_plain", ctypes.c_int), ("no_fuse", ctypes.c_int),

@@ -8,7 +8,9 @@ first column must list exactly those names; each row's field must exist:
 `compile.x` a member of kiln_compile_options (include/kiln_compile.h),
 `host.x` a member of kiln_host_options (src/base/config.h), a `tools/...`
 path a file that reads the variable. And getenv appears in at most two
-files of src/ (issue 33). The comparison itself is tested on made-up
+files of src/ (issue 33). The ctypes mirrors of kiln_compile_options
+(tests/py/kiln_ctypes.py, python/kiln/_lib.py) list its fields in order: the
+struct is returned by value, so a shorter mirror is written past its end. The comparison itself is tested on made-up
 inputs, so a checker that reads nothing cannot pass.
 """
 import os
@@ -136,6 +138,28 @@ def test_getenv_in_at_most_two_src_files():
     assert len(files) <= 2, "getenv in %d files of src/: %s" % (len(files), ", ".join(files))
 
 
+def struct_members_in_order(text, name):
+    m = re.search(r"typedef struct %s \{(.*?)\} %s;" % (name, name), strip_comments(text), re.S)
+    assert m, "no struct %s" % name
+    return re.findall(r"(\w+)\s*[,;]", m.group(1))
+
+
+def ctypes_fields(text, cls):
+    m = re.search(r"class %s\(ctypes\.Structure\):.*?_fields_ = \[(.*?)\]\n" % cls, text, re.S)
+    assert m, "no %s in the file" % cls
+    return re.findall(r'\("(\w+)",', m.group(1))
+
+
+def test_ctypes_mirrors_match():
+    want = struct_members_in_order(read("include/kiln_compile.h"), "kiln_compile_options")
+    assert len(want) > 20 and want[:2] == ["backend", "threads"], want
+    for path in ("tests/py/kiln_ctypes.py", "python/kiln/_lib.py"):
+        if not os.path.exists(os.path.join(REPO, path)):
+            continue
+        got = ctypes_fields(read(path), "CompileOptions")
+        assert got == want, "%s: CompileOptions fields %r, kiln_compile_options has %r" % (path, got, want)
+
+
 def test_compare_finds_differences():
     rows = [(["KILN_A"], "compile.a"), (["KILN_B", "KILN_C"], "host.b"), (["KILN_T"], "tools/x.c"),
             (["KILN_Z"], "compile.nope")]
@@ -153,4 +177,5 @@ def test_compare_finds_differences():
 suite.case("config_table_matches_code", test_table_matches_code)
 suite.case("getenv_in_at_most_two_src_files", test_getenv_in_at_most_two_src_files)
 suite.case("config_table_checker_finds_differences", test_compare_finds_differences)
+suite.case("compile_options_ctypes_mirrors_match", test_ctypes_mirrors_match)
 suite.finish()

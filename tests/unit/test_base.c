@@ -20,7 +20,7 @@ static const char *const all_vars[] = {
     "KILN_TUNE_VERBOSE", "KILN_TUNE_WARM", "KILN_TUNE_INJECT_WRONG", "KILN_GTUNE_INJECT_WRONG",
     "KILN_CONTRACT_SCHED_SMALL", "KILN_CONTRACT_SCHED_LARGE", "KILN_GPU_CONTRACT", "KILN_GPU_GROUP",
     "KILN_GPU_RESIDENT", "KILN_GPU_EMIT_ONLY", "KILN_CUDA_ARCHS", "KILN_CC", "KILN_ISA", "KILN_CACHE_MAX_MB",
-    "KILN_RETUNE", "KILN_TUNEDB", "XDG_CACHE_HOME", "HOME", "KILN_DEVICE", "KILN_OPENCL_OPTIONS", "KILN_NVRTC", "KILN_TUNE",
+    "KILN_RETUNE", "KILN_TUNEDB", "XDG_CACHE_HOME", "HOME", "KILN_DEVICE", "KILN_OPENCL_OPTIONS", "KILN_NVRTC", "KILN_TUNE", "KILN_FIXED_DEFAULTS",
 };
 
 static void clear_all(void) {
@@ -35,6 +35,7 @@ static void test_defaults(void) {
     kiln_env_read(&e);
     const kiln_compile_options *o = &e.compile;
     CHECK(o->backend == NULL && o->threads == 0 && o->search_budget == 0 && o->vector == 0 && o->exact == 0, "base");
+    CHECK(o->fixed_defaults == 0, "fixed_defaults");
     CHECK(!o->no_egraph && !o->eg_plain && !o->no_fuse && !o->no_contract && !o->no_split && !o->no_pack_copy,
           "switches");
     CHECK(o->stream_min == 0 && o->profile == 0 && o->poison == 0 && o->tunedb_off == 0, "run knobs");
@@ -55,6 +56,7 @@ static void test_every_knob(void) {
     clear_all();
     setenv("KILN_BACKEND", "opencl", 1);
     setenv("KILN_EXACT", "1", 1);
+    setenv("KILN_FIXED_DEFAULTS", "1", 1);
     setenv("KILN_EGRAPH", "0", 1);
     setenv("KILN_EG_PLAIN", "1", 1);
     setenv("KILN_FUSE", "0", 1);
@@ -91,6 +93,7 @@ static void test_every_knob(void) {
     kiln_env_read(&e);
     const kiln_compile_options *o = &e.compile;
     CHECK(o->backend && strcmp(o->backend, "opencl") == 0 && o->exact == 1, "backend, exact");
+    CHECK(o->fixed_defaults == 1, "fixed_defaults");
     CHECK(o->no_egraph && o->eg_plain && o->no_fuse && o->no_contract && o->no_split && o->no_pack_copy, "switches");
     CHECK(o->stream_min == 4096, "stream_min %lld", o->stream_min);
     CHECK(o->profile == 2 && o->poison == 1 && o->tunedb_off == 1, "profile %d poison %d", o->profile, o->poison);
