@@ -13,7 +13,7 @@ SAN     ?=
 CFLAGS_BASE = -std=c11 -D_POSIX_C_SOURCE=200809L -g $(OPT) -fPIC $(SAN) \
               -Wall -Wextra -Wshadow -Wconversion -Werror=implicit-function-declaration \
               -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn \
-              -Isrc/rewrite -Isrc/sched -Isrc/codegen -Isrc/runtime
+              -Isrc/rewrite -Isrc/sched -Isrc/codegen -Isrc/runtime -Isrc/onnx
 CFLAGS  += $(CFLAGS_BASE)
 LDLIBS  = -lm -ldl -lpthread
 
