@@ -21,4 +21,8 @@ int cmd_perplexity(int argc, char **argv);
 /* "kiln CMD: N contractions: decode ... ; prefill ..." on stderr (compiled models only) */
 void kiln_cli_print_arith(const char *cmd, model *m);
 
+/* onnx_cli.c: `run`, `bench` and `explain` with -m MODEL.onnx */
+int kiln_onnx_cli_wants(int argc, char **argv);
+int kiln_onnx_cli(const char *cmd, int argc, char **argv);
+
 #endif

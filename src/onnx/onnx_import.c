@@ -364,6 +364,11 @@ static int attr_accepted(const imp_op *o, const char *name) {
 
 /* 1 when every input of n is a small host constant */
 static int foldable(const imp_ctx *c, const ox_node *n) {
+    /* these make their constants themselves, or grow them (a 4-element shape
+     * can ask for a fill of millions) */
+    static const char *const own[] = {"ConstantOfShape", "Constant", "Shape", "Size", "Range", "Expand", "Tile"};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+        if (!strcmp(n->op_type, own[i])) return 0;
     int any = 0;
     for (int i = 0; i < n->n_in; i++) {
         if (!imp_has(n, i)) continue;

@@ -320,6 +320,7 @@ static int pad(imp_ctx *c, const ox_node *n) {
     int64_t p[MAXV], axes[MAXV];
     int k;
     double value = 0;
+    kiln_tensor vt = KILN_NONE; /* the pad value as a graph scalar, when not a constant */
     const int64_t *pa;
     if (c->opset < 11) {
         k = imp_attr_ints(n, "pads", &pa);
@@ -330,8 +331,12 @@ static int pad(imp_ctx *c, const ox_node *n) {
         if ((k = imp_const_ints(c, n, 1, p, MAXV)) < 0) return 0;
         if (imp_has(n, 2)) {
             ox_tensor *v = imp_const(c, n, 2);
-            if (!v || v->n != 1) return imp_fail(c, KILN_ERR_UNSUPPORTED, "Pad: constant_value must be a known scalar");
-            value = ox_elem_f(v->dtype, v->data, 0);
+            if (v && v->n == 1) value = ox_elem_f(v->dtype, v->data, 0);
+            else { /* a value known only at run time */
+                vt = imp_in(c, n, 2);
+                if (!imp_check(c, vt)) return 0;
+                if (kiln_ndim(c->g, vt) > 0) vt = kiln_reshape(c->g, vt, 0, NULL);
+            }
         }
     }
     int na = r;
@@ -342,7 +347,7 @@ static int pad(imp_ctx *c, const ox_node *n) {
     if (k != 2 * na) return imp_fail(c, KILN_ERR_INVALID, "Pad: %d pads for %d axes", k, na);
     kiln_graph *g = c->g;
     kiln_tensor mask = KILN_NONE;
-    if (value != 0) {
+    if (value != 0 || vt != KILN_NONE) {
         kiln_sym dims[KILN_MAX_DIMS];
         for (int d = 0; d < r; d++) dims[d] = kiln_dim(g, x, d);
         mask = kiln_full(g, 1.0, kiln_tensor_dtype(g, x), r, dims);
@@ -368,7 +373,8 @@ static int pad(imp_ctx *c, const ox_node *n) {
     }
     if (mask != KILN_NONE) { /* x + (1 - mask) * value: exact, the padded x is 0 there */
         kiln_tensor one = kiln_const(g, 1.0, kiln_tensor_dtype(g, x));
-        x = kiln_add(g, x, kiln_mul(g, kiln_sub(g, one, mask), kiln_const(g, value, kiln_tensor_dtype(g, x))));
+        if (vt == KILN_NONE) vt = kiln_const(g, value, kiln_tensor_dtype(g, x));
+        x = kiln_add(g, x, kiln_mul(g, kiln_sub(g, one, mask), vt));
     }
     return imp_set(c, n, 0, x, imp_in_dtype(c, n, 0));
 }

@@ -195,6 +195,8 @@ def main():
             else:
                 res = ("failed", "exited with status %d and no result" % os.WEXITSTATUS(status))
             results[c.name] = (operator_of(c, by_name),) + res
+            if len(results) % 100 == 0:
+                print("... %d of %d cases, %.0f s" % (len(results), len(cases), time.time() - t0), file=sys.stderr)
             if args.v or res[0] == "failed":
                 print("%-12s %s %s" % (res[0].upper(), c.name, res[1][:300]))
                 sys.stdout.flush()
