@@ -25,7 +25,7 @@
 #       weights), x threads.
 # A share above 100% is marked "!" and a note under the table says why.
 #
-# usage: sh bench/llm.sh [--quick] [--json] [-p 512] [-n 128] [-r 5] [-t 1,2]
+# usage: sh bench/llm.sh [--quick] [--json] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2]
 #                        [--rounds K] [--models A.gguf,B.gguf] [--no-random]
 #                        [--no-default] [--only kiln|llama] [--out DIR]
 #   --tuned      kiln with the user's tuning DB (e.g. after a long `kiln tune`);
@@ -34,6 +34,8 @@
 #                kiln's own first-run search (30 s, or $KILN_TUNE) inside its
 #                first `kiln bench`, before anything is timed
 #   --quick      smoke run: -p 64 -n 16 -r 2
+#   -d D[,D..]   depth: each test runs after D tokens already in the KV cache
+#                (llama-bench's -d and kiln bench's -d); rows "pp512@d4000"
 #   --only SIDE  run one side only (the other's columns stay empty; exit 0)
 #   --rounds K   repeat the whole interleaved sweep K times (default 1)
 #   --models     benchmark these files instead of the default set
@@ -48,7 +50,7 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
-P=512 N=128 R=5 THREADS=1,2 ROUNDS=1 JSON=0 MODELS="" RANDOM_MODELS=1 DEFAULT_MODEL=1 ONLY="" REPORT="" TUNED=0
+P=512 N=128 D=0 R=5 THREADS=1,2 ROUNDS=1 JSON=0 MODELS="" RANDOM_MODELS=1 DEFAULT_MODEL=1 ONLY="" REPORT="" TUNED=0
 OUT="$here/build/bench-llm"
 KILN=${KILN:-$here/build/kiln}
 LLAMA_BENCH=${LLAMA_BENCH:-$here/bench/.peers/llama.cpp/bin/llama-bench}
@@ -67,6 +69,7 @@ while [ $# -gt 0 ]; do
         --json) JSON=1 ;;
         -p) need_val "$@"; P=$2; shift ;;
         -n) need_val "$@"; N=$2; shift ;;
+        -d) need_val "$@"; D=$2; shift ;;
         -r) need_val "$@"; R=$2; shift ;;
         -t) need_val "$@"; THREADS=$2; shift ;;
         --rounds) need_val "$@"; ROUNDS=$2; shift ;;
@@ -81,7 +84,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-for v in "$P" "$N" "$THREADS"; do
+for v in "$P" "$N" "$D" "$THREADS"; do
     case $v in ''|*[!0-9,]*) die "bad list '$v': want integers, comma-separated" ;; esac
 done
 for v in "$R" "$ROUNDS"; do
@@ -157,7 +160,7 @@ measure_peaks
     echo "only=$ONLY"
     if [ "$TUNED" = 1 ]; then kmode="kiln with the user's tuning DB (--tuned)"
     else kmode="kiln as a user gets it: a fresh tuning DB, its own first-run search per model and thread count"; fi
-    echo "args=-p $P -n $N -r $R -t $THREADS, $ROUNDS round(s), llama-bench $lb_load${ONLY:+, only $ONLY}; $kmode"
+    echo "args=-p $P -n $N -d $D -r $R -t $THREADS, $ROUNDS round(s), llama-bench $lb_load${ONLY:+, only $ONLY}; $kmode"
 } >"$OUT/meta.txt"
 
 # kiln as a user gets it: its tuning DB starts empty, so the first kiln bench
@@ -187,11 +190,11 @@ while [ "$round" -le "$ROUNDS" ]; do
                 echo "llm.sh: [$cell/$total] $side $(basename "$m") -t $t (round $round)" >&2
                 if [ "$side" = kiln ]; then
                     # shellcheck disable=SC2086
-                    $tmo "$KILN" bench -m "$m" -p "$P" -n "$N" -t "$t" -r "$R" --json \
+                    $tmo "$KILN" bench -m "$m" -p "$P" -n "$N" -d "$D" -t "$t" -r "$R" --json \
                         >"$OUT/$tag-kiln.json" 2>"$OUT/$tag-kiln.err" || echo "exit $?" >>"$OUT/$tag-kiln.err"
                 else
                     # shellcheck disable=SC2086
-                    $tmo "$LLAMA_BENCH" -m "$m" -p "$P" -n "$N" -t "$t" -r "$R" $lb_load -o json \
+                    $tmo "$LLAMA_BENCH" -m "$m" -p "$P" -n "$N" -d "$D" -t "$t" -r "$R" $lb_load -o json \
                         >"$OUT/$tag-llama.json" 2>"$OUT/$tag-llama.err" || echo "exit $?" >>"$OUT/$tag-llama.err"
                 fi
             done
@@ -317,13 +320,13 @@ def model_costs(path):
                 quantized=bool(dtypes) and dtypes <= BLOCK, size=d["size"])
 
 
-def tg_bytes(c, n_gen):
-    mean_pos = (n_gen - 1) / 2 + 1  # rows of K and V read per step, on average
+def tg_bytes(c, n_gen, depth=0):
+    mean_pos = depth + (n_gen - 1) / 2 + 1  # rows of K and V read per step, on average
     return c["wbytes"] + c["n_layer"] * c["n_kv"] * (c["hk"] + c["hv"]) * 2 * mean_pos
 
 
-def pp_ops(c, n_prompt):
-    mean_ctx = (n_prompt + 1) / 2
+def pp_ops(c, n_prompt, depth=0):
+    mean_ctx = depth + (n_prompt + 1) / 2
     attn = c["n_layer"] * c["n_head"] * (c["hk"] + c["hv"]) * mean_ctx * 2
     return 2 * c["blk_macs"] + attn + 2 * c["head_macs"] / n_prompt
 
@@ -356,6 +359,8 @@ for f in sorted(glob.glob(os.path.join(out, "run-r*-m*-t*-*.json"))):
         if r.get("n_threads", t) != t:
             continue
         test = "pp%d" % r["n_prompt"] if r.get("n_prompt") else "tg%d" % r["n_gen"]
+        if r.get("n_depth"):
+            test += "@d%d" % r["n_depth"]
         samples.setdefault((mid, test, t, side), []).extend(r.get("samples_ts") or [r["avg_ts"]])
 
 int8_dot = dev.get("int8_dot_gops_1thread")
@@ -381,7 +386,8 @@ for mid, path in models:
     except Exception as e:  # the report must still print the throughput
         c, any_fail = None, True
         errors.setdefault((mid, 0, "report"), str(e))
-    tests = sorted({k[1] for k in samples if k[0] == mid}, key=lambda s: (s[:2] != "pp", int(s[2:])))
+    split = lambda s: (int(s[2:].split("@d")[0]), int(s.split("@d")[1]) if "@d" in s else 0)
+    tests = sorted({k[1] for k in samples if k[0] == mid}, key=lambda s: (s[:2] != "pp",) + split(s))
     for test in tests:
         for t in threads:
             row = dict(model=os.path.basename(path)[:-5] if path.endswith(".gguf") else os.path.basename(path),
@@ -395,10 +401,10 @@ for mid, path in models:
                     any_fail = True
             k, l = row["kiln_ts"], row["llama_ts"]
             row["ratio"] = k / l if k and l else None
-            n = int(test[2:])
+            n, depth = split(test)
             if c:
                 if test.startswith("tg"):
-                    b = tg_bytes(c, n)
+                    b = tg_bytes(c, n, depth)
                     bw, kind, skey = bandwidth(t, b)
                     row.update(bytes_per_token=b, peak=bw, peak_unit="GB/s", peak_kind=kind, peak_label=kind)
                     for side in ("kiln", "llama"):
@@ -407,7 +413,7 @@ for mid, path in models:
                         row[side + "_frac"] = b * ts / 1e9 / bw if ts and bw else None
                         row[side + "_over"] = over_note(row[side + "_frac"], row[side + "_achieved"], kind, skey, b)
                 else:
-                    ops = pp_ops(c, n)
+                    ops = pp_ops(c, n, depth)
                     pk = (int8 if c["quantized"] else fma)
                     pk = pk * t if pk else None
                     kind = int8_kind if c["quantized"] else "fp32 fma"
@@ -461,7 +467,7 @@ else:
     print()
     hdr = ("model", "test", "t", "kiln t/s", "llama.cpp t/s", "kiln/llama", "peak", "kiln GB/s|GOP/s", "kiln %peak",
            "llama GB/s|GOP/s", "llama %peak", "spread k/l")
-    w = [max(28, max([len(r["model"]) for r in rows] + [0])), 6, 2, 10, 13, 10,
+    w = [max(28, max([len(r["model"]) for r in rows] + [0])), max([6] + [len(r["test"]) for r in rows]), 2, 10, 13, 10,
          max([5] + [len(r.get("peak_label") or "") for r in rows]), 15, 10, 16, 11, 11]
     line = lambda cells: "| " + " | ".join(("%-*s" if i < 2 else "%*s") % (w[i], c) for i, c in enumerate(cells)) + " |"
     print(line(hdr))

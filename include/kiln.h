@@ -37,6 +37,13 @@ extern "C" {
 #define KILN_API
 #endif
 
+/* the library's version; kiln_version() is the one libkiln was built as,
+ * "MAJOR.MINOR.PATCH" (the SONAME is libkiln.so.MAJOR) */
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_STRING "0.1.0"
+
 #define KILN_MAX_DIMS 8
 #define KILN_NONE (-1)
 
@@ -73,6 +80,9 @@ typedef struct kiln_graph kiln_graph;
 typedef int32_t kiln_tensor; /* id of a tensor (a node seen through a view) */
 typedef int32_t kiln_sym;    /* id of a symbolic integer expression; -1 = none */
 
+const char *kiln_version(void);
+/* releases a string or buffer the library malloc'd for the caller (NULL is fine) */
+void kiln_free(void *p);
 const char *kiln_status_name(kiln_status s);
 const char *kiln_dtype_name(kiln_dtype t);
 /* bytes used by n elements of dtype t (n a multiple of the block size for block

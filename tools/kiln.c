@@ -8,7 +8,7 @@
  *   kiln device [--json]                hardware fingerprint and measured peaks
  *   kiln run -m MODEL.gguf -p PROMPT [...]
  *                                       generate text with a GGUF language model
- *   kiln bench -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]
+ *   kiln bench -m MODEL.gguf [-p 512] [-n 128] [-d 0] [-t 1,2] [-r 5] [--json]
  *                                       prompt/generation throughput table
  *   kiln tune [--show [--json]] [--export F | --import F]
  *             [-m MODEL.gguf [--budget S] [-t N]] | --space
@@ -111,8 +111,10 @@ static void usage(FILE *f) {
             "  graph --example NAME [--dot]  print an example graph (text or Graphviz DOT)\n"
             "  graph --list                  list the example graphs\n"
             "  run     -m MODEL.gguf -p PROMPT   generate text (see 'kiln run --help')\n"
-            "  bench   -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
+            "  bench   -m MODEL.gguf [-p 512] [-n 128] [-d 0] [-t 1,2] [-r 5] [--json]\n"
             "                                prompt-processing and generation tokens/s\n"
+            "  serve   -m MODEL.gguf [--port 8080] [--parallel N]\n"
+            "                                an OpenAI-compatible HTTP server (see 'kiln serve --help')\n"
             "  perplexity -m MODEL.gguf -f TEXT [-c 512] [--kl-divergence-base F [--kl-divergence]]\n"
             "                                perplexity and KL divergence, as llama-perplexity\n"
             "  tune    [--show [--json]] [--export F | --import F] [-m MODEL.gguf [--budget S]]\n"
@@ -645,48 +647,12 @@ static uint64_t random_seed(void) {
 
 /* ---- run ---------------------------------------------------------------- */
 
-typedef enum chat_kind { CHAT_GEMMA, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2 } chat_kind;
-
-static const struct chat_template {
-    const char *name, *marker, *before, *after;
-} chat_templates[] = {
-    [CHAT_GEMMA] = {"gemma", "<start_of_turn>", "<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n"},
-    [CHAT_CHATML] = {"chatml", "<|im_start|>", "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"},
-    [CHAT_LLAMA3] = {"llama3", "<|start_header_id|>", "<|start_header_id|>user<|end_header_id|>\n\n",
-                     "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    [CHAT_LLAMA2] = {"llama2", "[INST]", "[INST] ", " [/INST]"},
-};
-
-static int bytes_contain(const char *s, size_t n, const char *needle) {
-    size_t k = strlen(needle);
-    for (size_t i = 0; k <= n && i <= n - k; i++)
-        if (memcmp(s + i, needle, k) == 0) return 1;
-    return 0;
-}
-
-/* The chat format: from the markers in tokenizer.chat_template when the file
- * has one, else from the architecture and the vocabulary's special tokens. */
-static chat_kind chat_pick(gguf_file *f, const tokenizer *t, const arch_hparams *hp) {
-    gguf_str tpl;
-    if (gguf_find(f, "tokenizer.chat_template") && gguf_get_str(f, "tokenizer.chat_template", &tpl) == KILN_OK) {
-        static const chat_kind order[] = {CHAT_GEMMA, CHAT_LLAMA3, CHAT_CHATML, CHAT_LLAMA2};
-        for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-            if (bytes_contain(tpl.ptr, (size_t)tpl.len, chat_templates[order[i]].marker)) return order[i];
-    }
-    if (hp->kind == ARCH_GEMMA3) return CHAT_GEMMA;
-    if (hp->kind == ARCH_QWEN2 || hp->kind == ARCH_QWEN3) return CHAT_CHATML;
-    if (tok_lookup(t, "<|start_header_id|>", 19) >= 0) return CHAT_LLAMA3;
-    if (tok_lookup(t, "<|im_start|>", 12) >= 0) return CHAT_CHATML;
-    if (tok_lookup(t, "<start_of_turn>", 15) >= 0) return CHAT_GEMMA;
-    return CHAT_LLAMA2;
-}
-
 typedef struct run_opts {
-    const char *model, *prompt;
+    const char *model, *prompt, *prompt_file, *sys, *chat_template;
     long long n_predict, threads, top_k, n_ctx, repeat_last_n;
     double temp, top_p, min_p, repeat_penalty;
     uint64_t seed;
-    int seed_set, chat, interp, use_mmap, json, echo, no_tune;
+    int seed_set, chat, interp, use_mmap, json, echo, no_tune, interactive;
 } run_opts;
 
 static void run_help(void) {
@@ -705,7 +671,14 @@ static void run_help(void) {
            "  --repeat-penalty R      penalise recent tokens; 1 = off (default 1.0)\n"
            "  --repeat-last-n N       how many recent tokens the penalty sees (default 64)\n"
            "  -s, --seed S            sampling seed (default: random, printed)\n"
-           "  --chat                  wrap the prompt in the model's chat template\n"
+           "  -f, --file FILE         read the prompt from FILE\n"
+           "  --chat                  wrap the prompt in the model's chat template (its\n"
+           "                          tokenizer.chat_template; a warning and a built-in\n"
+           "                          format guessed from the vocabulary when it has none)\n"
+           "  --chat-template NAME    use the built-in format NAME: gemma, chatml, llama3, llama2\n"
+           "  -sys, --system TEXT     the system message (implies --chat)\n"
+           "  -i, --interactive       with --chat: a conversation, one user turn per line on\n"
+           "                          stdin (an empty line or end of input ends it)\n"
            "  -c, --ctx N             context (KV cache) length (default: min(training, 4096))\n"
            "  --mmap                  map the file instead of reading it into memory\n"
            "  --interp                run the reference interpreter instead of compiled code\n"
@@ -743,9 +716,11 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             run_help();
             return -1;
         }
-        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json") || IS("--echo") || IS("--no-tune")) {
+        if (IS("--chat") || IS("--interp") || IS("--mmap") || IS("--json") || IS("--echo") || IS("--no-tune") ||
+            IS("-i") || IS("--interactive")) {
             if (eq) return cmd_usage_error("run", "%s takes no value", flag);
             if (IS("--chat")) o->chat = 1;
+            else if (IS("-i") || IS("--interactive")) o->interactive = 1;
             else if (IS("--no-tune")) o->no_tune = 1;
             else if (IS("--interp")) o->interp = 1;
             else if (IS("--mmap")) o->use_mmap = 1;
@@ -755,7 +730,8 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         }
         static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--n-predict", "-t",
                                              "--threads", "--temp", "--top-k", "--top-p", "--min-p",
-                                             "--repeat-penalty", "--repeat-last-n", "-s", "--seed", "-c", "--ctx"};
+                                             "--repeat-penalty", "--repeat-last-n", "-s", "--seed", "-c", "--ctx",
+                                             "-f", "--file", "-sys", "--system", "--chat-template"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= IS(valued[k]);
         if (!known) return cmd_usage_error("run", "unknown option '%s'", a);
@@ -765,6 +741,12 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         const char *want = "";
         if (IS("-m") || IS("--model")) o->model = v;
         else if (IS("-p") || IS("--prompt")) o->prompt = v;
+        else if (IS("-f") || IS("--file")) o->prompt_file = v;
+        else if (IS("-sys") || IS("--system")) o->sys = v, o->chat = 1;
+        else if (IS("--chat-template")) {
+            o->chat_template = v, o->chat = 1;
+            if (!chat_is_builtin(v)) return cmd_usage_error("run", "unknown chat template '%s' (known: gemma, chatml, llama3, llama2)", v);
+        }
         else if (IS("-n") || IS("--n-predict")) bad = parse_int(v, 0, 1 << 30, &o->n_predict), want = "an integer >= 0";
         else if (IS("-t") || IS("--threads")) bad = parse_int(v, 1, 1024, &o->threads), want = "an integer in 1..1024";
         else if (IS("--temp")) bad = parse_num(v, 0, 1e6, &o->temp), want = "a number >= 0";
@@ -780,7 +762,11 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         if (bad) return cmd_usage_error("run", "bad value '%s' for %s: want %s", v, flag, want);
     }
     if (!o->model) return cmd_usage_error("run", "which model? give -m MODEL.gguf");
-    if (!o->prompt) return cmd_usage_error("run", "no prompt: give -p TEXT");
+    if (o->prompt && o->prompt_file) return cmd_usage_error("run", "give -p TEXT or -f FILE, not both");
+    if (o->interactive && !o->chat) return cmd_usage_error("run", "-i is a conversation: give --chat too");
+    if (o->interactive && o->json) return cmd_usage_error("run", "-i prints as it goes: no --json");
+    if (!o->prompt && !o->prompt_file && !o->interactive)
+        return cmd_usage_error("run", "no prompt: give -p TEXT or -f FILE");
     return 0;
 }
 
@@ -790,17 +776,34 @@ static int out_write(const char *s, size_t n, int *failed) {
     return *failed;
 }
 
+static void run_sampler_params(const run_opts *o, sampler_params *sp) {
+    sampler_params_init(sp);
+    sp->temperature = (float)o->temp;
+    sp->top_k = (int32_t)o->top_k;
+    sp->top_p = (float)o->top_p;
+    sp->min_p = (float)o->min_p;
+    sp->repeat_penalty = (float)o->repeat_penalty;
+    sp->repeat_last_n = (int32_t)o->repeat_last_n;
+    sp->seed = o->seed;
+}
+
 static int cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = run_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
     if (!o.seed_set) o.seed = random_seed();
+    char *file_text = NULL;
+    if (o.prompt_file && !(o.prompt = file_text = kiln_cli_read_text("run", o.prompt_file))) return 1;
 
     double load_s = 0;
     model *m = load_model("run", o.model, (int64_t)o.n_ctx, o.use_mmap, o.interp, (int)o.threads, &load_s);
-    if (!m) return 1;
+    if (!m) {
+        free(file_text);
+        return 1;
+    }
     if (first_run_search("run", m, o.no_tune)) {
         model_free(m);
+        free(file_text);
         return 1;
     }
     kiln_cli_print_arith("run", m);
@@ -811,6 +814,7 @@ static int cmd_run(int argc, char **argv) {
     if (tok_from_gguf(f, &tk, err, sizeof err) != KILN_OK) {
         fprintf(stderr, "kiln run: %s: %s\n", o.model, err);
         model_free(m);
+        free(file_text);
         return 1;
     }
     if (tok_n_vocab(tk) > model_n_vocab(m)) {
@@ -818,6 +822,7 @@ static int cmd_run(int argc, char **argv) {
                 (int)tok_n_vocab(tk), (long long)model_n_vocab(m));
         tok_free(tk);
         model_free(m);
+        free(file_text);
         return 1;
     }
     char desc[160], size[32];
@@ -831,24 +836,38 @@ static int cmd_run(int argc, char **argv) {
                   o.threads == 1 ? "" : "s");
     fprintf(stderr, "kiln run: %s, %s, %lld layers, vocab %lld, context %lld; %s\n", desc, size,
             (long long)hp->n_layer, (long long)model_n_vocab(m), (long long)model_n_ctx(m), how);
+    if (o.interactive) { /* a conversation on stdin (chat_loop.c) */
+        sampler_params isp;
+        run_sampler_params(&o, &isp);
+        kiln_cli_chat_announce("run", f, o.chat_template);
+        rc = kiln_cli_chat_loop(m, tk, o.chat_template, o.sys, o.prompt, &isp, o.n_predict);
+        free(file_text);
+        tok_free(tk);
+        model_free(m);
+        return rc;
+    }
 
-    /* the prompt, wrapped when --chat; special tokens are parsed only in templated text */
+    /* the prompt, rendered with the chat template when --chat; special tokens
+     * are parsed only in templated text */
     const char *text = o.prompt;
     char *wrapped = NULL;
     if (o.chat) {
-        const struct chat_template *ct = &chat_templates[chat_pick(f, tk, hp)];
-        size_t n = strlen(ct->before) + strlen(o.prompt) + strlen(ct->after) + 1;
-        wrapped = kiln_xmalloc(n);
-        snprintf(wrapped, n, "%s%s%s", ct->before, o.prompt, ct->after);
+        kiln_cli_chat_announce("run", f, o.chat_template);
+        chat_msg msgs[2];
+        int n_msgs = 0;
+        if (o.sys) msgs[n_msgs++] = (chat_msg){"system", o.sys};
+        msgs[n_msgs++] = (chat_msg){"user", o.prompt};
+        wrapped = kiln_cli_chat_text("run", f, o.chat_template, msgs, n_msgs);
+        if (!wrapped) {
+            free(file_text);
+            tok_free(tk);
+            model_free(m);
+            return 1;
+        }
         text = wrapped;
-        fprintf(stderr, "kiln run: chat template %s\n", ct->name);
     }
-    int n_prompt = tok_encode(tk, text, strlen(text), 1, o.chat, NULL, 0);
     int32_t *ptoks = NULL;
-    if (n_prompt > 0) {
-        ptoks = kiln_xmalloc((size_t)n_prompt * sizeof *ptoks);
-        tok_encode(tk, text, strlen(text), 1, o.chat, ptoks, n_prompt);
-    }
+    int n_prompt = kiln_cli_encode(tk, text, o.chat, &ptoks);
     free(wrapped);
     rc = 0;
     if (n_prompt <= 0) {
@@ -861,14 +880,7 @@ static int cmd_run(int argc, char **argv) {
         rc = 1;
     }
     sampler_params sp;
-    sampler_params_init(&sp);
-    sp.temperature = (float)o.temp;
-    sp.top_k = (int32_t)o.top_k;
-    sp.top_p = (float)o.top_p;
-    sp.min_p = (float)o.min_p;
-    sp.repeat_penalty = (float)o.repeat_penalty;
-    sp.repeat_last_n = (int32_t)o.repeat_last_n;
-    sp.seed = o.seed;
+    run_sampler_params(&o, &sp);
     sampler *smp = NULL;
     if (!rc && sampler_new(&sp, (int32_t)model_n_vocab(m), &smp, err, sizeof err) != KILN_OK) {
         fprintf(stderr, "kiln run: %s\n", err);
@@ -876,6 +888,7 @@ static int cmd_run(int argc, char **argv) {
     }
     if (rc) {
         free(ptoks);
+        free(file_text);
         tok_free(tk);
         model_free(m);
         return rc;
@@ -1001,6 +1014,7 @@ static int cmd_run(int argc, char **argv) {
     free(gen);
     free(logits);
     free(ptoks);
+    free(file_text);
     tok_stream_free(ts);
     sampler_free(smp);
     tok_free(tk);
@@ -1011,13 +1025,15 @@ static int cmd_run(int argc, char **argv) {
 /* ---- bench -------------------------------------------------------------- */
 
 static void bench_help(void) {
-    printf("usage: kiln bench -m MODEL.gguf [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
+    printf("usage: kiln bench -m MODEL.gguf [-p 512] [-n 128] [-d 0] [-t 1,2] [-r 5] [--json]\n"
            "llama-bench-style throughput: for every thread count, the model is loaded and\n"
            "compiled once (not timed); then each test runs r times on a fresh KV cache with\n"
-           "random token ids, after one untimed warm-up.\n"
+           "random token ids, after one untimed warm-up. With a depth d > 0 the cache first\n"
+           "holds d tokens (one untimed prefill per test; the timed runs start at position d).\n"
            "  -m, --model FILE        GGUF model\n"
            "  -p, --n-prompt N[,N..]  prompt processing tests: ppN = N tokens in one batch (0: none)\n"
            "  -n, --n-gen N[,N..]     generation tests: tgN = N single-token decode steps (0: none)\n"
+           "  -d, --n-depth D[,D..]   tokens already in the KV cache before each test (default 0)\n"
            "  -t, --threads T[,T..]   thread counts (default 1,2)\n"
            "  -r, --repetitions R     timed runs per test (default 5)\n"
            "  --mmap                  map the file instead of reading it into memory\n"
@@ -1030,7 +1046,7 @@ static void bench_help(void) {
 }
 
 typedef struct bench_rec {
-    int threads, n_prompt, n_gen;
+    int threads, n_prompt, n_gen, n_depth;
     int slots, untuned; /* contraction (kernel, bucket) slots, and those with no schedule from a search */
     double search_s;    /* the first-run search before this record's runs (0: none) */
     double mean, sd, load_s;
@@ -1056,24 +1072,37 @@ static const char *bench_backend_label(int interp, int upper) {
     return be;
 }
 
-/* one timed run: pp (n tokens at once) or tg (n single-token steps), fresh cache */
-static kiln_status bench_once(model *m, int pp, int n, int32_t *toks, float *logits, uint64_t *rng, double *secs) {
+/* fills a fresh cache with depth random tokens (untimed): the context of the
+ * timed runs of one test. Those runs write positions depth.. only, and a row
+ * reads positions before its own, so the filled rows stay valid across runs. */
+static kiln_status bench_fill(model *m, int depth, int32_t *toks, float *logits, uint64_t *rng) {
+    int64_t nv = model_n_vocab(m);
+    model_reset(m);
+    if (depth == 0) return KILN_OK;
+    for (int i = 0; i < depth; i++) toks[i] = (int32_t)(bench_rng(rng) % (uint64_t)nv);
+    return model_forward(m, toks, depth, 0, logits);
+}
+
+/* one timed run: pp (n tokens at once) or tg (n single-token steps) from
+ * position depth; at depth 0 on a fresh cache */
+static kiln_status bench_once(model *m, int pp, int n, int depth, int32_t *toks, float *logits, uint64_t *rng,
+                              double *secs) {
     int64_t nv = model_n_vocab(m);
     for (int i = 0; i < n; i++) toks[i] = (int32_t)(bench_rng(rng) % (uint64_t)nv);
-    model_reset(m);
+    if (depth == 0) model_reset(m);
     kiln_status st = KILN_OK;
     double t0 = now_s();
-    if (pp) st = model_forward(m, toks, n, 0, logits);
+    if (pp) st = model_forward(m, toks, n, depth, logits);
     else
-        for (int i = 0; i < n && !st; i++) st = model_forward(m, &toks[i], 1, i, logits);
+        for (int i = 0; i < n && !st; i++) st = model_forward(m, &toks[i], 1, depth + i, logits);
     *secs = now_s() - t0;
     return st;
 }
 
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
-    long long pps[16] = {512}, tgs[16] = {128}, ths[16] = {1, 2}, reps = 5;
-    int npp = 1, ntg = 1, nth = 2, json = 0, interp = 0, use_mmap = 0, profile = 0, no_tune = 0;
+    long long pps[16] = {512}, tgs[16] = {128}, ths[16] = {1, 2}, dps[16] = {0}, reps = 5;
+    int npp = 1, ntg = 1, nth = 2, ndp = 1, json = 0, interp = 0, use_mmap = 0, profile = 0, no_tune = 0;
     for (int i = 0; i < argc; i++) {
         char flag[64];
         const char *a = argv[i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
@@ -1100,7 +1129,8 @@ static int cmd_bench(int argc, char **argv) {
         }
         int missing = 0, bad = 0;
         const char *v;
-        if (!(IS("-m") || IS("--model") || IS("-p") || IS("--n-prompt") || IS("-n") || IS("--n-gen") || IS("-t") ||
+        if (!(IS("-m") || IS("--model") || IS("-p") || IS("--n-prompt") || IS("-n") || IS("--n-gen") || IS("-d") ||
+              IS("--n-depth") || IS("-t") ||
               IS("--threads") || IS("-r") || IS("--repetitions")))
             return cmd_usage_error("bench", "unknown option '%s'", a);
         v = opt_value(argc, argv, &i, eq, &missing);
@@ -1111,6 +1141,8 @@ static int cmd_bench(int argc, char **argv) {
             bad = (npp = parse_int_list(v, 0, 1 << 20, pps, 16)) < 0, want = "integers >= 0, comma-separated";
         else if (IS("-n") || IS("--n-gen"))
             bad = (ntg = parse_int_list(v, 0, 1 << 20, tgs, 16)) < 0, want = "integers >= 0, comma-separated";
+        else if (IS("-d") || IS("--n-depth"))
+            bad = (ndp = parse_int_list(v, 0, 1 << 20, dps, 16)) < 0, want = "integers >= 0, comma-separated";
         else if (IS("-t") || IS("--threads"))
             bad = (nth = parse_int_list(v, 1, 1024, ths, 16)) < 0, want = "integers in 1..1024, comma-separated";
         else bad = parse_int(v, 1, 64, &reps), want = "an integer in 1..64";
@@ -1125,10 +1157,16 @@ static int cmd_bench(int argc, char **argv) {
     long long maxlen = 1;
     for (int i = 0; i < npp; i++) maxlen = pps[i] > maxlen ? pps[i] : maxlen;
     for (int i = 0; i < ntg; i++) maxlen = tgs[i] > maxlen ? tgs[i] : maxlen;
+    long long maxdepth = 0;
+    for (int i = 0; i < ndp; i++) maxdepth = dps[i] > maxdepth ? dps[i] : maxdepth;
+    if (maxlen + maxdepth > (1 << 20))
+        return cmd_usage_error("bench", "depth %lld + test %lld tokens is over the limit of %d", maxdepth, maxlen, 1 << 20);
+    long long maxtest = maxlen;
+    maxlen += maxdepth;
 
     if (profile && interp) return cmd_usage_error("bench", "--profile needs compiled code (not --interp)");
     if (profile) setenv("KILN_PROFILE", "quiet", 1); /* collect per-kernel times; report below, not at exit */
-    bench_rec *recs = kiln_xcalloc(2 * 16 * 16, sizeof *recs); /* (pp + tg tests) x thread counts */
+    bench_rec *recs = kiln_xcalloc(2 * 16 * 16 * 16, sizeof *recs); /* (pp + tg tests) x depths x thread counts */
     int nrec = 0, rc = 0;
     char desc[160] = "", size[32] = "", params_s[32] = "";
     uint64_t bytes = 0, params = 0;
@@ -1160,20 +1198,20 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "kiln bench: %d thread%s: %s in %.2f s\n", (int)ths[ti], ths[ti] == 1 ? "" : "s",
                 interp ? "loaded" : "loaded and compiled", load_s);
         if (!json && !header) {
-            printf("| %-28s | %10s | %9s | %-7s | %7s | %8s | %20s |\n", "model", "size", "params", "backend",
+            printf("| %-28s | %10s | %9s | %-7s | %7s | %14s | %20s |\n", "model", "size", "params", "backend",
                    "threads", "test", "t/s");
-            printf("| %.28s | %.10s | %.9s | %.7s | %.7s | %.8s | %.20s |\n", "----------------------------",
-                   "---------:", "--------:", "-------", "------:", "-------:", "-------------------:");
+            printf("| %.28s | %.10s | %.9s | %.7s | %.7s | %.14s | %.20s |\n", "----------------------------",
+                   "---------:", "--------:", "-------", "------:", "-------------:", "-------------------:");
             fflush(stdout);
         }
         header = 1;
-        int32_t *toks = kiln_xmalloc((size_t)maxlen * sizeof *toks);
+        int32_t *toks = kiln_xmalloc((size_t)(maxtest > maxdepth ? maxtest : maxdepth) * sizeof *toks);
         float *logits = kiln_xmalloc((size_t)model_n_vocab(m) * sizeof *logits);
         uint64_t rng = 0x6b696c6e; /* same token ids for every thread count */
         for (int kind = 0; kind < 2 && !rc; kind++) {
-            int cnt = kind == 0 ? npp : ntg;
+            int cnt = (kind == 0 ? npp : ntg) * ndp;
             for (int k = 0; k < cnt && !rc; k++) {
-                int n = (int)(kind == 0 ? pps[k] : tgs[k]);
+                int n = (int)(kind == 0 ? pps[k / ndp] : tgs[k / ndp]), depth = (int)dps[k % ndp];
                 if (n == 0) continue;
                 bench_rec *r = &recs[nrec++];
                 memset(r, 0, sizeof *r);
@@ -1184,12 +1222,14 @@ static int cmd_bench(int argc, char **argv) {
                 r->load_s = load_s;
                 if (kind == 0) r->n_prompt = n;
                 else r->n_gen = n;
+                r->n_depth = depth;
                 double secs;
-                /* warm-up (untimed): first touches of buffers and pages */
-                kiln_status st = bench_once(m, kind == 0, kind == 0 ? n : 1, toks, logits, &rng, &secs);
+                /* the depth, then a warm-up (untimed): first touches of buffers and pages */
+                kiln_status st = bench_fill(m, depth, toks, logits, &rng);
+                if (!st) st = bench_once(m, kind == 0, kind == 0 ? n : 1, depth, toks, logits, &rng, &secs);
                 if (profile) kiln_program_profile_reset(model_program(m));
                 for (int rep = 0; rep < reps && !st; rep++) {
-                    st = bench_once(m, kind == 0, n, toks, logits, &rng, &secs);
+                    st = bench_once(m, kind == 0, n, depth, toks, logits, &rng, &secs);
                     r->samples[r->nsamples++] = secs > 0 ? n / secs : 0;
                 }
                 if (st) {
@@ -1203,11 +1243,12 @@ static int cmd_bench(int argc, char **argv) {
                 for (int j = 0; j < r->nsamples; j++) sq += (r->samples[j] - r->mean) * (r->samples[j] - r->mean);
                 r->sd = r->nsamples > 1 ? sqrt(sq / (r->nsamples - 1)) : 0;
                 if (!json) {
-                    char test[32], ts[48];
-                    snprintf(test, sizeof test, "%s%d", kind == 0 ? "pp" : "tg", n);
+                    char test[40], ts[48];
+                    int tl = snprintf(test, sizeof test, "%s%d", kind == 0 ? "pp" : "tg", n);
+                    if (depth) snprintf(test + tl, sizeof test - (size_t)tl, " @ d%d", depth);
                     snprintf(ts, sizeof ts, "%.2f ± %.2f", r->mean, r->sd);
                     /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
-                    printf("| %-28.28s | %10s | %9s | %-7s | %7d | %8s | %21s |\n", desc, size, params_s,
+                    printf("| %-28.28s | %10s | %9s | %-7s | %7d | %14s | %21s |\n", desc, size, params_s,
                            bench_backend_label(interp, 1), r->threads, test, ts);
                     fflush(stdout);
                 }
@@ -1216,9 +1257,9 @@ static int cmd_bench(int argc, char **argv) {
                     kiln_device_peaks((int)ths[ti], &bw, &fma, &dot);
                     char *rep = kiln_program_profile(model_program(m), bw, fma, dot, getenv("KILN_PROFILE_ROWS") ? atoi(getenv("KILN_PROFILE_ROWS")) : 20);
                     FILE *o = json ? stderr : stdout;
-                    fprintf(o, "\nprofile of %s%d at %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f GFLOP/s, "
-                               "int8 dot %.1f GOP/s); per run = per %s:\n%s\n",
-                            kind == 0 ? "pp" : "tg", n, (int)ths[ti], ths[ti] == 1 ? "" : "s", bw, fma, dot,
+                    fprintf(o, "\nprofile of %s%d at depth %d, %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f "
+                               "GFLOP/s, int8 dot %.1f GOP/s); per run = per %s:\n%s\n",
+                            kind == 0 ? "pp" : "tg", n, depth, (int)ths[ti], ths[ti] == 1 ? "" : "s", bw, fma, dot,
                             kind == 0 ? "prompt" : "token", rep);
                     free(rep);
                 }
@@ -1239,10 +1280,10 @@ static int cmd_bench(int argc, char **argv) {
             printf(", \"model_file\": ");
             json_str(stdout, path, strlen(path));
             printf(", \"model_size\": %llu, \"model_n_params\": %llu, \"backend\": \"%s\", \"n_threads\": %d,"
-                   " \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, \"load_s\": %.6f, \"avg_ts\": %.6f,"
+                   " \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, \"load_s\": %.6f, \"avg_ts\": %.6f,"
                    " \"stddev_ts\": %.6f, \"samples_ts\": [",
                    (unsigned long long)bytes, (unsigned long long)params, bench_backend_label(interp, 0), r->threads,
-                   r->n_prompt ? "pp" : "tg", r->n_prompt ? r->n_prompt : r->n_gen, r->n_prompt, r->n_gen, r->load_s,
+                   r->n_prompt ? "pp" : "tg", r->n_prompt ? r->n_prompt : r->n_gen, r->n_prompt, r->n_gen, r->n_depth, r->load_s,
                    r->mean, r->sd);
             for (int j = 0; j < r->nsamples; j++) printf("%s%.6f", j ? ", " : "", r->samples[j]);
             printf("], \"kiln_version\": \"%s\", \"kiln_commit\": \"%s\", \"cpu\": ", KILN_CLI_VERSION, KILN_COMMIT);
@@ -1697,8 +1738,15 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
     if (strcmp(cmd, "tune") == 0) return cmd_tune(argc - 2, argv + 2);
     if (strcmp(cmd, "perplexity") == 0) return cmd_perplexity(argc - 2, argv + 2);
+    if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 2, argv + 2);
     if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
     return usage_error("unknown command '%s'", cmd);
+}
+
+/* for serve.c (kiln_cli.h) */
+model *kiln_cli_load_model(const char *cmd, const char *path, int64_t n_ctx, int mmap_file, int interp, int threads,
+                           double *secs) {
+    return load_model(cmd, path, n_ctx, mmap_file, interp, threads, secs);
 }
 
 /* for perplexity.c (kiln_cli.h) */

@@ -174,7 +174,7 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
         /* not OPF_VEC: vec_expr_ok kept them off this path */
         case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_LOG2: case OP_SIN: case OP_MOD: case OP_SUM:
         case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS: case OP_CONTRACT:
-        case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "not vectorisable");
+        case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not vectorisable");
         }
         emit_vec_expr(e, x->a, w512, var);
         if (x->kind == LX_UNARY) {

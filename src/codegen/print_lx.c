@@ -136,7 +136,7 @@ static void print_unary(cg_printer *pr, const lx *x, int32_t id, const char *a, 
     case OP_RECIP: snprintf(ex, sizeof ex, "(1.0f / %s)", a); break;
     case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT:
     case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "bad unary op");
+    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "bad unary op");
     }
     cg_print_indent(pr, ind);
     OUT("const float t%d = ", id);
@@ -158,7 +158,7 @@ static void print_binary(cg_printer *pr, const lx *x, int32_t id, const char *a,
         case OP_LT: snprintf(ex, sizeof ex, "(%s < %s ? 1.0f : 0.0f)", a, b); break;
         case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
         case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "bad binary op");
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "bad binary op");
         }
         out_round(pr, x->dtype, ex);
     } else {
@@ -170,7 +170,7 @@ static void print_binary(cg_printer *pr, const lx *x, int32_t id, const char *a,
         case OP_LT: OUT("(%s)(%s < %s)", d->i64, a, b); break;
         case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
         case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "bad binary op");
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "bad binary op");
         }
     }
     OUT(";\n");

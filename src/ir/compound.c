@@ -111,11 +111,33 @@ kiln_tensor compound_softmax_online(kiln_graph *g, kiln_tensor x, kiln_tensor c,
     return add_compound(g, OP_SOFTMAX_ONLINE, tdt(g, x), view_ndim(vx), view_shape(vx), src, k);
 }
 
+kiln_tensor compound_softmax_contract(kiln_graph *g, kiln_tensor x, kiln_tensor c, kiln_tensor v, int axis) {
+    const char *op = "SOFTMAX_CONTRACT";
+    if (!g || g->build_failed) return KILN_NONE;
+    if (!tensor_ok(g, op, x) || !tensor_ok(g, op, c) || !tensor_ok(g, op, v) || !same_operands(g, op, x, c) ||
+        !same_operands(g, op, x, v))
+        return KILN_NONE;
+    if (!kiln_dtype_is_float(tdt(g, x))) {
+        graph_error(g, KILN_ERR_DTYPE, "%s: dtype %s is not a float dtype", op, kiln_dtype_name(tdt(g, x)));
+        return KILN_NONE;
+    }
+    int k = axis_of(g, op, x, axis);
+    if (k < 0) return KILN_NONE;
+    const view *vx = tv(g, x);
+    sym_id shape[KILN_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < view_ndim(vx); i++)
+        if (i != k) shape[nd++] = view_shape(vx)[i];
+    kiln_tensor src[3] = {x, c, v};
+    return add_compound(g, OP_SOFTMAX_CONTRACT, tdt(g, x), nd, shape, src, k);
+}
+
 kiln_tensor compound_build(kiln_graph *g, op_kind op, const kiln_tensor *src, int axis) {
     if (op_is_compound(op)) {
         switch (compound_kind_of(op)) {
         case COMPOUND_CONTRACT: return compound_contract(g, src[0], src[1], axis);
         case COMPOUND_SOFTMAX_ONLINE: return compound_softmax_online(g, src[0], src[1], axis);
+        case COMPOUND_SOFTMAX_CONTRACT: return compound_softmax_contract(g, src[0], src[1], src[2], axis);
         }
     }
     if (g) graph_error(g, KILN_ERR_INVALID, "compound_build: op %d is not a compound op", (int)op);
@@ -151,6 +173,12 @@ kiln_tensor compound_expand(kiln_graph *g, op_kind op, const kiln_tensor *src, i
             if (k < 0) return KILN_NONE;
             return softmax_expansion(g, src[0], src[1], k);
         }
+        case COMPOUND_SOFTMAX_CONTRACT: {
+            if (!same_operands(g, name, src[0], src[1]) || !same_operands(g, name, src[0], src[2])) return KILN_NONE;
+            int k = axis_of(g, name, src[0], axis);
+            if (k < 0) return KILN_NONE;
+            return kiln_sum(g, kiln_mul(g, softmax_expansion(g, src[0], src[1], k), src[2]), k);
+        }
         }
     }
     graph_error(g, KILN_ERR_INVALID, "compound_expand: op %d is not a compound op", (int)op);
@@ -164,6 +192,8 @@ const char *compound_definition(op_kind op) {
     case COMPOUND_SOFTMAX_ONLINE:
         return "SOFTMAX_ONLINE(x, c) axis k := MUL(e, RECIP(SUM_k e)) with e = EXP2(MUL(ADD(x, -MAX_k x), c)), "
                "max and sum kept along k";
+    case COMPOUND_SOFTMAX_CONTRACT:
+        return "SOFTMAX_CONTRACT(x, c, v) axis k := SUM_k(MUL(SOFTMAX_ONLINE_k(x, c), v)), streamed along k";
     }
     return "";
 }

@@ -30,6 +30,8 @@ typedef enum compound_kind {
 kiln_tensor compound_contract(kiln_graph *g, kiln_tensor a, kiln_tensor b, int axis);
 /* exp2((x - max_axis x) * c) / sum_axis(...): x and c of one shape, float dtype */
 kiln_tensor compound_softmax_online(kiln_graph *g, kiln_tensor x, kiln_tensor c, int axis);
+/* SUM_axis(MUL(SOFTMAX_ONLINE_axis(x, c), v)): x, c, v of one shape, float dtype */
+kiln_tensor compound_softmax_contract(kiln_graph *g, kiln_tensor x, kiln_tensor c, kiln_tensor v, int axis);
 /* the builder of compound op `op` (operands src[0..arity)) */
 kiln_tensor compound_build(kiln_graph *g, op_kind op, const kiln_tensor *src, int axis);
 /* the definition of compound op `op`: its primitive expansion built on g

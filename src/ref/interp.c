@@ -417,7 +417,7 @@ static kiln_status eval_unary(ictx *c, int32_t id, nbuf *b) {
         case OP_RECIP: r = 1.0f / x; break;
         case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT:
         case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "not a unary op");
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not a unary op");
         }
         dtype_store(n->dtype, b->data, i, (double)r);
     }
@@ -434,7 +434,7 @@ static double binary_float(op_kind op, double da, double db) {
     case OP_LT: r = x < y ? 1.0f : 0.0f; break;
     case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
     case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "not a binary op");
+    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not a binary op");
     }
     return (double)r;
 }
@@ -449,7 +449,7 @@ static double binary_int(op_kind op, kiln_dtype t, double da, double db) {
     case OP_LT: return x < y ? 1.0 : 0.0;
     case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
     case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: KILN_ASSERT(0 && "not a binary op");
+    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not a binary op");
     }
     return 0.0;
 }
@@ -834,7 +834,7 @@ static kiln_status eval_node(ictx *c, int32_t id) {
     case OP_CAST: s = eval_cast(c, id, b); break;
     case OP_CONTIGUOUS: s = eval_contiguous(c, id, b); break;
     case OP_CONTRACT:
-    case OP_SOFTMAX_ONLINE: s = eval_compound(c, id, b); break;
+    case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: s = eval_compound(c, id, b); break;
     case OP_INPUT: KILN_ASSERT(0 && "inputs are bound above"); break;
     }
     b->ready = 1;

@@ -227,7 +227,7 @@ static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
     case OP_CAST: return kiln_cast(g, k[0], (kiln_dtype)n->dtype);
     case OP_CONTIGUOUS: return kiln_contiguous(g, k[0]);
     case OP_CONTRACT:
-    case OP_SOFTMAX_ONLINE: return compound_build(g, (op_kind)n->op, k, (int)n->arg);
+    case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return compound_build(g, (op_kind)n->op, k, (int)n->arg);
     }
     return KILN_NONE; /* not an op of the e-graph */
 }

@@ -146,7 +146,7 @@ int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
         case OP_LT: r = a[0] < a[1] ? 1.0 : 0.0; break;
         case OP_CONTIGUOUS: r = a[0]; break;
         case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
-        case OP_CAST: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: return 0;
+        case OP_CAST: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return 0;
         }
         *out = (double)(float)r;
         return 1;
@@ -165,7 +165,7 @@ int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
         case OP_CONTIGUOUS: r = a[0]; break;
         case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
         case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: return 0;
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return 0;
         }
         if (fabs(r) > 2147483647.0) return 0;
         *out = r;
@@ -218,13 +218,14 @@ static void ek_make(void *ctx, egraph *eg, const eg_node *n, eg_data *out) {
     }
     case OP_SUM:
     case OP_MAX:
-    case OP_CONTRACT: {
+    case OP_CONTRACT:
+    case OP_SOFTMAX_CONTRACT: {
         int nd = 0;
         for (int i = 0; i < k0->ndim; i++)
             if (i != n->arg) out->shape[nd++] = k0->shape[i];
         out->ndim = (uint8_t)nd;
         int64_t len;
-        if (n->op != OP_CONTRACT && k0->has_const && sym_is_const(ek->syms, k0->shape[n->arg], &len) && len >= 1) {
+        if (n->op != OP_CONTRACT && n->op != OP_SOFTMAX_CONTRACT && k0->has_const && sym_is_const(ek->syms, k0->shape[n->arg], &len) && len >= 1) {
             if (n->op == OP_MAX) {
                 out->has_const = 1;
                 out->cval = k0->cval;

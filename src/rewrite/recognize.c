@@ -1,6 +1,7 @@
 /* recognize.c — the appliers of the recognition rules whose left side is
- * more than a pattern can say: a one-hot product is a GATHER, and
- * kiln_softmax's chain is a SOFTMAX_ONLINE compound node.
+ * more than a pattern can say: a one-hot product is a GATHER,
+ * kiln_softmax's chain is a SOFTMAX_ONLINE compound node, and a softmax
+ * contracted along its own axis is the streaming SOFTMAX_CONTRACT.
  *
  * Both rules match the graph as the builders make it (the e-graph never
  * loses those nodes), then check here what a pattern cannot: that views only
@@ -22,6 +23,14 @@
  * sum kept along k and broadcast back, is by definition SOFTMAX_ONLINE[k](x, c)
  * (compound_expand builds exactly this chain), so the rule is exact; the scale
  * c must be a known constant so the kernel layer sees a scalar.
+ *
+ * softmax-contract. CONTRACT_k(VIEW[va](SOFTMAX_ONLINE_j(x, c)), v), where va
+ * only inserts broadcast axes and keeps the source's axes in order with axis
+ * j at k, is SOFTMAX_CONTRACT_k(VIEW[va] x, VIEW[va] c, v): the softmax of a
+ * broadcast copy along the same axis is the broadcast of the softmax, row for
+ * row the same arithmetic, so the rule is exact. This is attention's
+ * probabilities times values whatever the scores were (masks, scales,
+ * soft-caps live in x); the kernel layer may stream it along k.
  */
 #include <string.h>
 
@@ -160,6 +169,48 @@ eg_id ek_recognize_softmax(eg_kiln *ek, const eg_subst *s) {
     eg_id kids[2];
     if (!softmax_numerator(ek, e, k, &kids[0], &kids[1])) return EG_NONE;
     eg_node n = eg_mk(OP_SOFTMAX_ONLINE, de->dtype, k, 0, 2, kids);
+    return eg_add(ek->eg, &n);
+}
+
+/* view vid, over a dense source of shape src (ns axes), reads at outer axis
+ * k the source's axis j (same size, its dense stride), and along every other
+ * outer axis either repeats (size 1 or stride 0) or reads the next source
+ * axis in order: a broadcast that keeps the source's rows whole */
+static int keeps_axis(eg_kiln *ek, uint32_t vid, int ns, const sym_id *src, int k, int j) {
+    const view_layer *L = plain_layer(ek, vid);
+    if (!L || k < 0 || k >= L->ndim || j < 0 || j >= ns) return 0;
+    sym_id ds[KILN_MAX_DIMS];
+    dense_strides(ek, ns, src, ds);
+    if (L->shape[k] != src[j] || L->stride[k] != ds[j]) return 0;
+    int b = 0;
+    for (int a = 0; a < L->ndim; a++) {
+        if (a != k && (sym_eq(ek, L->shape[a], 1) || sym_eq(ek, L->stride[a], 0))) continue;
+        while (b < ns && b != j && sym_eq(ek, src[b], 1)) b++;
+        if (a == k) {
+            if (b != j) return 0;
+        } else if (b >= ns || b == j || src[b] != L->shape[a] || ds[b] != L->stride[a]) {
+            return 0;
+        }
+        b++;
+    }
+    while (b < ns && b != j && sym_eq(ek, src[b], 1)) b++;
+    return b == ns;
+}
+
+/* (CONTRACT[?k] (VIEW[?va] (SOFTMAX_ONLINE[?j] ?x ?c)) ?v): class vars x, c,
+ * v; payload vars k, va, j */
+eg_id ek_recognize_softmax_contract(eg_kiln *ek, const eg_subst *s) {
+    int k = (int)s->pv[0].arg, j = (int)s->pv[2].arg;
+    uint32_t va = (uint32_t)s->pv[1].arg;
+    const eg_data *dx = D(ek, s->cls[0]), *dv = D(ek, s->cls[2]);
+    if (!kiln_dtype_is_float((kiln_dtype)dx->dtype) || dv->dtype != dx->dtype) return EG_NONE;
+    if (!keeps_axis(ek, va, dx->ndim, dx->shape, k, j)) return EG_NONE;
+    const view *v = &ek->views[va];
+    if (view_ndim(v) != dv->ndim) return EG_NONE;
+    for (int i = 0; i < dv->ndim; i++)
+        if (view_shape(v)[i] != dv->shape[i]) return EG_NONE;
+    eg_id kids[3] = {ek_view(ek, s->cls[0], v), ek_view(ek, s->cls[1], v), eg_find(ek->eg, s->cls[2])};
+    eg_node n = eg_mk(OP_SOFTMAX_CONTRACT, dx->dtype, k, 0, 3, kids);
     return eg_add(ek->eg, &n);
 }
 

@@ -187,6 +187,7 @@ eg_apply_fn eg_applier_lookup(const char *name);
 /* the recognition appliers (recognize.c) */
 eg_id ek_recognize_onehot_gather(eg_kiln *ek, const eg_subst *s);
 eg_id ek_recognize_softmax(eg_kiln *ek, const eg_subst *s);
+eg_id ek_recognize_softmax_contract(eg_kiln *ek, const eg_subst *s);
 /* compile a table; NULL and a message naming the bad rule on error */
 eg_ruleset *eg_ruleset_new(const eg_rule_def *defs, uint32_t n, char *err, size_t cap);
 eg_ruleset *eg_ruleset_default(void);

@@ -103,6 +103,9 @@ const eg_rule_def eg_default_rules[] = {
      "ids outside [0, V) read an added zero row (see recognize.c)"},
     {"softmax-online", "(MUL ?e (VIEW[?vr] (RECIP (VIEW[?vs] (SUM[?k] ?e)))))", "@softmax_online", "",
      "kiln_softmax's chain exp2((x - max) c) / sum is SOFTMAX_ONLINE by that node's definition"},
+    {"softmax-contract", "(CONTRACT[?k] (VIEW[?va] (SOFTMAX_ONLINE[?j] ?x ?c)) ?v)", "@softmax_contract", "",
+     "a softmax read by a contraction along its own axis through a broadcast is the streaming "
+     "SOFTMAX_CONTRACT of the broadcast operands (see recognize.c)"},
 };
 const uint32_t eg_default_rule_count = sizeof eg_default_rules / sizeof eg_default_rules[0];
 
@@ -222,6 +225,7 @@ static const struct { const char *name; eg_apply_fn fn; } appliers[] = {
     {"sum_broadcast", ap_sum_broadcast},   {"sum_swap", ap_sum_swap},         {"max_swap", ap_max_swap},
     {"sum_split", ap_sum_split},           {"reduce_size1", ap_reduce_size1},
     {"onehot_gather", ek_recognize_onehot_gather}, {"softmax_online", ek_recognize_softmax},
+    {"softmax_contract", ek_recognize_softmax_contract},
 };
 
 eg_apply_fn eg_applier_lookup(const char *name) {

@@ -286,7 +286,7 @@ static int32_t lx_node_tree(sch_program *p, sch_kernel *k, int32_t n, const sym_
     case OP_INPUT:
     case OP_SCATTER:
     case OP_CONTRACT:
-    case OP_SOFTMAX_ONLINE: break;
+    case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: break;
     }
     KILN_ASSERT(0 && "lx_node: a node that needs its own buffer was not given one");
     return -1;

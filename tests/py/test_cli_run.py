@@ -376,6 +376,7 @@ def t_usage_errors():
     expect_error(["run", "-m", LLAMA], 2, "prompt")
     expect_error(["bench", "-m", LLAMA, "-t", "1,x"], 2, "-t")
     expect_error(["bench", "-m", LLAMA, "-r", "0"], 2, "-r")
+    expect_error(["bench", "-m", LLAMA, "-d", "-1"], 2, "-d")
     expect_error(["bench", "-m", LLAMA, "--what"], 2, "what")
     expect_error(["bench", "-m", LLAMA, "-p", "0", "-n", "0"], 2, "nothing to run")
     expect_error(["bench", "-m", LLAMA, "-p", "0,0", "-n", "0", "-t", "1"], 2, "nothing to run")
@@ -477,6 +478,15 @@ def t_bench():
         # what the record measured: kiln's build and the CPU, and whether tuned schedules ran
         assert x["kiln_version"] and x["kiln_commit"] and x["cpu"], x
         assert 0 <= x["tuned_slots"] <= x["slots"] and x["slots"] > 0 and x["search_s"] == 0, x
+        assert x["n_depth"] == 0, x
+    # -d: each test after D tokens already in the cache (llama-bench's -d), per depth
+    r = kiln("bench", "-m", LLAMA, "-p", 8, "-n", 4, "-d", "0,24", "-r", 1, "-t", 1, "--json")
+    assert r.returncode == 0, r.err[-400:]
+    recs = json.loads(r.out)
+    assert [(x["test"], x["n_depth"]) for x in recs] == [("pp8", 0), ("pp8", 24), ("tg4", 0), ("tg4", 24)], recs
+    assert all(x["avg_ts"] > 0 for x in recs), recs
+    r = kiln("bench", "-m", LLAMA, "-p", 8, "-n", 0, "-d", 24, "-r", 1, "-t", 1)
+    assert r.returncode == 0 and re.search(r"\| +pp8 @ d24 \|", r.out), (r.out[-400:], r.err[-400:])
 
 
 def t_bench_profile():

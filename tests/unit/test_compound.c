@@ -2,14 +2,14 @@
  * rules that create them.
  *
  * Compound nodes: the builders check their operands; the reference
- * interpreter evaluates CONTRACT and SOFTMAX_ONLINE as their primitive
+ * interpreter evaluates CONTRACT, SOFTMAX_ONLINE and SOFTMAX_CONTRACT as their primitive
  * definitions, which must agree with an independent double-precision
  * computation here and bit for bit with the definition built as primitives;
  * text and DOT printing show them with their definitions.
  *
- * Recognition on real nn graphs: after kiln_graph_optimize, kiln_softmax and
- * kiln_attention graphs hold SOFTMAX_ONLINE (and attention's contractions
- * CONTRACT), one-hot products (kiln_eq of an iota and ids, cast, then
+ * Recognition on real nn graphs: after kiln_graph_optimize, kiln_softmax
+ * graphs hold SOFTMAX_ONLINE, and kiln_attention graphs (with and without a
+ * window) the scores' CONTRACT and the streaming SOFTMAX_CONTRACT, one-hot products (kiln_eq of an iota and ids, cast, then
  * kiln_matmul or kiln_linear) hold a GATHER and no contraction; each
  * optimised graph computes what its source does, including ids outside the
  * vocabulary, and survives a second trip through the e-graph.
@@ -124,7 +124,21 @@ int main(void) {
         kiln_tensor s = compound_softmax_online(g, a, b, 2);
         CHECK(s != KILN_NONE && !strcmp(kiln_shape_str(g, s, buf, sizeof buf), "(3, 4, 5)"), "softmax: %s",
               kiln_graph_error(g));
+        kiln_tensor sc = compound_softmax_contract(g, a, b, a, 1);
+        CHECK(sc != KILN_NONE && !strcmp(kiln_shape_str(g, sc, buf, sizeof buf), "(3, 5)"), "softmax_contract: %s",
+              kiln_graph_error(g));
         kiln_graph_free(g);
+        /* the three-operand form: one shape for all three, a float dtype */
+        for (int i = 0; i < 3; i++) {
+            g = kiln_graph_new();
+            kiln_dtype t = i == 2 ? KILN_I32 : KILN_F32;
+            kiln_tensor x = kiln_input(g, "x", t, "3, 4"), y = kiln_input(g, "y", t, i == 0 ? "4, 3" : "3, 4");
+            kiln_tensor r = compound_softmax_contract(g, x, x, y, i == 1 ? 2 : 1);
+            kiln_status want = i == 0 ? KILN_ERR_SHAPE : i == 1 ? KILN_ERR_INVALID : KILN_ERR_DTYPE;
+            CHECK(r == KILN_NONE && kiln_graph_status(g) == want, "softmax_contract case %d: status %d (%s)", i,
+                  (int)kiln_graph_status(g), kiln_graph_error(g));
+            kiln_graph_free(g);
+        }
 
         static const struct { const char *sa, *sb; kiln_dtype t; int op, axis; kiln_status want; } bad[] = {
             {"3, 4", "4, 3", KILN_F32, OP_CONTRACT, 0, KILN_ERR_SHAPE},
@@ -207,6 +221,42 @@ int main(void) {
     }
     CASE_END();
 
+    CASE_BEGIN("softmax_contract_evaluates_its_definition");
+    {
+        /* out[i, n] = sum_j softmax_j(X[i, :])[j] * W[j, n], X (4, 6) with large
+         * logits and row 2 fully masked (every logit -1e30: uniform weights) */
+        static float X[24], W[30];
+        for (int i = 0; i < 24; i++) X[i] = i / 6 == 2 ? -1e30f : frand(-200, 200);
+        for (int i = 0; i < 30; i++) W[i] = frand(-2, 2);
+        kiln_graph *g = kiln_graph_new();
+        kiln_sym d3[3] = {kiln_sym_int(g, 4), kiln_sym_int(g, 6), kiln_sym_int(g, 5)};
+        kiln_tensor x = kiln_expand(g, kiln_unsqueeze(g, kiln_input(g, "X", KILN_F32, "4, 6"), 2), 3, d3);
+        kiln_tensor w = kiln_expand(g, kiln_unsqueeze(g, kiln_input(g, "W", KILN_F32, "6, 5"), 0), 3, d3);
+        kiln_tensor c = kiln_full(g, 1.4426950408889634, KILN_F32, 3, d3);
+        kiln_tensor src[3] = {x, c, w};
+        kiln_output(g, compound_softmax_contract(g, x, c, w, 1), "out");
+        kiln_output(g, compound_expand(g, OP_SOFTMAX_CONTRACT, src, 1), "def");
+        kiln_bind_input(g, "X", X, sizeof X);
+        kiln_bind_input(g, "W", W, sizeof W);
+        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+        float out[20], def[20];
+        CHECK(read_f32(g, "out", out, 20) == 20 && read_f32(g, "def", def, 20) == 20, "outputs");
+        for (int i = 0; i < 4; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < 6; j++) mx = X[i * 6 + j] > mx ? X[i * 6 + j] : mx;
+            for (int j = 0; j < 6; j++) sum += exp((double)X[i * 6 + j] - mx);
+            for (int n = 0; n < 5; n++) {
+                double ref = 0;
+                for (int j = 0; j < 6; j++) ref += exp((double)X[i * 6 + j] - mx) / sum * W[j * 5 + n];
+                CHECK(fabs(out[i * 5 + n] - ref) <= 1e-5 * (1 + fabs(ref)), "(%d,%d): %g vs %g", i, n,
+                      (double)out[i * 5 + n], ref);
+                CHECK(out[i * 5 + n] == def[i * 5 + n], "(%d,%d) differs from the definition", i, n);
+            }
+        }
+        kiln_graph_free(g);
+    }
+    CASE_END();
+
     CASE_BEGIN("text_and_dot_show_compound_nodes");
     {
         kiln_graph *g = kiln_graph_new();
@@ -250,8 +300,8 @@ int main(void) {
     }
     CASE_END();
 
-    CASE_BEGIN("attention_graph_gets_softmax_online_and_contractions");
-    {
+    CASE_BEGIN("attention_graph_streams");
+    for (int window = 0; window <= 2; window += 2) {
         static float Q[3 * 4 * 8], K[5 * 2 * 8], Vv[5 * 2 * 8];
         for (size_t i = 0; i < sizeof Q / sizeof Q[0]; i++) Q[i] = frand(-1, 1);
         for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) K[i] = frand(-1, 1), Vv[i] = frand(-1, 1);
@@ -260,7 +310,7 @@ int main(void) {
         kiln_tensor q = kiln_input(g, "q", KILN_F32, "seq, 4, 8");
         kiln_tensor k = kiln_input(g, "k", KILN_F32, "seq + pos, 2, 8");
         kiln_tensor v = kiln_input(g, "v", KILN_F32, "seq + pos, 2, 8");
-        kiln_output(g, kiln_attention(g, q, k, v, pos, 0.35, 0), "out");
+        kiln_output(g, kiln_attention(g, q, k, v, pos, 0.35, window), "out");
         kiln_bind_dim(g, "seq", 3);
         kiln_bind_dim(g, "pos", 2);
         kiln_bind_input(g, "q", Q, sizeof Q);
@@ -269,10 +319,17 @@ int main(void) {
         kiln_graph *o = kiln_graph_optimize(g);
         CHECK(o != NULL, "%s", kiln_graph_error(g));
         if (o) {
-            CHECK(count_op(o, "SOFTMAX_ONLINE") == 1 && count_op(o, "CONTRACT") == 2 && count_op(o, "EXP2") == 0,
-                  "%d SOFTMAX_ONLINE, %d CONTRACT, %d EXP2", count_op(o, "SOFTMAX_ONLINE"), count_op(o, "CONTRACT"),
+            /* the scores' contraction, then the streaming softmax-times-values */
+            CHECK(count_op(o, "SOFTMAX_CONTRACT") == 1 && count_op(o, "CONTRACT") == 1 &&
+                      count_op(o, "SOFTMAX_ONLINE") == 0 && count_op(o, "EXP2") == 0,
+                  "window %d: %d SOFTMAX_CONTRACT, %d CONTRACT, %d SOFTMAX_ONLINE, %d EXP2", window,
+                  count_op(o, "SOFTMAX_CONTRACT"), count_op(o, "CONTRACT"), count_op(o, "SOFTMAX_ONLINE"),
                   count_op(o, "EXP2"));
-            CHECK(same_results(g, o, 1e-5, why, sizeof why), "%s", why);
+            CHECK(same_results(g, o, 1e-5, why, sizeof why), "window %d: %s", window, why);
+            kiln_graph *o2 = kiln_graph_optimize(o);
+            CHECK(o2 && count_op(o2, "SOFTMAX_CONTRACT") == 1 && same_results(g, o2, 1e-5, why, sizeof why),
+                  "second trip: %s", o2 ? why : kiln_graph_error(o));
+            kiln_graph_free(o2);
         }
         kiln_graph_free(o);
         kiln_graph_free(g);

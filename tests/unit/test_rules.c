@@ -33,7 +33,9 @@
  * nn:     (matmul a b) (softmax e) (softmax0 e) (rmsnorm e) (silu e) (neg e)
  *         (onehot V e): i32 ids e as a one-hot f32 over a new last axis of V classes
  *         (kiln_eq of an iota and the ids, cast); (nsoftmax e): softmax without the
- *         max shift (not a rule's input: the wrong-rule fixture's) */
+ *         max shift (not a rule's input: the wrong-rule fixture's); (tanh e);
+ *         (attn W S): kiln_attention of qa (f32 6x2x4) over ka, kv (f32 6x1x4): causal,
+ *         two query heads per kv head, window W (0: none), scale S */
 
 typedef struct leaf { const char *name; const char *shape; kiln_dtype t; double lo, hi; } leaf;
 static const leaf leaves[] = {
@@ -41,6 +43,7 @@ static const leaf leaves[] = {
     {"p", "3, 4", KILN_F32, 0.25, 2}, {"q", "3, 4", KILN_F32, 0.25, 2}, {"v", "4", KILN_F32, -2, 2},
     {"m", "4, 5", KILN_F32, -2, 2},  {"t", "2, 3, 4", KILN_F32, -2, 2}, {"w", "3, 32", KILN_F32, -2, 2},
     {"ids", "3", KILN_I32, -1, 5},   {"ids2", "2, 3", KILN_I32, -1, 5},
+    {"qa", "6, 2, 4", KILN_F32, -2, 2}, {"ka", "6, 1, 4", KILN_F32, -2, 2}, {"kv", "6, 1, 4", KILN_F32, -2, 2},
 };
 #define NLEAVES (sizeof leaves / sizeof leaves[0])
 
@@ -75,19 +78,23 @@ static kiln_tensor full_like(kiln_graph *g, double v, kiln_tensor like) {
     return kiln_full(g, v, KILN_F32, n, dims);
 }
 
+static kiln_tensor leaf_named(dsl *d, const char *name) {
+    for (size_t k = 0; k < NLEAVES; k++)
+        if (strcmp(name, leaves[k].name) == 0) {
+            if (d->leaf_t[k] == KILN_NONE) d->leaf_t[k] = kiln_input(d->g, leaves[k].name, leaves[k].t, leaves[k].shape);
+            return d->leaf_t[k];
+        }
+    d->err = 1;
+    return KILN_NONE;
+}
+
 static kiln_tensor expr(dsl *d) {
     kiln_graph *g = d->g;
     char w[32];
     ws(d);
     if (d->s[d->i] != '(') {
         word(d, w, sizeof w);
-        for (size_t k = 0; k < NLEAVES; k++)
-            if (strcmp(w, leaves[k].name) == 0) {
-                if (d->leaf_t[k] == KILN_NONE) d->leaf_t[k] = kiln_input(g, leaves[k].name, leaves[k].t, leaves[k].shape);
-                return d->leaf_t[k];
-            }
-        d->err = 1;
-        return KILN_NONE;
+        return leaf_named(d, w);
     }
     d->i++;
     word(d, w, sizeof w);
@@ -108,6 +115,11 @@ static kiln_tensor expr(dsl *d) {
         kiln_tensor io = kiln_iota(g, KILN_I32, n + 1, dims, n);
         kiln_tensor rep = kiln_expand(g, kiln_unsqueeze(g, ids, n), n + 1, dims);
         r = kiln_cast(g, kiln_eq(g, io, rep), KILN_F32);
+    } else if (!strcmp(w, "attn")) {
+        char win[32], sc[32];
+        word(d, win, sizeof win);
+        word(d, sc, sizeof sc);
+        r = kiln_attention(g, leaf_named(d, "qa"), leaf_named(d, "ka"), leaf_named(d, "kv"), kiln_sym_int(g, 0), atof(sc), atoi(win));
     } else if (!strcmp(w, "sum") || !strcmp(w, "max") || !strcmp(w, "uq")) {
         char num[32];
         word(d, num, sizeof num);
@@ -149,6 +161,7 @@ static kiln_tensor expr(dsl *d) {
         }
         else if (!strcmp(w, "rmsnorm")) r = kiln_rmsnorm(g, a, KILN_NONE, 1e-6);
         else if (!strcmp(w, "silu")) r = kiln_silu(g, a);
+        else if (!strcmp(w, "tanh")) r = kiln_tanh(g, a);
         else if (!strcmp(w, "neg")) r = kiln_neg(g, a);
         else if (!strcmp(w, "fullx")) r = full_like(g, 1, a);
         else d->err = 1;
@@ -355,7 +368,7 @@ static verdict check_rule_on(const eg_rule *r, const eg_ruleset *all, const char
 
 /* ---- witnesses ------------------------------------------------------------------------ */
 
-typedef struct witness { const char *rule; const char *expr[3]; } witness;
+typedef struct witness { const char *rule; const char *expr[4]; } witness;
 static const witness witnesses[] = {
     {"add-comm", {"(add x y)"}},
     {"mul-comm", {"(mul x y)"}},
@@ -410,6 +423,12 @@ static const witness witnesses[] = {
     {"contract-comm", {"(matmul x m)"}},
     {"onehot-gather", {"(matmul (onehot 4 ids) m)", "(matmul (onehot 5 ids) (T m))", "(matmul (onehot 4 ids2) m)"}},
     {"softmax-online", {"(softmax x)", "(softmax (mul t (c 100)))", "(softmax0 (T x))"}},
+    /* rows fully masked (every logit -1e30), a window with large logits and
+     * grouped heads, -inf logits (and rows of only -inf: NaN on both sides),
+     * soft-capped logits */
+    {"softmax-contract", {"(matmul (softmax (add x (c -1e30))) m)", "(attn 2 100)",
+                          "(matmul (softmax (add x (log2 (mul p (lt x y))))) m)",
+                          "(matmul (softmax (mul (tanh (mul x (c 0.5))) (c 30))) m)"}},
 };
 #define NWIT (sizeof witnesses / sizeof witnesses[0])
 
@@ -423,7 +442,7 @@ static verdict check_rule(const eg_rule *r, const eg_ruleset *all, int verbose) 
     verdict total = {0, 0};
     const witness *w = find_witness(r->def.name);
     if (!w) return total;
-    for (int i = 0; i < 3 && w->expr[i]; i++) {
+    for (int i = 0; i < 4 && w->expr[i]; i++) {
         verdict v = check_rule_on(r, all, w->expr[i], verbose);
         total.checked += v.checked;
         total.unsound |= v.unsound;
@@ -437,6 +456,7 @@ static const char *corpus[] = {
     "(softmax x)", "(rmsnorm x)", "(silu x)", "(matmul x m)", "(add (matmul x m) (matmul y m))",
     "(mul (sum 1 (mul x (c 2))) (recip (recip (sum 1 y))))", "(exp2 (add (log2 (exp2 x)) (c 0)))",
     "(sum 0 (T (add (pad x) (pad y))))", "(softmax (matmul (T m) (T x)))", "(neg (neg (contig (T x))))",
+    "(attn 0 0.5)", "(attn 3 2)",
 };
 
 static int pipeline_one(const eg_ruleset *rs, const char *text, char *why, size_t cap) {
@@ -600,7 +620,18 @@ int main(void) {
         printf("rules: %d checked, %d unsound\n", checked, unsound);
         CHECK(unsound == 0, "%d unsound rules", unsound);
         CHECK(unwitnessed == 0, "%d rules without a checked instance", unwitnessed);
-        CHECK(checked >= 53, "only %d rules checked", checked);
+        CHECK(checked >= 54, "only %d rules checked", checked);
+        /* the streaming form: each of its witnesses (masked rows, window, -inf,
+         * soft-cap) must itself hold a checked match */
+        const witness *sw = find_witness("softmax-contract");
+        for (uint32_t i = 0; sw && i < rs->n; i++) {
+            if (strcmp(rs->rules[i].def.name, "softmax-contract") != 0) continue;
+            for (int j = 0; j < 4 && sw->expr[j]; j++) {
+                verdict v = check_rule_on(&rs->rules[i], rs, sw->expr[j], 1);
+                CHECK(v.checked > 0 && !v.unsound, "softmax-contract on %s: %d checked, unsound %d", sw->expr[j],
+                      v.checked, v.unsound);
+            }
+        }
     }
     CASE_END();
 
@@ -622,12 +653,15 @@ int main(void) {
             {"softmax-online-no-shift", "(MUL (EXP2 (MUL ?x ?c)) (VIEW[?vr] (RECIP (VIEW[?vs] (SUM[?k] (EXP2 (MUL ?x ?c)))))))",
              "(SOFTMAX_ONLINE[?k] ?x ?c)", "const ?c",
              "not a rule: without the max shift exp2 overflows and inf * (1/inf) is NaN where softmax is finite"},
+            {"softmax-contract-any-axis", "(CONTRACT[?k] (VIEW[?va] (SOFTMAX_ONLINE[?j] ?x ?c)) ?v)",
+             "(SOFTMAX_CONTRACT[?k] (VIEW[?va] ?x) (VIEW[?va] ?c) ?v)", "",
+             "not a rule: the softmax's axis must be the one contracted"},
         };
         const char *wit[] = {"(exp2 (add x y))", "(mul (recip (mul x (c 0))) (c 0))", "(pad (exp2 x))",
                              "(exp2 (add (mul x (c 100)) (mul (c -100) y)))",
                              "(mul (c inf) (add (mul x (c 2)) (c -1)))", "(matmul (onehot 4 ids) m)",
-                             "(nsoftmax (mul x (c 100)))"};
-        for (int i = 0; i < 7; i++) {
+                             "(nsoftmax (mul x (c 100)))", "(matmul (softmax0 x) m)"};
+        for (int i = 0; i < 8; i++) {
             eg_rule r;
             CHECK(eg_rule_compile(&wrong[i], &r, err, sizeof err) == 0, "%s", err);
             verdict v = check_rule_on(&r, rs, wit[i], 0);
@@ -640,7 +674,7 @@ int main(void) {
     {
         int bad = 0;
         for (size_t i = 0; i < NWIT; i++)
-            for (int j = 0; j < 3 && witnesses[i].expr[j]; j++)
+            for (int j = 0; j < 4 && witnesses[i].expr[j]; j++)
                 if (!pipeline_one(rs, witnesses[i].expr[j], err, sizeof err)) {
                     printf("  %s: %s\n", witnesses[i].expr[j], err);
                     bad++;
