@@ -85,6 +85,10 @@ ox_tensor *imp_new_const(imp_ctx *c, int onnx_dtype, int ndim, const int64_t *di
 /* a host constant as a graph tensor (a bound weight, or a constant fill) */
 kiln_tensor imp_tensor_of(imp_ctx *c, ox_tensor *k);
 
+/* cond ? a : b exactly (NaN and infinities in either branch stay where they
+ * are); onnx_ops_elementwise.c */
+kiln_tensor imp_where_exact(imp_ctx *c, kiln_tensor cond, kiln_tensor a, kiln_tensor b);
+
 /* attributes with defaults */
 int64_t imp_attr_i(const ox_node *n, const char *name, int64_t def);
 double imp_attr_f(const ox_node *n, const char *name, double def);

@@ -205,6 +205,15 @@ static kiln_tensor materialise(imp_ctx *c, imp_value *v) {
     return t;
 }
 
+/* f16 and bf16 values are computed in f32 and rounded to their type at each
+ * operator's output (imp_set): ONNX's meaning, an f16 result per operator,
+ * without kiln keeping f16 intermediates inside a fused kernel */
+static kiln_tensor up(imp_ctx *c, kiln_tensor t) {
+    if (t == KILN_NONE) return t;
+    kiln_dtype d = kiln_tensor_dtype(c->g, t);
+    return d == KILN_F16 || d == KILN_BF16 ? kiln_cast(c->g, t, KILN_F32) : t;
+}
+
 kiln_tensor imp_tensor_of(imp_ctx *c, ox_tensor *k) {
     imp_value v = {"constant", k->dtype, KILN_NONE, k};
     return materialise(c, &v);
@@ -213,10 +222,10 @@ kiln_tensor imp_tensor_of(imp_ctx *c, ox_tensor *k) {
 kiln_tensor imp_in(imp_ctx *c, const ox_node *n, int i) {
     imp_value *v = input_value(c, n, i);
     if (!v) return KILN_NONE;
-    if (c->folding) return materialise(c, v); /* a fresh copy in the scratch graph */
+    if (c->folding) return up(c, materialise(c, v)); /* a fresh copy in the scratch graph */
     if (v->t == KILN_NONE && v->c) v->t = materialise(c, v);
     if (v->t == KILN_NONE) imp_fail(c, KILN_ERR_INVALID, "input '%s' has no tensor", v->name);
-    return v->t;
+    return up(c, v->t);
 }
 
 ox_tensor *imp_const(imp_ctx *c, const ox_node *n, int i) {
@@ -248,6 +257,9 @@ int imp_const_ints(imp_ctx *c, const ox_node *n, int i, int64_t *out, int cap) {
 
 int imp_set(imp_ctx *c, const ox_node *n, int i, kiln_tensor t, int onnx_dtype) {
     if (i >= n->n_out || !n->outputs[i][0]) return 1; /* an unused optional output */
+    if (!imp_check(c, t)) return 0;
+    if ((onnx_dtype == OX_FLOAT16 || onnx_dtype == OX_BFLOAT16) && kiln_tensor_dtype(c->g, t) == KILN_F32)
+        t = kiln_cast(c->g, t, onnx_dtype == OX_FLOAT16 ? KILN_F16 : KILN_BF16);
     if (!imp_check(c, t)) return 0;
     if (c->folding) {
         if (i >= IMP_MAX_OUT) return imp_fail(c, KILN_ERR_UNSUPPORTED, "too many outputs");

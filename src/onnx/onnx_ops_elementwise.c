@@ -239,9 +239,37 @@ static int variadic(imp_ctx *c, const ox_node *n) {
     return imp_set(c, n, 0, y, dt);
 }
 
+/* ONNX's Where picks exactly, so a NaN in the branch not taken must not
+ * show (kiln_where's min/max form lets it through): [a, b] are stacked on a
+ * new last axis and each element gathers its slot, 2*i + (cond == 0) */
+kiln_tensor imp_where_exact(imp_ctx *c, kiln_tensor cond, kiln_tensor a, kiln_tensor b) {
+    kiln_graph *g = c->g;
+    if (!kiln_dtype_is_float(kiln_tensor_dtype(g, a))) return kiln_where(g, cond, a, b);
+    if (!nn_broadcast(g, "Where", &a, &b) || !nn_broadcast(g, "Where", &cond, &a) || !nn_broadcast(g, "Where", &a, &b))
+        return KILN_NONE;
+    int r = kiln_ndim(g, a);
+    if (r + 1 > KILN_MAX_DIMS) {
+        imp_fail(c, KILN_ERR_UNSUPPORTED, "Where of rank %d", r);
+        return KILN_NONE;
+    }
+    kiln_sym dims[KILN_MAX_DIMS], total = kiln_sym_int(g, 1), one = kiln_sym_int(g, 1);
+    for (int d = 0; d < r; d++) {
+        dims[d] = kiln_dim(g, a, d);
+        total = kiln_sym_mul(g, total, dims[d]);
+    }
+    kiln_tensor st = nn_stack_last(g, "Where", a, b); /* (..., 2): a, b */
+    kiln_sym flat2[2] = {kiln_sym_mul(g, total, kiln_sym_int(g, 2)), one};
+    kiln_tensor table = kiln_reshape(g, kiln_contiguous(g, st), 2, flat2);
+    kiln_tensor not_c = kiln_cast(g, kiln_eq(g, cond, kiln_const(g, 0, kiln_tensor_dtype(g, cond))), KILN_I32);
+    kiln_tensor sel = kiln_reshape(g, not_c, 1, &total);
+    kiln_tensor idx = kiln_add(g, kiln_mul(g, kiln_iota(g, KILN_I32, 1, &total, 0), kiln_const(g, 2, KILN_I32)), sel);
+    return kiln_reshape(g, kiln_gather(g, table, idx), r, dims);
+}
+
 static int where(imp_ctx *c, const ox_node *n) {
     kiln_tensor cond = imp_in(c, n, 0), a = imp_in(c, n, 1), b = imp_in(c, n, 2);
-    return imp_set(c, n, 0, kiln_where(c->g, cond, a, b), imp_in_dtype(c, n, 1));
+    if (!imp_check(c, cond) || !imp_check(c, a) || !imp_check(c, b)) return 0;
+    return imp_set(c, n, 0, imp_where_exact(c, cond, a, b), imp_in_dtype(c, n, 1));
 }
 
 static int cast(imp_ctx *c, const ox_node *n) {

@@ -371,10 +371,9 @@ static int pad(imp_ctx *c, const ox_node *n) {
             if (mask != KILN_NONE) mask = kiln_pad(g, mask, a, kiln_sym_int(g, b), kiln_sym_int(g, e));
         }
     }
-    if (mask != KILN_NONE) { /* x + (1 - mask) * value: exact, the padded x is 0 there */
-        kiln_tensor one = kiln_const(g, 1.0, kiln_tensor_dtype(g, x));
+    if (mask != KILN_NONE) { /* the value where the mask is 0, exactly (infinities too) */
         if (vt == KILN_NONE) vt = kiln_const(g, value, kiln_tensor_dtype(g, x));
-        x = kiln_add(g, x, kiln_mul(g, kiln_sub(g, one, mask), vt));
+        x = imp_where_exact(c, mask, x, vt);
     }
     return imp_set(c, n, 0, x, imp_in_dtype(c, n, 0));
 }
