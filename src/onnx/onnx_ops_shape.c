@@ -414,7 +414,7 @@ static int size(imp_ctx *c, const ox_node *n) {
     return imp_set_const(c, n, 0, k);
 }
 
-/* a host constant of one value: filled when small, else a kiln_full */
+/* a host constant of one value: filled, or a kiln_full when huge */
 static int const_of_shape(imp_ctx *c, const ox_node *n) {
     int64_t s[KILN_MAX_DIMS];
     int k = imp_const_ints(c, n, 0, s, KILN_MAX_DIMS);
@@ -434,7 +434,11 @@ static int const_of_shape(imp_ctx *c, const ox_node *n) {
     }
     int kt = imp_kiln_dtype(dt);
     if (kt < 0) return imp_fail(c, KILN_ERR_UNSUPPORTED, "ConstantOfShape of %s", ox_dtype_name(dt));
-    if (total > 4096) {
+    /* up to 2^26 elements a filled buffer, which becomes a bound weight where
+     * a graph tensor is needed: models that carry their weights as fills (the
+     * onnx package's light models) then run like models with real weights,
+     * instead of the rewriter folding a constant weight into the arithmetic */
+    if (total > ((int64_t)1 << 26)) {
         kiln_sym dims[KILN_MAX_DIMS];
         for (int i = 0; i < k; i++) dims[i] = kiln_sym_int(c->g, s[i]);
         return imp_set(c, n, 0, kiln_full(c->g, v, (kiln_dtype)kt, k, dims), dt);

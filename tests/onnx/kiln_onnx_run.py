@@ -75,6 +75,9 @@ def lib():
         "kiln_compile_defaults": (CompileOptions, []),
         "kiln_run": (st, [vp]),
         "kiln_program_free": (None, [vp]),
+        "kiln_program_search": (st, [vp, ctypes.c_double, ctypes.POINTER(ctypes.c_double), ctypes.c_double]),
+        "kiln_program_search_finish": (st, [vp]),
+        "kiln_program_untuned": (i, [vp]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(L, name)
@@ -208,6 +211,32 @@ class Model:
         if st:
             raise self._err(st)
         return self._read()
+
+
+def _search(self, budget):
+    """kiln's first-run schedule search: budget seconds, settled during the
+    next runs, then one recompile (as `kiln bench` does)"""
+    import time
+    L = lib()
+    if not self.prog or budget <= 0 or L.kiln_program_untuned(self.prog) == 0:
+        return
+    L.kiln_program_search(self.prog, budget, None, 0.0)
+    t0 = time.time()
+    while time.time() - t0 < budget * 1.5 and L.kiln_program_untuned(self.prog) > 0:
+        if L.kiln_run(self.prog):
+            break
+    L.kiln_program_search_finish(self.prog)
+
+
+def _run_again(self):
+    """one more run of the compiled program on the inputs bound last"""
+    st = lib().kiln_run(self.prog)
+    if st:
+        raise self._err(st)
+
+
+Model.search = _search
+Model.run_again = _run_again
 
 
 def close_enough(got, want, rtol, atol):
