@@ -51,7 +51,7 @@ def bench(path, threads, reps, rounds, budget):
     want = sess.run(None, feeds)[0]
     m = kr.Model(path=path)
     t0 = time.time()
-    got = m.compiled(feeds, threads)[m.outputs[0][0]]
+    got = m.compiled(feeds, threads, f32=False)[m.outputs[0][0]]  # kiln's defaults, as kiln bench
     compile_s = time.time() - t0
     if budget > 0:
         m.search(budget)

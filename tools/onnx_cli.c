@@ -325,6 +325,7 @@ static int onnx_run(const char *cmd, opts *o) {
         else {
             kiln_compile_options co = kiln_compile_defaults();
             co.threads = o->threads[0];
+            co.fixed_defaults = 1; /* ONNX's f32 arithmetic, not the cost model's bf16/int8 pick */
             p = kiln_compile(g, &co, &st);
             if (p) st = kiln_run(p);
         }

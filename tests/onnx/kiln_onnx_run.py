@@ -40,7 +40,7 @@ class OnnxOptions(ctypes.Structure):
 
 class CompileOptions(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_char_p), ("threads", ctypes.c_int), ("search_budget", ctypes.c_double),
-                ("vector", ctypes.c_int), ("exact", ctypes.c_int)]
+                ("vector", ctypes.c_int), ("exact", ctypes.c_int), ("fixed_defaults", ctypes.c_int)]
 
 
 _lib = None
@@ -197,11 +197,15 @@ class Model:
             raise self._err(st)
         return self._read()
 
-    def compiled(self, feeds, threads=0):
+    def compiled(self, feeds, threads=0, f32=True):
+        """f32: contractions without a tuning record run kiln's f32 default
+        schedule (fixed_defaults), ONNX's float arithmetic; False lets the
+        cost model pick bf16 or int8 arithmetic as a search would"""
         L = lib()
         if self.prog is None:
             opt = L.kiln_compile_defaults()
             opt.threads = threads
+            opt.fixed_defaults = 1 if f32 else 0
             st = ctypes.c_int(0)
             self.prog = L.kiln_compile(self.g, ctypes.byref(opt), ctypes.byref(st))
             if not self.prog:
