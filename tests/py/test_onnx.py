@@ -205,6 +205,34 @@ def cli():
         assert p.returncode == 1 and "not an ONNX model" in p.stderr, p.stderr
 
 
+def python_package():
+    sys.path.insert(0, os.path.join(kr.REPO, "python"))
+    import kiln
+    import kiln.onnx
+    w = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+    m = model_bytes([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("ArgMax", ["h"], ["y"], axis=1, keepdims=0)],
+                    [helper.make_tensor_value_info("x", F, ["N", 4])],
+                    [helper.make_tensor_value_info("y", TensorProto.INT64, None)], [numpy_helper.from_array(w, "w")])
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save_model(m, path)
+        with kiln.onnx.load(path) as km:
+            assert km.inputs == [("x", "f32", [("N", None), 4])], km.inputs
+            x = np.random.default_rng(6).standard_normal((5, 4)).astype(np.float32)
+            for interp in (False, True):
+                y = km.run({"x": x}, interpreter=interp)["y"]
+                assert y.dtype == np.int64 and np.array_equal(y, np.argmax(x @ w, axis=1)), y
+        bad = model_bytes([helper.make_node("NonZero", ["x"], ["y"])], [helper.make_tensor_value_info("x", F, [2])],
+                          [helper.make_tensor_value_info("y", F, None)])
+        onnx.save_model(bad, path)
+        try:
+            kiln.onnx.load(path)
+        except kiln.UnsupportedError as e:
+            assert "NonZero" in str(e), e
+        else:
+            raise AssertionError("NonZero loaded")
+
+
 def light_squeezenet():
     sys.path.insert(0, os.path.join(kr.REPO, "tests", "onnx"))
     import light_models
@@ -221,6 +249,7 @@ suite.case("onnx load-time constant input", load_time_const, isolate=True)
 suite.case("onnx unsupported operator/attribute/domain/type named", unsupported_errors, isolate=True)
 suite.case("onnx truncations and bit flips never crash", damaged_files, isolate=True)
 suite.case("onnx command line run/bench/explain", cli, isolate=True)
+suite.case("onnx from the Python package (kiln.onnx)", python_package, isolate=True)
 if not ASAN:
     suite.case("onnx light squeezenet compiled matches", light_squeezenet, isolate=True)
 suite.finish()
