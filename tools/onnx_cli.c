@@ -191,7 +191,8 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->outdir = ".";
     o->reps = 20;
-    for (int i = 0; i < argc; i++) {
+    int i = 0;
+    while (i < argc) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--input") || !strcmp(a, "--output-dir") ||
                     !strcmp(a, "--dim") || !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "-r");
@@ -229,14 +230,14 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
             long x = strtol(v, &e, 10);
             if (*e || x < 1 || x > 100000) return usage2(cmd, "bad repeat count", v);
             o->reps = (int)x;
-        } else if (!strcmp(a, "--interp")) o->interp = 1, i--;
-        else if (!strcmp(a, "--no-tune")) o->no_tune = 1, i--;
-        else if (!strcmp(a, "--json")) o->json = 1, i--;
-        else if (!strcmp(a, "--graph")) o->graph = 1, i--;
-        else if (!strcmp(a, "--kernels")) o->kernels = 1, i--;
-        else if (!strcmp(a, "--source")) o->source = 1, i--;
+        } else if (!strcmp(a, "--interp")) o->interp = 1;
+        else if (!strcmp(a, "--no-tune")) o->no_tune = 1;
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--graph")) o->graph = 1;
+        else if (!strcmp(a, "--kernels")) o->kernels = 1;
+        else if (!strcmp(a, "--source")) o->source = 1;
         else return usage2(cmd, "unknown option", a);
-        i++;
+        i += takes ? 2 : 1;
     }
     if (!o->model) return usage2(cmd, "missing", "-m MODEL.onnx");
     if (!o->n_threads) o->threads[o->n_threads++] = 0;
