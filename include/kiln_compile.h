@@ -92,6 +92,19 @@ KILN_API int kiln_program_exact(const kiln_program *p);
 /* bytes of the intermediate arena planned for the last run (0 before one) */
 KILN_API size_t kiln_program_arena_bytes(const kiln_program *p);
 
+/* the backends kiln was built with (src/runtime/registry.c), the CPU first:
+ * the i-th one's name ("cpu"), NULL past the end */
+KILN_API const char *kiln_backend_name(int i);
+/* every name, comma-separated ("cpu, opencl, cuda"; static) */
+KILN_API const char *kiln_backend_names(void);
+/* the backend's name for tables ("CPU"); name NULL or "": $KILN_BACKEND, else
+ * the CPU (as for every function here); NULL for an unknown name */
+KILN_API const char *kiln_backend_label(const char *name);
+/* 1 when the backend runs on host memory (inputs used in place), else 0 */
+KILN_API int kiln_backend_host_memory(const char *name);
+/* the fingerprint its tuning records carry (malloc'd), NULL when it has no device */
+KILN_API char *kiln_backend_fingerprint(const char *name);
+
 /* `kiln device`: the hardware fingerprint and measured peaks, as text or JSON
  * (json != 0). Measuring takes about a second. malloc'd; caller frees. */
 KILN_API char *kiln_device_report(int json);

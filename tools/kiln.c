@@ -1068,12 +1068,10 @@ static uint64_t bench_rng(uint64_t *s) {
 /* the backend a bench row ran on: "interp", or $KILN_BACKEND (set by
  * --backend), "cpu" by default; upper-case for the table (llama-bench's "CPU") */
 static const char *bench_backend_label(int interp, int upper) {
-    const char *be = getenv("KILN_BACKEND");
     if (interp) return "interp";
-    if (!be || !*be || strcmp(be, "cpu") == 0) return upper ? "CPU" : "cpu";
-    if (strcmp(be, "cuda") == 0) return upper ? "CUDA" : "cuda";
-    if (strcmp(be, "opencl") == 0) return upper ? "OpenCL" : "opencl";
-    return be;
+    const char *label = kiln_backend_label(NULL), *name = getenv("KILN_BACKEND");
+    if (!label) return name; /* unknown: as given */
+    return upper ? label : name && *name ? name : kiln_backend_name(0);
 }
 
 /* fills a fresh cache with depth random tokens (untimed): the context of the
@@ -1394,14 +1392,7 @@ static size_t tune_key_short(const char *key) {
 
 /* the fingerprint records must carry to be this machine's: the CPU's, or
  * with --backend opencl|cuda that backend's device's (NULL without one) */
-static char *backend_fingerprint(void) {
-    const rt_gpu_ops *ops = rt_gpu_find(getenv("KILN_BACKEND"));
-    if (!ops) return kiln_device_fingerprint();
-    rt_gpu *dev = NULL;
-    char err[512];
-    if (rt_gpu_default_device(ops, &dev, err, sizeof err) != KILN_OK) return NULL;
-    return ops->fingerprint(dev);
-}
+static char *backend_fingerprint(void) { return kiln_backend_fingerprint(NULL); }
 
 static int tune_show(int json) {
     int n = 0, damaged = 0;
@@ -1709,10 +1700,10 @@ static int take_backend_option(int *argc, char **argv) {
             argv[out++] = argv[i];
             continue;
         }
-        if (strcmp(v, "cpu") != 0 && strcmp(v, "opencl") != 0 && strcmp(v, "cuda") != 0)
-            return cmd_usage_error(argv[1], "unknown backend '%s' (available: cpu, opencl, cuda)", v);
+        if (!v[0] || !kiln_backend_label(v))
+            return cmd_usage_error(argv[1], "unknown backend '%s' (available: %s)", v, kiln_backend_names());
         setenv("KILN_BACKEND", v, 1);
-        if (strcmp(v, "cpu") != 0) setenv("KILN_GPU_RESIDENT", "1", 0);
+        if (!kiln_backend_host_memory(v)) setenv("KILN_GPU_RESIDENT", "1", 0);
     }
     *argc = out;
     argv[out] = NULL;

@@ -13,6 +13,9 @@
  * used pairs first (cache_trim.c), after a process's first new object and
  * then every 1/16 of the bound it adds (trim_cache).
  *
+ * These are the host-code members of rt_cpu_backend (backend.h), whose
+ * program-level members are in cpu_run.c.
+ *
  * Errors are the world's (no compiler, compiler failure, unwritable cache):
  * reported as a kiln_status with a message, never a crash.
  */
@@ -33,7 +36,6 @@
 #include "cache_trim.h"
 #include "cc_dedup.h"
 #include "cc_split.h"
-#include "gpu.h"
 
 struct rt_module {
     void *handle;
@@ -125,7 +127,6 @@ cg_isa rt_cpu_isa(void) {
     return best;
 }
 
-static cg_isa cpu_isa(void) { return rt_cpu_isa(); }
 
 /* ---- cache and compile ------------------------------------------------ */
 
@@ -242,7 +243,7 @@ static double cc_rate = 1.5e-6;
 
 double rt_cc_seconds_per_byte(void) { return cc_rate; }
 
-static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
+kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
     *out = NULL;
     const char *cc = rt_cc();
     const char *ident = rt_cc_identity();
@@ -361,26 +362,16 @@ static kiln_status cpu_compile(const char *src, const char *cflags, rt_module **
     return KILN_OK;
 }
 
-static void *cpu_symbol(rt_module *m, const char *name) { return m && m->handle ? dlsym(m->handle, name) : NULL; }
-static const char *cpu_module_path(const rt_module *m) { return m ? m->path : ""; }
+void *rt_cpu_symbol(rt_module *m, const char *name) { return m && m->handle ? dlsym(m->handle, name) : NULL; }
+const char *rt_cpu_module_path(const rt_module *m) { return m ? m->path : ""; }
 
-static void cpu_module_free(rt_module *m) {
+void rt_cpu_module_free(rt_module *m) {
     if (!m) return;
     if (m->handle) dlclose(m->handle);
     free(m);
 }
 
-/* ---- memory and launch ------------------------------------------------- */
-
-static void *cpu_alloc(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
-    return p;
-}
-static void cpu_dealloc(void *p) { free(p); }
-static void cpu_copy(void *dst, const void *src, size_t bytes) {
-    if (bytes) memmove(dst, src, bytes);
-}
+/* ---- launch ------------------------------------------------------------- */
 
 typedef struct launch_ctx {
     rt_kernel_fn fn;
@@ -394,31 +385,9 @@ static int launch_piece(void *ctx, int64_t lo, int64_t hi) {
     return c->fn(c->bufs, c->vars, lo, hi, c->chunk, c->flags);
 }
 
-static int cpu_launch(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n, int64_t chunk,
+int rt_cpu_launch(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n, int64_t chunk,
                       int64_t flags, int serial) {
     launch_ctx c = {fn, bufs, vars, chunk, flags};
     if (serial || !pool) return fn(bufs, vars, 0, n, chunk, flags);
     return rt_pool_run(pool, n, 0, launch_piece, &c);
-}
-
-static void cpu_sync(void) {}
-
-static int cpu_supports(const sch_program *p, int32_t kernel) {
-    (void)p;
-    (void)kernel;
-    return 1;
-}
-
-char *rt_cpu_fingerprint(void);
-
-static const rt_backend cpu_backend = {
-    "cpu",        rt_cpu_fingerprint, cpu_supports, cpu_isa,     cg_emit_c, cpu_compile, cpu_symbol,
-    cpu_module_path, cpu_module_free, cpu_alloc,  cpu_dealloc, cpu_copy,  cpu_launch,  cpu_sync,
-};
-
-/* no name: $KILN_BACKEND, else the CPU; "opencl" and "cuda" live in gpu_exec.c */
-const rt_backend *rt_backend_find(const char *name) {
-    if (!name || !name[0]) name = getenv("KILN_BACKEND");
-    if (!name || !name[0] || strcmp(name, "cpu") == 0) return &cpu_backend;
-    return rt_gpu_backend_find(name);
 }
