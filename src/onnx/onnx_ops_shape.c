@@ -438,13 +438,15 @@ static int const_of_shape(imp_ctx *c, const ox_node *n) {
      * a graph tensor is needed: models that carry their weights as fills (the
      * onnx package's light models) then run like models with real weights,
      * instead of the rewriter folding a constant weight into the arithmetic */
-    if (total > ((int64_t)1 << 26)) {
+    size_t fill = (size_t)total * ox_dtype_size(dt);
+    if (total > ((int64_t)1 << 26) || c->fill_bytes + fill > ((size_t)1 << 30)) { /* at most 1 GiB of fills per model */
         kiln_sym dims[KILN_MAX_DIMS];
         for (int i = 0; i < k; i++) dims[i] = kiln_sym_int(c->g, s[i]);
         return imp_set(c, n, 0, kiln_full(c->g, v, (kiln_dtype)kt, k, dims), dt);
     }
     ox_tensor *t = imp_new_const(c, dt, k, s);
     if (!t) return 0;
+    c->fill_bytes += fill;
     size_t es = ox_dtype_size(dt);
     for (int64_t i = 0; i < t->n; i++) memcpy((char *)t->data + (size_t)i * es, va ? va->t->data : &(float){0}, es);
     return imp_set_const(c, n, 0, t);
