@@ -53,6 +53,15 @@ typedef struct kiln_compile_options {
                             bf16 arithmetic as a search would */
 } kiln_compile_options;
 
+/* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,
+ * done, total) is called at each stage: "e-graph" (rewriting), "kernels"
+ * (fusion and scheduling), then on the CPU "cached" (the compiled code was
+ * in the kernel cache) or "cc" (the C compiler builds `total` units: done 0
+ * at the start, total at the end; a search's candidates are compiled the
+ * same way). One observer per process, set before compiling; NULL: none. */
+typedef void (*kiln_compile_observer)(void *ctx, const char *stage, int done, int total);
+KILN_API void kiln_set_compile_observer(kiln_compile_observer fn, void *ctx);
+
 /* options with every field at its default */
 KILN_API kiln_compile_options kiln_compile_defaults(void);
 

@@ -437,7 +437,27 @@ typedef struct ticker {
     int done, running, tty;
     const char *what;
     double t0;
+    char stage[64];  /* the compile's stage (kiln_set_compile_observer), "" before the first */
+    int compiled;    /* units the C compiler built (0: every one came from the cache) */
+    int cached;      /* compiled code found in the kernel cache */
 } ticker;
+
+/* the compile observer while a ticker runs: the stage it shows */
+static void ticker_stage(void *ctx, const char *stage, int done, int total) {
+    ticker *tk = ctx;
+    pthread_mutex_lock(&tk->mu);
+    if (strcmp(stage, "cc") == 0) {
+        snprintf(tk->stage, sizeof tk->stage, "cc: %s%d unit%s of C", done < total ? "building " : "built ", total,
+                 total == 1 ? "" : "s");
+        if (done == total) tk->compiled += total;
+    } else if (strcmp(stage, "cached") == 0) {
+        snprintf(tk->stage, sizeof tk->stage, "compiled code from the cache");
+        tk->cached = 1;
+    } else {
+        snprintf(tk->stage, sizeof tk->stage, "%s", stage);
+    }
+    pthread_mutex_unlock(&tk->mu);
+}
 
 static void *ticker_main(void *arg) {
     ticker *tk = arg;
@@ -451,7 +471,8 @@ static void *ticker_main(void *arg) {
         if (tk->done) break;
         if (rc != ETIMEDOUT) continue;
         if (tk->tty) {
-            fprintf(stderr, "\r%s ... %.0f s", tk->what, now_s() - tk->t0);
+            fprintf(stderr, "\r\033[K%s ... %s%s%.0f s", tk->what, tk->stage, tk->stage[0] ? ", " : "",
+                    now_s() - tk->t0);
             printed = 1;
         } else if (!printed) {
             fprintf(stderr, "%s ...\n", tk->what);
@@ -472,10 +493,12 @@ static void ticker_start(ticker *tk, const char *what) {
     tk->tty = isatty(2);
     pthread_mutex_init(&tk->mu, NULL);
     pthread_cond_init(&tk->cv, NULL);
+    kiln_set_compile_observer(ticker_stage, tk);
     tk->running = pthread_create(&tk->th, NULL, ticker_main, tk) == 0;
 }
 
 static void ticker_stop(ticker *tk) {
+    kiln_set_compile_observer(NULL, NULL);
     if (tk->running) {
         pthread_mutex_lock(&tk->mu);
         tk->done = 1;
@@ -522,6 +545,13 @@ static model *load_model(const char *cmd, const char *path, int64_t n_ctx, int m
         else fprintf(stderr, "kiln %s: %s: %s\n", cmd, path, err[0] ? err : kiln_status_name(st));
         return NULL;
     }
+    /* why it took long: the compiled code is cached by its source, which is
+     * a function of the model, the context length, the schedules and kiln */
+    if (tk.compiled)
+        fprintf(stderr,
+                "kiln %s: compiled the kernels (%d unit%s of C): the kernel cache had no code for this model "
+                "with this context length, these schedules and this kiln build\n",
+                cmd, tk.compiled, tk.compiled == 1 ? "" : "s");
     return m;
 }
 

@@ -36,6 +36,7 @@
 #include "cache_trim.h"
 #include "cc_dedup.h"
 #include "cc_split.h"
+#include "progress.h"
 
 struct rt_module {
     void *handle;
@@ -279,6 +280,7 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
         m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
         if (m->handle) {
             utimensat(AT_FDCWD, sopath, NULL, 0); /* recently used: the trim keeps it */
+            rt_compile_stage("cached", 1, 1);
             *out = m;
             return KILN_OK;
         }
@@ -304,6 +306,8 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     snprintf(part_flags, sizeof part_flags, "%s %s", code_flags, cflags ? cflags : "");
     double t_cc = now_s();
     int st = -1;
+    int units = parts > 1 ? parts : 1;
+    rt_compile_stage("cc", 0, units);
     /* the layers' copies of one kernel compiled once (cc_dedup.c): the unit
      * the compiler sees, written beside the source; when it fails to build,
      * the source as emitted is compiled and its errors reported */
@@ -324,6 +328,7 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     if (st != 0) st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
     free(tu);
     t_cc = now_s() - t_cc;
+    rt_compile_stage("cc", units, units);
     /* wall seconds per emitted byte of a whole program, for estimates
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
      * kernels with nothing to share, ~10x the seconds per byte, and teach

@@ -22,6 +22,7 @@
 #include "search.h"
 #include "cc_split.h"
 #include "tune.h"
+#include "progress.h"
 #include "tunedb.h"
 #include "tune_generic.h"
 #include "../codegen/emit_contract.h"
@@ -144,7 +145,9 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->tune.budget = o.search_budget;
     const char *inj = getenv("KILN_TUNE_INJECT_WRONG");
     if (inj && inj[0]) p->tune.inject_wrong = atoi(inj);
+    rt_compile_stage("e-graph", 0, 1);
     s = compile_rewrite(p);
+    if (s == KILN_OK) rt_compile_stage("kernels", 0, 1);
     if (s == KILN_OK) s = compile_kernels(p, err, sizeof err);
     if (s == KILN_OK) {
         alloc_run_state(p);
