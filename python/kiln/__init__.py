@@ -10,7 +10,9 @@ only dependency):
   `kiln explain`'s text.
 
   Models: kiln.Model("model.gguf") loads and compiles a GGUF language model:
-  tokenize, detokenize, generate, stream, logits, tokens_per_second.
+  tokenize, detokenize, generate, stream, logits, tokens_per_second;
+  kiln.tune() searches a model's schedules, kiln.tune_records() lists the
+  tuning DB's records as dicts.
 
 Every failure raises kiln.Error (subclasses per kind: ShapeError, DtypeError,
 RangeError, FormatError, ...) with the C library's message.
@@ -19,7 +21,7 @@ from . import _lib
 from .errors import (DtypeError, Error, FormatError, InvalidArgumentError, KilnIOError, OutOfMemoryError,
                      RangeError, ShapeError, UnboundError, UnsupportedError)
 from .graph import DTYPES, Compiled, Graph, Tensor
-from .model import Model
+from .model import Model, tune, tune_records
 from .nn import (abs, attention, clamp, concat, embedding, exp, gelu, layernorm, linear, log, log_softmax, matmul,
                  maximum, minimum, relu, rmsnorm, rope, sigmoid, silu, softmax, softplus, sqrt, tanh, where)
 
@@ -31,7 +33,7 @@ def version():
     return _lib.lib().kiln_version().decode()
 
 
-__all__ = ["Graph", "Tensor", "Compiled", "Model", "DTYPES", "version", "Error", "InvalidArgumentError",
+__all__ = ["Graph", "Tensor", "Compiled", "Model", "tune", "tune_records", "DTYPES", "version", "Error", "InvalidArgumentError",
            "ShapeError", "DtypeError", "UnboundError", "RangeError", "KilnIOError", "FormatError",
            "UnsupportedError", "OutOfMemoryError", "abs", "attention", "clamp", "concat", "embedding", "exp",
            "gelu", "layernorm", "linear", "log", "log_softmax", "matmul", "maximum", "minimum", "relu", "rmsnorm",

@@ -27,7 +27,8 @@ PROGRESS = ctypes.CFUNCTYPE(None, _vp, _cp, _d)
 
 
 class CompileOptions(ctypes.Structure):
-    _fields_ = [("backend", _cp), ("threads", _i), ("search_budget", _d), ("vector", _i), ("exact", _i)]
+    _fields_ = [("backend", _cp), ("threads", _i), ("search_budget", _d), ("vector", _i), ("exact", _i),
+                ("fixed_defaults", _i)]
 
 
 class LlmParams(ctypes.Structure):
@@ -48,6 +49,11 @@ class Piece(ctypes.Structure):
 class Stats(ctypes.Structure):
     _fields_ = [("load_s", _d), ("prompt_tokens", _i), ("prompt_s", _d), ("generated_tokens", _i),
                 ("decode_steps", _i), ("gen_s", _d), ("prompt_tps", _d), ("gen_tps", _d), ("stop", _cp)]
+
+
+class SearchStatus(ctypes.Structure):
+    _fields_ = [("budget_s", _d), ("spent_s", _d), ("reserve_s", _d), ("searched", _i), ("skipped", _i),
+                ("untuned", _i), ("slots", _i), ("measurements", _i), ("best_speedup", _d)]
 
 
 class ChatMsg(ctypes.Structure):
@@ -113,6 +119,7 @@ SIGNATURES = {
     "kiln_llm_start": (_st, [_vp, _cp, ctypes.POINTER(GenParams)]),
     "kiln_llm_next": (_st, [_vp, ctypes.POINTER(Piece)]),
     "kiln_llm_stats_get": (_st, [_vp, ctypes.POINTER(Stats)]),
+    "kiln_llm_tune": (_st, [_vp, _d, ctypes.POINTER(SearchStatus)]), "kiln_tunedb_json": (_vp, []),
     "kiln_llm_prompt_ids": (_i32p, [_vp]), "kiln_llm_generated_ids": (_i32p, [_vp]),
 }
 

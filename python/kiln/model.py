@@ -189,6 +189,18 @@ class Model:
                 "prompt_ids": [pi[i] for i in range(s.prompt_tokens)] if pi else [],
                 "ids": [gi[i] for i in range(s.generated_tokens)] if gi else []}
 
+    def tune(self, budget=30.0):
+        """search this model's schedules for up to budget seconds, spent where
+        its time goes, whether or not the machine has records (`kiln tune -m`);
+        the winners go to the tuning DB and the model is recompiled with them.
+        Returns the search's summary as a dict."""
+        h = self._h()
+        s = _lib.SearchStatus()
+        st = self._lib.kiln_llm_tune(h, float(budget), ctypes.byref(s))
+        if st:
+            self._fail(st)
+        return {f: getattr(s, f) for f, _ in _lib.SearchStatus._fields_}
+
     @property
     def tokens_per_second(self):
         """decode tokens per second of the last generation (0.0 before one)"""
@@ -213,4 +225,19 @@ class Model:
             pass
 
 
-__all__ = ["Model", "Error"]
+def tune(path, budget=30.0, threads=0, ctx=0):
+    """load (and compile) the GGUF model at path and search its schedules for
+    up to budget seconds (Model.tune); returns the search's summary"""
+    with Model(path, threads=threads, ctx=ctx, tune=0) as m:
+        return m.tune(budget)
+
+
+def tune_records():
+    """the tuning DB's valid records as dicts (fingerprint, key, bucket,
+    schedule, best_s, base_s, tried, rejected, date, ir_version); the DB is
+    $KILN_TUNEDB, else the cache's tune.db"""
+    import json
+    return json.loads(_lib.take_string(_lib.lib().kiln_tunedb_json()))["records"]
+
+
+__all__ = ["Model", "tune", "tune_records"]

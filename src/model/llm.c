@@ -175,6 +175,21 @@ int kiln_llm_token_piece(kiln_llm *m, int32_t id, int special, char *buf, int ca
     return tok_token_to_piece(m->tok, id, special, buf, cap);
 }
 
+kiln_status kiln_llm_tune(kiln_llm *m, double budget_s, kiln_search_status *out) {
+    if (!m) return KILN_ERR_INVALID;
+    if (out) memset(out, 0, sizeof *out);
+    if (!model_is_compiled(m->model))
+        return llm_fail(m, KILN_ERR_INVALID, "kiln_llm_tune: the model runs on the interpreter: nothing to tune");
+    if (!(budget_s > 0) || budget_s > 1e6)
+        return llm_fail(m, KILN_ERR_INVALID, "kiln_llm_tune: budget %g s: want 0 < budget <= 1e6", budget_s);
+    llm_gen_end(m);
+    model_tune_options o = model_tune_defaults();
+    o.budget_s = budget_s;
+    m->warmed = 0; /* a recompiled program builds its weight copies anew */
+    kiln_status s = model_autotune(m->model, &o, out, m->err, sizeof m->err);
+    return s;
+}
+
 kiln_status kiln_llm_decode(kiln_llm *m, const int32_t *tokens, int n, int pos, float *logits) {
     if (!m) return KILN_ERR_INVALID;
     if (m->gen_active) llm_gen_end(m); /* the cache no longer holds the generation's tokens */

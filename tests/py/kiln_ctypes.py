@@ -87,7 +87,8 @@ _vp = ctypes.c_void_p
 class CompileOptions(ctypes.Structure):
     """kiln_compile_options (include/kiln_compile.h)"""
     _fields_ = [("backend", ctypes.c_char_p), ("threads", ctypes.c_int),
-                ("search_budget", ctypes.c_double), ("vector", ctypes.c_int), ("exact", ctypes.c_int)]
+                ("search_budget", ctypes.c_double), ("vector", ctypes.c_int), ("exact", ctypes.c_int),
+                ("fixed_defaults", ctypes.c_int)]
 
 
 # include/kiln_compile.h: bound when the library has them (see _Lib)

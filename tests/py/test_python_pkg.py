@@ -19,6 +19,10 @@ What is checked:
     shape mismatch, bad axis, unknown input, missing input, missing and
     malformed files, closed model, bad token id, bad sampling parameters,
     a prompt longer than the context, a freed program;
+  - Model.tune / kiln.tune search a compiled model within a small budget and
+    write records that kiln.tune_records() returns as dicts (a private
+    KILN_TUNEDB); greedy ids after the search are the interpreter's; an
+    interpreter model refuses to tune;
   - help(kiln.Model) documents generate and stream;
   - README.md's Python examples run: the graph example as written, the
     model example with the tiny model's path in place of the real one.
@@ -233,6 +237,32 @@ def t_model_errors():
     raises(kiln.InvalidArgumentError, m.tokenize, "x")
 
 
+def t_tune():
+    db = os.path.join(TMP, "tune.db")
+    old = os.environ.get("KILN_TUNEDB")
+    os.environ["KILN_TUNEDB"] = db
+    try:
+        assert kiln.tune_records() == [], kiln.tune_records()[:1]
+        summary = kiln.tune(MODEL, budget=20.0, threads=1)  # the recompile reserve comes out of it
+        assert summary["measurements"] > 0 and summary["searched"] > 0, summary
+        recs = kiln.tune_records()
+        # kernels the plan passed over are recorded with their default schedule (tried 0)
+        assert recs and all(r["schedule"] and r["fingerprint"] and r["tried"] >= 0 for r in recs), recs[:2]
+        assert sum(r["tried"] for r in recs) > 0, recs[:2]
+        assert any(r["key"].startswith("contract-") for r in recs), [r["key"] for r in recs]
+        with kiln.Model(MODEL, threads=1, tune=0) as m:
+            tuned = m.generate(PROMPT, max_tokens=8, temperature=0)
+            ids = m.stats()["ids"]
+        with kiln.Model(MODEL, interpreter=True) as m:
+            assert m.generate(PROMPT, max_tokens=8, temperature=0) == tuned and m.stats()["ids"] == ids, tuned
+            raises(kiln.InvalidArgumentError, m.tune, 1.0)
+    finally:
+        if old is None:
+            os.environ.pop("KILN_TUNEDB", None)
+        else:
+            os.environ["KILN_TUNEDB"] = old
+
+
 def t_help():
     doc = pydoc.render_doc(kiln.Model, renderer=pydoc.plaintext)
     for word in ("generate", "stream", "tokenize", "logits", "tokens_per_second", "temperature", "kiln.Model("):
@@ -265,6 +295,7 @@ suite.case("stream_first_piece_early", t_stream_first_piece_early)
 suite.case("gil_released_in_long_calls", t_gil_released)
 suite.case("graph_errors", t_graph_errors, isolate=True)
 suite.case("model_errors", t_model_errors, isolate=True)
+suite.case("tune_and_records", t_tune)
 suite.case("help_documents_model", t_help)
 suite.case("readme_python_examples", t_readme_examples)
 suite.finish()
