@@ -125,6 +125,8 @@ static void usage(FILE *f) {
             "                                show what the compiler decided (e-graph run,\n"
             "                                extracted graph, kernels, generated C) for an\n"
             "                                example graph or a GGUF model\n"
+            "  run|bench|explain -m MODEL.onnx  ONNX models: run --input NAME=F.npy [--output-dir D],\n"
+            "                                bench [--dim NAME=N] [-t 1,2] [-r 20], explain [--kernels]\n"
             "  device [--json]               hardware fingerprint and measured peaks; every\n"
             "                                backend's devices with their fingerprints\n"
             "\n"
@@ -1754,6 +1756,8 @@ int main(int argc, char **argv) {
     }
     int brc = take_backend_option(&argc, argv);
     if (brc) return brc;
+    if ((!strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "explain")) && kiln_onnx_cli_wants(argc - 2, argv + 2))
+        return kiln_onnx_cli(cmd, argc - 2, argv + 2);
     if (strcmp(cmd, "graph") == 0) return cmd_graph(argc - 2, argv + 2);
     if (strcmp(cmd, "explain") == 0) return cmd_explain(argc - 2, argv + 2);
     if (strcmp(cmd, "device") == 0) return cmd_device(argc - 2, argv + 2);
