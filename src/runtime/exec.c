@@ -40,6 +40,7 @@
 #include "../codegen/emit_gemm_amx_bf16.h"
 #include "../codegen/emit_gemm_i8.h"
 #include "repack.h"
+#include "stream_select.h"
 
 struct kiln_program {
     kiln_graph *g;    /* what the kernels compute: the e-graph's extraction of user */
@@ -185,10 +186,14 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->exact = o.exact != 0;
     if (p->exact) o.search_budget = 0;
     /* the first step of compiling: graph -> e-graph -> saturation -> extraction
-     * (primitives only: this backend has no compound kernels yet) */
+     * (primitives, and for the CPU the streaming SOFTMAX_CONTRACT where
+     * stream_select.c asks for it; a stream the kernel layer cannot take
+     * falls back to the primitive form below) */
     const char *eg_env = getenv("KILN_EGRAPH");
+    int eg_mode = rt_stream_extract_mode(be->name);
+retry_primitives:
     if (!(eg_env && strcmp(eg_env, "0") == 0)) {
-        kiln_graph *work = eg_optimize_for_backend(g, 1);
+        kiln_graph *work = eg_optimize_for_backend(g, eg_mode);
         if (!work) {
             if (st) *st = g->status != KILN_OK ? g->status : KILN_ERR_INVALID;
             kiln_program_free(p);
@@ -198,10 +203,22 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         for (int32_t i = 0; same_outputs && i < g->noutputs; i++)
             same_outputs = strcmp(work->outputs[i].name, g->outputs[i].name) == 0;
         if (same_outputs) p->g = work;
+        else if (eg_mode == EG_EXTRACT_STREAM) {
+            kiln_graph_free(work);
+            eg_mode = EG_EXTRACT_PRIMITIVES;
+            goto retry_primitives;
+        }
         else kiln_graph_free(work); /* results are matched by position: keep the graph as given */
         g = p->g;
     }
     s = sch_kernelize(g, &p->sp, err, sizeof err);
+    if (s == KILN_ERR_UNSUPPORTED && eg_mode == EG_EXTRACT_STREAM) {
+        sch_program_free(&p->sp);
+        if (p->g != p->user) kiln_graph_free(p->g);
+        p->g = g = p->user;
+        eg_mode = EG_EXTRACT_PRIMITIVES;
+        goto retry_primitives;
+    }
     if (s != KILN_OK) {
         if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);
         if (p->user != g) graph_run_error(p->user, s, "kiln_compile: %s", err);
@@ -1599,6 +1616,7 @@ static kiln_status run_work(kiln_program *p) {
         work += outer * stage_work;
         int64_t chunk = 0, items = outer;
         int serial = (K->kind == SCH_K_SCATTER && !K->disjoint) || nthreads <= 1 || work < 32768;
+        if (K->kind == SCH_K_STREAM) inner = 1; /* a stream kernel's items are whole rows (no chunks) */
         if (!serial && outer < 4 * (int64_t)nthreads && inner >= 2048) {
             /* few long rows: split rows into chunks so every thread has work */
             int64_t per_row = (4 * (int64_t)nthreads + outer - 1) / outer;
