@@ -6,7 +6,8 @@
  *
  * Numerics against the definition (CONTRACT(SOFTMAX_ONLINE(x, c), v), as the
  * reference interpreter evaluates it): the same f32 differences x - m and
- * products with c, exp2f, the products accumulated in double; the running
+ * products with c, exp2f; weights and products accumulated in f32 (a
+ * contiguous row of values as a plain loop the C compiler vectorises); the running
  * max adds one rounding of the rescale factor per growth of the max, and the
  * division comes last instead of per weight, so results agree to f32
  * accumulation tolerance, not bit for bit. Special values follow the
@@ -60,7 +61,7 @@ void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name) {
         cg_print_sym(pr, k->dim[d]);
         OUT(";\n");
     }
-    OUT("  double kacc[%lld];\n", (long long)nval);
+    OUT("  float kacc[%lld];\n", (long long)nval);
     OUT("  for (int64_t w = lo; w < hi; w++) {\n");
     OUT("    int64_t o = w;\n");
     for (int d = n - 2; d >= 0; d--) {
@@ -69,7 +70,7 @@ void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name) {
     }
     OUT("    (void)o;\n");
     cg_print_stages(pr, k, 1, 4);
-    OUT("    float km = -%s; double kl = 0;\n", pr->d->inf);
+    OUT("    float km = -%s, kl = 0;\n", pr->d->inf);
     OUT("    for (int64_t q = 0; q < %lld; q++) kacc[q] = 0;\n", (long long)nval);
     OUT("    for (int64_t i%d = 0; i%d < d%d; i%d++) {\n", j, j, j, j);
     cg_print_stages(pr, k, 0, 6);
@@ -83,14 +84,28 @@ void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name) {
     OUT("      }\n");
     OUT("      const float kp = %s((kx - km) * %s);\n", pr->d->exp2, c);
     OUT("      kl += kp;\n");
-    OUT("      for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", n, n, (long long)nval, n);
-    cg_print_lx(pr, e->b, 8);
-    OUT("        kacc[i%d] += (double)kp * (double)t%d;\n", n, e->b);
-    OUT("      }\n");
+    const lx *vl = &p->lx[e->b];
+    sym_pool *sp = p->g->syms;
+    int64_t step = -1;
+    if (vl->kind == LX_LOAD && vl->dtype == KILN_F32 && p->bufs[vl->buf].dtype == KILN_F32)
+        sym_is_const(sp, sym_step(sp, vl->s, k->rvar), &step);
+    if (step == 1) {
+        /* the values' row is contiguous: a plain loop the C compiler vectorises */
+        OUT("      const float *restrict kvr = &b%d[", vl->buf);
+        cg_print_sym(pr, sym_subst_var(sp, vl->s, k->rvar, sym_const(sp, 0)));
+        OUT("];\n");
+        OUT("      for (int64_t q = 0; q < %lld; q++) kacc[q] += kp * kvr[q];\n", (long long)nval);
+    } else {
+        OUT("      for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", n, n, (long long)nval, n);
+        cg_print_lx(pr, e->b, 8);
+        OUT("        kacc[i%d] += kp * t%d;\n", n, e->b);
+        OUT("      }\n");
+    }
     OUT("    }\n");
+    OUT("    const float kinv = 1.0f / kl;\n");
     OUT("    for (int64_t i%d = 0; i%d < %lld; i%d++) out[", n, n, (long long)nval, n);
     cg_print_sym(pr, k->store_off);
-    OUT("] = (float)(kacc[i%d] / kl);\n", n);
+    OUT("] = kacc[i%d] * kinv;\n", n);
     OUT("  }\n");
     OUT("  return kerr;\n}\n\n");
 }
