@@ -31,7 +31,7 @@ endif
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-asan run clean fuzz-graphs fuzz FORCE
+.PHONY: all test test-asan run clean fuzz-graphs fuzz fuzz-chat FORCE
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln
 
 $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/ir/*.def)
@@ -51,10 +51,20 @@ $(BUILD)/commit.txt: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(KILN_COMMIT)' | cmp -s - $@ || echo '$(KILN_COMMIT)' > $@
 
+# `kiln serve` needs libmicrohttpd (HTTP) and cJSON (JSON) from the system's
+# packages; without them the rest builds and `kiln serve` says what to install
+SERVE_OK := $(shell pkg-config --exists libmicrohttpd libcjson 2>/dev/null && echo 1)
+ifeq ($(SERVE_OK),1)
+SERVE_CFLAGS = -DKILN_HAVE_SERVE $(shell pkg-config --cflags libmicrohttpd libcjson)
+SERVE_LIBS   = $(shell pkg-config --libs libmicrohttpd libcjson)
+else
+$(info kiln: building without `kiln serve`: it needs libmicrohttpd and cJSON (Debian: apt-get install libmicrohttpd-dev libcjson-dev))
+endif
+
 # the CLI: every tools/*.c is one part of it (a new subcommand is a new file)
 CLI_SRC = $(sort $(wildcard tools/*.c))
 $(BUILD)/kiln: $(CLI_SRC) $(wildcard tools/*.h) $(BUILD)/libkiln.a $(BUILD)/commit.txt
-	$(CC) $(CFLAGS) -DKILN_COMMIT='"$(KILN_COMMIT)"' -o $@ $(CLI_SRC) $(BUILD)/libkiln.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(SERVE_CFLAGS) -DKILN_COMMIT='"$(KILN_COMMIT)"' -o $@ $(CLI_SRC) $(BUILD)/libkiln.a $(SERVE_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkiln.a tests/unit/check.h tests/unit/weights.h
 	@mkdir -p $(dir $@)
@@ -83,6 +93,15 @@ fuzz: $(BUILD)/libkiln.so
 	    tests/fuzz/fuzz_gguf.c $(LIB_SRC) -lm -ldl -lpthread -o $(BUILD)/fuzz_gguf
 	py=$$(sh tools/pyenv.sh) && KILN_LIB=$(BUILD)/libkiln.so $$py tests/fuzz/make_corpus.py $(BUILD)/fuzz-corpus
 	$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 $(BUILD)/fuzz-corpus
+
+# libFuzzer on the chat-template renderer, seeded with the published templates
+fuzz-chat:
+	@mkdir -p $(BUILD)/fuzz-chat-corpus
+	cp tests/data/chat/*.jinja $(BUILD)/fuzz-chat-corpus/
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -Iinclude -Isrc/base -Isrc/model tests/fuzz/fuzz_chat.c src/model/jinja_parse.c src/model/jinja_eval.c \
+	    src/base/base.c -lm -o $(BUILD)/fuzz_chat
+	$(BUILD)/fuzz_chat -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 $(BUILD)/fuzz-chat-corpus
 
 clean:
 	rm -rf build/obj build/tests build/lib* build/kiln build-asan build-clang

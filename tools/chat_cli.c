@@ -65,11 +65,19 @@ void kiln_cli_chat_announce(const char *cmd, gguf_file *f, const char *tmpl) {
 
 char *kiln_cli_chat_text(const char *cmd, gguf_file *f, const char *tmpl, const chat_msg *msgs, int n) {
     char *out = NULL, err[512];
-    if (chat_render(f, tmpl, msgs, n, 1, &out, err, sizeof err) != KILN_OK) {
+    if (chat_render(f, tmpl, msgs, n, 1, &out, err, sizeof err) == KILN_OK) return out;
+    if (tmpl || !chat_has_template(f)) {
         fprintf(stderr, "kiln %s: %s\n", cmd, err);
         return NULL;
     }
-    return out;
+    /* the model's own template uses what kiln's Jinja subset lacks, or refused
+     * the conversation: say so, and use the built-in format of its family */
+    const char *name = chat_fallback_name(f);
+    fprintf(stderr, "kiln %s: warning: the model's chat template failed (%s); using the built-in '%s' format\n", cmd,
+            err, name);
+    if (chat_render(f, name, msgs, n, 1, &out, err, sizeof err) == KILN_OK) return out;
+    fprintf(stderr, "kiln %s: %s\n", cmd, err);
+    return NULL;
 }
 
 int kiln_cli_encode(const tokenizer *tk, const char *text, int special, int32_t **out) {

@@ -113,6 +113,8 @@ static void usage(FILE *f) {
             "  run     -m MODEL.gguf -p PROMPT   generate text (see 'kiln run --help')\n"
             "  bench   -m MODEL.gguf [-p 512] [-n 128] [-d 0] [-t 1,2] [-r 5] [--json]\n"
             "                                prompt-processing and generation tokens/s\n"
+            "  serve   -m MODEL.gguf [--port 8080] [--parallel N]\n"
+            "                                an OpenAI-compatible HTTP server (see 'kiln serve --help')\n"
             "  perplexity -m MODEL.gguf -f TEXT [-c 512] [--kl-divergence-base F [--kl-divergence]]\n"
             "                                perplexity and KL divergence, as llama-perplexity\n"
             "  tune    [--show [--json]] [--export F | --import F] [-m MODEL.gguf [--budget S]]\n"
@@ -1732,8 +1734,15 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
     if (strcmp(cmd, "tune") == 0) return cmd_tune(argc - 2, argv + 2);
     if (strcmp(cmd, "perplexity") == 0) return cmd_perplexity(argc - 2, argv + 2);
+    if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 2, argv + 2);
     if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
     return usage_error("unknown command '%s'", cmd);
+}
+
+/* for serve.c (kiln_cli.h) */
+model *kiln_cli_load_model(const char *cmd, const char *path, int64_t n_ctx, int mmap_file, int interp, int threads,
+                           double *secs) {
+    return load_model(cmd, path, n_ctx, mmap_file, interp, threads, secs);
 }
 
 /* for perplexity.c (kiln_cli.h) */

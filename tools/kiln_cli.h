@@ -19,6 +19,14 @@
  * KILN_TUNE=0 or an exact program skips it) */
 int kiln_cli_first_run_search(const char *cmd, model *m, int no_tune);
 
+/* kiln.c: load (and compile unless interp) with a progress ticker; prints
+ * the error and returns NULL on failure */
+model *kiln_cli_load_model(const char *cmd, const char *path, int64_t n_ctx, int mmap_file, int interp, int threads,
+                           double *secs);
+
+/* serve.c */
+int cmd_serve(int argc, char **argv);
+
 /* perplexity.c */
 int cmd_perplexity(int argc, char **argv);
 /* "kiln CMD: N contractions: decode ... ; prefill ..." on stderr (compiled models only) */

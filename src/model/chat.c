@@ -15,113 +15,75 @@
 #include <string.h>
 
 #include "base.h"
+#include "jinja.h"
 
-/* a growable string (freed by the caller on every path) */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
+/* The families' published templates (Hugging Face tokenizer_config.json),
+ * text-only parts; rendered like a model's own. */
+static const char GEMMA_TMPL[] =
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n"
+    "    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    "        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\n' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\n'}}\n"
+    "{%- endif -%}\n";
 
-static void sb_addn(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = 2 * (b->n + n + 16);
-        b->p = kiln_xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
+static const char CHATML_TMPL[] =
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
+static const char LLAMA3_TMPL[] =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim"
+    " + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
 
-/* s without leading and trailing white space, as Python's str.strip() */
-static void sb_add_trim(sbuf *b, const char *s) {
-    size_t n = strlen(s);
-    while (n && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')) s++, n--;
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r')) n--;
-    sb_addn(b, s, n);
-}
-
-static int is_role(const chat_msg *m, const char *r) { return m->role && strcmp(m->role, r) == 0; }
-
-/* gemma: no system role; a system message is prepended to the first user
- * turn, separated by a blank line; the assistant's role is "model" */
-static void render_gemma(sbuf *b, const chat_msg *msgs, int n, int gen) {
-    const char *sys = NULL;
-    int i = 0;
-    if (n > 0 && is_role(&msgs[0], "system")) sys = msgs[0].content, i = 1;
-    for (; i < n; i++) {
-        sb_add(b, "<start_of_turn>");
-        sb_add(b, is_role(&msgs[i], "assistant") ? "model" : msgs[i].role);
-        sb_add(b, "\n");
-        if (sys) {
-            sb_add(b, sys);
-            sb_add(b, "\n\n");
-            sys = NULL;
-        }
-        sb_add_trim(b, msgs[i].content);
-        sb_add(b, "<end_of_turn>\n");
-    }
-    if (gen) sb_add(b, "<start_of_turn>model\n");
-}
-
-static void render_chatml(sbuf *b, const chat_msg *msgs, int n, int gen) {
-    for (int i = 0; i < n; i++) {
-        sb_add(b, "<|im_start|>");
-        sb_add(b, msgs[i].role);
-        sb_add(b, "\n");
-        sb_add(b, msgs[i].content);
-        sb_add(b, "<|im_end|>\n");
-    }
-    if (gen) sb_add(b, "<|im_start|>assistant\n");
-}
-
-static void render_llama3(sbuf *b, const chat_msg *msgs, int n, int gen) {
-    for (int i = 0; i < n; i++) {
-        sb_add(b, "<|start_header_id|>");
-        sb_add(b, msgs[i].role);
-        sb_add(b, "<|end_header_id|>\n\n");
-        sb_add_trim(b, msgs[i].content);
-        sb_add(b, "<|eot_id|>");
-    }
-    if (gen) sb_add(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-/* llama2: [INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s><s>[INST] ...;
- * the first BOS is the tokenizer's */
-static void render_llama2(sbuf *b, const chat_msg *msgs, int n, int gen) {
-    (void)gen; /* the generation prompt is the [/INST] every user turn ends with */
-    const char *sys = NULL;
-    int i = 0, first = 1;
-    if (n > 0 && is_role(&msgs[0], "system")) sys = msgs[0].content, i = 1;
-    for (; i < n; i++) {
-        if (is_role(&msgs[i], "assistant")) {
-            sb_add(b, " ");
-            sb_add_trim(b, msgs[i].content);
-            sb_add(b, " </s>");
-            continue;
-        }
-        sb_add(b, first ? "[INST] " : "<s>[INST] ");
-        first = 0;
-        if (sys) {
-            sb_add(b, "<<SYS>>\n");
-            sb_add_trim(b, sys);
-            sb_add(b, "\n<</SYS>>\n\n");
-            sys = NULL;
-        }
-        sb_add_trim(b, msgs[i].content);
-        sb_add(b, " [/INST]");
-    }
-}
+static const char LLAMA2_TMPL[] =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+    "{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
 
 static const struct builtin {
-    const char *name, *marker;
-    void (*render)(sbuf *, const chat_msg *, int, int);
+    const char *name, *marker, *tmpl;
 } builtins[] = {
-    {"gemma", "<start_of_turn>", render_gemma},
-    {"llama3", "<|start_header_id|>", render_llama3},
-    {"chatml", "<|im_start|>", render_chatml},
-    {"llama2", "[INST]", render_llama2},
+    {"gemma", "<start_of_turn>", GEMMA_TMPL},
+    {"llama3", "<|start_header_id|>", LLAMA3_TMPL},
+    {"chatml", "<|im_start|>", CHATML_TMPL},
+    {"llama2", "[INST]", LLAMA2_TMPL},
 };
 #define N_BUILTIN (sizeof builtins / sizeof builtins[0])
 
@@ -137,6 +99,20 @@ int chat_is_builtin(const char *name) { return name && builtin_named(name) != NU
 static const gguf_str *kv_str(const gguf_file *f, const char *key) {
     const gguf_kv *kv = f ? gguf_find(f, key) : NULL;
     return kv && kv->type == GGUF_TYPE_STRING && kv->strs ? &kv->strs[0] : NULL;
+}
+
+/* the text of the token whose id is the value of key ("" when there is none) */
+static const char *token_text(const gguf_file *f, const char *key, char *buf, size_t cap) {
+    buf[0] = 0;
+    const gguf_kv *id = f ? gguf_find(f, key) : NULL, *toks = f ? gguf_find(f, "tokenizer.ggml.tokens") : NULL;
+    if (!id || id->type == GGUF_TYPE_ARRAY || id->type == GGUF_TYPE_STRING || !id->data || !toks || !toks->strs ||
+        toks->elem != GGUF_TYPE_STRING)
+        return buf;
+    int64_t v;
+    if (gguf_arr_int(id, 0, &v) != KILN_OK || v < 0 || (uint64_t)v >= toks->count) return buf;
+    gguf_str s = toks->strs[v];
+    snprintf(buf, cap, "%.*s", (int)(s.len < cap ? s.len : cap - 1), s.ptr);
+    return buf;
 }
 
 int chat_has_template(const gguf_file *f) { return kv_str(f, "tokenizer.chat_template") != NULL; }
@@ -184,15 +160,31 @@ kiln_status chat_render(const gguf_file *f, const char *template_name, const cha
             snprintf(err, errlen, "chat: message %d has no %s", i, msgs[i].role ? "content" : "role");
             return KILN_ERR_INVALID;
         }
-    const char *name = template_name ? template_name : chat_fallback_name(f);
-    const struct builtin *bt = builtin_named(name);
-    if (!bt) {
-        snprintf(err, errlen, "chat: unknown chat template '%s' (known: gemma, chatml, llama3, llama2)", name);
-        return KILN_ERR_INVALID;
+    const gguf_str *own = template_name ? NULL : kv_str(f, "tokenizer.chat_template");
+    const char *tmpl;
+    size_t tlen;
+    if (own) {
+        tmpl = own->ptr, tlen = (size_t)own->len;
+    } else {
+        const char *name = template_name ? template_name : chat_fallback_name(f);
+        const struct builtin *bt = builtin_named(name);
+        if (!bt) {
+            snprintf(err, errlen, "chat: unknown chat template '%s' (known: gemma, chatml, llama3, llama2)", name);
+            return KILN_ERR_INVALID;
+        }
+        tmpl = bt->tmpl, tlen = strlen(bt->tmpl);
     }
-    sbuf b = {0};
-    sb_add(&b, "");
-    bt->render(&b, msgs, n_msgs, add_generation_prompt);
-    *out = b.p;
-    return KILN_OK;
+    const char **vals = kiln_xmalloc((size_t)(n_msgs ? n_msgs : 1) * 2 * sizeof *vals);
+    for (int i = 0; i < n_msgs; i++) vals[2 * i] = msgs[i].role, vals[2 * i + 1] = msgs[i].content;
+    static const char *const keys[] = {"role", "content"};
+    jinja_ctx *c = jinja_ctx_new();
+    jinja_set_records(c, "messages", keys, 2, vals, n_msgs);
+    jinja_set_bool(c, "add_generation_prompt", add_generation_prompt);
+    char tok[256];
+    jinja_set_str(c, "bos_token", token_text(f, "tokenizer.ggml.bos_token_id", tok, sizeof tok));
+    jinja_set_str(c, "eos_token", token_text(f, "tokenizer.ggml.eos_token_id", tok, sizeof tok));
+    kiln_status st = jinja_render(tmpl, tlen, c, out, err, errlen);
+    jinja_ctx_free(c);
+    free(vals);
+    return st;
 }

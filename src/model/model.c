@@ -166,6 +166,43 @@ void model_reset(model *m) {
     for (int i = 0; i < m->nstates; i++) memset(m->states[i], 0, m->state_bytes[i]);
 }
 
+struct model_kv {
+    int n;
+    void **bufs;
+};
+
+model_kv *model_kv_new(const model *m) {
+    model_kv *kv = kiln_xcalloc(1, sizeof *kv);
+    kv->n = m->nstates;
+    kv->bufs = kiln_xcalloc((size_t)(kv->n ? kv->n : 1), sizeof *kv->bufs);
+    for (int i = 0; i < kv->n; i++) kv->bufs[i] = kiln_xcalloc(m->state_bytes[i] ? m->state_bytes[i] : 1, 1);
+    return kv;
+}
+
+void model_kv_free(model_kv *kv) {
+    if (!kv) return;
+    for (int i = 0; i < kv->n; i++) free(kv->bufs[i]);
+    free(kv->bufs);
+    free(kv);
+}
+
+size_t model_kv_bytes(const model *m) {
+    size_t b = 0;
+    for (int i = 0; i < m->nstates; i++) b += m->state_bytes[i];
+    return b;
+}
+
+kiln_status model_kv_use(model *m, model_kv *kv) {
+    if (kv && kv->n != m->nstates) return mfail(m->err, sizeof m->err, KILN_ERR_INVALID, "model_kv_use: a cache of another model");
+    for (int i = 0; i < m->nstates; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "cache.%c.%d", i % 2 ? 'v' : 'k', i / 2);
+        kiln_status s = kiln_bind_input(m->g, name, kv ? kv->bufs[i] : m->states[i], m->state_bytes[i]);
+        if (s) return mfail(m->err, sizeof m->err, s, "model_kv_use: binding %s: %s", name, kiln_graph_error(m->g));
+    }
+    return KILN_OK;
+}
+
 const char *model_error(const model *m) { return m ? m->err : "no model"; }
 const arch_hparams *model_hparams(const model *m) { return &m->hp; }
 int64_t model_n_vocab(const model *m) { return m->hp.n_vocab; }

@@ -57,6 +57,16 @@ int model_all_logits(const model *m);
 void model_reset(model *m);
 const char *model_error(const model *m);
 
+/* More KV caches of the model's shape, so that one loaded and compiled model
+ * serves several sequences (kiln serve's slots): model_kv_use binds kv's
+ * buffers as the cache the next model_forward calls read and update (NULL:
+ * the model's own). A kv starts zeroed, like the model's own cache. */
+typedef struct model_kv model_kv;
+model_kv *model_kv_new(const model *m);
+void model_kv_free(model_kv *kv);
+kiln_status model_kv_use(model *m, model_kv *kv);
+size_t model_kv_bytes(const model *m); /* of one cache */
+
 const arch_hparams *model_hparams(const model *m);
 int64_t model_n_vocab(const model *m);
 int64_t model_n_ctx(const model *m);

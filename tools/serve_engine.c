@@ -1,0 +1,382 @@
+/* serve_engine.c — kiln serve's slots: one thread runs the one loaded,
+ * compiled model for every request.
+ *
+ * Each slot has its own KV cache (model_kv: the same compiled program, the
+ * cache buffers bound per call) and remembers the tokens it holds, so a
+ * request that starts with what its slot already holds (a conversation's
+ * next turn) prefills only the rest. Requests beyond the slots wait in a
+ * bounded queue; past it, submit refuses (the HTTP side answers 503). The
+ * loop gives every busy slot one step in turn (its prefill, or one decode
+ * step), so concurrent requests progress together; a slot whose client went
+ * away is freed at its next step.
+ *
+ * Not done: batching. Each step runs the model for one sequence; the graph
+ * (src/model/arch.c) has scalar symbols seq and pos and one cache per
+ * binding, so decoding several slots in one pass needs a batch dimension with
+ * a position per row (rope, cache rows and the causal bound per sequence)
+ * and the cache written per sequence. Until then the slots share the
+ * machine's time: total tokens/s stays that of one stream.
+ *
+ * Invariants: only this thread touches the model; a request's results are
+ * written under its mutex and broadcast; every request the engine took is
+ * released exactly once, finished (done = 1) on every path.
+ */
+#ifdef KILN_HAVE_SERVE
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+#include "serve.h"
+
+typedef struct slot {
+    model_kv *kv;      /* NULL: the model's own cache */
+    int32_t *cache;    /* tokens whose keys and values the cache holds */
+    int n_cache;
+    srv_request *r;    /* running, or NULL */
+    sampler *smp;
+    tok_stream *ts;
+    int32_t *counts;   /* per vocabulary id: times generated (penalties) */
+    int32_t *gen;      /* generated ids */
+    int prefilled;
+    float *logits;
+} slot;
+
+struct srv_engine {
+    model *m;
+    const tokenizer *tk;
+    int64_t n_ctx, n_vocab;
+    slot *slots;
+    int n_slots;
+    srv_request **queue;
+    int qhead, qn, qcap;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    int stop, busy;
+};
+
+srv_request *srv_request_new(void) {
+    srv_request *r = kiln_xcalloc(1, sizeof *r);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 1;
+    r->text = kiln_xmalloc(1);
+    r->text[0] = 0;
+    r->cap = 1;
+    return r;
+}
+
+void srv_request_release(srv_request *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left) return;
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->text);
+    free(r->lp);
+    free(r->off);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* ---- one slot's work ---- */
+
+static void append(srv_request *r, const char *s, size_t n) {
+    if (r->len + n + 1 > r->cap) {
+        r->cap = 2 * (r->len + n + 64);
+        r->text = kiln_xrealloc(r->text, r->cap);
+    }
+    memcpy(r->text + r->len, s, n);
+    r->len += n;
+    r->text[r->len] = 0;
+}
+
+/* after text grew: cut at a stop string (1), else move safe up to where no
+ * stop string can start any more */
+static int check_stop(srv_request *r) {
+    for (int i = 0; i < r->n_stop; i++) {
+        char *at = strstr(r->text, r->stop[i]);
+        if (at) {
+            r->len = (size_t)(at - r->text);
+            r->text[r->len] = 0;
+            r->safe = r->len;
+            return 1;
+        }
+    }
+    size_t hold = 0; /* the longest tail of text that begins some stop string */
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t k = strlen(r->stop[i]);
+        for (size_t t = k - 1; t > hold; t--)
+            if (t <= r->len && memcmp(r->text + r->len - t, r->stop[i], t) == 0) {
+                hold = t;
+                break;
+            }
+    }
+    r->safe = r->len - hold;
+    return 0;
+}
+
+static void slot_finish(srv_engine *e, slot *s, const char *finish, const char *error) {
+    srv_request *r = s->r;
+    const char *tail = NULL;
+    size_t tlen = 0;
+    if (s->ts) tok_stream_flush(s->ts, &tail, &tlen);
+    pthread_mutex_lock(&r->mu);
+    if (!strcmp(finish, "length") && tlen) {
+        append(r, tail, tlen);
+        if (check_stop(r)) finish = "stop";
+    }
+    if (error) snprintf(r->error, sizeof r->error, "%s", error);
+    r->safe = r->len;
+    r->finish = finish;
+    r->done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    for (int i = 0; i < r->n_gen && s->counts; i++) s->counts[s->gen[i]] = 0;
+    sampler_free(s->smp);
+    tok_stream_free(s->ts);
+    s->smp = NULL, s->ts = NULL, s->r = NULL;
+    srv_request_release(r);
+    pthread_mutex_lock(&e->mu);
+    e->busy--;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int slot_forward(srv_engine *e, slot *s, const int32_t *ids, int n) {
+    if (model_kv_use(e->m, s->kv) != KILN_OK || model_forward(e->m, ids, n, s->n_cache, s->logits) != KILN_OK) {
+        s->n_cache = 0; /* what the cache holds is no longer known */
+        return -1;
+    }
+    memcpy(s->cache + s->n_cache, ids, (size_t)n * sizeof *ids);
+    s->n_cache += n;
+    return 0;
+}
+
+static int slot_prefill(srv_engine *e, slot *s) {
+    srv_request *r = s->r;
+    int keep = 0;
+    while (keep < s->n_cache && keep < r->n_prompt - 1 && s->cache[keep] == r->prompt[keep]) keep++;
+    s->n_cache = keep;
+    if (slot_forward(e, s, r->prompt + keep, r->n_prompt - keep)) return -1;
+    char err[256];
+    if (sampler_new(&r->sp, (int32_t)e->n_vocab, &s->smp, err, sizeof err) != KILN_OK) return -1;
+    for (int i = 0; i < r->n_prompt; i++) sampler_accept(s->smp, r->prompt[i]);
+    s->ts = tok_stream_new(e->tk, 0, 0);
+    s->prefilled = 1;
+    return 0;
+}
+
+/* log-probability of id under logits (log-softmax, in double) */
+static double logprob(const float *logits, int64_t n, int32_t id) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int64_t i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
+    return (double)logits[id] - mx - log(sum);
+}
+
+/* one step: the prefill, or one token */
+static void slot_step(srv_engine *e, slot *s) {
+    srv_request *r = s->r;
+    pthread_mutex_lock(&r->mu);
+    int cancelled = r->cancelled;
+    pthread_mutex_unlock(&r->mu);
+    if (cancelled) {
+        slot_finish(e, s, "cancelled", NULL);
+        return;
+    }
+    if (!s->prefilled && slot_prefill(e, s)) {
+        slot_finish(e, s, "error", model_error(e->m));
+        return;
+    }
+    if (r->n_gen >= r->max_tokens) {
+        slot_finish(e, s, "length", NULL);
+        return;
+    }
+    /* OpenAI's penalties: logit -= frequency * count + presence * (count > 0),
+     * once per distinct generated id (counts[t] is negated while done) */
+    if (r->presence_penalty != 0 || r->frequency_penalty != 0) {
+        for (int i = 0; i < r->n_gen; i++) {
+            int32_t t = s->gen[i];
+            if (s->counts[t] <= 0) continue;
+            s->logits[t] -= r->frequency_penalty * (float)s->counts[t] + r->presence_penalty;
+            s->counts[t] = -s->counts[t];
+        }
+        for (int i = 0; i < r->n_gen; i++)
+            if (s->counts[s->gen[i]] < 0) s->counts[s->gen[i]] = -s->counts[s->gen[i]];
+    }
+    int32_t id = sampler_sample(s->smp, s->logits);
+    if (id < 0 || id >= tok_n_vocab(e->tk)) {
+        slot_finish(e, s, "error", "the model chose a token the tokenizer does not have");
+        return;
+    }
+    if (tok_is_eog(e->tk, id)) {
+        slot_finish(e, s, "stop", NULL);
+        return;
+    }
+    double lp = r->logprobs ? logprob(s->logits, e->n_vocab, id) : 0;
+    sampler_accept(s->smp, id);
+    const char *piece;
+    size_t plen = 0;
+    tok_stream_push(s->ts, id, &piece, &plen);
+    pthread_mutex_lock(&r->mu);
+    s->gen[r->n_gen] = id;
+    s->counts[id]++;
+    if (r->logprobs) r->lp[r->n_gen] = lp;
+    r->off[r->n_gen] = r->len;
+    r->n_gen++;
+    append(r, piece, plen);
+    int stopped = check_stop(r);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (stopped) {
+        slot_finish(e, s, "stop", NULL);
+        return;
+    }
+    if (r->n_gen >= r->max_tokens || s->n_cache >= e->n_ctx) {
+        slot_finish(e, s, "length", NULL);
+        return;
+    }
+    if (slot_forward(e, s, &id, 1)) slot_finish(e, s, "error", model_error(e->m));
+}
+
+/* ---- the loop ---- */
+
+/* a free slot for r: the one whose cache shares the longest prefix with r */
+static slot *pick_slot(srv_engine *e, const srv_request *r) {
+    slot *best = NULL;
+    int best_keep = -1;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->r) continue;
+        int keep = 0;
+        while (keep < s->n_cache && keep < r->n_prompt && s->cache[keep] == r->prompt[keep]) keep++;
+        if (keep > best_keep) best = s, best_keep = keep;
+    }
+    return best;
+}
+
+static void *engine_main(void *arg) {
+    srv_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        while (e->qn > 0) {
+            slot *s = pick_slot(e, e->queue[e->qhead]);
+            if (!s) break;
+            s->r = e->queue[e->qhead];
+            s->prefilled = 0;
+            e->qhead = (e->qhead + 1) % e->qcap;
+            e->qn--;
+            e->busy++;
+        }
+        if (!e->busy) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        for (int i = 0; i < e->n_slots; i++)
+            if (e->slots[i].r) slot_step(e, &e->slots[i]);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+srv_engine *srv_engine_start(model *m, const tokenizer *tk, const srv_engine_opts *o, char *err, size_t cap) {
+    srv_engine *e = kiln_xcalloc(1, sizeof *e);
+    e->m = m;
+    e->tk = tk;
+    e->n_ctx = model_n_ctx(m);
+    e->n_vocab = model_n_vocab(m);
+    e->n_slots = o->slots;
+    e->qcap = o->queue > 0 ? o->queue : 1;
+    e->queue = kiln_xcalloc((size_t)e->qcap, sizeof *e->queue);
+    e->slots = kiln_xcalloc((size_t)e->n_slots, sizeof *e->slots);
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        s->kv = i ? model_kv_new(m) : NULL;
+        s->cache = kiln_xmalloc((size_t)e->n_ctx * sizeof *s->cache);
+        s->gen = kiln_xmalloc((size_t)e->n_ctx * sizeof *s->gen);
+        s->counts = kiln_xcalloc((size_t)e->n_vocab, sizeof *s->counts);
+        s->logits = kiln_xmalloc((size_t)e->n_vocab * sizeof *s->logits);
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if (pthread_create(&e->th, NULL, engine_main, e)) {
+        snprintf(err, cap, "cannot start the engine thread");
+        e->stop = 1;
+        srv_engine_stop(e);
+        srv_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static void refuse(srv_request *r, const char *why) {
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->error, sizeof r->error, "%s", why);
+    r->finish = "error";
+    r->done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    srv_request_release(r);
+}
+
+void srv_engine_stop(srv_engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    int running = !e->stop;
+    e->stop = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (running) pthread_join(e->th, NULL);
+    for (; e->qn > 0; e->qn--, e->qhead = (e->qhead + 1) % e->qcap) refuse(e->queue[e->qhead], "the server is shutting down");
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->r) slot_finish(e, s, "error", "the server is shutting down");
+        model_kv_free(s->kv);
+        free(s->cache);
+        free(s->gen);
+        free(s->counts);
+        free(s->logits);
+    }
+    model_kv_use(e->m, NULL);
+}
+
+void srv_engine_free(srv_engine *e) {
+    if (!e) return;
+    free(e->slots);
+    free(e->queue);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+int srv_engine_submit(srv_engine *e, srv_request *r) {
+    pthread_mutex_lock(&e->mu);
+    int full = e->stop || e->qn >= e->qcap;
+    if (!full) {
+        pthread_mutex_lock(&r->mu);
+        r->refs++;
+        pthread_mutex_unlock(&r->mu);
+        e->queue[(e->qhead + e->qn) % e->qcap] = r;
+        e->qn++;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return full ? -1 : 0;
+}
+
+void srv_engine_load(srv_engine *e, int *busy, int *waiting) {
+    pthread_mutex_lock(&e->mu);
+    *busy = e->busy;
+    *waiting = e->qn;
+    pthread_mutex_unlock(&e->mu);
+}
+
+#endif
