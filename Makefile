@@ -4,13 +4,15 @@
 #                   run in build/pyenv, which tools/pyenv.sh makes from PyPI once)
 #   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
 #   make run        kiln's main job on its default model
+#   make install    PREFIX=/usr/local DESTDIR=: headers, libkiln.a, libkiln.so
+#                   (SONAME libkiln.so.MAJOR), the CLI, lib/pkgconfig/kiln.pc
 #   CC=clang make   builds with clang (both compilers must stay warning-free)
 
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
-CFLAGS_BASE = -std=c11 -D_POSIX_C_SOURCE=200809L -g $(OPT) -fPIC $(SAN) \
+CFLAGS_BASE = -std=c11 -D_POSIX_C_SOURCE=200809L -g $(OPT) -fPIC -fvisibility=hidden $(SAN) \
               -Wall -Wextra -Wshadow -Wconversion -Werror=implicit-function-declaration \
               -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn \
               -Isrc/rewrite -Isrc/sched -Isrc/codegen -Isrc/runtime
@@ -31,7 +33,7 @@ endif
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-asan run clean fuzz-graphs fuzz fuzz-chat FORCE
+.PHONY: all test test-asan run clean fuzz-graphs fuzz fuzz-chat install uninstall FORCE
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln
 
 $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/ir/*.def)
@@ -42,14 +44,52 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# the shared library exports only what the public headers mark KILN_API
+# (-fvisibility=hidden above); its SONAME is libkiln.so.MAJOR, the file
+# libkiln.so.MAJOR.MINOR.PATCH, with the two usual links beside it
+KILN_VERSION := $(shell sed -n 's/^\#define KILN_VERSION_STRING "\(.*\)"/\1/p' include/kiln.h)
+KILN_SOMAJOR := $(firstword $(subst ., ,$(KILN_VERSION)))
 $(BUILD)/libkiln.so: $(LIB_OBJ)
-	$(CC) $(SAN) -shared -o $@ $^ $(LDLIBS)
+	$(CC) $(SAN) -shared -Wl,-soname,libkiln.so.$(KILN_SOMAJOR) -o $@.$(KILN_VERSION) $^ $(LDLIBS)
+	ln -sf libkiln.so.$(KILN_VERSION) $@.$(KILN_SOMAJOR)
+	ln -sf libkiln.so.$(KILN_VERSION) $@
 
 # the commit the CLI reports (kiln bench --json): rewritten only when it changes
 KILN_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 $(BUILD)/commit.txt: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(KILN_COMMIT)' | cmp -s - $@ || echo '$(KILN_COMMIT)' > $@
+
+# pkg-config's description of an installed kiln (rewritten only when it changes)
+PREFIX  ?= /usr/local
+DESTDIR ?=
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+BINDIR  ?= $(PREFIX)/bin
+PUBLIC_HEADERS = $(sort $(wildcard include/*.h))
+$(BUILD)/kiln.pc: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' 'Name: kiln' \
+	    'Description: search-based ML compiler and LLM inference runtime' 'Version: $(KILN_VERSION)' \
+	    'Libs: -L$${libdir} -lkiln' 'Libs.private: $(LDLIBS)' 'Cflags: -I$${includedir}' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+
+# make install PREFIX=... DESTDIR=...: the public headers, both libraries
+# (the shared one with its SONAME links), the CLI and kiln.pc
+install: all $(BUILD)/kiln.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(INCDIR)/
+	install -m 644 $(BUILD)/libkiln.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/libkiln.so.$(KILN_VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libkiln.so.$(KILN_VERSION) $(DESTDIR)$(LIBDIR)/libkiln.so.$(KILN_SOMAJOR)
+	ln -sf libkiln.so.$(KILN_VERSION) $(DESTDIR)$(LIBDIR)/libkiln.so
+	install -m 755 $(BUILD)/kiln $(DESTDIR)$(BINDIR)/
+	install -m 644 $(BUILD)/kiln.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(INCDIR)/,$(notdir $(PUBLIC_HEADERS))) $(DESTDIR)$(BINDIR)/kiln \
+	    $(DESTDIR)$(LIBDIR)/libkiln.a $(DESTDIR)$(LIBDIR)/libkiln.so $(DESTDIR)$(LIBDIR)/libkiln.so.$(KILN_SOMAJOR) \
+	    $(DESTDIR)$(LIBDIR)/libkiln.so.$(KILN_VERSION) $(DESTDIR)$(LIBDIR)/pkgconfig/kiln.pc
 
 # `kiln serve` needs libmicrohttpd (HTTP) and cJSON (JSON) from the system's
 # packages; without them the rest builds and `kiln serve` says what to install
@@ -102,6 +142,17 @@ fuzz-chat:
 	    -Iinclude -Isrc/base -Isrc/model tests/fuzz/fuzz_chat.c src/model/jinja_parse.c src/model/jinja_eval.c \
 	    src/base/base.c -lm -o $(BUILD)/fuzz_chat
 	$(BUILD)/fuzz_chat -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 $(BUILD)/fuzz-chat-corpus
+
+# libFuzzer on kiln serve's request parser (tools/serve_api.c; needs the server's libraries)
+fuzz-serve: $(BUILD)/libkiln.a
+	@mkdir -p $(BUILD)/fuzz-serve-corpus
+	printf '\001{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stop": ["x"], "logprobs": true}' \
+	    > $(BUILD)/fuzz-serve-corpus/chat.json
+	printf '\000{"prompt": "Hello", "temperature": 0.5, "seed": 3, "stream": true}' > $(BUILD)/fuzz-serve-corpus/completion.json
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined $(SERVE_CFLAGS) \
+	    -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/runtime -Itools tests/fuzz/fuzz_serve_api.c tools/serve_api.c \
+	    tools/serve_engine.c tools/chat_cli.c $(BUILD)/libkiln.a $(SERVE_LIBS) $(LDLIBS) -o $(BUILD)/fuzz_serve_api
+	$(BUILD)/fuzz_serve_api -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 $(BUILD)/fuzz-serve-corpus
 
 clean:
 	rm -rf build/obj build/tests build/lib* build/kiln build-asan build-clang

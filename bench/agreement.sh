@@ -72,23 +72,30 @@ def llama_ids(text, bos=True):
     return json.loads(r.stdout.decode().strip().splitlines()[-1])
 
 lib = ctypes.CDLL(E["KILN_LIB"])
-lib.gguf_open.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]
-lib.tok_from_gguf.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]
-lib.tok_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                           ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
-lib.tok_encode.restype = ctypes.c_int
-err = ctypes.create_string_buffer(512)
-gf, tk = ctypes.c_void_p(), ctypes.c_void_p()
-if lib.gguf_open(MODEL.encode(), 0, ctypes.byref(gf), err, 512) != 0:
-    sys.exit("agreement.sh: gguf_open: " + err.value.decode(errors="replace"))
-if lib.tok_from_gguf(gf, ctypes.byref(tk), err, 512) != 0:
-    sys.exit("agreement.sh: tok_from_gguf: " + err.value.decode(errors="replace"))
+# the model's tokenizer through the public include/kiln_llm.h: loaded on the
+# reference interpreter (nothing compiled), the file mapped, a 16-row cache
+class LlmParams(ctypes.Structure):
+    _fields_ = [("n_ctx", ctypes.c_int64), ("threads", ctypes.c_int), ("interpreter", ctypes.c_int),
+                ("use_mmap", ctypes.c_int), ("kv_dtype", ctypes.c_int), ("exact", ctypes.c_int),
+                ("tune_s", ctypes.c_double), ("progress", ctypes.c_void_p), ("progress_ctx", ctypes.c_void_p)]
+lib.kiln_llm_default_params.restype = LlmParams
+lib.kiln_llm_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(LlmParams), ctypes.POINTER(ctypes.c_void_p),
+                              ctypes.c_char_p, ctypes.c_size_t]
+lib.kiln_llm_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
+lib.kiln_llm_tokenize.restype = ctypes.c_int
+err = ctypes.create_string_buffer(1024)
+lp = lib.kiln_llm_default_params()
+lp.n_ctx, lp.interpreter, lp.use_mmap, lp.tune_s = 16, 1, 1, 0.0
+tk = ctypes.c_void_p()
+if lib.kiln_llm_load(MODEL.encode(), ctypes.byref(lp), ctypes.byref(tk), err, 1024) != 0:
+    sys.exit("agreement.sh: kiln_llm_load: " + err.value.decode(errors="replace"))
 
 def kiln_ids(text):
     b = text.encode()
-    n = lib.tok_encode(tk, b, len(b), 1, 1, None, 0)   # parse_special as llama-tokenize does by default
+    n = lib.kiln_llm_tokenize(tk, b, len(b), 1, 1, None, 0)   # parse_special as llama-tokenize does by default
     buf = (ctypes.c_int32 * max(n, 1))()
-    lib.tok_encode(tk, b, len(b), 1, 1, buf, n)
+    lib.kiln_llm_tokenize(tk, b, len(b), 1, 1, buf, n)
     return list(buf[:n])
 
 def first_diff(a, b):

@@ -47,57 +47,61 @@ typedef struct kiln_compile_options {
     int exact;           /* 1 = kiln's exact evaluation: every contraction in f32 arithmetic (no bf16
                             tiles, no int8 activations), no tuning DB, no schedule search; the
                             default is 1 when $KILN_EXACT is 1 */
+    int fixed_defaults;  /* 1 = a contraction without a tuning record runs kiln's fixed f32
+                            default schedule; 0 (the default, unless $KILN_FIXED_DEFAULTS is 1) =
+                            the cost model's first choice for its shape, which may take int8 or
+                            bf16 arithmetic as a search would */
 } kiln_compile_options;
 
 /* options with every field at its default */
-kiln_compile_options kiln_compile_defaults(void);
+KILN_API kiln_compile_options kiln_compile_defaults(void);
 
 /* compile g (its outputs and its state updates). opt may be NULL. On failure
  * returns NULL, sets *st (when st is not NULL) and the graph's error message. */
-kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_status *st);
+KILN_API kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_status *st);
 /* execute with the graph's current bindings; outputs land in the graph */
-kiln_status kiln_run(kiln_program *p);
-void kiln_program_free(kiln_program *p);
+KILN_API kiln_status kiln_run(kiln_program *p);
+KILN_API void kiln_program_free(kiln_program *p);
 
 /* the kernels as text: per kernel its inputs, outputs, fused ops and loop
  * nest (malloc'd; caller frees) */
-char *kiln_program_kernels(const kiln_program *p);
+KILN_API char *kiln_program_kernels(const kiln_program *p);
 /* the generated C source (owned by the program) */
-const char *kiln_program_source(const kiln_program *p);
+KILN_API const char *kiln_program_source(const kiln_program *p);
 /* path of the loaded shared object (owned by the program) */
-const char *kiln_program_library(const kiln_program *p);
-int kiln_program_kernel_count(const kiln_program *p);
+KILN_API const char *kiln_program_library(const kiln_program *p);
+KILN_API int kiln_program_kernel_count(const kiln_program *p);
 /* schedule candidates this program has measured so far (0 when every
  * schedule came from the tuning DB or no search was asked for) */
-int kiln_program_measurements(const kiln_program *p);
+KILN_API int kiln_program_measurements(const kiln_program *p);
 /* each distinct contraction (key, shape bucket) of the program and the size
  * of its schedule space (malloc'd text) */
-char *kiln_program_space_report(const kiln_program *p);
+KILN_API char *kiln_program_space_report(const kiln_program *p);
 /* the schedule space's axes and sizes at example shapes (malloc'd text) */
-char *kiln_schedule_space(void);
+KILN_API char *kiln_schedule_space(void);
 /* which arithmetic the contractions use: for bucket 0 (decode-sized M) and 1
  * (prefill-sized M), counts[bucket][a] of contraction kernels with a = 0 f32,
  * 1 int8 activations, 2 bf16 tiles (a kernel the micro-kernel family cannot
  * take runs its generic f32 loop nest: f32). Returns the contraction kernel
  * count. kiln_program_arith_text: one line, e.g. "contractions: decode 60 f32,
  * 36 int8 activations; prefill 70 f32, 26 bf16 tiles" (malloc'd). */
-int kiln_program_arith(const kiln_program *p, int counts[2][3]);
-char *kiln_program_arith_text(const kiln_program *p);
+KILN_API int kiln_program_arith(const kiln_program *p, int counts[2][3]);
+KILN_API char *kiln_program_arith_text(const kiln_program *p);
 /* 1 when the program was compiled with exact */
-int kiln_program_exact(const kiln_program *p);
+KILN_API int kiln_program_exact(const kiln_program *p);
 /* bytes of the intermediate arena planned for the last run (0 before one) */
-size_t kiln_program_arena_bytes(const kiln_program *p);
+KILN_API size_t kiln_program_arena_bytes(const kiln_program *p);
 
 /* `kiln device`: the hardware fingerprint and measured peaks, as text or JSON
  * (json != 0). Measuring takes about a second. malloc'd; caller frees. */
-char *kiln_device_report(int json);
+KILN_API char *kiln_device_report(int json);
 /* the fingerprint alone, one line (malloc'd): the tuning DB key */
-char *kiln_device_fingerprint(void);
+KILN_API char *kiln_device_fingerprint(void);
 /* measured peaks for `threads` threads: read bandwidth (GB/s, from DRAM: the
  * buffer of `kiln device`, at least 4x the last-level cache), f32
  * FMA GFLOP/s and int8 dot-product GOP/s (all threads); -1 when the compute
  * probe could not be compiled (the bandwidth is still measured) */
-int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *dot_gops);
+KILN_API int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *dot_gops);
 
 /* ---- profiling (KILN_PROFILE=1 at compile time turns collection on) ---- */
 /* per kernel, slowest first: share of the time, ms per run, bytes of the
@@ -107,13 +111,13 @@ int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, double *d
  * the arithmetic their last launch used: dot_gops for int8 ("i8"), twice
  * fma_gflops for bf16 ("bf"), else fma_gflops (kiln_device_peaks gives all
  * three). malloc'd text; "" when profiling is off. */
-char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, double dot_gops, int max_rows);
-void kiln_program_profile_reset(kiln_program *p);
+KILN_API char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, double dot_gops, int max_rows);
+KILN_API void kiln_program_profile_reset(kiln_program *p);
 /* profiling turned on (allocating its counters) or off after compiling */
-void kiln_program_profile_on(kiln_program *p, int on);
+KILN_API void kiln_program_profile_on(kiln_program *p, int on);
 /* seconds per kernel since the last reset, out[0..n): the kernel count
  * filled (0 when profiling is off) */
-int kiln_program_kernel_times(const kiln_program *p, double *out, int n);
+KILN_API int kiln_program_kernel_times(const kiln_program *p, double *out, int n);
 
 /* ---- the schedule search, steered ---------------------------------------
  * kiln_program_search gives the program a search of budget_s seconds of wall
@@ -132,15 +136,31 @@ typedef struct kiln_search_status {
     int measurements;                    /* candidates measured */
     double best_speedup;                 /* the largest default/best time ratio found */
 } kiln_search_status;
-kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share);
-kiln_status kiln_program_search_finish(kiln_program *p);
+KILN_API kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share);
+KILN_API kiln_status kiln_program_search_finish(kiln_program *p);
 /* fn(ctx, status) after each kernel search under a plan, on the calling thread */
 typedef void (*kiln_search_progress_fn)(void *ctx, const kiln_search_status *st);
-void kiln_program_search_progress(kiln_program *p, kiln_search_progress_fn fn, void *ctx);
-void kiln_program_search_status(const kiln_program *p, kiln_search_status *out);
+KILN_API void kiln_program_search_progress(kiln_program *p, kiln_search_progress_fn fn, void *ctx);
+KILN_API void kiln_program_search_status(const kiln_program *p, kiln_search_status *out);
 /* contraction (kernel, bucket) slots with no schedule from the tuning DB or
  * a search yet: all of them on a machine that never tuned this model */
-int kiln_program_untuned(const kiln_program *p);
+KILN_API int kiln_program_untuned(const kiln_program *p);
+
+/* ---- the tuning DB ----------------------------------------------------------
+ * Every valid record of the DB in use ($KILN_TUNEDB, else the cache's
+ * tune.db) as JSON: {"path": ..., "damaged": lines skipped, "records":
+ * [{"fingerprint", "key", "bucket", "schedule", "best_s", "base_s", "tried",
+ * "rejected", "date", "ir_version"}, ...]}. malloc'd: kiln_free. */
+KILN_API char *kiln_tunedb_json(void);
+
+/* ---- CUDA without a device ------------------------------------------------
+ * kiln_cuda_compile_check compiles CUDA source with NVRTC for arch
+ * ("sm_80", "sm_90"): KILN_OK when NVRTC accepts it (*bin_bytes: the size of
+ * the result), else the log in err; KILN_ERR_UNSUPPORTED when libnvrtc
+ * cannot be loaded. kiln_cuda_nvrtc_version: "major.minor", or NULL. */
+KILN_API kiln_status kiln_cuda_compile_check(const char *src, const char *arch, size_t *bin_bytes, char *err,
+                                             size_t errlen);
+KILN_API const char *kiln_cuda_nvrtc_version(void);
 
 #ifdef __cplusplus
 }

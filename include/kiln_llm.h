@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "kiln.h"
+#include "kiln_compile.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,6 +74,13 @@ KILN_API int32_t kiln_llm_bos(const kiln_llm *m); /* -1: none */
 KILN_API int32_t kiln_llm_eos(const kiln_llm *m); /* -1: none */
 /* 1 when id ends a generation (eos, eot, <end_of_turn>, <|im_end|>, ...) */
 KILN_API int kiln_llm_is_eog(const kiln_llm *m, int32_t id);
+
+/* search the compiled model's schedules for up to budget_s seconds, spent
+ * where its time goes (a decode step and a prefill), whether or not this
+ * machine has records already (`kiln tune -m`); the winners go to the
+ * tuning DB and the program is recompiled with them. out (may be NULL)
+ * gets the summary. KILN_ERR_INVALID on an interpreter model. */
+KILN_API kiln_status kiln_llm_tune(kiln_llm *m, double budget_s, kiln_search_status *out);
 
 /* ---- text <-> tokens ------------------------------------------------------- */
 

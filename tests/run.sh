@@ -15,6 +15,11 @@ export KILN_POISON_RESULTS=1
 # no first-run schedule search in `kiln run`/`kiln bench` (tests that check
 # it turn it on themselves)
 export KILN_TUNE=0
+# contractions without a record keep the fixed f32 default schedule, so that
+# compiled results can be held to the reference at f32 tolerances (the cost
+# model's defaults, int8/bf16 arithmetic included, have their own tests:
+# test_contract's contract_cost_defaults_*)
+export KILN_FIXED_DEFAULTS=1
 # the tests never read or write the user's tuning DB
 tunedir=$(mktemp -d)
 export KILN_TUNEDB="$tunedir/tune.db"

@@ -74,7 +74,7 @@ static char *turn(model *m, const tokenizer *tk, const sampler_params *sp, long 
         return NULL;
     }
     for (int i = 0; i < n; i++) sampler_accept(smp, ids[i]);
-    tok_stream *ts = tok_stream_new(tk, 0, 1);
+    tok_stream *ts = tok_stream_new(tk, 0, 0); /* as kiln run: text after a prompt */
     char *text = kiln_xmalloc(1);
     size_t len = 0;
     text[0] = 0;

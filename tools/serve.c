@@ -41,7 +41,7 @@ int cmd_serve(int argc, char **argv) {
 
 typedef struct serve_opts {
     const char *model, *host, *api_key, *chat_template, *alias;
-    long long port, parallel, n_ctx, threads, n_predict, timeout, queue, max_body, max_conn;
+    long long port, parallel, n_ctx, threads, n_predict, timeout, request_timeout, queue, max_body, max_conn;
     int use_mmap, interp, no_tune;
 } serve_opts;
 
@@ -64,6 +64,8 @@ static void serve_help(void) {
            "                          instead of the model's own template\n"
            "  -t, --threads N         worker threads (default: online cores)\n"
            "  --timeout S             close connections idle for S seconds (default 600)\n"
+           "  --request-timeout S     a request's whole time, waiting for a slot and generating: a\n"
+           "                          queued one is refused, a running one ends (default 600)\n"
            "  --max-body BYTES        largest request body (default 8388608)\n"
            "  --max-connections N     open connections at most (default 256)\n"
            "  --mmap                  map the model file instead of reading it\n"
@@ -98,6 +100,7 @@ static int serve_parse(int argc, char **argv, serve_opts *o) {
     o->threads = n < 1 ? 1 : n > 1024 ? 1024 : n;
     o->n_predict = -1;
     o->timeout = 600;
+    o->request_timeout = 600;
     o->queue = 16;
     o->max_body = 8 << 20;
     o->max_conn = 256;
@@ -112,6 +115,7 @@ static int serve_parse(int argc, char **argv, serve_opts *o) {
         {"--threads", "-t", 1, 1024, offsetof(serve_opts, threads)},
         {"--n-predict", "-n", -1, 1 << 30, offsetof(serve_opts, n_predict)},
         {"--timeout", NULL, 1, 86400, offsetof(serve_opts, timeout)},
+        {"--request-timeout", NULL, 1, 86400, offsetof(serve_opts, request_timeout)},
         {"--queue", NULL, 0, 1 << 16, offsetof(serve_opts, queue)},
         {"--max-body", NULL, 1024, 1LL << 30, offsetof(serve_opts, max_body)},
         {"--max-connections", NULL, 4, 65536, offsetof(serve_opts, max_conn)},
@@ -207,6 +211,7 @@ int cmd_serve(int argc, char **argv) {
     srv_http *h = NULL;
     if (e) {
         srv_http_opts ho = {.host = o.host, .port = (int)o.port, .api_key = o.api_key, .timeout_s = (int)o.timeout,
+                            .request_timeout_s = (int)o.request_timeout,
                             .max_connections = (int)o.max_conn, .max_body = (size_t)o.max_body};
         h = srv_http_start(&info, e, &ho, err, sizeof err);
     }

@@ -40,6 +40,7 @@ typedef struct srv_request {
     int n_stop;
     char id[48];
     long long created;
+    double deadline;  /* CLOCK_MONOTONIC seconds: past it the request ends ("length"); 0: none */
 
     /* results */
     pthread_mutex_t mu;
@@ -103,11 +104,14 @@ char *srv_api_result_json(const srv_info *info, const srv_request *r);
  * the first chat chunk); final != 0: the finish_reason chunk */
 char *srv_api_chunk(const srv_info *info, const srv_request *r, size_t from, size_t to, int first, int final);
 
+double srv_now(void); /* CLOCK_MONOTONIC seconds */
+
 typedef struct srv_http_opts {
     const char *host;
     int port;
     const char *api_key;
     int timeout_s;          /* idle connections are closed after this */
+    int request_timeout_s;  /* a request's whole time: waiting for a slot and generating */
     int max_connections;
     size_t max_body;
 } srv_http_opts;

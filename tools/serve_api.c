@@ -157,6 +157,9 @@ static char *render_messages(const srv_info *info, const cJSON *msgs, int *statu
 }
 
 static int parse_stop(srv_request *r, const cJSON *it, int *status, char *msg, size_t cap) {
+    /* a repeated "stop" key: the last one counts, as for every other field */
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    r->n_stop = 0;
     if (cJSON_IsNull(it)) return 0;
     if (cJSON_IsString(it)) {
         if (!it->valuestring[0]) return bad(status, msg, cap, 400, "'stop' strings must not be empty");

@@ -24,6 +24,7 @@
 #ifdef KILN_HAVE_SERVE
 
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,12 @@ struct srv_engine {
     pthread_t th;
     int stop, busy;
 };
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 srv_request *srv_request_new(void) {
     srv_request *r = kiln_xcalloc(1, sizeof *r);
@@ -194,7 +201,7 @@ static void slot_step(srv_engine *e, slot *s) {
         slot_finish(e, s, "error", model_error(e->m));
         return;
     }
-    if (r->n_gen >= r->max_tokens) {
+    if (r->n_gen >= r->max_tokens || (r->deadline > 0 && srv_now() > r->deadline)) {
         slot_finish(e, s, "length", NULL);
         return;
     }
@@ -261,12 +268,21 @@ static slot *pick_slot(srv_engine *e, const srv_request *r) {
     return best;
 }
 
+static void refuse(srv_request *r, const char *why);
+
 static void *engine_main(void *arg) {
     srv_engine *e = arg;
     pthread_mutex_lock(&e->mu);
     while (!e->stop) {
         while (e->qn > 0) {
-            slot *s = pick_slot(e, e->queue[e->qhead]);
+            srv_request *q = e->queue[e->qhead];
+            if (q->deadline > 0 && srv_now() > q->deadline) { /* waited its whole time for a slot */
+                e->qhead = (e->qhead + 1) % e->qcap;
+                e->qn--;
+                refuse(q, "the request waited longer than the server's --request-timeout for a slot");
+                continue;
+            }
+            slot *s = pick_slot(e, q);
             if (!s) break;
             s->r = e->queue[e->qhead];
             s->prefilled = 0;

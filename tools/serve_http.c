@@ -14,7 +14,8 @@
  *
  * Limits: body (max_body; 413), headers (MHD's connection memory; 431),
  * connections (max_connections, beyond which MHD refuses), idle time
- * (timeout_s). Every answer other than a stream is JSON.
+ * (timeout_s), a request's whole time (request_timeout_s: a queued request
+ * is refused, a running one ends with finish_reason "length"). Every answer other than a stream is JSON.
  */
 #ifdef KILN_HAVE_SERVE
 
@@ -178,6 +179,7 @@ static enum MHD_Result run_request(srv_http *h, struct MHD_Connection *c, conn *
     char msg[512];
     srv_request *r = srv_api_parse(h->info, k->route == ROUTE_CHAT, k->body ? k->body : "", k->len, &status, msg, sizeof msg);
     if (!r) return respond_error(c, (unsigned)status, msg);
+    r->deadline = srv_now() + h->o.request_timeout_s;
     if (srv_engine_submit(h->engine, r)) {
         srv_request_release(r);
         return respond_error(c, 503, "the server is busy: every slot is in use and the queue is full; retry later");
@@ -193,8 +195,20 @@ static enum MHD_Result run_request(srv_http *h, struct MHD_Connection *c, conn *
         MHD_destroy_response(resp);
         return ret;
     }
+    /* wait for the result; a client that closed its connection meanwhile
+     * cancels the request (its slot is freed at the engine's next step) */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
     pthread_mutex_lock(&r->mu);
-    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    while (!r->done) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 200 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        if (!pthread_cond_timedwait(&r->cv, &r->mu, &until) || fd < 0) continue;
+        char b;
+        if (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) r->cancelled = 1;
+    }
     char *body = r->error[0] ? srv_api_error_json(500, r->error) : srv_api_result_json(h->info, r);
     int failed = r->error[0] != 0;
     pthread_mutex_unlock(&r->mu);

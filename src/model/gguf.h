@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "kiln.h"
+#include "kiln_gguf.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
 #define GGUF_VERSION 3
@@ -168,9 +169,7 @@ uint32_t gguf_dtype_to_ggml(kiln_dtype t);
  * Each tensor carries its absolute file offset and the FNV-1a 64 hash of its
  * bytes. */
 char *gguf_dump_json(const gguf_file *f);
-/* open path (with flags) and dump it; on failure {"error": message,
- * "status": name}. For ctypes callers; free the result with free(). */
-char *kiln_gguf_dump_json(const char *path, unsigned flags);
+/* kiln_gguf_dump_json (open and dump a path) is public: include/kiln_gguf.h */
 
 /* ---- writer -------------------------------------------------------------- */
 /* Entries are kept in insertion order. Errors (duplicate key or tensor, bad

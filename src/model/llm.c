@@ -105,11 +105,14 @@ kiln_status kiln_llm_load(const char *path, const kiln_llm_params *pin, kiln_llm
     kiln_llm *m = kiln_xcalloc(1, sizeof *m);
     char e[1024] = "";
     kiln_status s = model_load_ex(path, &o, &m->model, e, sizeof e);
-    if (!s) s = tok_from_gguf(model_gguf(m->model), &m->tok, e, sizeof e);
-    if (!s && tok_n_vocab(m->tok) > model_n_vocab(m->model)) {
-        snprintf(e, sizeof e, "%s: the tokenizer has %d tokens but the model only %lld embeddings", path,
+    /* a model without a usable tokenizer still loads (kiln_llm_decode takes
+     * ids); what needs the tokenizer fails with its message */
+    if (!s && tok_from_gguf(model_gguf(m->model), &m->tok, m->tok_err, sizeof m->tok_err) == KILN_OK &&
+        tok_n_vocab(m->tok) > model_n_vocab(m->model)) {
+        snprintf(m->tok_err, sizeof m->tok_err, "the tokenizer has %d tokens but the model only %lld embeddings",
                  (int)tok_n_vocab(m->tok), (long long)model_n_vocab(m->model));
-        s = KILN_ERR_FORMAT;
+        tok_free(m->tok);
+        m->tok = NULL;
     }
     if (p.progress && !s) p.progress(p.progress_ctx, "load", 1);
     if (!s) s = first_run_search(m, &p, e, sizeof e);
@@ -144,18 +147,22 @@ int64_t kiln_llm_n_vocab(const kiln_llm *m) { return m ? model_n_vocab(m->model)
 int64_t kiln_llm_n_ctx(const kiln_llm *m) { return m ? model_n_ctx(m->model) : 0; }
 int kiln_llm_is_compiled(const kiln_llm *m) { return m ? model_is_compiled(m->model) : 0; }
 const char *kiln_llm_arch(const kiln_llm *m) { return m ? model_hparams(m->model)->name : ""; }
-int32_t kiln_llm_bos(const kiln_llm *m) { return m ? tok_bos(m->tok) : -1; }
-int32_t kiln_llm_eos(const kiln_llm *m) { return m ? tok_eos(m->tok) : -1; }
-int kiln_llm_is_eog(const kiln_llm *m, int32_t id) { return m ? tok_is_eog(m->tok, id) : 0; }
+int32_t kiln_llm_bos(const kiln_llm *m) { return m && m->tok ? tok_bos(m->tok) : -1; }
+int32_t kiln_llm_eos(const kiln_llm *m) { return m && m->tok ? tok_eos(m->tok) : -1; }
+int kiln_llm_is_eog(const kiln_llm *m, int32_t id) { return m && m->tok ? tok_is_eog(m->tok, id) : 0; }
+
+kiln_status llm_need_tok(kiln_llm *m) {
+    return m->tok ? KILN_OK : llm_fail(m, KILN_ERR_FORMAT, "the model has no usable tokenizer: %s", m->tok_err);
+}
 
 int kiln_llm_tokenize(kiln_llm *m, const char *text, size_t len, int add_special, int parse_special, int32_t *out,
                       int cap) {
-    if (!m || (!text && len) || cap < 0 || (!out && cap)) return -1;
+    if (!m || (!text && len) || cap < 0 || (!out && cap) || llm_need_tok(m)) return -1;
     return tok_encode(m->tok, text ? text : "", len, add_special, parse_special, out, cap);
 }
 
 long kiln_llm_detokenize(kiln_llm *m, const int32_t *ids, int n, int special, char *buf, size_t cap) {
-    if (!m || n < 0 || (!ids && n) || (!buf && cap)) return -1;
+    if (!m || n < 0 || (!ids && n) || (!buf && cap) || llm_need_tok(m)) return -1;
     int bad = -1;
     long r = tok_decode(m->tok, ids, n, special, buf, cap, &bad);
     if (r < 0) llm_fail(m, KILN_ERR_RANGE, "kiln_llm_detokenize: id %d (at %d) is outside the vocabulary",
@@ -164,8 +171,23 @@ long kiln_llm_detokenize(kiln_llm *m, const int32_t *ids, int n, int special, ch
 }
 
 int kiln_llm_token_piece(kiln_llm *m, int32_t id, int special, char *buf, int cap) {
-    if (!m || cap < 0 || (!buf && cap)) return -1;
+    if (!m || cap < 0 || (!buf && cap) || llm_need_tok(m)) return -1;
     return tok_token_to_piece(m->tok, id, special, buf, cap);
+}
+
+kiln_status kiln_llm_tune(kiln_llm *m, double budget_s, kiln_search_status *out) {
+    if (!m) return KILN_ERR_INVALID;
+    if (out) memset(out, 0, sizeof *out);
+    if (!model_is_compiled(m->model))
+        return llm_fail(m, KILN_ERR_INVALID, "kiln_llm_tune: the model runs on the interpreter: nothing to tune");
+    if (!(budget_s > 0) || budget_s > 1e6)
+        return llm_fail(m, KILN_ERR_INVALID, "kiln_llm_tune: budget %g s: want 0 < budget <= 1e6", budget_s);
+    llm_gen_end(m);
+    model_tune_options o = model_tune_defaults();
+    o.budget_s = budget_s;
+    m->warmed = 0; /* a recompiled program builds its weight copies anew */
+    kiln_status s = model_autotune(m->model, &o, out, m->err, sizeof m->err);
+    return s;
 }
 
 kiln_status kiln_llm_decode(kiln_llm *m, const int32_t *tokens, int n, int pos, float *logits) {

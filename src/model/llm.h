@@ -2,7 +2,8 @@
  * handle (llm.c: loading, tokens, forward, sampling, chat; llm_generate.c:
  * the generation loop and its statistics).
  *
- * Invariants: m->model and m->tok are set for the handle's whole life; the
+ * Invariants: m->model is set for the handle's whole life, m->tok unless the
+ * file's tokenizer failed (llm_need_tok says so); the
  * generation fields are valid only while m->gen_active, or (ids and stats)
  * until the next kiln_llm_start.
  */
@@ -22,7 +23,8 @@ struct kiln_sampler {
 
 struct kiln_llm {
     model *model;
-    tokenizer *tok;
+    tokenizer *tok;         /* NULL when the file has no usable tokenizer (why: tok_err) */
+    char tok_err[512];
     char err[1024];
     double load_s;
     int warmed;             /* the untimed steps that build the weight copies have run */
@@ -41,6 +43,8 @@ struct kiln_llm {
 
 /* printf into m->err; returns s */
 kiln_status llm_fail(kiln_llm *m, kiln_status s, const char *fmt, ...);
+/* KILN_OK when m has a tokenizer, else the failure with its message */
+kiln_status llm_need_tok(kiln_llm *m);
 /* seconds on a monotonic clock */
 double llm_now(void);
 /* the prompt text of a generation: p->chat wraps it in the chat template

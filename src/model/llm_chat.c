@@ -18,6 +18,7 @@
 kiln_status kiln_llm_chat_apply(kiln_llm *m, const char *template_name, const kiln_chat_msg *msgs, int n_msgs,
                                 int add_generation_prompt, char **out) {
     if (!m) return KILN_ERR_INVALID;
+    if (out) *out = NULL;
     if (!out || n_msgs < 0 || (!msgs && n_msgs))
         return llm_fail(m, KILN_ERR_INVALID, "kiln_llm_chat_apply: %s", !out ? "no place for the text" : "bad messages");
     *out = NULL;

@@ -67,6 +67,7 @@ kiln_status kiln_llm_start(kiln_llm *m, const char *prompt, const kiln_gen_param
     m->prompt_s = m->gen_s = 0;
     m->stop = "";
     if (!prompt || !p) return llm_fail(m, KILN_ERR_INVALID, "kiln_llm_start: %s", !prompt ? "no prompt" : "no parameters");
+    if (llm_need_tok(m)) return KILN_ERR_FORMAT;
     if (p->max_tokens < 0) return llm_fail(m, KILN_ERR_INVALID, "kiln_llm_start: max_tokens %d < 0", p->max_tokens);
     char e[512] = "";
     kiln_sampler *ks = kiln_sampler_new(p, (int32_t)model_n_vocab(m->model), e, sizeof e);

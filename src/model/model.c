@@ -39,7 +39,7 @@ static kiln_status mfail(char *err, size_t cap, kiln_status s, const char *fmt, 
 }
 
 model_options model_default_options(void) {
-    model_options o = {0, KILN_F32, 0, 0, 0, 0.0, 0, 0};
+    model_options o = {0, KILN_F32, 0, 0, 0, 0.0, 0, 0, 0};
     return o;
 }
 
@@ -71,7 +71,7 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
     if (!out) return KILN_ERR_INVALID;
     *out = NULL;
     model_options o = opt ? *opt : model_default_options();
-    if (o.n_ctx < 0 || (o.kv_dtype != KILN_F32 && o.kv_dtype != KILN_F16))
+    if (o.n_ctx < 0 || o.n_ctx_min < 0 || o.n_ctx_min > (INT64_C(1) << 40) || (o.kv_dtype != KILN_F32 && o.kv_dtype != KILN_F16))
         return mfail(err, cap, KILN_ERR_INVALID, "model: n_ctx %lld must be >= 0 and the cache f32 or f16",
                      (long long)o.n_ctx);
     model *m = kiln_xcalloc(1, sizeof *m);
@@ -85,6 +85,11 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
         return s;
     }
     m->n_ctx = o.n_ctx ? o.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    if (!o.n_ctx && o.n_ctx_min > m->n_ctx) {
+        int64_t c = 1;
+        while (c < o.n_ctx_min) c *= 2;
+        m->n_ctx = c;
+    }
     m->kv_dtype = o.kv_dtype;
     m->all_logits = o.all_logits != 0;
     m->g = kiln_graph_new();

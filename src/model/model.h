@@ -35,6 +35,9 @@ typedef struct model_options {
     double search_budget; /* compiled: seconds of schedule search during the first runs (0: none) */
     int all_logits;       /* 1: the graph outputs the logits of a range of rows (model_forward_rows) */
     int exact;            /* compiled: kiln's exact evaluation (kiln_compile_options.exact) */
+    int64_t n_ctx_min;    /* with n_ctx 0: at least this many rows; the default when it holds
+                             them (so `kiln bench` shares `kiln run`'s compiled code: the cache
+                             length is compiled in), else the next power of two */
 } model_options;
 
 model_options model_default_options(void);

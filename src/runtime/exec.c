@@ -55,6 +55,7 @@ struct kiln_program {
     rt_pool *pool;
     cg_isa isa;
     int exact; /* kiln_compile_options.exact: f32 contractions only, no tuning DB, no search */
+    int fixed_defaults; /* kiln_compile_options.fixed_defaults: no record = the fixed f32 default */
     /* run state, kept between runs */
     void **bufs;
     size_t *bytes;
@@ -145,6 +146,8 @@ kiln_compile_options kiln_compile_defaults(void) {
     o.backend = NULL; /* $KILN_BACKEND, else "cpu" (rt_backend_find) */
     const char *ex = getenv("KILN_EXACT");
     o.exact = ex && strcmp(ex, "1") == 0;
+    const char *fd = getenv("KILN_FIXED_DEFAULTS");
+    o.fixed_defaults = fd && strcmp(fd, "1") == 0;
     return o;
 }
 
@@ -184,6 +187,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->be = be;
     p->compiling = 1;
     p->exact = o.exact != 0;
+    p->fixed_defaults = o.fixed_defaults != 0;
     if (p->exact) o.search_budget = 0;
     /* the first step of compiling: graph -> e-graph -> saturation -> extraction
      * (primitives, and for the CPU the streaming SOFTMAX_CONTRACT where
@@ -594,7 +598,17 @@ int kiln_program_untuned(const kiln_program *p) {
  * (gemma3-270m's program grew from 2.0 to 3.1 MB of C after its first search) */
 static double recompile_estimate(const kiln_program *p) {
     size_t len = p->source ? strlen(p->source) : 0;
-    return 1.5 * rt_cc_seconds_per_byte() * (double)len;
+    /* a machine busier than its cores stretches a compile by about the load
+     * per core (a tiny program measured 0.55 s estimated against 6.4 s real
+     * at load 11.6 on 2 cores); overestimating only shortens the search */
+    double load = 0, stretch = 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
+        fclose(f);
+    }
+    return stretch * (1.5 * rt_cc_seconds_per_byte() * (double)len + 0.25);
 }
 
 /* settle, unsearched, every kernel whose group (same key: one search
@@ -722,8 +736,12 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
         double t = mono_s();
         p->retune = 0;
         drop_pack_copies(p);
+        double est = recompile_estimate(p);
         s = emit_and_load(p, err, sizeof err);
         p->search_spent += mono_s() - t;
+        if (getenv("KILN_TUNE_VERBOSE"))
+            fprintf(stderr, "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s)\n", mono_s() - t,
+                    est);
         if (s != KILN_OK) graph_run_error(p->g, s, "kiln: recompiling with the tuned schedules: %s", err);
     }
     free(p->plan_w);
@@ -950,6 +968,24 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     return 1;
 }
 
+/* every contraction slot without a record takes the cost model's first
+ * choice for its shape (a prefill-sized M of 256 for the large-M bucket);
+ * slots whose sizes besides M are symbolic keep the fixed default */
+static void cost_model_defaults(kiln_program *p) {
+    for (int32_t k = 0; k < p->sp.nkernels; k++) {
+        sch_kernel *K = &p->sp.kernels[k];
+        if (!cg_contract_emittable(&p->sp, K, p->isa)) continue;
+        for (int b = 0; b < 2; b++) {
+            sch_contract_shape sh;
+            sch_contract_sched sc;
+            if (p->tuned[k * 2 + b] || (K->contract->mdim < 0 && b == 1)) continue;
+            if (!contract_shape(p, k, NULL, b, &sh)) continue;
+            if (b == 1) sh.m = 256;
+            if (rt_tune_cost_first(&p->sp, k, &sh, p->isa, &sc)) K->contract->sched[b] = sc;
+        }
+    }
+}
+
 /* schedules from the tuning DB: this machine's records are used as they
  * are (no search); another machine's only seed a search */
 static void apply_tuning_db(kiln_program *p) {
@@ -1022,6 +1058,9 @@ static void apply_tuning_db(kiln_program *p) {
             p->tuned[k * 2 + b] = 1;
         }
     }
+    /* no record: the cost model's first choice (what a search would time
+     * first), not the fixed default */
+    if (!p->exact && !p->fixed_defaults) cost_model_defaults(p);
     /* a schedule the micro-kernel cannot take (a record from a newer kiln,
      * int8 arithmetic on a CPU without VNNI, AMX bf16 without amx_bf16,
      * packed bf16 without avx512_bf16), or any approximate arithmetic in an

@@ -425,6 +425,49 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
     return KILN_OK;
 }
 
+/* the schedule space of kernel k at shape sh, only what the micro-kernel
+ * family can emit for it (a B strided along K takes the packed form only),
+ * ranked by the cost model: (*space)[(*order)[0]] is its first choice.
+ * Returns the count; the three arrays are malloc'd (the caller frees). */
+static int ranked_space(const sch_program *sp, int32_t kernel, const sch_contract_shape *sh, cg_isa isa,
+                        sch_contract_sched **space_out, double **cost_out, int **order_out) {
+    const sch_kernel *k = &sp->kernels[kernel];
+    sch_machine mc = sch_machine_default();
+    int nspace = sch_space_contract(sh, NULL, 0);
+    sch_contract_sched *space = kiln_xmalloc((size_t)(nspace + 1) * sizeof *space);
+    sch_space_contract(sh, space, nspace);
+    double *cost = kiln_xmalloc((size_t)(nspace + 1) * sizeof *cost);
+    int *order = kiln_xmalloc((size_t)(nspace + 1) * sizeof *order);
+    int kept = 0;
+    for (int i = 0; i < nspace; i++) {
+        sch_contract tmp = *k->contract;
+        tmp.sched[0] = tmp.sched[1] = space[i];
+        sch_kernel kk = *k;
+        kk.contract = &tmp;
+        if (cg_contract_emittable(sp, &kk, isa)) space[kept++] = space[i];
+    }
+    nspace = kept;
+    for (int i = 0; i < nspace; i++) cost[i] = sch_cost_contract(&mc, sh, &space[i]);
+    sch_rank_by_cost(cost, order, nspace);
+    *space_out = space;
+    *cost_out = cost;
+    *order_out = order;
+    return nspace;
+}
+
+int rt_tune_cost_first(const sch_program *sp, int32_t kernel, const sch_contract_shape *sh, cg_isa isa,
+                       sch_contract_sched *out) {
+    sch_contract_sched *space;
+    double *cost;
+    int *order;
+    int n = ranked_space(sp, kernel, sh, isa, &space, &cost, &order);
+    if (n > 0) *out = space[order[0]];
+    free(space);
+    free(cost);
+    free(order);
+    return n > 0;
+}
+
 kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *err, size_t errcap) {
     memset(res, 0, sizeof *res);
     const sch_kernel *k = &job->sp->kernels[job->kernel];
@@ -434,26 +477,10 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     double t_start = now_s();
 
     /* round 1: default, seed, then the cost model's best */
-    int nspace = sch_space_contract(&job->shape, NULL, 0);
-    sch_contract_sched *space = kiln_xmalloc((size_t)(nspace + 1) * sizeof *space);
-    sch_space_contract(&job->shape, space, nspace);
-    double *cost = kiln_xmalloc((size_t)(nspace + 1) * sizeof *cost);
-    int *order = kiln_xmalloc((size_t)(nspace + 1) * sizeof *order);
-    /* only what the micro-kernel family can emit for this kernel (a B
-     * strided along K takes the packed form only) */
-    {
-        int kept = 0;
-        for (int i = 0; i < nspace; i++) {
-            sch_contract tmp = *c;
-            tmp.sched[0] = tmp.sched[1] = space[i];
-            sch_kernel kk = *k;
-            kk.contract = &tmp;
-            if (cg_contract_emittable(job->sp, &kk, job->isa)) space[kept++] = space[i];
-        }
-        nspace = kept;
-    }
-    for (int i = 0; i < nspace; i++) cost[i] = sch_cost_contract(&mc, &job->shape, &space[i]);
-    sch_rank_by_cost(cost, order, nspace);
+    sch_contract_sched *space;
+    double *cost;
+    int *order;
+    int nspace = ranked_space(job->sp, job->kernel, &job->shape, job->isa, &space, &cost, &order);
     res->space = nspace;
 
     sch_contract_sched cands[TUNE_MAX_CAND];

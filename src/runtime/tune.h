@@ -39,4 +39,10 @@ typedef struct rt_tune_result {
 
 kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *err, size_t errcap);
 
+/* the cost model's first choice for kernel `kernel` at shape sh, among the
+ * schedules the micro-kernel family can emit for it: what a contraction
+ * without a tuning record runs (exec.c). Returns 0 when there is none. */
+int rt_tune_cost_first(const sch_program *sp, int32_t kernel, const sch_contract_shape *sh, cg_isa isa,
+                       sch_contract_sched *out);
+
 #endif

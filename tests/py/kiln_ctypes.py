@@ -87,7 +87,8 @@ _vp = ctypes.c_void_p
 class CompileOptions(ctypes.Structure):
     """kiln_compile_options (include/kiln_compile.h)"""
     _fields_ = [("backend", ctypes.c_char_p), ("threads", ctypes.c_int),
-                ("search_budget", ctypes.c_double), ("vector", ctypes.c_int), ("exact", ctypes.c_int)]
+                ("search_budget", ctypes.c_double), ("vector", ctypes.c_int), ("exact", ctypes.c_int),
+                ("fixed_defaults", ctypes.c_int)]
 
 
 # include/kiln_compile.h: bound when the library has them (see _Lib)
@@ -227,8 +228,8 @@ class _Lib:
             fn.restype = res
             fn.argtypes = args
             setattr(self, name, fn)
-        libc = ctypes.CDLL(None)
-        self.free = libc.free
+        # what the library malloc'd is released by the library (kiln_free)
+        self.free = self.dll.kiln_free
         self.free.argtypes = [_vp]
         self.free.restype = None
 

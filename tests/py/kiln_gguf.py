@@ -1,6 +1,7 @@
-"""kiln_gguf.py — ctypes bindings of kiln's GGUF reader/writer (src/model/gguf.h)
-and model API (src/model/model.h) for the Python tests, plus a helper that
-writes random-weight models of the supported architectures with kiln's writer.
+"""kiln_gguf.py — ctypes bindings of kiln's public GGUF API (include/kiln_gguf.h:
+the JSON dump and the writer) and of the model part of include/kiln_llm.h for
+the Python tests, plus a helper that writes random-weight models of the
+supported architectures with kiln's writer.
 
 The library is the one kiln_ctypes loads ($KILN_LIB or build/libkiln.so).
 """
@@ -19,27 +20,42 @@ CTYPE = {T_U8: ctypes.c_uint8, T_I8: ctypes.c_int8, T_U16: ctypes.c_uint16, T_I1
 OPEN_READ, OPEN_ALLOW_UNSUPPORTED = 1, 2
 
 _vp, _cp, _st = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+_PROGRESS = ctypes.CFUNCTYPE(None, _vp, _cp, ctypes.c_double)
+
+
+class LlmParams(ctypes.Structure):
+    """kiln_llm_params (include/kiln_llm.h)"""
+    _fields_ = [("n_ctx", ctypes.c_int64), ("threads", ctypes.c_int), ("interpreter", ctypes.c_int),
+                ("use_mmap", ctypes.c_int), ("kv_dtype", ctypes.c_int), ("exact", ctypes.c_int),
+                ("tune_s", ctypes.c_double), ("progress", _PROGRESS), ("progress_ctx", _vp)]
+
+
 _SIGS = {
     "kiln_gguf_dump_json": (_vp, [_cp, ctypes.c_uint]),
-    "gguf_writer_new": (_vp, []),
-    "gguf_writer_free": (None, [_vp]),
-    "gguf_writer_error": (_cp, [_vp]),
-    "gguf_writer_add": (_st, [_vp, _cp, ctypes.c_int, _vp]),
-    "gguf_writer_add_str_n": (_st, [_vp, _cp, _cp, ctypes.c_uint64]),
-    "gguf_writer_add_array": (_st, [_vp, _cp, ctypes.c_int, _vp, ctypes.c_uint64]),
-    "gguf_writer_add_str_array": (_st, [_vp, _cp, ctypes.POINTER(_cp), ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint64]),
-    "gguf_writer_add_tensor": (_st, [_vp, _cp, ctypes.c_uint32, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), _vp, ctypes.c_uint64]),
-    "gguf_writer_add_tensor_f32": (_st, [_vp, _cp, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), _vp]),
-    "gguf_writer_write": (_st, [_vp, _cp]),
-    "model_load_ex": (_st, [_cp, _vp, ctypes.POINTER(_vp), _cp, ctypes.c_size_t]),
-    "model_load": (_st, [_cp, ctypes.POINTER(_vp), _cp, ctypes.c_size_t]),
-    "model_free": (None, [_vp]),
-    "model_forward": (_st, [_vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]),
-    "model_reset": (None, [_vp]),
-    "model_error": (_cp, [_vp]),
-    "model_n_vocab": (ctypes.c_int64, [_vp]),
-    "model_n_ctx": (ctypes.c_int64, [_vp]),
-    "model_is_compiled": (ctypes.c_int, [_vp]),
+    "kiln_free": (None, [_vp]),
+    "kiln_gguf_writer_new": (_vp, []),
+    "kiln_gguf_writer_free": (None, [_vp]),
+    "kiln_gguf_writer_error": (_cp, [_vp]),
+    "kiln_gguf_writer_add": (_st, [_vp, _cp, ctypes.c_int, _vp]),
+    "kiln_gguf_writer_add_str_n": (_st, [_vp, _cp, _cp, ctypes.c_uint64]),
+    "kiln_gguf_writer_add_array": (_st, [_vp, _cp, ctypes.c_int, _vp, ctypes.c_uint64]),
+    "kiln_gguf_writer_add_str_array": (_st, [_vp, _cp, ctypes.POINTER(_cp), ctypes.POINTER(ctypes.c_uint64),
+                                             ctypes.c_uint64]),
+    "kiln_gguf_writer_add_tensor": (_st, [_vp, _cp, ctypes.c_uint32, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                          _vp, ctypes.c_uint64]),
+    "kiln_gguf_writer_add_tensor_f32": (_st, [_vp, _cp, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                              _vp]),
+    "kiln_gguf_writer_write": (_st, [_vp, _cp]),
+    "kiln_llm_default_params": (LlmParams, []),
+    "kiln_llm_load": (_st, [_cp, ctypes.POINTER(LlmParams), ctypes.POINTER(_vp), _cp, ctypes.c_size_t]),
+    "kiln_llm_free": (None, [_vp]),
+    "kiln_llm_decode": (_st, [_vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int,
+                              ctypes.POINTER(ctypes.c_float)]),
+    "kiln_llm_reset": (None, [_vp]),
+    "kiln_llm_error": (_cp, [_vp]),
+    "kiln_llm_n_vocab": (ctypes.c_int64, [_vp]),
+    "kiln_llm_n_ctx": (ctypes.c_int64, [_vp]),
+    "kiln_llm_is_compiled": (ctypes.c_int, [_vp]),
 }
 
 _dll = None
@@ -53,7 +69,7 @@ def dll():
         for name, (res, args) in _SIGS.items():
             fn = getattr(d, name)
             fn.restype, fn.argtypes = res, args
-        _dll = (d, lib.free)
+        _dll = (d, d.kiln_free)
     return _dll[0]
 
 
@@ -77,46 +93,46 @@ class Writer:
 
     def __init__(self):
         self.d = dll()
-        self.w = self.d.gguf_writer_new()
+        self.w = self.d.kiln_gguf_writer_new()
 
     def _ok(self, st, what):
         if st != kc.OK:
-            raise kc.KilnError(st, "%s: %s" % (what, self.d.gguf_writer_error(self.w).decode()))
+            raise kc.KilnError(st, "%s: %s" % (what, self.d.kiln_gguf_writer_error(self.w).decode()))
 
     def scalar(self, key, t, value):
         if t == T_STR:
             b = value if isinstance(value, bytes) else value.encode()
-            return self._ok(self.d.gguf_writer_add_str_n(self.w, key.encode(), b, len(b)), key)
+            return self._ok(self.d.kiln_gguf_writer_add_str_n(self.w, key.encode(), b, len(b)), key)
         c = CTYPE[t](value)
-        self._ok(self.d.gguf_writer_add(self.w, key.encode(), t, ctypes.byref(c)), key)
+        self._ok(self.d.kiln_gguf_writer_add(self.w, key.encode(), t, ctypes.byref(c)), key)
 
     def array(self, key, elem, values):
         if elem == T_STR:
             bs = [v if isinstance(v, bytes) else v.encode() for v in values]
             arr = (_cp * max(1, len(bs)))(*bs)
             lens = (ctypes.c_uint64 * max(1, len(bs)))(*[len(b) for b in bs])
-            return self._ok(self.d.gguf_writer_add_str_array(self.w, key.encode(), arr, lens, len(bs)), key)
+            return self._ok(self.d.kiln_gguf_writer_add_str_array(self.w, key.encode(), arr, lens, len(bs)), key)
         arr = (CTYPE[elem] * max(1, len(values)))(*values)
-        self._ok(self.d.gguf_writer_add_array(self.w, key.encode(), elem, ctypes.cast(arr, _vp), len(values)), key)
+        self._ok(self.d.kiln_gguf_writer_add_array(self.w, key.encode(), elem, ctypes.cast(arr, _vp), len(values)), key)
 
     def tensor_f32(self, name, dtype, arr):
         a = np.ascontiguousarray(arr, dtype=np.float32)
         dims = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
-        self._ok(self.d.gguf_writer_add_tensor_f32(self.w, name.encode(), dtype, a.ndim, dims,
+        self._ok(self.d.kiln_gguf_writer_add_tensor_f32(self.w, name.encode(), dtype, a.ndim, dims,
                                                    ctypes.c_void_p(a.ctypes.data)), name)
 
     def tensor_raw(self, name, ggml_type, shape, raw):
         r = np.ascontiguousarray(raw, dtype=np.uint8)
         dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
-        self._ok(self.d.gguf_writer_add_tensor(self.w, name.encode(), ggml_type, len(shape), dims,
+        self._ok(self.d.kiln_gguf_writer_add_tensor(self.w, name.encode(), ggml_type, len(shape), dims,
                                                ctypes.c_void_p(r.ctypes.data), r.nbytes), name)
 
     def write(self, path):
-        self._ok(self.d.gguf_writer_write(self.w, str(path).encode()), str(path))
+        self._ok(self.d.kiln_gguf_writer_write(self.w, str(path).encode()), str(path))
 
     def free(self):
         if self.w:
-            self.d.gguf_writer_free(self.w)
+            self.d.kiln_gguf_writer_free(self.w)
             self.w = None
 
     def __del__(self):
@@ -126,47 +142,43 @@ class Writer:
             pass
 
 
-class ModelOptions(ctypes.Structure):
-    """model_options (src/model/model.h)"""
-    _fields_ = [("n_ctx", ctypes.c_int64), ("kv_dtype", ctypes.c_int), ("gguf_flags", ctypes.c_uint),
-                ("compiled", ctypes.c_int), ("threads", ctypes.c_int), ("search_budget", ctypes.c_double),
-                ("all_logits", ctypes.c_int), ("exact", ctypes.c_int)]
-
-
 class Model:
-    """model_load / model_load_ex / model_forward"""
+    """a model through include/kiln_llm.h: kiln_llm_load (the reference
+    interpreter unless compiled), kiln_llm_decode; never a schedule search"""
 
     def __init__(self, path, n_ctx=None, kv_dtype=None, gguf_flags=None, compiled=False, threads=0):
         self.d = dll()
         self.m = ctypes.c_void_p()
         err = ctypes.create_string_buffer(1024)
-        if n_ctx is None and kv_dtype is None and gguf_flags is None and not compiled:
-            st = self.d.model_load(str(path).encode(), ctypes.byref(self.m), err, 1024)
-        else:
-            o = ModelOptions(n_ctx or 0, kc.F32 if kv_dtype is None else kv_dtype, gguf_flags or 0,
-                             1 if compiled else 0, threads)
-            st = self.d.model_load_ex(str(path).encode(), ctypes.byref(o), ctypes.byref(self.m), err, 1024)
+        p = self.d.kiln_llm_default_params()
+        p.n_ctx = n_ctx or 0
+        p.kv_dtype = kc.F32 if kv_dtype is None else kv_dtype
+        p.use_mmap = 0 if (gguf_flags or 0) & OPEN_READ else 1
+        p.interpreter = 0 if compiled else 1
+        p.threads = threads
+        p.tune_s = 0.0
+        st = self.d.kiln_llm_load(str(path).encode(), ctypes.byref(p), ctypes.byref(self.m), err, 1024)
         if st != kc.OK:
             raise kc.KilnError(st, err.value.decode())
-        self.n_vocab = self.d.model_n_vocab(self.m)
-        self.n_ctx = self.d.model_n_ctx(self.m)
-        self.compiled = bool(self.d.model_is_compiled(self.m))
+        self.n_vocab = self.d.kiln_llm_n_vocab(self.m)
+        self.n_ctx = self.d.kiln_llm_n_ctx(self.m)
+        self.compiled = bool(self.d.kiln_llm_is_compiled(self.m))
 
     def forward(self, tokens, pos):
         toks = np.ascontiguousarray(tokens, dtype=np.int32)
         out = np.zeros(self.n_vocab, dtype=np.float32)
-        st = self.d.model_forward(self.m, toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), len(toks), int(pos),
+        st = self.d.kiln_llm_decode(self.m, toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), len(toks), int(pos),
                                   out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
         if st != kc.OK:
-            raise kc.KilnError(st, self.d.model_error(self.m).decode())
+            raise kc.KilnError(st, self.d.kiln_llm_error(self.m).decode())
         return out
 
     def reset(self):
-        self.d.model_reset(self.m)
+        self.d.kiln_llm_reset(self.m)
 
     def free(self):
         if self.m:
-            self.d.model_free(self.m)
+            self.d.kiln_llm_free(self.m)
             self.m = None
 
     def __del__(self):

@@ -40,9 +40,9 @@ os.environ.setdefault("KILN_CHECK_EGRAPH", "0")
 raw = ctypes.CDLL(K.LIB_PATH)
 raw.kiln_program_source.restype = ctypes.c_char_p
 raw.kiln_program_source.argtypes = [ctypes.c_void_p]
-raw.rt_cuda_nvrtc_version.restype = ctypes.c_char_p
-raw.rt_cuda_compile_check.restype = ctypes.c_int
-raw.rt_cuda_compile_check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
+raw.kiln_cuda_nvrtc_version.restype = ctypes.c_char_p
+raw.kiln_cuda_compile_check.restype = ctypes.c_int
+raw.kiln_cuda_compile_check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
                                       ctypes.c_char_p, ctypes.c_size_t]
 
 
@@ -67,7 +67,7 @@ if why is None:
     sys.exit(1 if rc else 0)
 
 print("SKIP cuda execution tests: no CUDA device: %s" % why)
-nvrtc = raw.rt_cuda_nvrtc_version()
+nvrtc = raw.kiln_cuda_nvrtc_version()
 if not nvrtc:
     print("SKIP test_backend_cuda compile checks: NVRTC (libnvrtc.so) cannot be loaded")
     sys.exit(0)
@@ -79,7 +79,7 @@ os.environ["KILN_TEST_NOFORK"] = "1"  # sources are collected in this process
 def nvrtc_check(src, arch):
     err = ctypes.create_string_buffer(8192)
     n = ctypes.c_size_t(0)
-    r = raw.rt_cuda_compile_check(src, arch, ctypes.byref(n), err, len(err))
+    r = raw.kiln_cuda_compile_check(src, arch, ctypes.byref(n), err, len(err))
     return None if r == 0 and n.value > 0 else (err.value.decode(errors="replace") or "status %d" % r)
 
 

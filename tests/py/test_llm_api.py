@@ -37,6 +37,8 @@ ENV = dict(os.environ)
 ENV.pop("LD_PRELOAD", None)
 ENV.setdefault("XDG_CACHE_HOME", "/tmp/kiln-test-cache-%d" % os.getuid())
 os.environ.setdefault("XDG_CACHE_HOME", ENV["XDG_CACHE_HOME"])
+# under make test-asan the library is ASan-built: programs linked to it need the sanitizers too
+SAN = ["-fsanitize=address,undefined"] if os.environ.get("KILN_ASAN") else []
 
 suite = kc.Suite("test_llm_api")
 MODEL = tiny_llm.write(os.path.join(TMP, "tiny.gguf"))
@@ -111,7 +113,7 @@ def t_example_matches_cli():
     cc = os.environ.get("CC", "cc")
     r = subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", os.path.join(kc.REPO, "include"),
                         os.path.join(kc.REPO, "tests", "install", "example.c"), kc.LIB_PATH,
-                        "-Wl,-rpath," + os.path.dirname(kc.LIB_PATH), "-o", exe], capture_output=True, env=ENV)
+                        "-Wl,-rpath," + os.path.dirname(kc.LIB_PATH), "-o", exe] + SAN, capture_output=True, env=ENV)
     assert r.returncode == 0, r.stderr.decode()[-600:]
     r = subprocess.run([exe, MODEL, PROMPT, str(N)], capture_output=True, env=ENV, timeout=120)
     assert r.returncode == 0, r.stderr.decode()[-400:]

@@ -2,8 +2,8 @@
 `gguf` package's numpy reference (gguf.quants), bit for bit.
 
 Calls kiln's C functions through ctypes from KILN_LIB (default
-build/libkiln.so): quant_dequantize / quant_quantize (src/ir/quant.h),
-dtype_f32_to_f16 & co. (src/ir/dtype.h) and kiln_dtype_bytes (kiln.h).
+build/libkiln.so): kiln_dequantize / kiln_quantize, kiln_f32_to_f16 / kiln_f32_to_bf16
+and kiln_dtype_bytes (the public include/kiln.h).
 
 Cases:
   - decoding random blocks of q8_0, q4_0, q4_k, q6_k (sane f16 scales, and
@@ -79,16 +79,16 @@ FMT = {  # name -> (kiln dtype, gguf type, block elements, block bytes)
 # offsets of the f16 scale fields inside each block
 F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_k": [0, 2], "q6_k": [208], "q5_0": [0]}
 
-lib.quant_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-lib.quant_dequantize.restype = None
-lib.quant_quantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-lib.quant_quantize.restype = ctypes.c_int
+lib.kiln_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+lib.kiln_dequantize.restype = ctypes.c_int
+lib.kiln_quantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+lib.kiln_quantize.restype = ctypes.c_int
 lib.kiln_dtype_bytes.argtypes = [ctypes.c_int, ctypes.c_int64]
 lib.kiln_dtype_bytes.restype = ctypes.c_size_t
-lib.dtype_f32_to_f16.argtypes = [ctypes.c_float]
-lib.dtype_f32_to_f16.restype = ctypes.c_uint16
-lib.dtype_f32_to_bf16.argtypes = [ctypes.c_float]
-lib.dtype_f32_to_bf16.restype = ctypes.c_uint16
+lib.kiln_f32_to_f16.argtypes = [ctypes.c_float]
+lib.kiln_f32_to_f16.restype = ctypes.c_uint16
+lib.kiln_f32_to_bf16.argtypes = [ctypes.c_float]
+lib.kiln_f32_to_bf16.restype = ctypes.c_uint16
 
 
 def kiln_dequant(fmt, data):
@@ -96,7 +96,7 @@ def kiln_dequant(fmt, data):
     data = np.ascontiguousarray(data, dtype=np.uint8)
     n = data.size // nb * blk
     out = np.empty(n, dtype=np.float32)
-    lib.quant_dequantize(t, data.ctypes.data, out.ctypes.data, n)
+    lib.kiln_dequantize(t, data.ctypes.data, out.ctypes.data, n)
     return out
 
 
@@ -104,9 +104,9 @@ def kiln_quant(fmt, x):
     t, _, blk, nb = FMT[fmt]
     x = np.ascontiguousarray(x, dtype=np.float32).ravel()
     out = np.zeros(x.size // blk * nb, dtype=np.uint8)
-    rc = lib.quant_quantize(t, x.ctypes.data, out.ctypes.data, x.size)
+    rc = lib.kiln_quantize(t, x.ctypes.data, out.ctypes.data, x.size)
     if rc != 0:
-        raise RuntimeError(f"quant_quantize({fmt}) returned {rc}")
+        raise RuntimeError(f"kiln_quantize({fmt}) returned {rc}")
     return out
 
 
@@ -291,14 +291,14 @@ case("quant_q6_k_kiln_encoder_reference_decodes", lambda: k_roundtrip("q6_k"))
 def f16_decode_all():
     h = np.arange(65536, dtype=np.uint32).astype(np.uint16)
     out = np.empty(65536, dtype=np.float32)
-    lib.quant_dequantize(DT["KILN_F16"], h.ctypes.data, out.ctypes.data, 65536)
+    lib.kiln_dequantize(DT["KILN_F16"], h.ctypes.data, out.ctypes.data, 65536)
     return bits_equal(out, h.view(np.float16).astype(np.float32))
 
 
 def bf16_decode_all():
     h = np.arange(65536, dtype=np.uint32).astype(np.uint16)
     out = np.empty(65536, dtype=np.float32)
-    lib.quant_dequantize(DT["KILN_BF16"], h.ctypes.data, out.ctypes.data, 65536)
+    lib.kiln_dequantize(DT["KILN_BF16"], h.ctypes.data, out.ctypes.data, 65536)
     return bits_equal(out, gq.dequantize(h.view(np.uint8), QT.BF16).ravel())
 
 
@@ -313,19 +313,19 @@ def random_f32_patterns(n):
 
 def f16_encode_random():
     f = random_f32_patterns(200000)
-    k = np.array([lib.dtype_f32_to_f16(float(v)) for v in f], dtype=np.uint16)
+    k = np.array([lib.kiln_f32_to_f16(float(v)) for v in f], dtype=np.uint16)
     with np.errstate(over="ignore"):
         r = f.astype(np.float16).view(np.uint16)
     if not np.array_equal(k, r):
         i = int(np.argmax(k != r))
         return False, f"{int((k != r).sum())} differ; {f[i]!r}: kiln 0x{k[i]:04x} numpy 0x{r[i]:04x}"
-    nan = lib.dtype_f32_to_f16(float("nan"))
+    nan = lib.kiln_f32_to_f16(float("nan"))
     return ((nan & 0x7c00) == 0x7c00 and (nan & 0x3ff) != 0), "NaN not kept"
 
 
 def bf16_encode_random():
     f = random_f32_patterns(200000)
-    k = np.array([lib.dtype_f32_to_bf16(float(v)) for v in f], dtype=np.uint16)
+    k = np.array([lib.kiln_f32_to_bf16(float(v)) for v in f], dtype=np.uint16)
     r = gq.quantize(f, QT.BF16).view(np.uint16).ravel()
     if not np.array_equal(k, r):
         i = int(np.argmax(k != r))

@@ -1,7 +1,7 @@
 """test_serve.py — `kiln serve` end to end with the unmodified `openai` client
 (PyPI, pinned in tests/requirements.txt) and raw HTTP, on a tiny random
-gemma3 model written here (SentencePiece vocabulary, the published gemma3
-chat template from tests/data/chat in its metadata).
+gemma3 model (tests/py/tiny_llm.py: a SentencePiece vocabulary) written with
+the published gemma3 chat template from tests/data/chat in its metadata.
 
 What is checked:
   - /health and /v1/models; the API key (401 without it, accepted with it);
@@ -36,12 +36,10 @@ import tempfile
 import threading
 import time
 
-import numpy as np
-
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 import kiln_ctypes as kc  # noqa: E402
-import kiln_gguf as kg  # noqa: E402
+import tiny_llm  # noqa: E402
 
 BUILD = os.environ.get("KILN_BUILD") or os.path.join(kc.REPO, "build")
 KILN = os.environ.get("KILN_BIN") or os.path.join(BUILD, "kiln")
@@ -61,67 +59,10 @@ if probe.returncode != 0 and b"built without the server" in probe.stderr:
     sys.exit(0)
 import openai  # noqa: E402  (pinned in tests/requirements.txt: a missing one is a failure)
 
-WORDS = ["▁the", "▁cat", "▁sat", "▁on", "▁a", "▁mat", "▁dog", "▁is", "▁red", "▁big"]
-
-
-def spm_vocab():
-    toks = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
-    types = [3, 3, 3, 2, 3, 3]
-    toks += ["<0x%02X>" % b for b in range(256)]
-    types += [6] * 256
-    normal = ["▁"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + [",", ".", "\n"]
-    for w in WORDS:
-        for k in range(2, len(w) + 1):
-            if w[:k] not in normal:
-                normal.append(w[:k])
-    toks += normal
-    types += [1] * len(normal)
-    scores = [0.0] * (6 + 256) + [float(len(t)) - 1e-3 * i for i, t in enumerate(normal)]
-    return dict(tokens=toks, types=types, scores=scores, special=list(range(6 + 256)))
-
-
-def write_model(path, v, seed=7):
-    """a tiny random gemma3 with v and the gemma3 chat template; the special
-    and byte tokens' output rows are zero, so generation is plain text"""
-    c = kg.tiny_config("gemma3", n_vocab=len(v["tokens"]))
-    rng = np.random.default_rng(seed)
-    w = kg.Writer()
-    w.scalar("general.architecture", kg.T_STR, "gemma3")
-    w.scalar("general.name", kg.T_STR, "tiny serve gemma3")
-    for key, val in [("context_length", c["n_ctx"]), ("embedding_length", c["n_embd"]),
-                     ("block_count", c["n_layer"]), ("feed_forward_length", c["n_ff"]),
-                     ("attention.head_count", c["n_head"]), ("attention.head_count_kv", c["n_head_kv"]),
-                     ("attention.key_length", c["head_dim"]), ("attention.value_length", c["head_dim"])]:
-        w.scalar("gemma3." + key, kg.T_U32, val)
-    w.scalar("gemma3.attention.layer_norm_rms_epsilon", kg.T_F32, c["eps"])
-    w.scalar("gemma3.rope.freq_base", kg.T_F32, c["rope_base"])
-    if c["sliding_window"]:
-        w.scalar("gemma3.attention.sliding_window", kg.T_U32, c["sliding_window"])
-        w.scalar("gemma3.attention.sliding_window_pattern", kg.T_U32, c["swa_pattern"])
-    w.scalar("tokenizer.ggml.model", kg.T_STR, "llama")
-    w.array("tokenizer.ggml.tokens", kg.T_STR, v["tokens"])
-    w.array("tokenizer.ggml.token_type", kg.T_I32, v["types"])
-    w.array("tokenizer.ggml.scores", kg.T_F32, v["scores"])
-    for name, val in [("bos_token_id", 2), ("eos_token_id", 1), ("unknown_token_id", 3), ("padding_token_id", 0)]:
-        w.scalar("tokenizer.ggml." + name, kg.T_U32, val)
-    w.scalar("tokenizer.ggml.add_bos_token", kg.T_BOOL, 1)
-    w.scalar("tokenizer.ggml.add_space_prefix", kg.T_BOOL, 1)
+def write_model(path):
+    """the tiny gemma3 of tiny_llm.py with the published gemma3 chat template"""
     with open(os.path.join(kc.REPO, "tests", "data", "chat", "gemma3.jinja")) as f:
-        w.scalar("tokenizer.chat_template", kg.T_STR, f.read())
-    out_name = "token_embd.weight" if c["tied"] else "output.weight"
-    for name, shape in kg.tensor_list(c):
-        if name.endswith("norm.weight"):
-            x = 1.0 + 0.2 * rng.standard_normal(shape)
-        else:
-            x = rng.standard_normal(shape) / np.sqrt(shape[-1])
-            if name == "token_embd.weight":
-                x = x * 0.2
-        if name == out_name:
-            x[v["special"]] = 0.0
-        w.tensor_f32(name, kc.F32 if len(shape) == 1 or name == out_name else kc.Q8_0, x.astype(np.float32))
-    w.write(path)
-    w.free()
-    return path
+        return tiny_llm.write(path, seed=7, n_ctx=CTX, chat_template=f.read())
 
 
 def free_port():
@@ -186,7 +127,7 @@ class Server:
         return openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.port, api_key=KEY, max_retries=0, timeout=120)
 
 
-MODEL = write_model(os.path.join(TMP, "gemma3_chat.gguf"), spm_vocab())
+MODEL = write_model(os.path.join(TMP, "gemma3_chat.gguf"))
 PROMPTS = ["the cat sat on a mat", "a big red dog", "the dog is big", "a cat on the mat is red"]
 SRV = None
 
@@ -287,6 +228,34 @@ def t_stop_strings():
     got = "".join(ch.choices[0].text or "" for ch in cl.completions.create(
         model="m", prompt=PROMPTS[2], max_tokens=16, temperature=0, stop=stop, stream=True))
     assert got == cut, (got, cut)
+    # a repeated "stop" key: the last counts (once an overflow of the stop list, found by make fuzz-serve)
+    body = '{"prompt": "the cat", "max_tokens": 4, ' + ", ".join(['"stop": ["a", "b", "c", "d"]'] * 3) + "}"
+    st, data = SRV.request("POST", "/v1/completions", body)
+    assert st == 200, (st, data[:200])
+
+
+def t_sampling_fields():
+    cl = SRV.client()
+    # seeded sampling repeats itself; another seed (almost surely) differs somewhere
+    a = [cl.completions.create(model="m", prompt=PROMPTS[3], max_tokens=16, temperature=1.5, top_p=1, extra_body={"top_k": 0, "min_p": 0},
+                               seed=s).choices[0].text for s in (5, 5, 6)]
+    assert a[0] == a[1], a
+    # the chosen tokens' log-probabilities: they spell the text, each <= 0
+    r = cl.completions.create(model="m", prompt=PROMPTS[0], max_tokens=8, temperature=0, logprobs=0)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text and len(lp.token_logprobs) == r.usage.completion_tokens, lp
+    assert all(x <= 1e-9 for x in lp.token_logprobs), lp.token_logprobs
+    c = cl.chat.completions.create(model="m", messages=[{"role": "user", "content": "the cat"}], max_tokens=6,
+                                   temperature=0, logprobs=True)
+    items = c.choices[0].logprobs.content
+    assert "".join(t.token for t in items) == c.choices[0].message.content and all(t.logprob <= 1e-9 for t in items)
+    # penalties change what greedy decoding picks once tokens repeat
+    r0 = cl.completions.create(model="m", prompt=PROMPTS[0], max_tokens=24, temperature=0, logprobs=0)
+    plain, toks = r0.choices[0].text, r0.choices[0].logprobs.tokens
+    pen, _ = complete(cl, PROMPTS[0], n=24, frequency_penalty=2.0, presence_penalty=2.0)
+    assert len(set(toks)) < len(toks), "24 greedy tokens of a tiny vocabulary repeat one: %r" % toks
+    assert pen != plain, (pen, plain)
+    assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
 def raw_stream(port, body, read_events=1):
@@ -320,6 +289,13 @@ def t_disconnect():
     assert b"data: " in buf, buf[:200]
     s.close()
     assert wait_idle(SRV), "the slot of a client that went away is still busy"
+    # not streaming: the server notices the closed connection while it waits
+    s = socket.create_connection(("127.0.0.1", SRV.port), timeout=30)
+    b = json.dumps({"prompt": "the cat", "max_tokens": CTX, "temperature": 0.8}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
+    s.close()
+    assert wait_idle(SRV), "the slot of a non-streaming client that went away is still busy"
     assert complete(SRV.client(), PROMPTS[0], n=4)[0]
 
 
@@ -464,6 +440,7 @@ if SRV:
     suite.case("chat_stream", t_chat_stream)
     suite.case("concurrent_greedy", t_concurrent)
     suite.case("stop_strings", t_stop_strings)
+    suite.case("sampling_fields", t_sampling_fields)
     suite.case("disconnect_frees_slot", t_disconnect)
     suite.case("bad_inputs", t_bad_inputs)
     suite.case("fuzz_and_slow_clients", t_fuzz_and_slow_clients)

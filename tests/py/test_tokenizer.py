@@ -2,8 +2,9 @@
 independent Python implementations written here.
 
 Calls the C functions through ctypes from KILN_LIB (default build/libkiln.so):
-tok_new / tok_encode / tok_decode / tok_token_to_piece / tok_stream_* and
-tok_unicode_class (the BPE pre-tokenizer's character classes).
+kiln_tok_new / kiln_tok_encode / kiln_tok_decode / kiln_tok_token_to_piece /
+kiln_tok_stream_* and kiln_tok_unicode_class (the BPE pre-tokenizer's
+character classes): the public include/kiln_tokenizer.h.
 
 Cases:
   SPM, on the real gemma3 vocabulary (262144 tokens, scores, token types) read
@@ -87,32 +88,32 @@ class TokConfig(ctypes.Structure):
                 ("pre", ctypes.c_char_p)]
 
 
-lib.tok_new.argtypes = [ctypes.POINTER(TokConfig), ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]
-lib.tok_new.restype = ctypes.c_int
-lib.tok_free.argtypes = [ctypes.c_void_p]
-lib.tok_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, c_i32p,
+lib.kiln_tok_new.argtypes = [ctypes.POINTER(TokConfig), ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]
+lib.kiln_tok_new.restype = ctypes.c_int
+lib.kiln_tok_free.argtypes = [ctypes.c_void_p]
+lib.kiln_tok_encode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, c_i32p,
                            ctypes.c_int]
-lib.tok_encode.restype = ctypes.c_int
-lib.tok_decode.argtypes = [ctypes.c_void_p, c_i32p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+lib.kiln_tok_encode.restype = ctypes.c_int
+lib.kiln_tok_decode.argtypes = [ctypes.c_void_p, c_i32p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
                            ctypes.POINTER(ctypes.c_int)]
-lib.tok_decode.restype = ctypes.c_long
-lib.tok_token_to_piece.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-lib.tok_token_to_piece.restype = ctypes.c_int
-lib.tok_stream_new.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-lib.tok_stream_new.restype = ctypes.c_void_p
-lib.tok_stream_free.argtypes = [ctypes.c_void_p]
-lib.tok_stream_push.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
+lib.kiln_tok_decode.restype = ctypes.c_long
+lib.kiln_tok_token_to_piece.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+lib.kiln_tok_token_to_piece.restype = ctypes.c_int
+lib.kiln_tok_stream_new.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+lib.kiln_tok_stream_new.restype = ctypes.c_void_p
+lib.kiln_tok_stream_free.argtypes = [ctypes.c_void_p]
+lib.kiln_tok_stream_push.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
                                 ctypes.POINTER(ctypes.c_size_t)]
-lib.tok_stream_push.restype = ctypes.c_int
-lib.tok_stream_flush.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
-lib.tok_lookup.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-lib.tok_lookup.restype = ctypes.c_int32
-lib.tok_is_eog.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-lib.tok_is_eog.restype = ctypes.c_int
-lib.tok_pretokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, c_i32p, ctypes.c_int]
-lib.tok_pretokenize.restype = ctypes.c_int
-lib.tok_unicode_class.argtypes = [ctypes.c_uint32]
-lib.tok_unicode_class.restype = ctypes.c_int
+lib.kiln_tok_stream_push.restype = ctypes.c_int
+lib.kiln_tok_stream_flush.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+lib.kiln_tok_lookup.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+lib.kiln_tok_lookup.restype = ctypes.c_int32
+lib.kiln_tok_is_eog.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+lib.kiln_tok_is_eog.restype = ctypes.c_int
+lib.kiln_tok_pretokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, c_i32p, ctypes.c_int]
+lib.kiln_tok_pretokenize.restype = ctypes.c_int
+lib.kiln_tok_unicode_class.argtypes = [ctypes.c_uint32]
+lib.kiln_tok_unicode_class.restype = ctypes.c_int
 
 SPM, BPE = 0, 1
 T_NORMAL, T_UNKNOWN, T_CONTROL, T_USER, T_UNUSED, T_BYTE = 1, 2, 3, 4, 5, 6
@@ -153,7 +154,7 @@ class Tok:
             cfg.n_merges = len(merges)
         err = ctypes.create_string_buffer(512)
         out = ctypes.c_void_p()
-        self.status = lib.tok_new(ctypes.byref(cfg), ctypes.byref(out), err, 512)
+        self.status = lib.kiln_tok_new(ctypes.byref(cfg), ctypes.byref(out), err, 512)
         self.error = err.value.decode(errors="replace")
         if self.status == 0:
             self.ptr = out.value
@@ -161,53 +162,53 @@ class Tok:
 
     def __del__(self):
         if self.ptr:
-            lib.tok_free(self.ptr)
+            lib.kiln_tok_free(self.ptr)
 
     def encode(self, text, add_special=False, parse_special=False):
         b = text if isinstance(text, bytes) else text.encode()
-        n = lib.tok_encode(self.ptr, b, len(b), int(add_special), int(parse_special), None, 0)
+        n = lib.kiln_tok_encode(self.ptr, b, len(b), int(add_special), int(parse_special), None, 0)
         assert n >= 0, "tok_encode failed"
         buf = (ctypes.c_int32 * max(n, 1))()
-        m = lib.tok_encode(self.ptr, b, len(b), int(add_special), int(parse_special), buf, n)
+        m = lib.kiln_tok_encode(self.ptr, b, len(b), int(add_special), int(parse_special), buf, n)
         assert m == n, f"count changed {n} -> {m}"
         return list(buf[:n])
 
     def decode(self, ids, special=False):
         arr = (ctypes.c_int32 * max(len(ids), 1))(*ids)
         bad = ctypes.c_int(-1)
-        n = lib.tok_decode(self.ptr, arr, len(ids), int(special), None, 0, ctypes.byref(bad))
+        n = lib.kiln_tok_decode(self.ptr, arr, len(ids), int(special), None, 0, ctypes.byref(bad))
         if n < 0:
             return None, bad.value
         buf = ctypes.create_string_buffer(max(n, 1))
-        m = lib.tok_decode(self.ptr, arr, len(ids), int(special), buf, n, None)
+        m = lib.kiln_tok_decode(self.ptr, arr, len(ids), int(special), buf, n, None)
         assert m == n
         return buf.raw[:n], -1
 
     def pretokenize(self, text):
         b = text.encode()
-        n = lib.tok_pretokenize(self.ptr, b, len(b), None, 0)
+        n = lib.kiln_tok_pretokenize(self.ptr, b, len(b), None, 0)
         assert n >= 0, "tok_pretokenize failed"
         ends = (ctypes.c_int32 * max(n, 1))()
-        lib.tok_pretokenize(self.ptr, b, len(b), ends, n)
+        lib.kiln_tok_pretokenize(self.ptr, b, len(b), ends, n)
         starts = [0] + list(ends[:n])
         return [b[a:z].decode() for a, z in zip(starts, ends[:n])]
 
     def lookup(self, s):
         b = s.encode() if isinstance(s, str) else s
-        return lib.tok_lookup(self.ptr, b, len(b))
+        return lib.kiln_tok_lookup(self.ptr, b, len(b))
 
     def stream(self, ids, special=False):
         """push ids one at a time; returns (chunks, status of each push, flushed tail)"""
-        st = lib.tok_stream_new(self.ptr, int(special), 1)
+        st = lib.kiln_tok_stream_new(self.ptr, int(special), 1)
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
         chunks, rcs = [], []
         for i in ids:
-            rc = lib.tok_stream_push(st, i, ctypes.byref(p), ctypes.byref(n))
+            rc = lib.kiln_tok_stream_push(st, i, ctypes.byref(p), ctypes.byref(n))
             rcs.append(rc)
             chunks.append(ctypes.string_at(p.value, n.value) if n.value else b"")
-        lib.tok_stream_flush(st, ctypes.byref(p), ctypes.byref(n))
+        lib.kiln_tok_stream_flush(st, ctypes.byref(p), ctypes.byref(n))
         tail = ctypes.string_at(p.value, n.value) if n.value else b""
-        lib.tok_stream_free(st)
+        lib.kiln_tok_stream_free(st)
         return chunks, rcs, tail
 
 
@@ -533,7 +534,7 @@ def main():
 
     @case("bpe_unicode_classes_match_unicodedata")
     def _():
-        cls = np.array([lib.tok_unicode_class(c) for c in range(0x110000)], dtype=np.int8)
+        cls = np.array([lib.kiln_tok_unicode_class(c) for c in range(0x110000)], dtype=np.int8)
         ws = {9, 10, 11, 12, 13, 32, 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000} | \
             set(range(0x2000, 0x200B))
         want = np.zeros(0x110000, dtype=np.int8)
@@ -623,8 +624,8 @@ def main():
         want = [tokens.index(b"<0x%02X>" % b) for b in "ꙮ".encode()]
         if tok.encode("ꙮ") != want:
             return f"byte fallback {tok.encode('ꙮ')} want {want}"
-        if not lib.tok_is_eog(tok.ptr, eos) or not lib.tok_is_eog(tok.ptr, tokens.index(b"<end_of_turn>")) \
-                or lib.tok_is_eog(tok.ptr, hid):
+        if not lib.kiln_tok_is_eog(tok.ptr, eos) or not lib.kiln_tok_is_eog(tok.ptr, tokens.index(b"<end_of_turn>")) \
+                or lib.kiln_tok_is_eog(tok.ptr, hid):
             return "end-of-generation tokens"
 
     @case("spm_gemma3_round_trip")
@@ -732,7 +733,7 @@ def main():
             if out is not None or where != len(bad_ids) - 1:
                 return f"decode {bad_ids} -> {out!r}, {where}"
         buf = ctypes.create_string_buffer(8)
-        if lib.tok_token_to_piece(tok.ptr, n, 0, buf, 8) != -1 or lib.tok_token_to_piece(tok.ptr, -3, 0, buf, 8) != -1:
+        if lib.kiln_tok_token_to_piece(tok.ptr, n, 0, buf, 8) != -1 or lib.kiln_tok_token_to_piece(tok.ptr, -3, 0, buf, 8) != -1:
             return "token_to_piece out of range"
         chunks, rcs, tail = tok.stream([tokens.index(b"<0xE2>"), n, -7])
         if rcs != [0, -1, -1] or any(chunks) or tail != "\ufffd".encode():
@@ -741,7 +742,7 @@ def main():
         full = tok.decode(tok.encode("Hello world"))[0]
         arr = (ctypes.c_int32 * 8)(*tok.encode("Hello world"))
         small = ctypes.create_string_buffer(4)
-        r = lib.tok_decode(tok.ptr, arr, len(tok.encode("Hello world")), 0, small, 4, None)
+        r = lib.kiln_tok_decode(tok.ptr, arr, len(tok.encode("Hello world")), 0, small, 4, None)
         if r != len(full) or small.raw[:4] != full[:4]:
             return f"short buffer: {r} {small.raw!r}"
 

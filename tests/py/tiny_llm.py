@@ -32,8 +32,9 @@ def vocab():
     return toks, types, scores
 
 
-def write(path, seed=5, n_ctx=64):
-    """write the model to path and return path"""
+def write(path, seed=5, n_ctx=64, chat_template=None):
+    """write the model to path and return path (with chat_template, a Jinja
+    text, as its tokenizer.chat_template)"""
     toks, types, scores = vocab()
     c = kg.tiny_config("gemma3", n_vocab=len(toks), n_ctx=n_ctx)
     rng = np.random.default_rng(seed)
@@ -58,6 +59,8 @@ def write(path, seed=5, n_ctx=64):
         w.scalar("tokenizer.ggml." + name, kg.T_U32, val)
     w.scalar("tokenizer.ggml.add_bos_token", kg.T_BOOL, 1)
     w.scalar("tokenizer.ggml.add_space_prefix", kg.T_BOOL, 1)
+    if chat_template is not None:
+        w.scalar("tokenizer.chat_template", kg.T_STR, chat_template)
     for name, shape in kg.tensor_list(c):
         if name.endswith("norm.weight"):
             x = 1.0 + 0.2 * rng.standard_normal(shape)

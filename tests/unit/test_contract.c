@@ -333,6 +333,64 @@ static void test_int8_form(const char *form, const char *small, const char *larg
     }
 }
 
+/* no tuning record and no schedule override: the cost model's first choice
+ * (exec.c, cost_model_defaults), which on a VNNI CPU takes int8 arithmetic
+ * for block-format weights in decode (M = 1); decode and prefill (M = 40)
+ * within the int8 bound; with fixed_defaults the fixed f32 default */
+static void test_cost_defaults(void) {
+    const kiln_dtype bt[2] = {KILN_Q8_0, KILN_Q4_K};
+    setenv("KILN_FIXED_DEFAULTS", "0", 1);
+    for (int ti = 0; ti < 2; ti++) {
+        kiln_dtype t = bt[ti];
+        int64_t K = 512, N = 37;
+        char name[96];
+        snprintf(name, sizeof name, "contract_cost_defaults_%s", kiln_dtype_name(t));
+        CASE_BEGIN(name);
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 512");
+        kiln_tensor w = kiln_input(g, "w", t, "37, 512");
+        kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+        float *wf = rand_f32(N * K, -1, 1);
+        size_t wbytes;
+        void *wb = make_weights(t, wf, N * K, &wbytes);
+        kiln_bind_input(g, "w", wb, wbytes);
+        /* at 1 and 2 threads each (the cost model may choose differently
+         * for each, so the two need not agree bit for bit) */
+        for (int threads = 1; threads <= 2; threads++)
+            for (int64_t M = 1; M <= 40; M += 39) {
+                char why[300] = "";
+                float *xb, *ref = reference_at(g, M, K, N, &xb), *got = malloc((size_t)(M * N) * sizeof *got);
+                if (run_approx_threads(g, M, "arith=i8 (approximate)", M == 1 ? "kci8_" : "", got, M * N, threads)) {
+                    double worst = int8_worst(xb, wf, ref, got, M, N, K, t == KILN_Q4_K ? 256 : 32, why, sizeof why);
+                    CHECK(!why[0], "m=%lld, %d threads: %s", (long long)M, threads, why);
+                    /* decode takes int8 (the kci8_ call above); prefill of 37
+                     * columns may be f32 by the cost model's choice */
+                    if (M == 1) CHECK(worst > 1e-4, "m=1: int8 result indistinguishable from f32");
+                }
+                free(ref);
+                free(got);
+                free(xb);
+            }
+        kiln_compile_options o = kiln_compile_defaults();
+        o.fixed_defaults = 1;
+        kiln_status st;
+        kiln_program *p = kiln_compile(g, &o, &st);
+        CHECK(p != NULL, "fixed defaults: %s", kiln_graph_error(g));
+        if (p) {
+            char *text = kiln_program_kernels(p);
+            CHECK(strstr(text, "arith=i8") == NULL && strstr(text, "arith=f32") != NULL,
+                  "fixed defaults: not the f32 default:\n%s", text);
+            free(text);
+        }
+        kiln_program_free(p);
+        free(wf);
+        free(wb);
+        kiln_graph_free(g);
+        CASE_END();
+    }
+    unsetenv("KILN_FIXED_DEFAULTS");
+}
+
 /* the dot form quantises A once per call and batch point, not per item:
  * x [3, m, K] times q8_0 weights, several items (nc=8 of N=37) per batch
  * point, so a stale row from another batch point or item would show */
@@ -917,6 +975,7 @@ int main(void) {
          * prefill: M not a multiple of mr, N not of nr, two K blocks */
         const int64_t dot_ms[3] = {1, 3, 7}, packed_ms[3] = {5, 17, 40};
         test_int8_form("", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8", "mr=2 nr=4 nc=0 mc=16 arith=i8", dot_ms, "kci8_");
+        test_cost_defaults();
         test_int8_batch_points();
         test_int8_repack();
         test_int8_pack_copy();

@@ -1,0 +1,104 @@
+#!/bin/sh
+# bench/serve.sh — kiln serve against llama-server, side by side on the same
+# model, threads and slots: total generated tokens/s for 1 and for PARALLEL
+# concurrent greedy clients (bench/serve_load.py), interleaved, medians of
+# REPS, printed as a table with the CPU's name.
+#
+#   sh bench/serve.sh                       # models/gemma-3-270m-q4_k_m.gguf, 2 threads
+#   MODEL=path.gguf THREADS=4 PARALLEL=4 TOKENS=64 REPS=3 sh bench/serve.sh
+#
+# The peer: $LLAMA_SERVER, else bench/.peers/llama.cpp/bin/llama-server
+# (bench/install_llamacpp.sh builds llama.cpp's tools; llama-server is built
+# with its server target: cmake --build ... --target llama-server). Without
+# it only kiln's rows are printed. Both servers read the weights into memory
+# (llama-server --no-mmap), have PARALLEL slots of CTX tokens each
+# (llama-server's -c is the total it splits between slots), and the same
+# threads.
+set -eu
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:-models/gemma-3-270m-q4_k_m.gguf}
+THREADS=${THREADS:-2}
+PARALLEL=${PARALLEL:-4}
+TOKENS=${TOKENS:-64}
+ROUNDS=${ROUNDS:-2}
+REPS=${REPS:-3}
+CTX=${CTX:-1024}
+KILN=${KILN:-build/kiln}
+LLAMA_SERVER=${LLAMA_SERVER:-bench/.peers/llama.cpp/bin/llama-server}
+PY=${PYTHON:-python3}
+KPORT=${KPORT:-18301}
+LPORT=${LPORT:-18302}
+out=$(mktemp -d)
+kpid=; lpid=
+cleanup() {
+    [ -n "$kpid" ] && kill "$kpid" 2>/dev/null || true
+    [ -n "$lpid" ] && kill "$lpid" 2>/dev/null || true
+    rm -rf "$out"
+}
+trap cleanup EXIT INT TERM
+
+[ -f "$MODEL" ] || { echo "serve.sh: no model $MODEL (tools/fetch_model.sh fetches the default)" >&2; exit 1; }
+[ -x "$KILN" ] || { echo "serve.sh: no $KILN: make first" >&2; exit 1; }
+
+wait_up() { # port pid log
+    i=0
+    while [ $i -lt 600 ]; do
+        if ! kill -0 "$2" 2>/dev/null; then echo "serve.sh: the server on port $1 died:" >&2; tail -5 "$3" >&2; exit 1; fi
+        if "$PY" -c "import http.client,sys; c=http.client.HTTPConnection('127.0.0.1',$1,timeout=2); c.request('GET','/health'); sys.exit(c.getresponse().status!=200)" 2>/dev/null; then return 0; fi
+        sleep 1; i=$((i + 1))
+    done
+    echo "serve.sh: the server on port $1 did not come up" >&2; exit 1
+}
+
+"$KILN" serve -m "$MODEL" --port "$KPORT" -t "$THREADS" --parallel "$PARALLEL" -c "$CTX" >"$out/kiln.log" 2>&1 &
+kpid=$!
+wait_up "$KPORT" "$kpid" "$out/kiln.log"
+have_peer=0
+if [ -x "$LLAMA_SERVER" ]; then
+    "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$LPORT" -t "$THREADS" -tb "$THREADS" -np "$PARALLEL" \
+        -c $((CTX * PARALLEL)) --no-mmap -ngl 0 >"$out/llama.log" 2>&1 &
+    lpid=$!
+    wait_up "$LPORT" "$lpid" "$out/llama.log"
+    have_peer=1
+else
+    echo "serve.sh: no llama-server at $LLAMA_SERVER: kiln's rows only" >&2
+fi
+
+# warm both (first requests repack weights, fill caches)
+"$PY" bench/serve_load.py --port "$KPORT" --clients "$PARALLEL" --tokens 8 --rounds 1 >/dev/null
+[ $have_peer = 1 ] && "$PY" bench/serve_load.py --port "$LPORT" --clients "$PARALLEL" --tokens 8 --rounds 1 >/dev/null
+
+for rep in $(seq "$REPS"); do
+    for c in 1 "$PARALLEL"; do
+        "$PY" bench/serve_load.py --port "$KPORT" --clients "$c" --tokens "$TOKENS" --rounds "$ROUNDS" >>"$out/kiln-$c.jsonl"
+        [ $have_peer = 1 ] && "$PY" bench/serve_load.py --port "$LPORT" --clients "$c" --tokens "$TOKENS" --rounds "$ROUNDS" >>"$out/llama-$c.jsonl"
+    done
+done
+
+"$PY" - "$out" "$PARALLEL" "$have_peer" "$MODEL" "$THREADS" "$TOKENS" "$REPS" <<'EOF'
+import json, os, statistics, sys
+out, par, peer, model, threads, tokens, reps = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", *sys.argv[4:]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+def med(side, c):
+    p = os.path.join(out, "%s-%d.jsonl" % (side, c))
+    if not os.path.exists(p):
+        return None
+    rows = [json.loads(l) for l in open(p)]
+    errs = [e for r in rows for e in r["errors"]]
+    if errs:
+        print("errors on %s with %d clients: %s" % (side, c, errs[:2]))
+    return statistics.median(r["total_tps"] for r in rows)
+print("kiln serve vs llama-server: %s, %s threads, %d slots, %s tokens per request, median of %s" % (
+    os.path.basename(model), threads, par, tokens, reps))
+print("CPU: %s" % cpu)
+print("| clients | kiln total t/s | llama-server total t/s | kiln / llama-server |")
+print("|---:|---:|---:|---:|")
+for c in (1, par):
+    k, l = med("kiln", c), med("llama", c) if peer else None
+    print("| %d | %.1f | %s | %s |" % (c, k, "%.1f" % l if l else "-", "%.2f" % (k / l) if l else "-"))
+k1, kn = med("kiln", 1), med("kiln", par)
+print("kiln: %d clients give %.2fx one client's total tokens/s" % (par, kn / k1))
+if peer:
+    l1, ln = med("llama", 1), med("llama", par)
+    print("llama-server: %d clients give %.2fx one client's total tokens/s" % (par, ln / l1))
+EOF
