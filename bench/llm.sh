@@ -25,7 +25,7 @@
 #       weights), x threads.
 # A share above 100% is marked "!" and a note under the table says why.
 #
-# usage: sh bench/llm.sh [--quick] [--json] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2]
+# usage: sh bench/llm.sh [--quick] [--big] [--json] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2]
 #                        [--rounds K] [--models A.gguf,B.gguf] [--no-random]
 #                        [--no-default] [--only kiln|llama] [--out DIR]
 #   --tuned      kiln with the user's tuning DB (e.g. after a long `kiln tune`);
@@ -34,6 +34,11 @@
 #                kiln's own first-run search (30 s, or $KILN_TUNE) inside its
 #                first `kiln bench`, before anything is timed
 #   --quick      smoke run: -p 64 -n 16 -r 2
+#   --big        the long run: instead of the default set, the random Llama-8B-shaped
+#                q8_0 (7.56 GB) and q4_k (4.0 GB) models (make_models.py --shape 8b,
+#                written once into models/bench: about 10 minutes and 11.6 GB of disk
+#                on a 2-core machine, and as much free memory as the larger file);
+#                -r 2 unless -r is given. On 2 cores a q8_0 cell takes minutes.
 #   -d D[,D..]   depth: each test runs after D tokens already in the KV cache
 #                (llama-bench's -d and kiln bench's -d); rows "pp512@d4000"
 #   --only SIDE  run one side only (the other's columns stay empty; exit 0)
@@ -50,6 +55,7 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
+BIG=0 R_SET=0
 P=512 N=128 D=0 R=5 THREADS=1,2 ROUNDS=1 JSON=0 MODELS="" RANDOM_MODELS=1 DEFAULT_MODEL=1 ONLY="" REPORT="" TUNED=0
 OUT="$here/build/bench-llm"
 KILN=${KILN:-$here/build/kiln}
@@ -65,12 +71,13 @@ while [ $# -gt 0 ]; do
     case $1 in
         -h|--help) usage; exit 0 ;;
         --quick) P=64 N=16 R=2 ;;
+        --big) BIG=1 ;;
         --tuned) TUNED=1 ;;
         --json) JSON=1 ;;
         -p) need_val "$@"; P=$2; shift ;;
         -n) need_val "$@"; N=$2; shift ;;
         -d) need_val "$@"; D=$2; shift ;;
-        -r) need_val "$@"; R=$2; shift ;;
+        -r) need_val "$@"; R=$2; R_SET=1; shift ;;
         -t) need_val "$@"; THREADS=$2; shift ;;
         --rounds) need_val "$@"; ROUNDS=$2; shift ;;
         --models) need_val "$@"; MODELS=$2; RANDOM_MODELS=0; DEFAULT_MODEL=0; shift ;;
@@ -121,7 +128,12 @@ if [ "$ONLY" != kiln ] && "$LLAMA_BENCH" --help 2>&1 | grep -q -- '--load-mode';
 if command -v timeout >/dev/null 2>&1; then tmo="timeout $RUN_TIMEOUT"; else tmo=""; fi
 
 list=""
-if [ -n "$MODELS" ]; then
+if [ "$BIG" = 1 ] && [ -z "$MODELS" ]; then
+    [ "$R_SET" = 1 ] || R=2
+    echo "llm.sh: --big: the Llama-8B-shaped models (bench/make_models.py --shape 8b; the first time writes them)" >&2
+    list=$("$PY" "$here/bench/make_models.py" --shape 8b --types q8_0,q4_k) ||
+        die "bench/make_models.py --shape 8b could not write the 8B-shaped models"
+elif [ -n "$MODELS" ]; then
     list=$(echo "$MODELS" | tr ',' ' ')
 else
     if [ "$DEFAULT_MODEL" = 1 ]; then

@@ -7,7 +7,8 @@ compute with, without downloading anything. These files are written with kiln's
 own GGUF writer (through tests/py/kiln_gguf.py) and quantized by kiln's own
 quantizers, so they also exercise the writer at full scale.
 
-Shape: Llama 3.2 1B (d_model 2048, 16 layers, 32 query heads, 8 KV heads,
+Shape (--shape 8b: Llama 3 8B's layers, d_model 4096, 32 layers, head_dim 128,
+ffn 14336, the same vocabulary; files llama8b-random-*.gguf): Llama 3.2 1B (d_model 2048, 16 layers, 32 query heads, 8 KV heads,
 head_dim 64, ffn 8192, tied output = token_embd, rope base 500000 with a
 rope_freqs.weight, rmsnorm eps 1e-5), except the vocabulary: 32000 tokens instead
 of 128256, as issue 6 asks, which keeps the files and the write time sane.
@@ -28,7 +29,7 @@ vocabulary only has to load, not to make sense.
 Weights are N(0, 1/fan_in) so activations stay in range through 16 layers
 (no inf/NaN, no denormal slow paths on either side). Deterministic per seed.
 
-Usage: python3 bench/make_models.py [--out DIR] [--types q8_0,q4_0,q4_k]
+Usage: python3 bench/make_models.py [--out DIR] [--types q8_0,q4_0,q4_k] [--shape 1b|8b]
                                      [--vocab N] [--layers N] [--force] [--seed S] [--verify]
 Prints one line per model: its path (existing files are kept unless --force).
 --verify loads each file with kiln (model_load) and runs llama.cpp's llama-bench
@@ -52,6 +53,11 @@ import kiln_gguf as kg  # noqa: E402
 
 LLAMA_1B = dict(arch="llama", n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, head_dim=64, n_ff=8192,
                 n_vocab=32000, n_ctx=4096, eps=1e-5, rope_base=500000.0)
+# Llama 3 8B's layers (d_model 4096, 32 layers, 32 query / 8 KV heads of 128,
+# ffn 14336), the same 32000-token tied vocabulary: 7.11 G parameters, q8_0
+# 7.56 GB, q4_k 4.0 GB (--shape 8b; bench/llm.sh --big)
+LLAMA_8B = dict(LLAMA_1B, n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, head_dim=128, n_ff=14336)
+SHAPES = {"1b": LLAMA_1B, "8b": LLAMA_8B}
 TYPES = {"q8_0": kc.Q8_0, "q4_0": kc.Q4_0, "q4_k": kc.Q4_K, "q4_k_m": kc.Q4_K}
 
 # GGUF token types (llama.cpp's llama_token_type)
@@ -114,7 +120,7 @@ def write_model(path, cfg, kind, seed):
     w = kg.Writer()
     a = cfg["arch"]
     w.scalar("general.architecture", kg.T_STR, a)
-    w.scalar("general.name", kg.T_STR, "kiln bench random Llama-1B-shape %s" % kind)
+    w.scalar("general.name", kg.T_STR, "kiln bench random Llama-%s-shape %s" % (cfg.get("shape", "1b").upper(), kind))
     w.scalar("general.file_type", kg.T_U32, {"q8_0": 7, "q4_0": 2, "q4_k": 14, "q4_k_m": 15}[kind])
     w.scalar(a + ".vocab_size", kg.T_U32, cfg["n_vocab"])
     w.scalar(a + ".context_length", kg.T_U32, cfg["n_ctx"])
@@ -174,8 +180,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(REPO, "models", "bench"), help="directory (default models/bench)")
     ap.add_argument("--types", default="q8_0,q4_0,q4_k", help="comma list of %s" % ",".join(TYPES))
+    ap.add_argument("--shape", default="1b", choices=sorted(SHAPES),
+                    help="1b: Llama 3.2 1B's layers (default); 8b: Llama 3 8B's (q8_0 7.56 GB, q4_k 4.0 GB; "
+                         "the writer holds the whole file in memory: about the file's size plus 0.5 GB)")
     ap.add_argument("--vocab", type=int, default=LLAMA_1B["n_vocab"])
-    ap.add_argument("--layers", type=int, default=LLAMA_1B["n_layer"], help="fewer layers for a quick smoke file")
+    ap.add_argument("--layers", type=int, default=0, help="fewer layers for a quick smoke file (default: the shape's)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--force", action="store_true", help="rewrite existing files")
     ap.add_argument("--verify", action="store_true", help="check that kiln and llama.cpp load each file")
@@ -183,16 +192,20 @@ def main():
 
     if args.vocab < 300 or args.vocab > 1 << 20:
         ap.error("--vocab must be in 300..1048576 (3 specials + 256 bytes + pieces)")
+    shape = SHAPES[args.shape]
+    if args.layers == 0:
+        args.layers = shape["n_layer"]
     if args.layers < 1:
         ap.error("--layers must be >= 1")
     kinds = [k for k in args.types.split(",") if k]
     bad = [k for k in kinds if k not in TYPES]
     if bad:
         ap.error("unknown type(s) %s; known: %s" % (",".join(bad), ",".join(TYPES)))
-    cfg = dict(LLAMA_1B, n_vocab=args.vocab, n_layer=args.layers)
+    cfg = dict(shape, n_vocab=args.vocab, n_layer=args.layers, shape=args.shape)
     os.makedirs(args.out, exist_ok=True)
-    tag = "llama1b" if (args.vocab, args.layers) == (LLAMA_1B["n_vocab"], LLAMA_1B["n_layer"]) else \
-        "llama1b-v%d-l%d" % (args.vocab, args.layers)
+    tag = "llama" + args.shape
+    if (args.vocab, args.layers) != (shape["n_vocab"], shape["n_layer"]):
+        tag += "-v%d-l%d" % (args.vocab, args.layers)
     try:
         for kind in kinds:
             path = os.path.join(args.out, "%s-random-%s.gguf" % (tag, kind))

@@ -53,6 +53,15 @@ typedef struct kiln_compile_options {
                             bf16 arithmetic as a search would */
 } kiln_compile_options;
 
+/* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,
+ * done, total) is called at each stage: "e-graph" (rewriting), "kernels"
+ * (fusion and scheduling), then on the CPU "cached" (the compiled code was
+ * in the kernel cache) or "cc" (the C compiler builds `total` units: done 0
+ * at the start, total at the end; a search's candidates are compiled the
+ * same way). One observer per process, set before compiling; NULL: none. */
+typedef void (*kiln_compile_observer)(void *ctx, const char *stage, int done, int total);
+KILN_API void kiln_set_compile_observer(kiln_compile_observer fn, void *ctx);
+
 /* options with every field at its default */
 KILN_API kiln_compile_options kiln_compile_defaults(void);
 
@@ -91,6 +100,19 @@ KILN_API char *kiln_program_arith_text(const kiln_program *p);
 KILN_API int kiln_program_exact(const kiln_program *p);
 /* bytes of the intermediate arena planned for the last run (0 before one) */
 KILN_API size_t kiln_program_arena_bytes(const kiln_program *p);
+
+/* the backends kiln was built with (src/runtime/registry.c), the CPU first:
+ * the i-th one's name ("cpu"), NULL past the end */
+KILN_API const char *kiln_backend_name(int i);
+/* every name, comma-separated ("cpu, opencl, cuda"; static) */
+KILN_API const char *kiln_backend_names(void);
+/* the backend's name for tables ("CPU"); name NULL or "": $KILN_BACKEND, else
+ * the CPU (as for every function here); NULL for an unknown name */
+KILN_API const char *kiln_backend_label(const char *name);
+/* 1 when the backend runs on host memory (inputs used in place), else 0 */
+KILN_API int kiln_backend_host_memory(const char *name);
+/* the fingerprint its tuning records carry (malloc'd), NULL when it has no device */
+KILN_API char *kiln_backend_fingerprint(const char *name);
 
 /* `kiln device`: the hardware fingerprint and measured peaks, as text or JSON
  * (json != 0). Measuring takes about a second. malloc'd; caller frees. */

@@ -494,7 +494,6 @@ static void cuda_caps(rt_gpu *d, rt_gpu_caps *out) {
 }
 
 const rt_gpu_ops rt_cuda_ops = {
-    .name = "cuda",
     .dialect = CG_GPU_CUDA,
     .count = cuda_count,
     .open = cuda_open,
@@ -512,3 +511,5 @@ const rt_gpu_ops rt_cuda_ops = {
     .finish = cuda_finish,
     .caps = cuda_caps,
 };
+
+const rt_backend rt_cuda_backend = RT_GPU_BACKEND("cuda", "CUDA", &rt_cuda_ops);

@@ -191,7 +191,7 @@ static void measure_compute(double *fma_gflops, double *dot_gops, char *dot_kind
                             size_t errcap) {
     *fma_gflops = *dot_gops = 0;
     snprintf(dot_kind, cap, "unmeasured");
-    const rt_backend *be = rt_backend_find("cpu");
+    const rt_backend *be = &rt_cpu_backend;
     cg_isa isa = rt_cpu_isa();
     char flags[256];
     snprintf(flags, sizeof flags, "%s%s -ffp-contract=fast", cg_isa_cflags(isa),
@@ -305,7 +305,7 @@ char *kiln_device_report(int json) {
         sch_appendf(&s, &len, &cap,
                     ",\n  \"amx\": \"%s\",\n  \"int8_peak_gops_1thread\": %.1f,\n  \"int8_peak_kind\": \"%s\",\n",
                     amx.why, i8, i8_kind);
-        char *gpu = rt_gpu_device_report(1);
+        char *gpu = rt_backend_devices_report(1);
         sch_appendf(&s, &len, &cap, "  \"gpu\": {%s}\n}\n", gpu);
         free(gpu);
     } else {
@@ -334,7 +334,7 @@ char *kiln_device_report(int json) {
             sch_appendf(&s, &len, &cap, "amx          %s\n", amx.why);
         sch_appendf(&s, &len, &cap, "int8 peak    %.1f GOP/s per thread (%s)\n", i8, i8_kind);
         if (err[0]) sch_appendf(&s, &len, &cap, "note: compute probes not measured: %s\n", err);
-        char *gpu = rt_gpu_device_report(0);
+        char *gpu = rt_backend_devices_report(0);
         sch_appendf(&s, &len, &cap, "%s", gpu);
         free(gpu);
     }

@@ -12,12 +12,12 @@
  * memory): every call returns a kiln_status with a message in err, never
  * crashes, never exits.
  *
- * The executor (gpu_exec.c) is what kiln_compile / kiln_run delegate to when
- * the backend is a GPU one: it keeps one device arena (planned by liveness
- * like the CPU's), a device copy of every input, state and result, uploads
- * inputs and states before each run, launches the kernels in order (host
- * steps — QUANTIZE, COPY — run on the host or as device copies), downloads
- * results and writes states back.
+ * The program-level members of every GPU backend's rt_backend (backend.h)
+ * are gpu_exec.c's, over its rt_gpu_ops: one device arena (placed by the
+ * executor's liveness plan), a device copy of every input, state and
+ * result, inputs and states uploaded in bind, kernels enqueued in
+ * run_kernel, results and states downloaded in fetch. A backend's file
+ * defines its table with RT_GPU_BACKEND and lists it in registry.c.
  */
 #ifndef KILN_RUNTIME_GPU_H
 #define KILN_RUNTIME_GPU_H
@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "../codegen/emit_gpu.h"
+#include "backend.h"
 #include "kiln.h"
 
 typedef struct rt_gpu rt_gpu;           /* an opened device with its context and queue */
@@ -46,7 +47,6 @@ typedef struct rt_gpu_caps {
 } rt_gpu_caps;
 
 typedef struct rt_gpu_ops {
-    const char *name; /* "opencl", "cuda" */
     cg_gpu_dialect dialect;
     /* how many devices the driver reports (0 with a message when the library
      * or driver is missing) */
@@ -72,8 +72,6 @@ typedef struct rt_gpu_ops {
     void (*caps)(rt_gpu *d, rt_gpu_caps *out);
 } rt_gpu_ops;
 
-/* the GPU backend called name ("opencl", "cuda"), or NULL (e.g. for "cpu") */
-const rt_gpu_ops *rt_gpu_find(const char *name);
 extern const rt_gpu_ops rt_opencl_ops;
 extern const rt_gpu_ops rt_cuda_ops;
 
@@ -81,29 +79,35 @@ extern const rt_gpu_ops rt_cuda_ops;
  * once per process and shared (closed at exit by the OS) */
 kiln_status rt_gpu_default_device(const rt_gpu_ops *ops, rt_gpu **out, char *err, size_t errcap);
 
-/* ---- the executor (gpu_exec.c) ---- */
-typedef struct rt_gpu_program rt_gpu_program;
+/* ---- the program-level members of a GPU backend (gpu_exec.c) ---- */
+kiln_status rt_gpu_prepare(kiln_program *p, const kiln_compile_options *o, char *err, size_t errcap);
+void rt_gpu_release(kiln_program *p);
+kiln_status rt_gpu_bind(kiln_program *p, int32_t b, const void *host, size_t bytes, char *err, size_t errcap);
+kiln_status rt_gpu_place(kiln_program *p, size_t arena_bytes, char *err, size_t errcap);
+kiln_status rt_gpu_result(kiln_program *p, int32_t b, void *host, char *err, size_t errcap);
+kiln_status rt_gpu_begin(kiln_program *p, char *err, size_t errcap);
+kiln_status rt_gpu_copy(kiln_program *p, int32_t dst, int32_t src, size_t bytes, char *err, size_t errcap);
+kiln_status rt_gpu_host_step(kiln_program *p, int32_t b, int to_host, void *host, void **out, char *err,
+                             size_t errcap);
+kiln_status rt_gpu_run_kernel(kiln_program *p, int32_t k, const rt_extent *e, char *err, size_t errcap);
+kiln_status rt_gpu_sync(kiln_program *p, char *err, size_t errcap);
+kiln_status rt_gpu_fetch(kiln_program *p, int32_t b, void *host, size_t bytes, char *err, size_t errcap);
+void rt_gpu_abandon(kiln_program *p);
+int rt_gpu_supports(const sch_program *p, int32_t kernel);
+char *rt_gpu_fingerprint(const rt_backend *be);
+char *rt_gpu_devices(const rt_backend *be, int json);
 
-/* emit, build and prepare sp for the backend; NULL with a message on failure.
- * *source_out receives the generated source (malloc'd) either way. */
-rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp, char **source_out,
-                                   kiln_status *st, char *err, size_t errcap);
-void rt_gpu_program_free(rt_gpu_program *gp);
-/* one run of sp on g's current bindings (as run_work in exec.c): results land
- * in g->results, states are written back; errors go to g via graph_run_error */
-kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_program *sp);
-/* search contraction schedules on first runs within budget_s seconds in all
- * (0: none; the DB's records are used either way); inject_wrong makes one
- * candidate wrong on purpose (KILN_TUNE_INJECT_WRONG, tests) */
-void rt_gpu_program_set_search(rt_gpu_program *gp, double budget_s, int inject_wrong);
-/* candidates measured by its searches so far */
-int rt_gpu_program_measurements(const rt_gpu_program *gp);
-/* "opencl: <device name>" (owned by gp) */
-const char *rt_gpu_program_device(const rt_gpu_program *gp);
-
-/* the backend-table entry of GPU backend `name` ("opencl", "cuda"), or NULL */
-struct rt_backend;
-const struct rt_backend *rt_gpu_backend_find(const char *name);
+/* a GPU backend's table (in the backend's own file, the one place its name
+ * is spelt in src/): its name, its label for tables and its device
+ * interface; every other member is gpu_exec.c's */
+#define RT_GPU_BACKEND(NAME, LABEL, OPS)                                                                          \
+    {                                                                                                            \
+        .name = NAME, .label = LABEL, .caps = 0, .gpu = OPS, .fingerprint = rt_gpu_fingerprint,                 \
+        .supports = rt_gpu_supports, .devices = rt_gpu_devices, .prepare = rt_gpu_prepare,                       \
+        .release = rt_gpu_release, .bind = rt_gpu_bind, .place = rt_gpu_place, .result = rt_gpu_result,           \
+        .begin = rt_gpu_begin, .copy = rt_gpu_copy, .host_step = rt_gpu_host_step, .run_kernel = rt_gpu_run_kernel, \
+        .sync = rt_gpu_sync, .fetch = rt_gpu_fetch, .abandon = rt_gpu_abandon,                                   \
+    }
 
 /* compile CUDA source with NVRTC for `arch` ("sm_80", "sm_90"): KILN_OK when
  * NVRTC accepts it (*bin_bytes: the size of the cubin or PTX), else the log
@@ -111,9 +115,5 @@ const struct rt_backend *rt_gpu_backend_find(const char *name);
 kiln_status rt_cuda_compile_check(const char *src, const char *arch, size_t *bin_bytes, char *err, size_t errcap);
 /* NVRTC's version as "major.minor", or NULL when libnvrtc cannot be loaded */
 const char *rt_cuda_nvrtc_version(void);
-
-/* `kiln device` part for the GPU backends: every device with its
- * fingerprint, or why there is none (malloc'd) */
-char *rt_gpu_device_report(int json);
 
 #endif

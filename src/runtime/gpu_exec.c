@@ -1,14 +1,15 @@
-/* gpu_exec.c — running a kernelized program on a GPU device (gpu.h), and
- * the GPU backends' entries in the backend table.
+/* gpu_exec.c — the program-level members of the GPU backends (opencl.c and
+ * cuda.c fill rt_backend with them through RT_GPU_BACKEND, gpu.h): each
+ * drives the backend's device interface, rt_gpu_ops.
  *
- * Memory: intermediates and temps share one device arena placed by liveness
- * (memplan, as on the CPU); every input, state and result has a device
- * buffer of its own, grown when a run needs more. A run uploads the sym
- * values and the arena offsets (two small i64 arrays), the inputs and the
- * states, launches every kernel in order on the device's in-order queue,
- * then downloads the per-kernel range-error flags, the results and the
- * states (their final values are in the state buffers: kernelize ends the
- * program with COPY kernels into them).
+ * Memory: intermediates and temps share one device arena placed by the
+ * executor's liveness plan (run.c); every input, state and result has a
+ * device buffer of its own, grown when a run needs more. A run uploads the
+ * sym values and the arena offsets (two small i64 arrays) in begin, the
+ * inputs and the states in bind, launches every kernel in order on the
+ * device's in-order queue, then downloads the per-kernel range-error flags
+ * (sync), the results and the states (fetch; their final values are in the
+ * state buffers: kernelize ends the program with COPY kernels into them).
  *
  * Host steps: COPY is a device-to-device copy; QUANTIZE downloads its f32
  * source, encodes on the host (quant.c) and uploads the blocks.
@@ -38,23 +39,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "base.h"
 #include "dtype.h"
 #include "gpu.h"
 #include "gpu_tune.h"
-#include "graph.h"
-#include "memplan.h"
-#include "quant.h"
+#include "program.h"
 #include "tunedb.h"
-#include "view.h"
 
-const rt_gpu_ops *rt_gpu_find(const char *name) {
-    if (!name) return NULL;
-    if (strcmp(name, "opencl") == 0) return &rt_opencl_ops;
-    if (strcmp(name, "cuda") == 0) return &rt_cuda_ops;
-    return NULL;
-}
 
 /* ---- the shared device per backend ---- */
 
@@ -88,13 +79,13 @@ kiln_status rt_gpu_default_device(const rt_gpu_ops *ops, rt_gpu **out, char *err
         *out = s->dev;
         if (st != KILN_OK) snprintf(err, errcap, "%s", s->why);
     } else {
-        snprintf(err, errcap, "%s: too many GPU backends", ops->name);
+        snprintf(err, errcap, "too many GPU backends");
     }
     pthread_mutex_unlock(&dev_mu);
     return st;
 }
 
-/* ---- the executor ---- */
+/* ---- the backends' state ---- */
 
 /* what a contraction kernel runs for one M bucket: the tuning DB's or the
  * search's schedule, from a program of its own (prog), or, with prog NULL,
@@ -106,10 +97,12 @@ typedef struct gpu_choice {
     cg_gpu_contract_sched s;
 } gpu_choice;
 
+
 /* KILN_GPU_RESIDENT: inputs from this size on are taken as constant weights */
 #define RESIDENT_MIN ((size_t)1 << 20)
 
-struct rt_gpu_program {
+typedef struct rt_gpu_program {
+    const rt_backend *be;
     const rt_gpu_ops *ops;
     rt_gpu *dev;
     rt_gpu_prog *prog;
@@ -119,14 +112,10 @@ struct rt_gpu_program {
     cg_gpu_contract_sched contract; /* how contraction kernels run (KILN_GPU_CONTRACT) */
     int contract_forced;            /* KILN_GPU_CONTRACT set: no DB, no search */
     rt_gpu_caps caps;
-    double search_budget, search_spent;
-    int measurements, inject_wrong;
     gpu_choice *choice; /* per contraction kernel and M bucket (k * 2 + (M > 4)) */
     int resident;
     int32_t nbufs, nkernels;
     /* per buffer */
-    size_t *bytes;
-    rt_live *live;
     rt_gpu_mem *mem; /* non-arena buffers */
     size_t *memcap;
     const void **host_seen; /* RESIDENT: the binding last uploaded */
@@ -136,106 +125,100 @@ struct rt_gpu_program {
     size_t arena_cap;
     rt_gpu_mem vbuf, obuf, ebuf;
     size_t vcap, ocap;
-    int32_t *kerr;
     int32_t *args_tmp;
-};
+    rt_gpu_arg *args;
+} rt_gpu_program;
 
-const char *rt_gpu_program_device(const rt_gpu_program *gp) { return gp ? gp->device_name : ""; }
+static rt_gpu_program *gpu_state(const kiln_program *p) { return p->dev; }
 
 static int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
     return v && v[0] ? atoi(v) : dflt;
 }
 
-rt_gpu_program *rt_gpu_program_new(const rt_gpu_ops *ops, const sch_program *sp, char **source_out, kiln_status *st,
-                                   char *err, size_t errcap) {
-    cg_gpu_options o;
-    o.dialect = ops->dialect;
-    o.contract = cg_gpu_contract_default();
+/* ---- prepare and release ---- */
+
+/* KILN_GPU_EMIT_ONLY: the source alone; with KILN_CUDA_ARCHS (CUDA), NVRTC
+ * still checks it for the listed architectures */
+static kiln_status emit_only_check(const rt_gpu_program *gp, const char *src, char *err, size_t errcap) {
+    const char *archs = getenv("KILN_CUDA_ARCHS");
+    if (gp->ops->dialect != CG_GPU_CUDA || !archs || !archs[0]) return KILN_OK;
+    char list[256], *save = NULL;
+    snprintf(list, sizeof list, "%s", archs);
+    for (char *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+        size_t bin = 0;
+        kiln_status s = rt_cuda_compile_check(src, a, &bin, err, errcap);
+        if (s != KILN_OK) return s;
+    }
+    return KILN_OK;
+}
+
+/* the device, the main program built, the contraction form checked against
+ * what the device can do */
+static kiln_status open_and_build(rt_gpu_program *gp, const char *src, char *err, size_t errcap) {
+    kiln_status s = rt_gpu_default_device(gp->ops, &gp->dev, err, errcap);
+    if (s == KILN_OK) s = gp->ops->build(gp->dev, src, &gp->prog, err, errcap);
+    if (s != KILN_OK) return s;
+    char *fp = gp->ops->fingerprint(gp->dev);
+    snprintf(gp->device_name, sizeof gp->device_name, "%s", fp);
+    free(fp);
+    gp->ops->caps(gp->dev, &gp->caps);
+    if (gp->contract.form == CG_GPU_CF_MMA && !gp->caps.tensor_mma) {
+        snprintf(err, errcap, "KILN_GPU_CONTRACT: form=mma needs mma.sync (CUDA sm_80 or later); %s has not",
+                 gp->device_name);
+        return KILN_ERR_UNSUPPORTED;
+    }
+    /* a tile larger than the device's groups: the generic entry points */
+    if (cg_gpu_contract_threads(&gp->contract) > gp->caps.max_group) gp->contract.form = CG_GPU_CF_GENERIC;
+    return KILN_OK;
+}
+
+kiln_status rt_gpu_prepare(kiln_program *p, const kiln_compile_options *o, char *err, size_t errcap) {
+    (void)o;
+    const rt_backend *be = p->plan.be;
+    const sch_program *sp = &p->plan.sp;
+    cg_gpu_options go;
+    go.dialect = be->gpu->dialect;
+    go.contract = cg_gpu_contract_default();
     const char *cs = getenv("KILN_GPU_CONTRACT");
-    if (cs && cs[0] && !cg_gpu_contract_parse(cs, &o.contract, err, errcap)) {
-        *source_out = NULL;
-        *st = KILN_ERR_INVALID;
-        return NULL;
+    if (cs && cs[0] && !cg_gpu_contract_parse(cs, &go.contract, err, errcap)) return KILN_ERR_INVALID;
+    if (go.contract.form == CG_GPU_CF_MMA && go.dialect != CG_GPU_CUDA) {
+        snprintf(err, errcap, "KILN_GPU_CONTRACT: form=mma (tensor cores) is CUDA only, not %s", be->name);
+        return KILN_ERR_INVALID;
     }
-    if (o.contract.form == CG_GPU_CF_MMA && ops->dialect != CG_GPU_CUDA) {
-        snprintf(err, errcap, "KILN_GPU_CONTRACT: form=mma (tensor cores) is CUDA only, not %s", ops->name);
-        *source_out = NULL;
-        *st = KILN_ERR_INVALID;
-        return NULL;
-    }
-    char *src = cg_emit_gpu(sp, &o);
-    *source_out = src;
+    p->plan.source = cg_emit_gpu(sp, &go);
+    p->plan.pool = rt_pool_new(1);
     rt_gpu_program *gp = kiln_xcalloc(1, sizeof *gp);
-    gp->contract = o.contract;
+    p->dev = gp;
+    gp->be = be;
+    gp->ops = be->gpu;
+    gp->contract = go.contract;
     gp->contract_forced = cs && cs[0];
     gp->choice = kiln_xcalloc((size_t)sp->nkernels * 2 + 1, sizeof *gp->choice);
-    gp->ops = ops;
     gp->nbufs = sp->nbufs;
     gp->nkernels = sp->nkernels;
-    gp->group = env_int("KILN_GPU_GROUP", ops->dialect == CG_GPU_CUDA ? 128 : 64);
+    gp->group = env_int("KILN_GPU_GROUP", go.dialect == CG_GPU_CUDA ? 128 : 64);
     if (gp->group < 1) gp->group = 1;
     gp->resident = env_int("KILN_GPU_RESIDENT", 0) != 0;
     size_t nb = (size_t)sp->nbufs + 1;
-    gp->bytes = kiln_xcalloc(nb, sizeof *gp->bytes);
-    gp->live = kiln_xcalloc(nb, sizeof *gp->live);
     gp->mem = kiln_xcalloc(nb, sizeof *gp->mem);
     gp->memcap = kiln_xcalloc(nb, sizeof *gp->memcap);
     gp->host_seen = kiln_xcalloc(nb, sizeof *gp->host_seen);
     gp->host_seen_bytes = kiln_xcalloc(nb, sizeof *gp->host_seen_bytes);
     gp->offs = kiln_xcalloc(nb, sizeof *gp->offs);
-    gp->kerr = kiln_xcalloc((size_t)sp->nkernels + 1, sizeof *gp->kerr);
     gp->args_tmp = kiln_xcalloc(nb, sizeof *gp->args_tmp);
+    gp->args = kiln_xcalloc(nb + 8, sizeof *gp->args);
     const char *eo = getenv("KILN_GPU_EMIT_ONLY");
     if (eo && eo[0] && eo[0] != '0') {
         gp->emit_only = 1;
-        snprintf(gp->device_name, sizeof gp->device_name, "%s: none (KILN_GPU_EMIT_ONLY)", ops->name);
-        /* CUDA without a device: NVRTC still checks the code for the listed
-         * architectures (KILN_CUDA_ARCHS=sm_80,sm_90) */
-        const char *archs = getenv("KILN_CUDA_ARCHS");
-        if (ops == &rt_cuda_ops && archs && archs[0]) {
-            char list[256], *save = NULL;
-            snprintf(list, sizeof list, "%s", archs);
-            for (char *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
-                size_t bin = 0;
-                kiln_status s = rt_cuda_compile_check(src, a, &bin, err, errcap);
-                if (s != KILN_OK) {
-                    *st = s;
-                    rt_gpu_program_free(gp);
-                    return NULL;
-                }
-            }
-        }
-        *st = KILN_OK;
-        return gp;
+        snprintf(gp->device_name, sizeof gp->device_name, "%s: none (KILN_GPU_EMIT_ONLY)", be->name);
+        return emit_only_check(gp, p->plan.source, err, errcap);
     }
-    kiln_status s = rt_gpu_default_device(ops, &gp->dev, err, errcap);
-    if (s == KILN_OK) s = ops->build(gp->dev, src, &gp->prog, err, errcap);
-    if (s != KILN_OK) {
-        *st = s;
-        rt_gpu_program_free(gp);
-        return NULL;
-    }
-    char *fp = ops->fingerprint(gp->dev);
-    snprintf(gp->device_name, sizeof gp->device_name, "%s", fp);
-    free(fp);
-    rt_gpu_caps caps;
-    ops->caps(gp->dev, &caps);
-    gp->caps = caps;
-    if (gp->contract.form == CG_GPU_CF_MMA && !caps.tensor_mma) {
-        snprintf(err, errcap, "KILN_GPU_CONTRACT: form=mma needs mma.sync (CUDA sm_80 or later); %s has not",
-                 gp->device_name);
-        *st = KILN_ERR_UNSUPPORTED;
-        rt_gpu_program_free(gp);
-        return NULL;
-    }
-    /* a tile larger than the device's groups: the generic entry points */
-    if (cg_gpu_contract_threads(&gp->contract) > caps.max_group) gp->contract.form = CG_GPU_CF_GENERIC;
-    *st = KILN_OK;
-    return gp;
+    return open_and_build(gp, p->plan.source, err, errcap);
 }
 
-void rt_gpu_program_free(rt_gpu_program *gp) {
+void rt_gpu_release(kiln_program *p) {
+    rt_gpu_program *gp = gpu_state(p);
     if (!gp) return;
     if (gp->dev) {
         char err[256];
@@ -250,33 +233,29 @@ void rt_gpu_program_free(rt_gpu_program *gp) {
     for (int32_t i = 0; gp->choice && i < gp->nkernels * 2; i++)
         if (gp->choice[i].prog) gp->ops->prog_free(gp->choice[i].prog);
     free(gp->choice);
-    free(gp->bytes);
-    free(gp->live);
     free(gp->mem);
     free(gp->memcap);
     free(gp->host_seen);
     free(gp->host_seen_bytes);
     free(gp->offs);
-    free(gp->kerr);
     free(gp->args_tmp);
+    free(gp->args);
     free(gp);
+    p->dev = NULL;
 }
 
-static void touch(rt_live *l, int32_t k) {
-    if (l->first > l->last) {
-        l->first = l->last = k;
-        return;
-    }
-    if (k < l->first) l->first = k;
-    if (k > l->last) l->last = k;
-}
+/* ---- memory ---- */
 
-static void touch_expr(const sch_program *sp, rt_live *live, int32_t id, int32_t k) {
-    if (id < 0) return;
-    const lx *x = &sp->lx[id];
-    if (x->kind == LX_LOAD) touch(&live[x->buf], k);
-    touch_expr(sp, live, x->a, k);
-    touch_expr(sp, live, x->b, k);
+/* runs need a device: not so after KILN_GPU_EMIT_ONLY (told to the graph
+ * here, err left empty, so the executor adds nothing) */
+static kiln_status usable(kiln_program *p, char *err) {
+    const rt_gpu_program *gp = gpu_state(p);
+    if (!gp->emit_only) return KILN_OK;
+    graph_run_error(p->plan.g, KILN_ERR_UNSUPPORTED,
+                    "kiln_run: this %s program was compiled with KILN_GPU_EMIT_ONLY (source only, no device)",
+                    gp->be->name);
+    err[0] = 0;
+    return KILN_ERR_UNSUPPORTED;
 }
 
 /* a device buffer of at least `bytes`, grown (contents dropped) when needed */
@@ -301,33 +280,127 @@ static rt_gpu_mem buf_mem(const rt_gpu_program *gp, const sch_program *sp, int32
     return gp->mem[b];
 }
 
-static void free_results(output_value *r, int32_t n) {
-    if (!r) return;
-    for (int32_t i = 0; i < n; i++) free(r[i].data);
-    free(r);
+/* buffer b's own device memory for this run's size */
+static kiln_status own_mem(kiln_program *p, int32_t b, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    if (gp->mem[b] && gp->memcap[b] < p->run.bytes[b]) gp->host_seen[b] = NULL;
+    return ensure(gp, &gp->mem[b], &gp->memcap[b], p->run.bytes[b], err, errcap);
 }
 
-void rt_gpu_program_set_search(rt_gpu_program *gp, double budget_s, int inject_wrong) {
-    if (!gp) return;
-    gp->search_budget = budget_s;
-    gp->inject_wrong = inject_wrong;
+/* an input or a state uploaded, unless resident and unchanged */
+kiln_status rt_gpu_bind(kiln_program *p, int32_t b, const void *host, size_t bytes, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    kiln_status s = usable(p, err);
+    if (s == KILN_OK) s = own_mem(p, b, err, errcap);
+    if (s != KILN_OK) return s;
+    int state = p->plan.sp.bufs[b].kind == SCH_BUF_STATE;
+    if (gp->resident && gp->host_seen[b] == host && gp->host_seen_bytes[b] == bytes &&
+        (state || bytes >= RESIDENT_MIN))
+        return KILN_OK;
+    s = gp->ops->upload(gp->dev, gp->mem[b], 0, host, bytes, err, errcap);
+    gp->host_seen[b] = s == KILN_OK ? host : NULL;
+    gp->host_seen_bytes[b] = bytes;
+    return s;
 }
 
-int rt_gpu_program_measurements(const rt_gpu_program *gp) { return gp ? gp->measurements : 0; }
+kiln_status rt_gpu_place(kiln_program *p, size_t need, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    const sch_program *sp = &p->plan.sp;
+    kiln_status s = usable(p, err);
+    if (s == KILN_OK) s = ensure(gp, &gp->arena, &gp->arena_cap, need, err, errcap);
+    if (s != KILN_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errcap, "the arena: %s", why);
+        return s;
+    }
+    for (int32_t b = 0; b < sp->nbufs; b++) gp->offs[b] = cg_gpu_buf_in_arena(sp, b) ? (int64_t)p->run.live[b].offset : 0;
+    return KILN_OK;
+}
+
+kiln_status rt_gpu_result(kiln_program *p, int32_t b, void *host, char *err, size_t errcap) {
+    (void)host;
+    kiln_status s = usable(p, err);
+    return s == KILN_OK ? own_mem(p, b, err, errcap) : s;
+}
+
+/* the sym values, the arena offsets and zeroed error flags, uploaded */
+kiln_status rt_gpu_begin(kiln_program *p, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    const sch_program *sp = &p->plan.sp;
+    const rt_gpu_ops *ops = gp->ops;
+    kiln_status s = usable(p, err);
+    if (s != KILN_OK) return s;
+    uint32_t nv = p->run.nvalues;
+    size_t vb = ((size_t)nv + 1) * sizeof(int64_t), ob = ((size_t)sp->nbufs + 1) * sizeof(int64_t);
+    size_t eb = ((size_t)sp->nkernels + 1) * sizeof(int32_t);
+    s = ensure(gp, &gp->vbuf, &gp->vcap, vb, err, errcap);
+    if (s == KILN_OK) s = ensure(gp, &gp->obuf, &gp->ocap, ob, err, errcap);
+    if (s == KILN_OK && !gp->ebuf) s = ops->alloc(gp->dev, eb, &gp->ebuf, err, errcap);
+    memset(p->run.kerr, 0, eb);
+    if (s == KILN_OK) s = ops->upload(gp->dev, gp->vbuf, 0, p->run.values, (size_t)nv * sizeof(int64_t), err, errcap);
+    if (s == KILN_OK) s = ops->upload(gp->dev, gp->obuf, 0, gp->offs, (size_t)sp->nbufs * sizeof(int64_t), err, errcap);
+    if (s == KILN_OK) s = ops->upload(gp->dev, gp->ebuf, 0, p->run.kerr, eb, err, errcap);
+    return s;
+}
+
+kiln_status rt_gpu_copy(kiln_program *p, int32_t dst, int32_t src, size_t bytes, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    size_t so = 0, doff = 0;
+    rt_gpu_mem sm = buf_mem(gp, &p->plan.sp, src, &so), dm = buf_mem(gp, &p->plan.sp, dst, &doff);
+    if (sm == dm && so == doff) return KILN_OK;
+    return gp->ops->copy(gp->dev, dm, doff, sm, so, bytes, err, errcap);
+}
+
+/* a host step: 1 downloads b into host, 2 lends host to write, 0 uploads it */
+kiln_status rt_gpu_host_step(kiln_program *p, int32_t b, int to_host, void *host, void **out, char *err,
+                             size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    size_t off = 0;
+    rt_gpu_mem m = buf_mem(gp, &p->plan.sp, b, &off);
+    *out = host;
+    if (to_host == 1) return gp->ops->download(gp->dev, m, off, host, p->run.bytes[b], err, errcap);
+    if (to_host == 0) return gp->ops->upload(gp->dev, m, off, host, p->run.bytes[b], err, errcap);
+    return KILN_OK;
+}
+
+/* the queue drained, then every kernel's error flag */
+kiln_status rt_gpu_sync(kiln_program *p, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    kiln_status s = gp->ops->finish(gp->dev, err, errcap);
+    if (s != KILN_OK) return s;
+    return gp->ops->download(gp->dev, gp->ebuf, 0, p->run.kerr, (size_t)p->plan.sp.nkernels * sizeof(int32_t), err,
+                             errcap);
+}
+
+/* a result, or a state unless the device copy is the truth (resident) */
+kiln_status rt_gpu_fetch(kiln_program *p, int32_t b, void *host, size_t bytes, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    if (gp->resident && p->plan.sp.bufs[b].kind == SCH_BUF_STATE) return KILN_OK;
+    return gp->ops->download(gp->dev, gp->mem[b], 0, host, bytes, err, errcap);
+}
+
+/* a failed run may leave device state half-updated: upload again next time */
+void rt_gpu_abandon(kiln_program *p) {
+    rt_gpu_program *gp = gpu_state(p);
+    for (int32_t b = 0; gp && b < gp->nbufs; b++) gp->host_seen[b] = NULL;
+}
+
+/* ---- kernels ---- */
 
 /* the tuning DB's bucket of a contraction on a GPU */
 static void gpu_bucket(int64_t m, int64_t n, int64_t rn, int64_t nbatch, char *buf, size_t cap) {
     snprintf(buf, cap, "gpu,%s,n=%lld,k=%lld,b=%lld", m > SCH_SMALL_M ? "m>4" : "m<=4", (long long)n,
              (long long)rn, (long long)nbatch);
 }
-
 /* settle gp->choice for contraction kernel k at this M bucket: the DB's
  * record for this device, else (with search budget left, and
  * KILN_GPU_CONTRACT unset) a search on this run's buffers, whose winner has
  * then already run (*ran = 1), else the default */
-static kiln_status decide_contract(rt_gpu_program *gp, const sch_program *sp, int32_t k, int64_t m, int64_t n,
-                                   int64_t nbatch, int64_t rn, const rt_gpu_arg *args, int na, int64_t total,
-                                   int *ran, char *err, size_t errcap) {
+static kiln_status decide_contract(kiln_program *p, int32_t k, int64_t m, int64_t n, int64_t nbatch, int64_t rn,
+                                   const rt_gpu_arg *args, int na, int64_t total, int *ran, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    const sch_program *sp = &p->plan.sp;
     const sch_kernel *K = &sp->kernels[k];
     gpu_choice *ch = &gp->choice[k * 2 + (m > SCH_SMALL_M)];
     ch->decided = 1;
@@ -355,7 +428,7 @@ static kiln_status decide_contract(rt_gpu_program *gp, const sch_program *sp, in
         cg_gpu_contract_variant_name(k, 0, ch->name, sizeof ch->name);
         return KILN_OK;
     }
-    if (gp->search_budget <= gp->search_spent) return KILN_OK;
+    if (p->tune.budget <= p->tune.spent) return KILN_OK;
     rt_gpu_tune_job j;
     memset(&j, 0, sizeof j);
     char gname[32];
@@ -379,24 +452,24 @@ static kiln_status decide_contract(rt_gpu_program *gp, const sch_program *sp, in
     j.nbatch = nbatch;
     j.rn = rn;
     j.out_mem = buf_mem(gp, sp, K->out_buf, &j.out_off);
-    j.out_bytes = gp->bytes[K->out_buf];
+    j.out_bytes = p->run.bytes[K->out_buf];
     j.tensor_mma = gp->caps.tensor_mma;
     j.max_group = gp->caps.max_group;
-    j.inject_wrong = gp->inject_wrong;
-    double left = gp->search_budget - gp->search_spent, share = gp->search_budget / 8 > 2.0 ? gp->search_budget / 8 : 2.0;
+    j.inject_wrong = p->tune.inject_wrong;
+    double left = p->tune.budget - p->tune.spent, share = p->tune.budget / 8 > 2.0 ? p->tune.budget / 8 : 2.0;
     j.budget_s = left < share ? left : share;
     int show = isatty(2) || getenv("KILN_TUNE_VERBOSE");
-    if (show) fprintf(stderr, "kiln tune: %s kernel %d (%s, %s): searching ...\n", gp->ops->name, (int)k,
+    if (show) fprintf(stderr, "kiln tune: %s kernel %d (%s, %s): searching ...\n", gp->be->name, (int)k,
                       K->contract->key, bucket);
     rt_gpu_tune_result r;
     char terr[1024];
     kiln_status s = rt_gpu_tune_contract(&j, &r, terr, sizeof terr);
     free(jargs);
-    gp->search_spent += r.seconds;
-    gp->measurements += r.tried;
+    p->tune.spent += r.seconds;
+    p->tune.measurements += r.tried;
     *ran = 1;
     if (s != KILN_OK) {
-        fprintf(stderr, "kiln tune: %s kernel %d: search failed (%s); keeping the default schedule\n", gp->ops->name,
+        fprintf(stderr, "kiln tune: %s kernel %d: search failed (%s); keeping the default schedule\n", gp->be->name,
                 (int)k, terr);
         return KILN_OK;
     }
@@ -411,444 +484,143 @@ static kiln_status decide_contract(rt_gpu_program *gp, const sch_program *sp, in
     rec.rejected = r.rejected;
     if (show)
         fprintf(stderr, "kiln tune: %s kernel %d: best %.1f us (%s), generic %.1f us, %d tried, %d rejected\n",
-                gp->ops->name, (int)k, r.best_s * 1e6, rec.schedule, r.base_s * 1e6, r.tried, r.rejected);
+                gp->be->name, (int)k, r.best_s * 1e6, rec.schedule, r.base_s * 1e6, r.tried, r.rejected);
     char derr[512];
     if (sch_tunedb_store(&rec, derr, sizeof derr) != KILN_OK)
         fprintf(stderr, "kiln tune: could not save the result: %s\n", derr);
     return KILN_OK;
 }
 
-kiln_status rt_gpu_program_run(rt_gpu_program *gp, kiln_graph *g, const sch_program *sp) {
-    if (g->build_failed) return g->status;
-    if (gp->emit_only) {
-        graph_run_error(g, KILN_ERR_UNSUPPORTED,
-                        "kiln_run: this %s program was compiled with KILN_GPU_EMIT_ONLY (source only, no device)",
-                        gp->ops->name);
-        return KILN_ERR_UNSUPPORTED;
-    }
-    const rt_gpu_ops *ops = gp->ops;
-    rt_gpu *dev = gp->dev;
-    char err[4096] = "", what[160];
-    kiln_status s = KILN_OK;
-    output_value *res = NULL;
-    void *qtmp = NULL;
 
-    /* sym values under the graph's bindings */
-    uint32_t nv = sym_var_count(g->syms);
-    int64_t *values = kiln_xcalloc((size_t)nv + 1, sizeof *values);
-    uint8_t *bound = kiln_xcalloc((size_t)nv + 1, 1);
-    for (uint32_t v = 0; v < nv && v < g->ndim_values; v++) {
-        values[v] = g->dim_values[v];
-        bound[v] = g->dim_bound[v];
+/* the entry point, its program, items and group of contraction kernel k
+ * with a contraction form: the M bucket's choice, else the default form */
+static void contract_launch(rt_gpu_program *gp, const sch_kernel *K, int32_t k, const rt_extent *e, rt_gpu_prog **prog,
+                            char *name, size_t namecap, int64_t *items, int *group) {
+    int64_t m = K->contract->mdim >= 0 ? e->dim[K->contract->mdim] : 1, nn = e->dim[K->contract->ndim];
+    const gpu_choice *ch = &gp->choice[k * 2 + (m > SCH_SMALL_M)];
+    const cg_gpu_contract_sched *cs = ch->decided ? &ch->s : &gp->contract;
+    if (cs->form == CG_GPU_CF_GENERIC) return;
+    /* blocks of (m, n) outputs per batch point, a fixed group each */
+    int64_t bm = cg_gpu_contract_block_m(cs), bn = cg_gpu_contract_block_n(cs);
+    *group = cg_gpu_contract_threads(cs);
+    *items = e->total / (m * nn) * ((m + bm - 1) / bm) * ((nn + bn - 1) / bn) * *group;
+    if (ch->prog) {
+        *prog = ch->prog;
+        snprintf(name, namecap, "%s", ch->name);
+    } else {
+        cg_gpu_contract_entry(cs, k, name, namecap);
     }
-#define EVAL(sym, outp, desc)                                                                                       \
-    do {                                                                                                            \
-        uint32_t missing_ = 0;                                                                                      \
-        if (sym_eval(g->syms, (sym), values, bound, (outp), &missing_) != 0) {                                      \
-            const char *nm_ = sym_var_name(g->syms, missing_);                                                      \
-            graph_run_error(g, KILN_ERR_UNBOUND, "kiln_run: unbound symbol '%s' (needed by %s)", nm_ ? nm_ : "?", \
-                            (desc));                                                                                \
-            s = KILN_ERR_UNBOUND;                                                                                   \
-        }                                                                                                           \
-    } while (0)
+}
 
-    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
-        const sch_buf *B = &sp->bufs[b];
-        int64_t numel = 0;
-        snprintf(what, sizeof what, "the size of buffer %d", (int)b);
-        EVAL(B->numel, &numel, what);
-        if (s != KILN_OK) break;
-        if (numel < 0) {
-            graph_run_error(g, KILN_ERR_SHAPE, "kiln_run: buffer %d has a negative size", (int)b);
-            s = KILN_ERR_SHAPE;
-            break;
-        }
-        size_t bytes = kiln_dtype_bytes(B->dtype, numel);
-        if (bytes == 0 && numel != 0) {
-            graph_run_error(g, KILN_ERR_SHAPE, "kiln_run: %lld elements of %s are not a whole number of blocks",
-                            (long long)numel, kiln_dtype_name(B->dtype));
-            s = KILN_ERR_SHAPE;
-            break;
-        }
-        gp->bytes[b] = bytes;
-    }
-    /* device buffers of inputs, states and results */
-    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
-        if (cg_gpu_buf_in_arena(sp, b)) continue;
-        if (gp->mem[b] && gp->memcap[b] < gp->bytes[b]) gp->host_seen[b] = NULL;
-        s = ensure(gp, &gp->mem[b], &gp->memcap[b], gp->bytes[b], err, sizeof err);
-        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s", err);
-    }
-    /* the caller's inputs and states, uploaded */
-    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
-        const sch_buf *B = &sp->bufs[b];
-        if (B->kind != SCH_BUF_INPUT && B->kind != SCH_BUF_STATE) continue;
-        const char *name = g->nodes[B->node].name;
-        const input_binding *bind = NULL;
-        for (int32_t i = 0; i < g->ninputs; i++)
-            if (strcmp(g->inputs[i].name, name) == 0) bind = &g->inputs[i];
-        const char *kind = B->kind == SCH_BUF_STATE ? "state" : "input";
-        if (!bind) {
-            graph_run_error(g, KILN_ERR_UNBOUND, "kiln_run: %s '%s' has no bound buffer", kind, name);
-            s = KILN_ERR_UNBOUND;
-        } else if (bind->bytes != gp->bytes[b]) {
-            graph_run_error(g, KILN_ERR_INVALID, "kiln_run: %s '%s': expected %zu bytes, the bound buffer has %zu",
-                            kind, name, gp->bytes[b], bind->bytes);
-            s = KILN_ERR_INVALID;
-        } else if (!bind->data && bind->bytes) {
-            graph_run_error(g, KILN_ERR_INVALID, "kiln_run: input '%s': NULL buffer", name);
-            s = KILN_ERR_INVALID;
-        } else if (!(gp->resident && gp->host_seen[b] == bind->data && gp->host_seen_bytes[b] == bind->bytes &&
-                     (B->kind == SCH_BUF_STATE || bind->bytes >= RESIDENT_MIN))) {
-            s = ops->upload(dev, gp->mem[b], 0, bind->data, bind->bytes, err, sizeof err);
-            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s '%s': %s", kind, name, err);
-            gp->host_seen[b] = s == KILN_OK ? bind->data : NULL;
-            gp->host_seen_bytes[b] = bind->bytes;
-        }
-    }
-    /* the arena */
-    if (s == KILN_OK) {
-        for (int32_t b = 0; b < sp->nbufs; b++) {
-            gp->live[b].bytes = gp->bytes[b];
-            gp->live[b].first = 1;
-            gp->live[b].last = 0;
-        }
-        for (int32_t k = 0; k < sp->nkernels; k++) {
-            const sch_kernel *K = &sp->kernels[k];
-            touch(&gp->live[K->out_buf], k);
-            if (K->src_buf >= 0) touch(&gp->live[K->src_buf], k);
-            touch_expr(sp, gp->live, K->expr, k);
-            for (int32_t i = 0; i < K->nstages; i++) touch_expr(sp, gp->live, K->stages[i].expr, k);
-        }
-        for (int32_t b = 0; b < sp->nbufs; b++)
-            if (!cg_gpu_buf_in_arena(sp, b)) {
-                gp->live[b].first = 1;
-                gp->live[b].last = 0;
-            }
-        size_t need = rt_memplan(gp->live, sp->nbufs);
-        s = ensure(gp, &gp->arena, &gp->arena_cap, need, err, sizeof err);
-        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: the arena: %s", err);
-        for (int32_t b = 0; b < sp->nbufs; b++)
-            gp->offs[b] = cg_gpu_buf_in_arena(sp, b) ? (int64_t)gp->live[b].offset : 0;
-    }
-    /* sym values, offsets, error flags */
-    if (s == KILN_OK) {
-        size_t vb = ((size_t)nv + 1) * sizeof(int64_t), ob = ((size_t)sp->nbufs + 1) * sizeof(int64_t);
-        size_t eb = ((size_t)sp->nkernels + 1) * sizeof(int32_t);
-        size_t ecap = eb;
-        s = ensure(gp, &gp->vbuf, &gp->vcap, vb, err, sizeof err);
-        if (s == KILN_OK) s = ensure(gp, &gp->obuf, &gp->ocap, ob, err, sizeof err);
-        if (s == KILN_OK && !gp->ebuf) s = ops->alloc(dev, ecap, &gp->ebuf, err, sizeof err);
-        memset(gp->kerr, 0, eb);
-        if (s == KILN_OK) s = ops->upload(dev, gp->vbuf, 0, values, (size_t)nv * sizeof(int64_t), err, sizeof err);
-        if (s == KILN_OK) s = ops->upload(dev, gp->obuf, 0, gp->offs, (size_t)sp->nbufs * sizeof(int64_t), err, sizeof err);
-        if (s == KILN_OK) s = ops->upload(dev, gp->ebuf, 0, gp->kerr, eb, err, sizeof err);
-        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s", err);
-    }
-    /* kernels, in order */
-    rt_gpu_arg *args = kiln_xcalloc((size_t)sp->nbufs + 8, sizeof *args);
-    for (int32_t k = 0; k < sp->nkernels && s == KILN_OK; k++) {
-        const sch_kernel *K = &sp->kernels[k];
-        if (K->kind == SCH_K_COPY) {
-            size_t n = gp->bytes[K->src_buf] < gp->bytes[K->out_buf] ? gp->bytes[K->src_buf] : gp->bytes[K->out_buf];
-            size_t so = 0, doff = 0;
-            rt_gpu_mem sm = buf_mem(gp, sp, K->src_buf, &so), dm = buf_mem(gp, sp, K->out_buf, &doff);
-            if (sm == dm && so == doff) continue;
-            s = ops->copy(dev, dm, doff, sm, so, n, err, sizeof err);
-            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
-            continue;
-        }
-        if (K->kind == SCH_K_QUANTIZE) {
-            kiln_dtype t = sp->bufs[K->out_buf].dtype;
-            size_t sb = gp->bytes[K->src_buf], db = gp->bytes[K->out_buf];
-            int64_t numel = (int64_t)(sb / sizeof(float));
-            free(qtmp);
-            qtmp = kiln_xmalloc(sb + db + 16);
-            size_t so = 0, doff = 0;
-            rt_gpu_mem sm = buf_mem(gp, sp, K->src_buf, &so), dm = buf_mem(gp, sp, K->out_buf, &doff);
-            s = ops->download(dev, sm, so, qtmp, sb, err, sizeof err);
-            if (s == KILN_OK && quant_quantize(t, qtmp, (char *)qtmp + sb, numel) != 0) {
-                graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_run: kiln has no %s encoder", kiln_dtype_name(t));
-                s = KILN_ERR_UNSUPPORTED;
-                break;
-            }
-            if (s == KILN_OK) s = ops->upload(dev, dm, doff, (char *)qtmp + sb, db, err, sizeof err);
-            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
-            continue;
-        }
-        int64_t total = 1, outer = 1, ext[KILN_MAX_DIMS];
-        for (int d = 0; d < K->ndim && s == KILN_OK; d++) {
-            int64_t v = 0;
-            snprintf(what, sizeof what, "the loops of kernel %d", (int)k);
-            EVAL(K->dim[d], &v, what);
-            ext[d] = v;
-            total *= v;
-            if (d + 1 < K->ndim) outer *= v;
-        }
-        if (s != KILN_OK) break;
-        if (total <= 0) continue;
+/* the arguments of kernel k (emit_gpu.h's ABI) into gp->args; their count */
+static int kernel_args(rt_gpu_program *gp, const sch_program *sp, int32_t k, int64_t items) {
+    rt_gpu_arg *args = gp->args;
+    int na = 0;
+    args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->arena, 0};
+    args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->vbuf, 0};
+    args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->obuf, 0};
+    args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->ebuf, 0};
+    args[na++] = (rt_gpu_arg){RT_GPU_ARG_I64, 0, items};
+    int32_t nx = cg_gpu_kernel_args(sp, k, gp->args_tmp);
+    for (int32_t i = 0; i < nx; i++) args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->mem[gp->args_tmp[i]], 0};
+    return na;
+}
+
+/* one kernel enqueued; a contraction's first launch at an M bucket settles
+ * its schedule first (the DB's, else a search whose winner has then run,
+ * else the default) */
+kiln_status rt_gpu_run_kernel(kiln_program *p, int32_t k, const rt_extent *e, char *err, size_t errcap) {
+    rt_gpu_program *gp = gpu_state(p);
+    const sch_program *sp = &p->plan.sp;
+    const sch_kernel *K = &sp->kernels[k];
+    for (int settled = 0;; settled = 1) {
         cg_gpu_mode mode = cg_gpu_kernel_mode(sp, k);
-        int64_t items = mode == CG_GPU_SERIAL ? 1 : mode == CG_GPU_ROW ? outer : total;
+        int64_t items = mode == CG_GPU_SERIAL ? 1 : mode == CG_GPU_ROW ? e->outer : e->total;
         int group = mode == CG_GPU_SERIAL ? 1 : gp->group;
         char name[48];
         snprintf(name, sizeof name, "kiln_k%d", (int)k);
         rt_gpu_prog *prog = gp->prog;
-        const gpu_choice *ch = NULL;
-        if (K->contract && gp->contract.form != CG_GPU_CF_GENERIC) {
-            int64_t m = K->contract->mdim >= 0 ? ext[K->contract->mdim] : 1, nn = ext[K->contract->ndim];
-            ch = &gp->choice[k * 2 + (m > SCH_SMALL_M)];
-            const cg_gpu_contract_sched *cs = ch->decided ? &ch->s : &gp->contract;
-            if (cs->form != CG_GPU_CF_GENERIC) {
-                /* blocks of (m, n) outputs per batch point, a fixed group each */
-                int64_t bm = cg_gpu_contract_block_m(cs), bn = cg_gpu_contract_block_n(cs);
-                group = cg_gpu_contract_threads(cs);
-                items = total / (m * nn) * ((m + bm - 1) / bm) * ((nn + bn - 1) / bn) * group;
-                if (ch->prog) {
-                    prog = ch->prog;
-                    snprintf(name, sizeof name, "%s", ch->name);
-                } else {
-                    cg_gpu_contract_entry(cs, k, name, sizeof name);
-                }
-            }
+        int contract = K->contract && gp->contract.form != CG_GPU_CF_GENERIC;
+        if (contract) contract_launch(gp, K, k, e, &prog, name, sizeof name, &items, &group);
+        int na = kernel_args(gp, sp, k, items);
+        int64_t m = contract && K->contract->mdim >= 0 ? e->dim[K->contract->mdim] : 1;
+        if (!contract || settled || gp->choice[k * 2 + (m > SCH_SMALL_M)].decided)
+            return gp->ops->launch(gp->dev, prog, name, gp->args, na, items, group, err, errcap);
+        int64_t nn = e->dim[K->contract->ndim], rn = 0;
+        char what[64];
+        snprintf(what, sizeof what, "contraction kernel %d", (int)k);
+        kiln_status s = rt_run_eval(p, K->rdim, &rn, what);
+        if (s != KILN_OK) {
+            err[0] = 0; /* reported */
+            return s;
         }
-        int na = 0;
-        args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->arena, 0};
-        args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->vbuf, 0};
-        args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->obuf, 0};
-        args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->ebuf, 0};
-        args[na++] = (rt_gpu_arg){RT_GPU_ARG_I64, 0, items};
-        int32_t nx = cg_gpu_kernel_args(sp, k, gp->args_tmp);
-        for (int32_t i = 0; i < nx; i++) args[na++] = (rt_gpu_arg){RT_GPU_ARG_MEM, gp->mem[gp->args_tmp[i]], 0};
-        if (ch && !ch->decided) {
-            /* first run of this contraction at this M bucket: the DB's
-             * schedule, else a search within the budget, else the default */
-            int64_t m = K->contract->mdim >= 0 ? ext[K->contract->mdim] : 1, nn = ext[K->contract->ndim];
-            int64_t rn = 0;
-            snprintf(what, sizeof what, "contraction kernel %d", (int)k);
-            EVAL(K->rdim, &rn, what);
-            if (s != KILN_OK) break;
-            int done = 0;
-            s = decide_contract(gp, sp, k, m, nn, total / (m * nn), rn, args, na, total, &done, err, sizeof err);
-            if (s != KILN_OK) {
-                graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
-                break;
-            }
-            if (done) continue; /* the search left its winner's result */
-            k--;                /* launch with the decision */
-            continue;
-        }
-        s = ops->launch(dev, prog, name, args, na, items, group, err, sizeof err);
-        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: kernel %d: %s", (int)k, err);
+        int done = 0;
+        s = decide_contract(p, k, m, nn, e->total / (m * nn), rn, gp->args, na, e->total, &done, err, errcap);
+        if (s != KILN_OK || done) return s; /* the search left its winner's result */
     }
-    free(args);
-    free(qtmp);
-    if (s == KILN_OK) {
-        s = ops->finish(dev, err, sizeof err);
-        if (s == KILN_OK)
-            s = ops->download(dev, gp->ebuf, 0, gp->kerr, (size_t)sp->nkernels * sizeof(int32_t), err, sizeof err);
-        if (s != KILN_OK) graph_run_error(g, s, "kiln_run: %s", err);
-    }
-    for (int32_t k = 0; k < sp->nkernels && s == KILN_OK; k++) {
-        if (!gp->kerr[k]) continue;
-        const sch_kernel *K = &sp->kernels[k];
-        if (gp->kerr[k] == 2) {
-            graph_run_error(g, KILN_ERR_UNSUPPORTED,
-                            "kiln_run: kernel %d: this device lacks the tensor-core instructions of its entry point",
-                            (int)k);
-            s = KILN_ERR_UNSUPPORTED;
-            continue;
-        }
-        graph_run_error(g, KILN_ERR_RANGE, "kiln_run: a %s index is out of range (kernel %d, node %d)",
-                        K->kind == SCH_K_SCATTER ? "SCATTER" : "GATHER", (int)k, (int)K->root);
-        s = KILN_ERR_RANGE;
-    }
-    /* results (the previous run's host buffers are reused when sizes match) */
-    if (s == KILN_OK) {
-        res = kiln_xcalloc((size_t)g->noutputs + 1, sizeof *res);
-        int32_t nold = 0;
-        while (g->results && g->results[nold].ndim >= 0) nold++;
-        res[g->noutputs].ndim = -1;
-        for (int32_t b = 0; b < sp->nbufs && s == KILN_OK; b++) {
-            const sch_buf *B = &sp->bufs[b];
-            if (B->kind != SCH_BUF_RESULT) continue;
-            output_value *r = &res[B->output];
-            const view *V = graph_tensor_view(g, g->outputs[B->output].tensor);
-            r->ndim = view_ndim(V);
-            for (int d = 0; d < r->ndim && s == KILN_OK; d++) {
-                snprintf(what, sizeof what, "the shape of output '%s'", g->outputs[B->output].name);
-                EVAL(view_shape(V)[d], &r->dims[d], what);
-            }
-            r->dtype = B->dtype;
-            r->bytes = gp->bytes[b];
-            r->data = NULL;
-            if (s != KILN_OK) break;
-            if (B->output < nold && g->results[B->output].data && g->results[B->output].bytes == r->bytes) {
-                r->data = g->results[B->output].data;
-                g->results[B->output].data = NULL;
-            } else {
-                r->data = malloc(r->bytes ? r->bytes : 1);
-            }
-            if (!r->data) {
-                graph_run_error(g, KILN_ERR_NOMEM, "kiln_run: cannot allocate %zu bytes for output '%s'", r->bytes,
-                                g->outputs[B->output].name);
-                s = KILN_ERR_NOMEM;
-                break;
-            }
-            s = ops->download(dev, gp->mem[b], 0, r->data, r->bytes, err, sizeof err);
-            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: output '%s': %s", g->outputs[B->output].name, err);
-        }
-    }
-    /* states written back */
-    for (int32_t b = 0; b < sp->nbufs && s == KILN_OK && !gp->resident; b++) {
-        const sch_buf *B = &sp->bufs[b];
-        if (B->kind != SCH_BUF_STATE) continue;
-        const char *name = g->nodes[B->node].name;
-        for (int32_t i = 0; i < g->ninputs && s == KILN_OK; i++) {
-            if (strcmp(g->inputs[i].name, name) != 0) continue;
-            s = ops->download(dev, gp->mem[b], 0, g->inputs[i].data, gp->bytes[b], err, sizeof err);
-            if (s != KILN_OK) graph_run_error(g, s, "kiln_run: state '%s': %s", name, err);
-        }
-    }
-#undef EVAL
-    free(values);
-    free(bound);
-    if (s != KILN_OK) {
-        /* a failed run may leave device state half-updated: upload again next time */
-        for (int32_t b = 0; b < sp->nbufs; b++) gp->host_seen[b] = NULL;
-        free_results(res, g->noutputs);
-        graph_free_results(g);
-        return s;
-    }
-    graph_free_results(g);
-    g->results = res;
-    g->status = KILN_OK;
-    g->error[0] = 0;
-    return KILN_OK;
 }
 
-/* ---- the GPU backends in the backend table ----
- * Only name, fingerprint, supports and emit are meaningful: kiln_compile
- * hands GPU backends to rt_gpu_program_new before it would use the rest,
- * which refuse politely. */
+/* ---- what the registry and `kiln device` ask ---- */
 
-static int gpu_supports(const sch_program *p, int32_t kernel) {
+int rt_gpu_supports(const sch_program *p, int32_t kernel) {
     const sch_kernel *K = &p->kernels[kernel];
     if (!cg_dtype_supported(p->bufs[K->out_buf].dtype)) return 0;
     if (cg_gpu_is_device_kernel(p, kernel) && kiln_dtype_is_block(p->bufs[K->out_buf].dtype)) return 0;
     return 1;
 }
-static cg_isa gpu_isa(void) { return CG_ISA_SCALAR; }
-static kiln_status gpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
-    (void)src;
-    (void)cflags;
-    *out = NULL;
-    snprintf(err, errcap, "GPU backends compile through rt_gpu_program_new");
-    return KILN_ERR_UNSUPPORTED;
-}
-static void *gpu_symbol(rt_module *m, const char *name) {
-    (void)m;
-    (void)name;
-    return NULL;
-}
-static const char *gpu_module_path(const rt_module *m) {
-    (void)m;
-    return "";
-}
-static void gpu_module_free(rt_module *m) { (void)m; }
-static void *gpu_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
-static void gpu_dealloc(void *ptr) { free(ptr); }
-static void gpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
-static int gpu_launch(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n, int64_t chunk,
-                      int64_t flags, int serial) {
-    (void)pool, (void)fn, (void)bufs, (void)vars, (void)n, (void)chunk, (void)flags, (void)serial;
-    return 1;
-}
-static void gpu_sync(void) {}
 
-static char *gpu_fp(const rt_gpu_ops *ops) {
+char *rt_gpu_fingerprint(const rt_backend *be) {
     rt_gpu *d = NULL;
     char err[1024];
-    if (rt_gpu_default_device(ops, &d, err, sizeof err) != KILN_OK) {
-        size_t n = strlen(err) + 64;
-        char *s = kiln_xmalloc(n);
-        snprintf(s, n, "%s;unavailable", ops->name);
-        return s;
-    }
-    return ops->fingerprint(d);
-}
-static char *ocl_fp(void) { return gpu_fp(&rt_opencl_ops); }
-static char *cuda_fp(void) { return gpu_fp(&rt_cuda_ops); }
-static char *ocl_emit(const sch_program *p, const cg_options *opt) {
-    (void)opt;
-    cg_gpu_options o = {CG_GPU_OPENCL, cg_gpu_contract_default()};
-    return cg_emit_gpu(p, &o);
-}
-static char *cuda_emit(const sch_program *p, const cg_options *opt) {
-    (void)opt;
-    cg_gpu_options o = {CG_GPU_CUDA, cg_gpu_contract_default()};
-    return cg_emit_gpu(p, &o);
+    if (rt_gpu_default_device(be->gpu, &d, err, sizeof err) != KILN_OK) return NULL;
+    return be->gpu->fingerprint(d);
 }
 
-static const rt_backend opencl_backend = {"opencl", ocl_fp, gpu_supports, gpu_isa, ocl_emit, gpu_compile,
-                                          gpu_symbol, gpu_module_path, gpu_module_free, gpu_alloc, gpu_dealloc,
-                                          gpu_copy, gpu_launch, gpu_sync};
-static const rt_backend cuda_backend = {"cuda", cuda_fp, gpu_supports, gpu_isa, cuda_emit, gpu_compile,
-                                        gpu_symbol, gpu_module_path, gpu_module_free, gpu_alloc, gpu_dealloc,
-                                        gpu_copy, gpu_launch, gpu_sync};
-
-const rt_backend *rt_gpu_backend_find(const char *name) {
-    if (!name) return NULL;
-    if (strcmp(name, "opencl") == 0) return &opencl_backend;
-    if (strcmp(name, "cuda") == 0) return &cuda_backend;
-    return NULL;
+/* text, or a JSON string's body, escaped */
+static void append_escaped(char **s, size_t *len, size_t *cap, const char *text) {
+    for (const char *c = text; *c; c++) sch_appendf(s, len, cap, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
 }
 
-/* ---- `kiln device` ---- */
-
-char *rt_gpu_device_report(int json) {
-    const rt_gpu_ops *all[2] = {&rt_opencl_ops, &rt_cuda_ops};
+/* every device of the backend with its fingerprint, or why there is none */
+char *rt_gpu_devices(const rt_backend *be, int json) {
+    const rt_gpu_ops *ops = be->gpu;
     char *s = NULL;
     size_t len = 0, cap = 0;
-    for (int i = 0; i < 2; i++) {
-        const rt_gpu_ops *ops = all[i];
-        char err[1024] = "";
-        int n = ops->count(err, sizeof err);
-        if (json) sch_appendf(&s, &len, &cap, "%s\"%s\": {\"devices\": [", i ? ", " : "", ops->name);
-        else sch_appendf(&s, &len, &cap, "backend %s: %d device%s\n", ops->name, n, n == 1 ? "" : "s");
-        for (int j = 0; j < n; j++) {
-            rt_gpu *d = NULL;
-            char e2[1024];
-            if (ops->open(j, &d, e2, sizeof e2) != KILN_OK) {
-                if (json) sch_appendf(&s, &len, &cap, "%s{\"index\": %d, \"error\": \"%s\"}", j ? ", " : "", j, e2);
-                else sch_appendf(&s, &len, &cap, "  [%d] cannot open: %s\n", j, e2);
-                continue;
-            }
-            char *fp = ops->fingerprint(d);
-            if (json) {
-                sch_appendf(&s, &len, &cap, "%s{\"index\": %d, \"fingerprint\": \"", j ? ", " : "", j);
-                for (const char *c = fp; *c; c++)
-                    sch_appendf(&s, &len, &cap, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-                sch_appendf(&s, &len, &cap, "\"}");
-            } else {
-                char *desc = ops->describe(d);
-                sch_appendf(&s, &len, &cap, "  [%d] fingerprint %s\n%s", j, fp, desc);
-                free(desc);
-            }
-            free(fp);
-            ops->close(d);
+    char err[1024] = "";
+    int n = ops->count(err, sizeof err);
+    if (json) sch_appendf(&s, &len, &cap, "\"%s\": {\"devices\": [", be->name);
+    else sch_appendf(&s, &len, &cap, "backend %s: %d device%s\n", be->name, n, n == 1 ? "" : "s");
+    for (int j = 0; j < n; j++) {
+        rt_gpu *d = NULL;
+        char e2[1024];
+        if (ops->open(j, &d, e2, sizeof e2) != KILN_OK) {
+            if (json) sch_appendf(&s, &len, &cap, "%s{\"index\": %d, \"error\": \"%s\"}", j ? ", " : "", j, e2);
+            else sch_appendf(&s, &len, &cap, "  [%d] cannot open: %s\n", j, e2);
+            continue;
         }
+        char *fp = ops->fingerprint(d);
         if (json) {
-            sch_appendf(&s, &len, &cap, "]");
-            if (n == 0) {
-                sch_appendf(&s, &len, &cap, ", \"note\": \"");
-                for (const char *c = err; *c; c++)
-                    sch_appendf(&s, &len, &cap, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-                sch_appendf(&s, &len, &cap, "\"");
-            }
-            sch_appendf(&s, &len, &cap, "}");
-        } else if (n == 0) {
-            sch_appendf(&s, &len, &cap, "  (%s)\n", err);
+            sch_appendf(&s, &len, &cap, "%s{\"index\": %d, \"fingerprint\": \"", j ? ", " : "", j);
+            append_escaped(&s, &len, &cap, fp);
+            sch_appendf(&s, &len, &cap, "\"}");
+        } else {
+            char *desc = ops->describe(d);
+            sch_appendf(&s, &len, &cap, "  [%d] fingerprint %s\n%s", j, fp, desc);
+            free(desc);
         }
+        free(fp);
+        ops->close(d);
+    }
+    if (json) {
+        sch_appendf(&s, &len, &cap, "]");
+        if (n == 0) {
+            sch_appendf(&s, &len, &cap, ", \"note\": \"");
+            append_escaped(&s, &len, &cap, err);
+            sch_appendf(&s, &len, &cap, "\"");
+        }
+        sch_appendf(&s, &len, &cap, "}");
+    } else if (n == 0) {
+        sch_appendf(&s, &len, &cap, "  (%s)\n", err);
     }
     return s;
 }

@@ -464,7 +464,6 @@ static void ocl_caps(rt_gpu *d, rt_gpu_caps *out) {
 }
 
 const rt_gpu_ops rt_opencl_ops = {
-    .name = "opencl",
     .dialect = CG_GPU_OPENCL,
     .count = ocl_count,
     .open = ocl_open,
@@ -482,3 +481,5 @@ const rt_gpu_ops rt_opencl_ops = {
     .finish = ocl_finish,
     .caps = ocl_caps,
 };
+
+const rt_backend rt_opencl_backend = RT_GPU_BACKEND("opencl", "OpenCL", &rt_opencl_ops);

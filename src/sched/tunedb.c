@@ -795,3 +795,48 @@ kiln_status sch_tunedb_import(const char *path, int *n, char *err, size_t errcap
     image_free(&src);
     return st;
 }
+
+/* a contraction bucket's parts: "m<=4,n=640,k=2048,b=1,t=2" */
+typedef struct bucket_parts {
+    char m[16];
+    long long n, k, b, t;
+} bucket_parts;
+
+static int bucket_parse(const char *text, bucket_parts *p) {
+    int used = 0;
+    memset(p, 0, sizeof *p);
+    if (sscanf(text, "%15[^,],n=%lld,k=%lld,b=%lld,t=%lld%n", p->m, &p->n, &p->k, &p->b, &p->t, &used) != 5) return 0;
+    return text[used] == '\0' && p->n > 0 && p->k > 0 && p->t > 0;
+}
+
+static double log_gap(long long a, long long b) {
+    double r = (double)a / (double)b;
+    return r >= 1 ? log(r) : -log(r);
+}
+
+int sch_tunedb_lookup_near(const char *fingerprint, const char *key, const char *bucket, sch_tune_record *out) {
+    bucket_parts want;
+    if (!fingerprint || !key || !bucket || !bucket_parse(bucket, &want)) return 0;
+    db_image img;
+    db_load(&img);
+    int best = -1;
+    double best_d = INFINITY;
+    for (int i = 0; i < img.n; i++) {
+        const sch_tune_record *r = &img.recs[i];
+        bucket_parts have;
+        if (strcmp(r->key, key) != 0 || strcmp(r->fingerprint, fingerprint) != 0) continue;
+        if (!bucket_parse(r->bucket, &have) || strcmp(have.m, want.m) != 0 || have.b != want.b) continue;
+        double d;
+        if (have.n == want.n && have.k == want.k && have.t != want.t) d = 0; /* another thread count */
+        else if (have.t == want.t && log_gap(have.n, want.n) <= log(4.0) && log_gap(have.k, want.k) <= log(4.0))
+            d = 1 + log_gap(have.n, want.n) + log_gap(have.k, want.k); /* a neighbouring shape */
+        else continue;
+        if (d < best_d || (d == best_d && strcmp(r->date, img.recs[best].date) > 0)) {
+            best = i;
+            best_d = d;
+        }
+    }
+    if (best >= 0 && out) *out = img.recs[best];
+    image_free(&img);
+    return best >= 0;
+}

@@ -55,6 +55,14 @@ int sch_tunedb_lookup(const char *fingerprint, const char *key, const char *buck
 int sch_tunedb_lookup_latest(const char *fingerprint, const char *key, const char *prefix, const char *suffix,
                              sch_tune_record *out);
 
+/* A seed for a bucket with no record of its own ("m<=4,n=640,k=2048,b=1,t=2"):
+ * this fingerprint's record for key at the same sizes and another thread
+ * count, else at the same M bucket, batch and thread count with the nearest
+ * n and k (by |log n - log n'| + |log k - log k'|, within a factor 4 each);
+ * the newest on ties. Returns 1 when found. A bucket text that does not
+ * parse finds nothing. */
+int sch_tunedb_lookup_near(const char *fingerprint, const char *key, const char *bucket, sch_tune_record *out);
+
 /* Insert or replace a record (atomic, locked). Returns KILN_OK or KILN_ERR_IO
  * with a message in err. */
 kiln_status sch_tunedb_store(const sch_tune_record *r, char *err, size_t errcap);

@@ -318,8 +318,8 @@ def case_nvrtc_compiles(sched):
         g.compile(backend="cuda").free()
 
 
-_raw.rt_cuda_nvrtc_version.restype = ctypes.c_char_p
-if _raw.rt_cuda_nvrtc_version():
+_raw.kiln_cuda_nvrtc_version.restype = ctypes.c_char_p
+if _raw.kiln_cuda_nvrtc_version():
     for sched in ("form=tile bm=64 bn=64 bk=16 tm=4 tn=4 vw=4", "form=tile bm=1 bn=256 bk=16 tm=1 tn=1",
                   "form=tile bm=128 bn=128 bk=8 tm=8 tn=8 vw=4"):
         S.case("nvrtc_" + sched.replace("form=", "").replace(" ", "_").replace("=", ""), case_nvrtc_compiles, sched)

@@ -39,12 +39,32 @@ int main(void) {
     char err[4096] = "";
 
     CASE_BEGIN("gpu_backend_table");
-    CHECK(rt_gpu_find("opencl") == &rt_opencl_ops, "%s", err);
-    CHECK(rt_gpu_find("cuda") == &rt_cuda_ops, "%s", err);
-    CHECK(rt_gpu_find("cpu") == NULL, "%s", err);
-    CHECK(rt_backend_find("opencl") && strcmp(rt_backend_find("opencl")->name, "opencl") == 0, "%s", err);
-    CHECK(rt_backend_find("cuda") && strcmp(rt_backend_find("cuda")->name, "cuda") == 0, "%s", err);
+    CHECK(rt_backend_find("opencl") == &rt_opencl_backend && rt_opencl_backend.gpu == &rt_opencl_ops, "%s", err);
+    CHECK(rt_backend_find("cuda") == &rt_cuda_backend && rt_cuda_backend.gpu == &rt_cuda_ops, "%s", err);
+    CHECK(rt_backend_find("cpu") == &rt_cpu_backend && rt_cpu_backend.gpu == NULL, "%s", err);
     CHECK(rt_backend_find("tpu") == NULL, "%s", err);
+    CHECK(strcmp(rt_backend_names(), "cpu, opencl, cuda") == 0, "%s", rt_backend_names());
+    CASE_END();
+
+    CASE_BEGIN("registry_entries_fill_every_program_member");
+    int nbe = 0;
+    for (; rt_backends[nbe]; nbe++) {
+        const rt_backend *be = rt_backends[nbe];
+        CHECK(be->name && be->label && rt_backend_find(be->name) == be, "entry %d", nbe);
+        CHECK(kiln_backend_name(nbe) && strcmp(kiln_backend_name(nbe), be->name) == 0, "entry %d", nbe);
+        CHECK(strcmp(kiln_backend_label(be->name), be->label) == 0, "%s", be->name);
+        CHECK(be->fingerprint && be->supports && be->prepare && be->release && be->bind && be->place && be->result &&
+                  be->begin && be->copy && be->host_step && be->run_kernel && be->sync && be->fetch,
+              "%s: a program-level member is missing", be->name);
+        int host_code = (be->caps & RT_CAP_HOST_CODE) != 0;
+        CHECK(host_code == (be->isa && be->emit && be->compile && be->symbol && be->module_path && be->module_free &&
+                            be->launch),
+              "%s: host-code members disagree with its caps", be->name);
+        CHECK(kiln_backend_host_memory(be->name) == ((be->caps & RT_CAP_HOST_MEMORY) != 0), "%s", be->name);
+        CHECK((be->gpu != NULL) == (be->devices != NULL), "%s: a device backend lists its devices", be->name);
+    }
+    CHECK(nbe == 3 && kiln_backend_name(nbe) == NULL && kiln_backend_name(-1) == NULL, "%d backends", nbe);
+    CHECK(kiln_backend_label("tpu") == NULL, "unknown label");
     CASE_END();
 
     CASE_BEGIN("unknown_backend_is_a_clear_error");

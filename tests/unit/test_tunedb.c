@@ -231,6 +231,43 @@ static void case_exact_seed(void) {
     CASE_END();
 }
 
+/* a bucket with no record of its own is seeded from this machine's record
+ * at another thread count first, else from the nearest shape (within 4x in
+ * n and k) at the same M bucket, batch and threads; never from another
+ * machine, another key or an unparsable bucket */
+static void case_near(void) {
+    CASE_BEGIN("lookup_near_threads_and_shapes");
+    fresh_db();
+    char err[256] = "";
+    sch_tune_record recs[] = {
+        make_rec("fpA", "k", "m<=4,n=640,k=2048,b=1,t=1", "t1 same shape", 1e-3, 2e-3, "2025-01-01T00:00:00Z"),
+        make_rec("fpA", "k", "m<=4,n=1024,k=2048,b=1,t=2", "t2 near shape", 1e-3, 2e-3, "2025-01-01T00:00:00Z"),
+        make_rec("fpA", "k", "m<=4,n=4096,k=2048,b=1,t=2", "t2 far shape", 1e-3, 2e-3, "2025-01-01T00:00:00Z"),
+        make_rec("fpA", "k", "m>4,n=640,k=2048,b=1,t=2", "large M", 1e-3, 2e-3, "2025-01-01T00:00:00Z"),
+        make_rec("fpB", "k", "m<=4,n=640,k=2048,b=1,t=3", "other machine", 1e-3, 2e-3, "2026-01-01T00:00:00Z"),
+        make_rec("fpA", "other", "m<=4,n=640,k=2048,b=1,t=4", "other key", 1e-3, 2e-3, "2026-01-01T00:00:00Z"),
+    };
+    for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++)
+        CHECK(sch_tunedb_store(&recs[i], err, sizeof err) == KILN_OK, "%s", err);
+    sch_tune_record got;
+    memset(&got, 0, sizeof got);
+    CHECK(sch_tunedb_lookup_near("fpA", "k", "m<=4,n=640,k=2048,b=1,t=2", &got) == 1 &&
+              strcmp(got.schedule, "t1 same shape") == 0,
+          "another thread count first: '%s'", got.schedule);
+    CHECK(sch_tunedb_lookup_near("fpA", "k", "m<=4,n=800,k=2048,b=1,t=2", &got) == 1 &&
+              strcmp(got.schedule, "t2 near shape") == 0,
+          "nearest shape: '%s'", got.schedule);
+    CHECK(sch_tunedb_lookup_near("fpA", "k", "m<=4,n=100,k=2048,b=1,t=2", &got) == 0, "a shape 6x away seeded");
+    CHECK(sch_tunedb_lookup_near("fpA", "k", "m>4,n=640,k=2048,b=1,t=1", &got) == 1 &&
+              strcmp(got.schedule, "large M") == 0,
+          "large M at another thread count: '%s'", got.schedule);
+    CHECK(sch_tunedb_lookup_near("fpA", "k", "m<=4,n=640,k=2048,b=2,t=2", &got) == 0, "another batch seeded");
+    CHECK(sch_tunedb_lookup_near("fpC", "k", "m<=4,n=640,k=2048,b=1,t=2", &got) == 0, "another machine seeded");
+    CHECK(sch_tunedb_lookup_near("fpA", "k", "not a bucket", &got) == 0, "unparsable bucket");
+    CHECK(sch_tunedb_lookup_near("fpA", "k", "m<=4,n=640,k=2048,b=1,t=2x", &got) == 0, "trailing text");
+    CASE_END();
+}
+
 /* five good records in a fresh DB; returns its path */
 static const char *five_records(sch_tune_record recs[5]) {
     const char *db = fresh_db();
@@ -655,6 +692,7 @@ int main(void) {
     case_roundtrip();
     case_replace();
     case_exact_seed();
+    case_near();
     case_corrupt();
     case_store_rejects();
     case_path();
