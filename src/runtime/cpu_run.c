@@ -311,6 +311,7 @@ static kiln_status split_work(kiln_program *p, const sch_kernel *K, const rt_ext
     *chunk = 0;
     *items = outer;
     *serial = (K->kind == SCH_K_SCATTER && !K->disjoint) || nthreads <= 1 || work < 32768;
+    if (K->kind == SCH_K_STREAM) inner = 1; /* a stream kernel's items are whole rows (no chunks) */
     if (!*serial && outer < 4 * (int64_t)nthreads && inner >= 2048) {
         int64_t per_row = (4 * (int64_t)nthreads + outer - 1) / outer;
         if (stage_work * per_row * 4 <= work / outer) {
