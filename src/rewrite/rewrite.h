@@ -268,6 +268,12 @@ kiln_graph *eg_optimize_graph_ex(const kiln_graph *g, const eg_ruleset *rs, cons
  * (for backends without compound kernels) and g's bindings carried over;
  * NULL with g's run error set on failure */
 kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only);
+/* the values of primitives_only: every compound op may be extracted (0), none
+ * (1: what a backend without compound kernels compiles), or SOFTMAX_CONTRACT
+ * only (2: the CPU backend's stream kernels, src/sched/stream.c) */
+#define EG_EXTRACT_ALL 0
+#define EG_EXTRACT_PRIMITIVES 1
+#define EG_EXTRACT_STREAM 2
 /* copy g's bound dimensions and input buffers, by name, to dst */
 void eg_copy_bindings(const kiln_graph *g, kiln_graph *dst);
 /* structure hash of a graph with digits dropped from input names: blocks that

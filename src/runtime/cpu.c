@@ -244,6 +244,52 @@ static double cc_rate = 1.5e-6;
 
 double rt_cc_seconds_per_byte(void) { return cc_rate; }
 
+/* code_flags: how the code is compiled; -shared makes the object. The
+ * hash covers both, as before the program could be built in parts */
+static const char *code_flags = "-O2 -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
+static const char *base_flags = "-O2 -shared -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
+
+/* src (written at cpath) compiled into tmpso, its errors into errpath;
+ * system()'s status (0: built) */
+static int cc_build(const char *src, const char *cpath, const char *cflags, const char *tmpso, const char *errpath) {
+    const char *cc = rt_cc();
+    char qc[1200], qtmp[1200], qerr[1200], cmd[5000];
+    shell_quote(qc, sizeof qc, cpath);
+    shell_quote(qtmp, sizeof qtmp, tmpso);
+    shell_quote(qerr, sizeof qerr, errpath);
+    snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s 2>%s", cc, base_flags, cflags ? cflags : "", qtmp, qc, qerr);
+    /* a large program is built in parts on all cores (cc_split.c); when that
+     * cannot be done it is compiled whole, as a small one is */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int parts = rt_cc_split_parts(strlen(src), cores > 64 ? 64 : (int)cores);
+    char part_flags[1024];
+    snprintf(part_flags, sizeof part_flags, "%s %s", code_flags, cflags ? cflags : "");
+    int st = -1;
+    int units = parts > 1 ? parts : 1;
+    rt_compile_stage("cc", 0, units);
+    /* the layers' copies of one kernel compiled once (cc_dedup.c): the unit
+     * the compiler sees, written beside the source; when it fails to build,
+     * the source as emitted is compiled and its errors reported */
+    char *tu = rt_cc_dedup(src, NULL, NULL);
+    const char *unit = tu ? tu : src;
+    size_t unit_len = strlen(unit);
+    (void)unit_len;
+    if (tu) {
+        char upath[1100], qu[1200], ucmd[5000];
+        snprintf(upath, sizeof upath, "%s.%ld.dedup.c", cpath, (long)getpid());
+        shell_quote(qu, sizeof qu, upath);
+        snprintf(ucmd, sizeof ucmd, "%s %s %s -o %s %s 2>/dev/null", cc, base_flags, cflags ? cflags : "", qtmp, qu);
+        int parts_u = rt_cc_split_parts(unit_len, cores > 64 ? 64 : (int)cores);
+        if (parts_u > 1 && rt_cc_split_build(unit, parts_u, cc, part_flags, tmpso, tmpso) == 0) st = 0;
+        else if (write_file_atomic(upath, unit, unit_len) == 0) st = system(ucmd);
+        remove(upath);
+    }
+    if (st != 0) st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
+    free(tu);
+    rt_compile_stage("cc", units, units);
+    return st;
+}
+
 kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
     *out = NULL;
     const char *cc = rt_cc();
@@ -260,10 +306,6 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
         snprintf(err, errcap, "cannot create the kernel cache directory %s (set XDG_CACHE_HOME)", dir);
         return KILN_ERR_IO;
     }
-    /* code_flags: how the code is compiled; -shared makes the object. The
-     * hash covers both, as before the program could be built in parts */
-    const char *code_flags = "-O2 -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
-    const char *base_flags = "-O2 -shared -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
     uint64_t h = 0xcbf29ce484222325ULL;
     h = fnv(h, src);
     h = fnv(h, cc);
@@ -291,44 +333,12 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
         free(m);
         return KILN_ERR_IO;
     }
-    char tmpso[1100], errpath[1100], qc[1200], qtmp[1200], qerr[1200], cmd[5000];
+    char tmpso[1100], errpath[1100];
     snprintf(tmpso, sizeof tmpso, "%s.tmp.%ld.so", sopath, (long)getpid());
     snprintf(errpath, sizeof errpath, "%s.err.%ld", sopath, (long)getpid());
-    shell_quote(qc, sizeof qc, cpath);
-    shell_quote(qtmp, sizeof qtmp, tmpso);
-    shell_quote(qerr, sizeof qerr, errpath);
-    snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s 2>%s", cc, base_flags, cflags ? cflags : "", qtmp, qc, qerr);
-    /* a large program is built in parts on all cores (cc_split.c); when that
-     * cannot be done it is compiled whole, as a small one is */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int parts = rt_cc_split_parts(strlen(src), cores > 64 ? 64 : (int)cores);
-    char part_flags[1024];
-    snprintf(part_flags, sizeof part_flags, "%s %s", code_flags, cflags ? cflags : "");
     double t_cc = now_s();
-    int st = -1;
-    int units = parts > 1 ? parts : 1;
-    rt_compile_stage("cc", 0, units);
-    /* the layers' copies of one kernel compiled once (cc_dedup.c): the unit
-     * the compiler sees, written beside the source; when it fails to build,
-     * the source as emitted is compiled and its errors reported */
-    char *tu = rt_cc_dedup(src, NULL, NULL);
-    const char *unit = tu ? tu : src;
-    size_t unit_len = strlen(unit);
-    (void)unit_len;
-    if (tu) {
-        char upath[1100], qu[1200], ucmd[5000];
-        snprintf(upath, sizeof upath, "%s.%ld.dedup.c", cpath, (long)getpid());
-        shell_quote(qu, sizeof qu, upath);
-        snprintf(ucmd, sizeof ucmd, "%s %s %s -o %s %s 2>/dev/null", cc, base_flags, cflags ? cflags : "", qtmp, qu);
-        int parts_u = rt_cc_split_parts(unit_len, cores > 64 ? 64 : (int)cores);
-        if (parts_u > 1 && rt_cc_split_build(unit, parts_u, cc, part_flags, tmpso, tmpso) == 0) st = 0;
-        else if (write_file_atomic(upath, unit, unit_len) == 0) st = system(ucmd);
-        remove(upath);
-    }
-    if (st != 0) st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
-    free(tu);
+    int st = cc_build(src, cpath, cflags, tmpso, errpath);
     t_cc = now_s() - t_cc;
-    rt_compile_stage("cc", units, units);
     /* wall seconds per emitted byte of a whole program, for estimates
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
      * kernels with nothing to share, ~10x the seconds per byte, and teach

@@ -26,6 +26,7 @@
 #include "tunedb.h"
 #include "tune_generic.h"
 #include "../codegen/emit_contract.h"
+#include "stream_select.h"
 
 static int contract_shape(const kiln_program *p, int32_t k, const int64_t *values, int bucket, sch_contract_shape *sh);
 
@@ -70,12 +71,19 @@ static const rt_backend *compile_checks(kiln_graph *g, const kiln_compile_option
 }
 
 /* the first step of compiling: graph -> e-graph -> saturation -> extraction
- * (primitives only: no backend has compound kernels yet); KILN_EGRAPH=0 skips it */
+ * (primitives, and on the CPU the streaming SOFTMAX_CONTRACT where
+ * stream_select.c asks for it and the kernel layer takes it); KILN_EGRAPH=0
+ * skips it */
 static kiln_status compile_rewrite(kiln_program *p) {
     kiln_graph *g = p->plan.user;
     const char *eg_env = getenv("KILN_EGRAPH");
     if (eg_env && strcmp(eg_env, "0") == 0) return KILN_OK;
-    kiln_graph *work = eg_optimize_for_backend(g, 1);
+    int mode = rt_stream_extract_mode(p->plan.be->name);
+    kiln_graph *work = eg_optimize_for_backend(g, mode);
+    if (work && mode == EG_EXTRACT_STREAM && !rt_stream_kernelizes(work)) {
+        kiln_graph_free(work);
+        work = eg_optimize_for_backend(g, EG_EXTRACT_PRIMITIVES);
+    }
     if (!work) return g->status != KILN_OK ? g->status : KILN_ERR_INVALID;
     int same_outputs = work->noutputs == g->noutputs;
     for (int32_t i = 0; same_outputs && i < g->noutputs; i++)
