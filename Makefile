@@ -15,7 +15,7 @@ SAN     ?=
 CFLAGS_BASE = -std=c11 -D_POSIX_C_SOURCE=200809L -g $(OPT) -fPIC -fvisibility=hidden $(SAN) \
               -Wall -Wextra -Wshadow -Wconversion -Werror=implicit-function-declaration \
               -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn \
-              -Isrc/rewrite -Isrc/sched -Isrc/codegen -Isrc/runtime
+              -Isrc/rewrite -Isrc/sched -Isrc/codegen -Isrc/runtime -Isrc/onnx
 CFLAGS  += $(CFLAGS_BASE)
 LDLIBS  = -lm -ldl -lpthread
 
@@ -33,7 +33,7 @@ endif
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-asan run clean fuzz-graphs fuzz fuzz-chat install uninstall FORCE
+.PHONY: all test test-asan run clean fuzz-graphs fuzz fuzz-chat fuzz-onnx onnx-conformance onnx-light install uninstall FORCE
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln
 
 $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*/*.h src/ir/*.def)
@@ -133,6 +133,28 @@ fuzz: $(BUILD)/libkiln.so
 	    tests/fuzz/fuzz_gguf.c $(LIB_SRC) -lm -ldl -lpthread -o $(BUILD)/fuzz_gguf
 	py=$$(sh tools/pyenv.sh) && KILN_LIB=$(BUILD)/libkiln.so $$py tests/fuzz/make_corpus.py $(BUILD)/fuzz-corpus
 	$(BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 $(BUILD)/fuzz-corpus
+
+# libFuzzer on the ONNX reader and importer (clang), seeded with small models;
+# the importer and the interpreter need only the layers below the compiler
+FUZZ_ONNX_SRC = $(filter src/base/% src/ir/% src/nn/% src/ref/% src/onnx/%,$(LIB_SRC))
+fuzz-onnx: $(BUILD)/libkiln.so
+	@mkdir -p $(BUILD)/fuzz-onnx-corpus
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/ref -Isrc/nn -Isrc/rewrite -Isrc/onnx \
+	    tests/fuzz/fuzz_onnx.c $(FUZZ_ONNX_SRC) -lm -ldl -lpthread -o $(BUILD)/fuzz_onnx
+	py=$$(sh tools/pyenv.sh) && $$py tests/fuzz/make_onnx_corpus.py $(BUILD)/fuzz-onnx-corpus
+	$(BUILD)/fuzz_onnx -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 $(BUILD)/fuzz-onnx-corpus
+
+# ONNX's node test cases (from the pinned onnx package) through kiln's reference
+# interpreter and compiled code; prints "N passed, N failed, N unsupported"
+ONNX_JOBS ?= 2
+onnx-conformance: $(BUILD)/libkiln.so
+	py=$$(sh tools/pyenv.sh) && KILN_LIB=$(CURDIR)/$(BUILD)/libkiln.so KILN_POISON_RESULTS=1 \
+	    $$py tests/onnx/conformance.py --jobs $(ONNX_JOBS)
+
+# the nine light models of the onnx package, compiled, vs their expected outputs
+onnx-light: $(BUILD)/libkiln.so
+	py=$$(sh tools/pyenv.sh) && KILN_LIB=$(CURDIR)/$(BUILD)/libkiln.so $$py tests/onnx/light_models.py
 
 # libFuzzer on the chat-template renderer, seeded with the published templates
 fuzz-chat:

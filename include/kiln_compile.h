@@ -79,7 +79,17 @@ typedef struct kiln_compile_options {
     int gpu_resident;        /* 1: weights and states stay on the device (KILN_GPU_RESIDENT) */
     int gpu_emit_only;       /* 1: emit GPU source only, open no device (KILN_GPU_EMIT_ONLY) */
     const char *cuda_archs;  /* with gpu_emit_only: NVRTC-check CUDA code for these archs (KILN_CUDA_ARCHS) */
+    int stream;              /* 1: the CPU extracts attention in the streaming form (KILN_STREAM=1) */
 } kiln_compile_options;
+
+/* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,
+ * done, total) is called at each stage: "e-graph" (rewriting), "kernels"
+ * (fusion and scheduling), then on the CPU "cached" (the compiled code was
+ * in the kernel cache) or "cc" (the C compiler builds `total` units: done 0
+ * at the start, total at the end; a search's candidates are compiled the
+ * same way). One observer per process, set before compiling; NULL: none. */
+typedef void (*kiln_compile_observer)(void *ctx, const char *stage, int done, int total);
+KILN_API void kiln_set_compile_observer(kiln_compile_observer fn, void *ctx);
 
 /* options with every field at its default: the knobs as the environment sets them */
 KILN_API kiln_compile_options kiln_compile_defaults(void);

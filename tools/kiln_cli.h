@@ -32,6 +32,10 @@ int cmd_perplexity(int argc, char **argv);
 /* "kiln CMD: N contractions: decode ... ; prefill ..." on stderr (compiled models only) */
 void kiln_cli_print_arith(const char *cmd, model *m);
 
+/* onnx_cli.c: `run`, `bench` and `explain` with -m MODEL.onnx */
+int kiln_onnx_cli_wants(int argc, char **argv);
+int kiln_onnx_cli(const char *cmd, int argc, char **argv);
+
 /* chat_cli.c: chat for run and serve */
 char *kiln_cli_read_text(const char *cmd, const char *path); /* whole file, NUL-terminated */
 /* one stderr line: which template --chat uses; a warning when the model has none */

@@ -67,6 +67,7 @@ static void read_compile(kiln_compile_options *o) {
     const char *eo = str("KILN_GPU_EMIT_ONLY");
     o->gpu_emit_only = eo && eo[0] != '0';
     o->cuda_archs = str("KILN_CUDA_ARCHS");
+    o->stream = is_one("KILN_STREAM");
 }
 
 static void read_host(kiln_host_options *h) {

@@ -93,7 +93,7 @@ kiln_graph *eg_optimize_graph_ex(const kiln_graph *g, const eg_ruleset *rs, cons
                                  eg_run_report *rep, char *err, size_t cap) {
     eg_kiln *ek = ek_from_graph(g, err, cap);
     if (!ek) return NULL;
-    ek->primitives_only = primitives_only & 1;
+    ek->primitives_only = primitives_only & ~EG_PLAIN_COSTS;
     eg_run_report local;
     eg_run(ek, rs, lim, rep ? rep : &local);
     if (!rep) eg_report_free(&local);

@@ -71,7 +71,7 @@ kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only, int plai
     char err[512];
     eg_run_report rep;
     memset(&rep, 0, sizeof rep);
-    int flags = (primitives_only ? 1 : 0) | (plain_costs ? EG_PLAIN_COSTS : 0);
+    int flags = primitives_only | (plain_costs ? EG_PLAIN_COSTS : 0);
     kiln_graph *out = eg_optimize_graph_ex(g, default_rules(), &compile_limits, flags, &rep, err, sizeof err);
     eg_report_free(&rep);
     if (!out) {

@@ -37,6 +37,7 @@
 #include "cache_trim.h"
 #include "cc_dedup.h"
 #include "cc_split.h"
+#include "progress.h"
 
 struct rt_module {
     void *handle;
@@ -243,55 +244,16 @@ static double cc_rate = 1.5e-6;
 
 double rt_cc_seconds_per_byte(void) { return cc_rate; }
 
-kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
-    *out = NULL;
-    const char *cc = rt_cc();
-    const char *ident = rt_cc_identity();
-    if (!ident) {
-        snprintf(err, errcap,
-                 "no C compiler: '%s --version' did not run. kiln compiles kernels with the C compiler in "
-                 "$KILN_CC (default 'cc'); install one or set KILN_CC to a working compiler",
-                 cc);
-        return KILN_ERR_IO;
-    }
-    char dir[900];
-    if (cache_dir(dir, sizeof dir) != 0) {
-        snprintf(err, errcap, "cannot create the kernel cache directory %s (set XDG_CACHE_HOME)", dir);
-        return KILN_ERR_IO;
-    }
-    /* code_flags: how the code is compiled; -shared makes the object. The
-     * hash covers both, as before the program could be built in parts */
-    const char *code_flags = "-O2 -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
-    const char *base_flags = "-O2 -shared -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv(h, src);
-    h = fnv(h, cc);
-    h = fnv(h, ident);
-    h = fnv(h, base_flags);
-    h = fnv(h, cflags ? cflags : "");
-    char cpath[1024], sopath[1024];
-    snprintf(cpath, sizeof cpath, "%s/kiln-%016llx.c", dir, (unsigned long long)h);
-    snprintf(sopath, sizeof sopath, "%s/kiln-%016llx.so", dir, (unsigned long long)h);
+/* code_flags: how the code is compiled; -shared makes the object. The
+ * hash covers both, as before the program could be built in parts */
+static const char *code_flags = "-O2 -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
+static const char *base_flags = "-O2 -shared -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
 
-    rt_module *m = kiln_xcalloc(1, sizeof *m);
-    snprintf(m->path, sizeof m->path, "%s", sopath);
-    if (access(sopath, R_OK) == 0) {
-        m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
-        if (m->handle) {
-            utimensat(AT_FDCWD, sopath, NULL, 0); /* recently used: the trim keeps it */
-            *out = m;
-            return KILN_OK;
-        }
-        remove(sopath); /* damaged: rebuild it */
-    }
-    if (write_file_atomic(cpath, src, strlen(src)) != 0) {
-        snprintf(err, errcap, "cannot write the kernel source %s", cpath);
-        free(m);
-        return KILN_ERR_IO;
-    }
-    char tmpso[1100], errpath[1100], qc[1200], qtmp[1200], qerr[1200], cmd[5000];
-    snprintf(tmpso, sizeof tmpso, "%s.tmp.%ld.so", sopath, (long)getpid());
-    snprintf(errpath, sizeof errpath, "%s.err.%ld", sopath, (long)getpid());
+/* src (written at cpath) compiled into tmpso, its errors into errpath;
+ * system()'s status (0: built) */
+static int cc_build(const char *src, const char *cpath, const char *cflags, const char *tmpso, const char *errpath) {
+    const char *cc = rt_cc();
+    char qc[1200], qtmp[1200], qerr[1200], cmd[5000];
     shell_quote(qc, sizeof qc, cpath);
     shell_quote(qtmp, sizeof qtmp, tmpso);
     shell_quote(qerr, sizeof qerr, errpath);
@@ -302,8 +264,9 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     int parts = rt_cc_split_parts(strlen(src), cores > 64 ? 64 : (int)cores);
     char part_flags[1024];
     snprintf(part_flags, sizeof part_flags, "%s %s", code_flags, cflags ? cflags : "");
-    double t_cc = kiln_now_s();
     int st = -1;
+    int units = parts > 1 ? parts : 1;
+    rt_compile_stage("cc", 0, units);
     /* the layers' copies of one kernel compiled once (cc_dedup.c): the unit
      * the compiler sees, written beside the source; when it fails to build,
      * the source as emitted is compiled and its errors reported */
@@ -323,6 +286,58 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     }
     if (st != 0) st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
     free(tu);
+    rt_compile_stage("cc", units, units);
+    return st;
+}
+
+kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
+    *out = NULL;
+    const char *cc = rt_cc();
+    const char *ident = rt_cc_identity();
+    if (!ident) {
+        snprintf(err, errcap,
+                 "no C compiler: '%s --version' did not run. kiln compiles kernels with the C compiler in "
+                 "$KILN_CC (default 'cc'); install one or set KILN_CC to a working compiler",
+                 cc);
+        return KILN_ERR_IO;
+    }
+    char dir[900];
+    if (cache_dir(dir, sizeof dir) != 0) {
+        snprintf(err, errcap, "cannot create the kernel cache directory %s (set XDG_CACHE_HOME)", dir);
+        return KILN_ERR_IO;
+    }
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv(h, src);
+    h = fnv(h, cc);
+    h = fnv(h, ident);
+    h = fnv(h, base_flags);
+    h = fnv(h, cflags ? cflags : "");
+    char cpath[1024], sopath[1024];
+    snprintf(cpath, sizeof cpath, "%s/kiln-%016llx.c", dir, (unsigned long long)h);
+    snprintf(sopath, sizeof sopath, "%s/kiln-%016llx.so", dir, (unsigned long long)h);
+
+    rt_module *m = kiln_xcalloc(1, sizeof *m);
+    snprintf(m->path, sizeof m->path, "%s", sopath);
+    if (access(sopath, R_OK) == 0) {
+        m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
+        if (m->handle) {
+            utimensat(AT_FDCWD, sopath, NULL, 0); /* recently used: the trim keeps it */
+            rt_compile_stage("cached", 1, 1);
+            *out = m;
+            return KILN_OK;
+        }
+        remove(sopath); /* damaged: rebuild it */
+    }
+    if (write_file_atomic(cpath, src, strlen(src)) != 0) {
+        snprintf(err, errcap, "cannot write the kernel source %s", cpath);
+        free(m);
+        return KILN_ERR_IO;
+    }
+    char tmpso[1100], errpath[1100];
+    snprintf(tmpso, sizeof tmpso, "%s.tmp.%ld.so", sopath, (long)getpid());
+    snprintf(errpath, sizeof errpath, "%s.err.%ld", sopath, (long)getpid());
+    double t_cc = kiln_now_s();
+    int st = cc_build(src, cpath, cflags, tmpso, errpath);
     t_cc = kiln_now_s() - t_cc;
     /* wall seconds per emitted byte of a whole program, for estimates
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-

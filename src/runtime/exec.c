@@ -23,9 +23,11 @@
 #include "search.h"
 #include "cc_split.h"
 #include "tune.h"
+#include "progress.h"
 #include "tunedb.h"
 #include "tune_generic.h"
 #include "../codegen/emit_contract.h"
+#include "stream_select.h"
 
 static int contract_shape(const kiln_program *p, int32_t k, const int64_t *values, int bucket, sch_contract_shape *sh);
 
@@ -65,12 +67,18 @@ static const rt_backend *compile_checks(kiln_graph *g, const kiln_compile_option
 }
 
 /* the first step of compiling: graph -> e-graph -> saturation -> extraction
- * (primitives only: no backend has compound kernels yet); the option
+ * (primitives, and on the CPU the streaming SOFTMAX_CONTRACT where
+ * stream_select.c asks for it and the kernel layer takes it); the option
  * no_egraph skips it */
 static kiln_status compile_rewrite(kiln_program *p) {
     kiln_graph *g = p->plan.user;
     if (p->plan.opt.no_egraph) return KILN_OK;
-    kiln_graph *work = eg_optimize_for_backend(g, 1, p->plan.opt.eg_plain);
+    int mode = rt_stream_extract_mode(p->plan.be->name, p->plan.opt.stream);
+    kiln_graph *work = eg_optimize_for_backend(g, mode, p->plan.opt.eg_plain);
+    if (work && mode == EG_EXTRACT_STREAM && !rt_stream_kernelizes(work)) {
+        kiln_graph_free(work);
+        work = eg_optimize_for_backend(g, EG_EXTRACT_PRIMITIVES, p->plan.opt.eg_plain);
+    }
     if (!work) return g->status != KILN_OK ? g->status : KILN_ERR_INVALID;
     int same_outputs = work->noutputs == g->noutputs;
     for (int32_t i = 0; same_outputs && i < g->noutputs; i++)
@@ -141,7 +149,9 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->plan.opt = o;
     p->tune.budget = o.search_budget;
     p->tune.inject_wrong = o.inject_wrong;
+    rt_compile_stage("e-graph", 0, 1);
     s = compile_rewrite(p);
+    if (s == KILN_OK) rt_compile_stage("kernels", 0, 1);
     if (s == KILN_OK) s = compile_kernels(p, err, sizeof err);
     if (s == KILN_OK) {
         alloc_run_state(p);

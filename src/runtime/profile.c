@@ -16,6 +16,17 @@
 #include "program.h"
 #include "search.h"
 
+static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
+
+/* the slowest kernel not shown yet, marked shown */
+static int32_t next_slowest(const kiln_program *p, int8_t *shown) {
+    int32_t best = -1;
+    for (int32_t k = 0; k < p->plan.sp.nkernels; k++)
+        if (!shown[k] && (best < 0 || p->prof.secs[k] > p->prof.secs[best])) best = k;
+    shown[best] = 1;
+    return best;
+}
+
 /* KILN_PROFILE=1: the slowest kernels of the program, on stderr, when it is freed */
 void rt_profile_print(const kiln_program *p) {
     double total = 0;
@@ -25,12 +36,8 @@ void rt_profile_print(const kiln_program *p) {
             p->prof.runs ? 1e3 * total / (double)p->prof.runs : 0.0, (int)nk);
     int8_t *shown = kiln_xcalloc((size_t)nk + 1, 1);
     for (int i = 0; i < 15 && i < nk; i++) {
-        int32_t best = -1;
-        for (int32_t k = 0; k < nk; k++)
-            if (!shown[k] && (best < 0 || p->prof.secs[k] > p->prof.secs[best])) best = k;
-        shown[best] = 1;
+        int32_t best = next_slowest(p, shown);
         const sch_kernel *K = &p->plan.sp.kernels[best];
-        static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
         fprintf(stderr, "  kernel %4d %-8s %-8s %5.1f%% %9.3f ms/run  (%d fused, %d stages)\n", (int)best, kinds[K->kind],
                 K->root >= 0 ? op_table[p->plan.g->nodes[K->root].op].name : "output", total > 0 ? 100 * p->prof.secs[best] / total : 0,
                 p->prof.runs ? 1e3 * p->prof.secs[best] / (double)p->prof.runs : 0.0, (int)K->nfused, (int)K->nstages);
@@ -134,12 +141,8 @@ char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflo
     sch_appendf(&buf, &len, &cap, "|-------:|----------|------------------------------------|-------:|----------:|----------:|--------:|-------:|---------:|---------:|\n");
     int8_t *shown = kiln_xcalloc((size_t)nk + 1, 1);
     for (int i = 0; i < max_rows && i < nk; i++) {
-        int32_t best = -1;
-        for (int32_t k = 0; k < nk; k++)
-            if (!shown[k] && (best < 0 || p->prof.secs[k] > p->prof.secs[best])) best = k;
-        shown[best] = 1;
+        int32_t best = next_slowest(p, shown);
         const sch_kernel *K = &p->plan.sp.kernels[best];
-        static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
         char what[64];
         if (K->contract)
             snprintf(what, sizeof what, "contract %s x f32", kiln_dtype_name(p->plan.sp.bufs[K->contract->b_buf].dtype));
@@ -170,7 +173,6 @@ char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflo
     int gn[NGROUP], ng = 0;
     for (int32_t k = 0; k < nk; k++) {
         const sch_kernel *K = &p->plan.sp.kernels[k];
-        static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
         char name[32];
         if (K->contract) snprintf(name, sizeof name, "contract %s", kiln_dtype_name(p->plan.sp.bufs[K->contract->b_buf].dtype));
         else snprintf(name, sizeof name, "%s", kinds[K->kind]);

@@ -139,6 +139,7 @@ void *rt_arena_alloc(rt_arena *a, size_t bytes) {
     struct rt_arena_chunk *c = a->chunks;
     if (!c || c->cap - c->used < need) {
         size_t cap = need > least ? (need + huge - 1) / huge * huge : least;
+        if (a->limit && a->held + cap > a->limit) return NULL; /* the copies' memory is spent */
         c = calloc(1, sizeof *c);
         void *base = NULL;
         if (!c || posix_memalign(&base, huge, cap) != 0) {
@@ -152,6 +153,7 @@ void *rt_arena_alloc(rt_arena *a, size_t bytes) {
         c->cap = cap;
         c->next = a->chunks;
         a->chunks = c;
+        a->held += cap;
     }
     void *piece = c->base + c->used;
     c->used += need;
@@ -166,6 +168,7 @@ void rt_arena_release(rt_arena *a, void *piece) {
         if ((uint8_t *)piece < c->base || (uint8_t *)piece >= c->base + c->used) continue;
         if (--c->live == 0) {
             *at = c->next;
+            a->held -= c->cap;
             free(c->base);
             free(c);
         }
@@ -180,4 +183,5 @@ void rt_arena_free(rt_arena *a) {
         free(c->base);
         free(c);
     }
+    a->held = 0;
 }

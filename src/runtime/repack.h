@@ -48,6 +48,8 @@ struct rt_arena_chunk { /* [base, base + cap): pieces cut up to used, live of th
 };
 struct rt_arena {
     struct rt_arena_chunk *chunks; /* newest first; pieces are cut from the newest */
+    size_t held;                   /* bytes of every chunk */
+    size_t limit;                  /* 0: none; else a chunk past it is not made (the piece is NULL) */
 };
 void *rt_arena_alloc(rt_arena *a, size_t bytes);
 void rt_arena_release(rt_arena *a, void *piece); /* NULL: nothing */

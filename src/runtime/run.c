@@ -337,12 +337,11 @@ static kiln_status kernel_error(kiln_program *p, int32_t k, int code) {
 static kiln_status run_kernels(kiln_program *p) {
     const rt_backend *be = p->plan.be;
     const sch_program *sp = &p->plan.sp;
-    char err[4096] = "", what[32];
+    char err[4096] = "";
     for (int32_t k = 0; k < sp->nkernels; k++) {
         const sch_kernel *K = &sp->kernels[k];
         kiln_status s = KILN_OK;
         err[0] = 0;
-        snprintf(what, sizeof what, "kernel %d: ", (int)k);
         if (K->kind == SCH_K_COPY) {
             size_t n = p->run.bytes[K->src_buf] < p->run.bytes[K->out_buf] ? p->run.bytes[K->src_buf]
                                                                            : p->run.bytes[K->out_buf];
@@ -357,7 +356,11 @@ static kiln_status run_kernels(kiln_program *p) {
             s = be->run_kernel(p, k, &e, err, sizeof err);
             if (s == KILN_ERR_RANGE && !err[0]) return kernel_error(p, k, RT_KERR_RANGE);
         }
-        if (s != KILN_OK) return hook_failed(p, s, err, what);
+        if (s != KILN_OK) {
+            char what[32]; /* worded only on failure: this loop runs for every kernel of every run */
+            snprintf(what, sizeof what, "kernel %d: ", (int)k);
+            return hook_failed(p, s, err, what);
+        }
     }
     return KILN_OK;
 }
@@ -377,18 +380,18 @@ static kiln_status finish_kernels(kiln_program *p) {
 static kiln_status fetch_outputs(kiln_program *p, output_value *res) {
     const sch_program *sp = &p->plan.sp;
     kiln_graph *g = p->plan.g;
-    char err[4096] = "", pre[600] = "";
+    char err[4096] = "", pre[600];
     if (p->plan.be->caps & RT_CAP_HOST_MEMORY) return KILN_OK;
     for (int32_t b = 0; b < sp->nbufs; b++) {
         const sch_buf *B = &sp->bufs[b];
         kiln_status s = KILN_OK;
         if (B->kind == SCH_BUF_RESULT) {
             s = p->plan.be->fetch(p, b, res[B->output].data, res[B->output].bytes, err, sizeof err);
-            snprintf(pre, sizeof pre, "output '%s': ", g->outputs[B->output].name);
+            if (s != KILN_OK) snprintf(pre, sizeof pre, "output '%s': ", g->outputs[B->output].name);
         } else if (B->kind == SCH_BUF_STATE) {
             const input_binding *bind = rt_run_binding(p, b);
             if (bind) s = p->plan.be->fetch(p, b, bind->data, p->run.bytes[b], err, sizeof err);
-            snprintf(pre, sizeof pre, "state '%s': ", g->nodes[B->node].name);
+            if (s != KILN_OK) snprintf(pre, sizeof pre, "state '%s': ", g->nodes[B->node].name);
         }
         if (s != KILN_OK) return hook_failed(p, s, err, pre);
     }

@@ -454,6 +454,24 @@ def t_first_run_search():
     assert r.returncode == 0 and b"searching for up to" in r.stderr, r.stderr[-400:]
 
 
+def t_compile_says_why():
+    """a compile that builds C says so and why (the kernel cache had no code
+    for this model, context and schedules); a second start from the same
+    cache builds nothing and says nothing; another context length builds
+    again"""
+    cache = tempfile.mkdtemp(prefix="kiln_cc_cache_")
+    env = dict(ENV, XDG_CACHE_HOME=cache)
+    args = [KILN, "run", "-m", GEMMA, "-p", PROMPT, "--temp", "0", "-n", "2", "-t", "1"]
+    runs = [subprocess.run(args + extra, capture_output=True, env=env, timeout=300)
+            for extra in ([], [], ["-c", "32"])]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-400:]
+    errs = [r.stderr.decode(errors="replace") for r in runs]
+    assert "compiled the kernels (" in errs[0] and "no code for this model" in errs[0], errs[0][-600:]
+    assert "compiled the kernels" not in errs[1], "a cached start compiled: %r" % errs[1][-400:]
+    assert "compiled the kernels (" in errs[2], "a new context length did not compile: %r" % errs[2][-400:]
+
+
 def t_bench():
     r = kiln("bench", "-m", LLAMA, "-p", 16, "-n", 8, "-r", 2, "-t", 1)
     assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.err[-400:])
@@ -543,6 +561,7 @@ suite.case("usage_errors", t_usage_errors)
 suite.case("help_text", t_help)
 suite.case("terminal_order_echo", t_terminal_order)
 suite.case("first_run_search", t_first_run_search)
+suite.case("compile_says_why", t_compile_says_why)
 suite.case("bench_table_and_json", t_bench)
 suite.case("bench_profile", t_bench_profile)
 suite.case("explain_model", t_explain_model)

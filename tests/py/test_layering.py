@@ -12,6 +12,7 @@ so a checker that finds nothing cannot pass.
 
 The layers as they stand (docs/ARCHITECTURE.md, "Folder layering"):
     base < ir < {ref, nn, rewrite, model, sched} < codegen < runtime
+    nn < onnx (the ONNX importer sits at the model layer)
 (model reaches the compiler only through the public API in
 include/kiln_compile.h, which is outside src/ and so no folder edge).
 """

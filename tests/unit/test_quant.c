@@ -657,7 +657,21 @@ static void test_repack_arena(void) {
     uint8_t *again = rt_arena_alloc(&a, 100);
     CHECK(again != NULL, "a piece after every chunk went");
     rt_arena_free(&a);
-    CHECK(a.chunks == NULL, "rt_arena_free");
+    CHECK(a.chunks == NULL && a.held == 0, "rt_arena_free");
+    /* a limit: no chunk past it (the piece is NULL), room again once a
+     * chunk goes; held counts every chunk */
+    a.limit = (size_t)48 << 20;
+    uint8_t *p1 = rt_arena_alloc(&a, (size_t)30 << 20);
+    CHECK(p1 && a.held == (size_t)32 << 20, "first chunk under the limit: held %zu", a.held);
+    CHECK(rt_arena_alloc(&a, (size_t)30 << 20) == NULL && a.held == (size_t)32 << 20, "a chunk past the limit made");
+    uint8_t *p2 = rt_arena_alloc(&a, (size_t)1 << 20);
+    CHECK(p2 != NULL, "a piece that fits the current chunk refused");
+    rt_arena_release(&a, p1);
+    rt_arena_release(&a, p2);
+    CHECK(a.held == 0, "held %zu after the chunk went", a.held);
+    uint8_t *p3 = rt_arena_alloc(&a, (size_t)30 << 20);
+    CHECK(p3 != NULL, "no room after the chunk went");
+    rt_arena_free(&a);
     CASE_END();
 }
 

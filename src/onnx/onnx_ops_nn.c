@@ -1,0 +1,450 @@
+/* onnx_ops_nn.c — ONNX's network operators: MatMul, Gemm, Conv (grouped,
+ * dilated, padded, strided, 1-3 spatial dims), MaxPool, AveragePool, the
+ * global pools, BatchNormalization (inference), LayerNormalization,
+ * InstanceNormalization, LRN, Softmax, LogSoftmax.
+ *
+ * Convolution and pooling read their input through pad and window views (no
+ * im2col copy); a convolution is then one SUM(MUL(expand, expand)), the form
+ * kiln's contraction recognition takes. Max pooling pads with -inf by a mask
+ * (kiln_pad adds zeros), average pooling divides by the count of the cells
+ * each window covers, computed the same way.
+ *
+ * Invariants: sizes that windows need (kernel sizes, strides, the spatial
+ * dims) must be constants; anything else is an error naming the operator.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "graph.h"
+#include "nn_util.h"
+#include "onnx_imp.h"
+
+#define MAXS 3 /* spatial dims */
+
+static int rank_of(imp_ctx *c, kiln_tensor x) { return kiln_ndim(c->g, x); }
+
+static int matmul(imp_ctx *c, const ox_node *n) {
+    kiln_tensor a = imp_in(c, n, 0), b = imp_in(c, n, 1);
+    if (!imp_check(c, a) || !imp_check(c, b)) return 0;
+    return imp_set(c, n, 0, kiln_matmul(c->g, a, b), imp_in_dtype(c, n, 0));
+}
+
+static int gemm(imp_ctx *c, const ox_node *n) {
+    kiln_tensor a = imp_in(c, n, 0), b = imp_in(c, n, 1);
+    if (!imp_check(c, a) || !imp_check(c, b)) return 0;
+    kiln_graph *g = c->g;
+    if (rank_of(c, a) != 2 || rank_of(c, b) != 2) return imp_fail(c, KILN_ERR_SHAPE, "Gemm needs 2-D A and B");
+    if (imp_attr_i(n, "transA", 0)) a = kiln_transpose(g, a, 0, 1);
+    kiln_tensor y = imp_attr_i(n, "transB", 0) ? kiln_linear(g, a, b, KILN_NONE) : kiln_matmul(g, a, b);
+    double alpha = imp_attr_f(n, "alpha", 1.0), beta = imp_attr_f(n, "beta", 1.0);
+    if (alpha != 1.0) y = nn_scale(g, y, alpha);
+    if (imp_has(n, 2) && beta != 0.0) {
+        kiln_tensor cc = imp_in(c, n, 2);
+        if (beta != 1.0) cc = nn_scale(g, cc, beta);
+        y = kiln_add(g, y, cc);
+    }
+    return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
+}
+
+/* the window geometry shared by Conv and the pools */
+typedef struct geom {
+    int k;                            /* spatial dims */
+    int64_t in[MAXS], ker[MAXS], stride[MAXS], dil[MAXS], pb[MAXS], pe[MAXS], out[MAXS], extra[MAXS];
+} geom;
+
+static int ints_or(const ox_node *n, const char *name, int k, int64_t *out, int64_t def) {
+    const int64_t *a;
+    int m = imp_attr_ints(n, name, &a);
+    for (int i = 0; i < k; i++) out[i] = m ? (i < m ? a[i] : def) : def;
+    return m == 0 || m == k || (!strcmp(name, "pads") && m == 2 * k);
+}
+
+/* kernel sizes ker[] must be filled; reads strides, dilations, pads,
+ * auto_pad, ceil_mode from the node */
+static int geometry(imp_ctx *c, const ox_node *n, kiln_tensor x, geom *gm, int ceil_ok) {
+    gm->k = rank_of(c, x) - 2;
+    int k = gm->k;
+    if (k < 1 || k > MAXS) return imp_fail(c, KILN_ERR_UNSUPPORTED, "%s with %d spatial dims", n->op_type, k);
+    for (int i = 0; i < k; i++) {
+        gm->in[i] = imp_dim_const(c, x, 2 + i);
+        if (gm->in[i] < 0) return imp_fail(c, KILN_ERR_UNSUPPORTED, "%s over a symbolic spatial dim", n->op_type);
+        if (gm->ker[i] < 1) return imp_fail(c, KILN_ERR_INVALID, "%s: kernel size %lld", n->op_type, (long long)gm->ker[i]);
+    }
+    int64_t pads[2 * MAXS];
+    const int64_t *pa;
+    int np = imp_attr_ints(n, "pads", &pa);
+    if (np && np != 2 * k) return imp_fail(c, KILN_ERR_INVALID, "%s: %d pads for %d dims", n->op_type, np, k);
+    for (int i = 0; i < 2 * k; i++) pads[i] = np ? pa[i] : 0;
+    if (!ints_or(n, "strides", k, gm->stride, 1) || !ints_or(n, "dilations", k, gm->dil, 1))
+        return imp_fail(c, KILN_ERR_INVALID, "%s: strides or dilations of the wrong length", n->op_type);
+    int ceil_mode = (int)imp_attr_i(n, "ceil_mode", 0);
+    if (ceil_mode && !ceil_ok) return imp_fail(c, KILN_ERR_UNSUPPORTED, "%s: ceil_mode", n->op_type);
+    const char *ap = imp_attr_s(n, "auto_pad", "NOTSET");
+    for (int i = 0; i < k; i++) {
+        if (gm->stride[i] < 1 || gm->dil[i] < 1) return imp_fail(c, KILN_ERR_INVALID, "%s: stride or dilation < 1", n->op_type);
+        int64_t span = (gm->ker[i] - 1) * gm->dil[i] + 1;
+        if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+            int64_t o = (gm->in[i] + gm->stride[i] - 1) / gm->stride[i];
+            int64_t tot = (o - 1) * gm->stride[i] + span - gm->in[i];
+            if (tot < 0) tot = 0;
+            gm->pb[i] = !strcmp(ap, "SAME_UPPER") ? tot / 2 : tot - tot / 2;
+            gm->pe[i] = tot - gm->pb[i];
+        } else if (!strcmp(ap, "VALID")) {
+            gm->pb[i] = gm->pe[i] = 0;
+        } else if (!strcmp(ap, "NOTSET")) {
+            gm->pb[i] = pads[i];
+            gm->pe[i] = pads[i + k];
+        } else return imp_fail(c, KILN_ERR_UNSUPPORTED, "%s: auto_pad '%s'", n->op_type, ap);
+        if (gm->pb[i] < 0 || gm->pe[i] < 0) return imp_fail(c, KILN_ERR_UNSUPPORTED, "%s: negative pads", n->op_type);
+        int64_t room = gm->in[i] + gm->pb[i] + gm->pe[i] - span;
+        if (room < 0) return imp_fail(c, KILN_ERR_UNSUPPORTED, "%s: the kernel is larger than the padded input", n->op_type);
+        gm->out[i] = (ceil_mode ? (room + gm->stride[i] - 1) / gm->stride[i] : room / gm->stride[i]) + 1;
+        /* ceil mode: the last window must start inside the input or the left padding */
+        if (ceil_mode && (gm->out[i] - 1) * gm->stride[i] >= gm->in[i] + gm->pb[i]) gm->out[i]--;
+        int64_t need = (gm->out[i] - 1) * gm->stride[i] + span;
+        gm->extra[i] = need > gm->in[i] + gm->pb[i] + gm->pe[i] ? need - (gm->in[i] + gm->pb[i] + gm->pe[i]) : 0;
+    }
+    return 1;
+}
+
+/* x (N, C, s...) padded (pads and ceil-mode extra) and windowed:
+ * (N, C, o1, k1, o2, k2, ...) */
+static kiln_tensor windows(imp_ctx *c, kiln_tensor x, const geom *gm, int with_extra) {
+    kiln_graph *g = c->g;
+    for (int i = 0; i < gm->k; i++)
+        x = kiln_pad(g, x, 2 + i, kiln_sym_int(g, gm->pb[i]), kiln_sym_int(g, gm->pe[i] + (with_extra ? gm->extra[i] : 0)));
+    for (int i = gm->k - 1; i >= 0; i--) {
+        x = kiln_window(g, x, 2 + i, gm->ker[i], gm->stride[i], gm->dil[i]);
+        /* the window count may exceed out (extra room at the end): cut */
+        if (x != KILN_NONE && imp_dim_const(c, x, 2 + i) != gm->out[i])
+            x = kiln_slice(g, x, 2 + i, kiln_sym_int(g, 0), kiln_sym_int(g, gm->out[i]), 1);
+    }
+    return x;
+}
+
+static int conv(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0), w = imp_in(c, n, 1);
+    if (!imp_check(c, x) || !imp_check(c, w)) return 0;
+    kiln_graph *g = c->g;
+    int r = rank_of(c, x);
+    if (rank_of(c, w) != r) return imp_fail(c, KILN_ERR_SHAPE, "Conv: W has rank %d, X %d", rank_of(c, w), r);
+    geom gm;
+    for (int i = 0; i < r - 2 && i < MAXS; i++) gm.ker[i] = imp_dim_const(c, w, 2 + i);
+    const int64_t *ks;
+    int nk = imp_attr_ints(n, "kernel_shape", &ks);
+    for (int i = 0; i < nk && i < r - 2 && i < MAXS; i++)
+        if (ks[i] != gm.ker[i]) return imp_fail(c, KILN_ERR_SHAPE, "Conv: kernel_shape differs from W");
+    if (!geometry(c, n, x, &gm, 0)) return 0;
+    int k = gm.k;
+    int64_t grp = imp_attr_i(n, "group", 1);
+    int64_t C = imp_dim_const(c, x, 1), M = imp_dim_const(c, w, 0), Cg = imp_dim_const(c, w, 1);
+    if (C < 0 || M < 0 || grp < 1 || C != Cg * grp || M % grp)
+        return imp_fail(c, KILN_ERR_SHAPE, "Conv: channels %lld, W (%lld, %lld, ...), group %lld", (long long)C,
+                        (long long)M, (long long)Cg, (long long)grp);
+    if (grp > 1 && 3 + 2 * k > KILN_MAX_DIMS) return imp_fail(c, KILN_ERR_UNSUPPORTED, "Conv: grouped with %d spatial dims", k);
+    kiln_tensor xw = windows(c, x, &gm, 0); /* (N, C, o1, k1, ...) */
+    int64_t K = Cg;
+    for (int i = 0; i < k; i++) K *= gm.ker[i];
+    kiln_sym one = kiln_sym_int(g, 1), N = kiln_dim(g, x, 0);
+    int perm[KILN_MAX_DIMS], j = 0;
+    kiln_sym xs[KILN_MAX_DIMS], ws[KILN_MAX_DIMS], ys[KILN_MAX_DIMS];
+    int gx = grp > 1; /* a group axis after N */
+    if (gx) {
+        kiln_sym split[KILN_MAX_DIMS];
+        int q = 0;
+        split[q++] = N;
+        split[q++] = kiln_sym_int(g, grp);
+        split[q++] = kiln_sym_int(g, Cg);
+        for (int i = 0; i < 2 * k; i++) split[q++] = kiln_dim(g, xw, 2 + i);
+        xw = kiln_reshape(g, xw, q, split); /* (N, G, Cg, o1, k1, ...) */
+    }
+    int base = 1 + gx; /* where the channel axis is */
+    perm[j++] = 0;
+    if (gx) perm[j++] = 1;
+    for (int i = 0; i < k; i++) perm[j++] = base + 1 + 2 * i; /* o_i */
+    perm[j++] = base;                                         /* channels */
+    for (int i = 0; i < k; i++) perm[j++] = base + 2 + 2 * i; /* k_i */
+    xw = kiln_permute(g, xw, perm);                           /* (N, [G,] o..., Cg, k...) */
+    int q = 0;
+    xs[q++] = N;
+    if (gx) xs[q++] = kiln_sym_int(g, grp);
+    xs[q++] = one;
+    for (int i = 0; i < k; i++) xs[q++] = kiln_sym_int(g, gm.out[i]);
+    xs[q++] = kiln_sym_int(g, K);
+    int rank = q;
+    kiln_tensor xk = kiln_reshape(g, xw, rank, xs);
+    q = 0;
+    ws[q++] = one;
+    if (gx) ws[q++] = kiln_sym_int(g, grp);
+    ws[q++] = kiln_sym_int(g, M / grp);
+    for (int i = 0; i < k; i++) ws[q++] = one;
+    ws[q++] = kiln_sym_int(g, K);
+    kiln_tensor wk = kiln_reshape(g, w, rank, ws);
+    kiln_tensor y = kiln_sum(g, kiln_mul(g, xk, wk), -1); /* (N, [G,] Mg, o...) */
+    q = 0;
+    ys[q++] = N;
+    ys[q++] = kiln_sym_int(g, M);
+    for (int i = 0; i < k; i++) ys[q++] = kiln_sym_int(g, gm.out[i]);
+    if (gx) y = kiln_reshape(g, y, q, ys);
+    if (imp_has(n, 2)) {
+        kiln_tensor b = imp_in(c, n, 2);
+        kiln_sym bs[KILN_MAX_DIMS];
+        bs[0] = kiln_sym_int(g, M);
+        for (int i = 0; i < k; i++) bs[1 + i] = one;
+        y = kiln_add(g, y, kiln_reshape(g, b, 1 + k, bs));
+    }
+    return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
+}
+
+static int pool(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    kiln_graph *g = c->g;
+    int is_max = !strcmp(n->op_type, "MaxPool");
+    if (is_max && n->n_out > 1 && n->outputs[1][0]) return imp_fail(c, KILN_ERR_UNSUPPORTED, "MaxPool: the Indices output");
+    if (imp_attr_i(n, "storage_order", 0)) return imp_fail(c, KILN_ERR_UNSUPPORTED, "MaxPool: storage_order=1");
+    if (!imp_is_float_onnx(imp_in_dtype(c, n, 0))) return imp_fail(c, KILN_ERR_UNSUPPORTED, "%s on %s", n->op_type, ox_dtype_name(imp_in_dtype(c, n, 0)));
+    geom gm;
+    int r = rank_of(c, x);
+    if (r - 2 < 1 || r - 2 > MAXS) return imp_fail(c, KILN_ERR_UNSUPPORTED, "%s of rank %d", n->op_type, r);
+    if (!ints_or(n, "kernel_shape", r - 2, gm.ker, 0)) return imp_fail(c, KILN_ERR_INVALID, "%s: kernel_shape", n->op_type);
+    if (!geometry(c, n, x, &gm, 1)) return 0;
+    int k = gm.k;
+    if (!is_max) /* ONNX's reference spreads ceil-mode padding over both ends */
+        for (int i = 0; i < k; i++) {
+            if (gm.extra[i] && imp_attr_i(n, "count_include_pad", 0))
+                return imp_fail(c, KILN_ERR_UNSUPPORTED, "AveragePool: count_include_pad with ceil_mode padding");
+            gm.pb[i] += gm.extra[i] / 2;
+            gm.pe[i] += gm.extra[i] - gm.extra[i] / 2;
+            gm.extra[i] = 0;
+        }
+    kiln_sym dims[KILN_MAX_DIMS];
+    for (int d = 0; d < r; d++) dims[d] = kiln_dim(g, x, d);
+    kiln_tensor ones = kiln_full(g, 1.0, kiln_tensor_dtype(g, x), r, dims);
+    kiln_tensor xw = windows(c, x, &gm, 1);
+    kiln_tensor mw = windows(c, ones, &gm, 1); /* 1 over input cells, 0 over padding */
+    kiln_tensor y;
+    if (is_max) {
+        if (2 + 2 * k < KILN_MAX_DIMS) { /* -inf over the padding, exact */
+            kiln_tensor ninf = kiln_const(g, -INFINITY, kiln_tensor_dtype(g, x));
+            y = kiln_where(g, mw, xw, ninf);
+        } else { /* no axis left for kiln_where: x*m + (1-m)*lowest, exact for finite x */
+            kiln_tensor lo = kiln_const(g, -nn_max_finite(kiln_tensor_dtype(g, x)), kiln_tensor_dtype(g, x));
+            kiln_tensor one = kiln_const(g, 1.0, kiln_tensor_dtype(g, x));
+            y = kiln_add(g, kiln_mul(g, xw, mw), kiln_mul(g, kiln_sub(g, one, mw), lo));
+        }
+        for (int i = k - 1; i >= 0; i--) y = kiln_max(g, y, 3 + 2 * i);
+    } else {
+        /* ONNX's reference: with count_include_pad every cell of the window
+         * counts (explicit and ceil-mode padding), else only input cells */
+        int incl = (int)imp_attr_i(n, "count_include_pad", 0);
+        y = xw;
+        kiln_tensor cnt = mw;
+        for (int i = k - 1; i >= 0; i--) {
+            y = kiln_sum(g, y, 3 + 2 * i);
+            if (!incl) cnt = kiln_sum(g, cnt, 3 + 2 * i);
+        }
+        if (incl) {
+            double cells = 1;
+            for (int i = 0; i < k; i++) cells *= (double)gm.ker[i];
+            y = nn_scale(g, y, 1.0 / cells);
+        } else y = kiln_div(g, y, cnt);
+    }
+    return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
+}
+
+static int global_pool(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    int r = rank_of(c, x);
+    if (r < 3) return imp_fail(c, KILN_ERR_SHAPE, "%s needs rank >= 3", n->op_type);
+    int is_max = !strcmp(n->op_type, "GlobalMaxPool");
+    for (int d = r - 1; d >= 2; d--) {
+        x = is_max ? kiln_max(c->g, x, d) : kiln_mean(c->g, x, d);
+        x = kiln_unsqueeze(c->g, x, d);
+    }
+    return imp_set(c, n, 0, x, imp_in_dtype(c, n, 0));
+}
+
+/* a per-channel vector (C) shaped to broadcast over (N, C, s...) */
+static kiln_tensor per_channel(imp_ctx *c, kiln_tensor v, int r) {
+    kiln_sym dims[KILN_MAX_DIMS];
+    dims[0] = kiln_dim(c->g, v, 0);
+    for (int i = 1; i < r - 1; i++) dims[i] = kiln_sym_int(c->g, 1);
+    return kiln_reshape(c->g, v, r - 1, dims);
+}
+
+static int batchnorm(imp_ctx *c, const ox_node *n) {
+    if (imp_attr_i(n, "spatial", 1) != 1) return imp_fail(c, KILN_ERR_UNSUPPORTED, "BatchNormalization: spatial=0");
+    if (imp_attr_i(n, "training_mode", 0)) return imp_fail(c, KILN_ERR_UNSUPPORTED, "BatchNormalization in training mode");
+    for (int i = 1; i < n->n_out; i++)
+        if (n->outputs[i][0]) return imp_fail(c, KILN_ERR_UNSUPPORTED, "BatchNormalization: training outputs");
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    int r = rank_of(c, x);
+    if (r < 2) return imp_fail(c, KILN_ERR_SHAPE, "BatchNormalization needs rank >= 2");
+    double eps = imp_attr_f(n, "epsilon", 1e-5);
+    kiln_graph *g = c->g;
+    ox_tensor *s = imp_const(c, n, 1), *b = imp_const(c, n, 2), *mu = imp_const(c, n, 3), *var = imp_const(c, n, 4);
+    kiln_tensor a, sh;
+    if (s && b && mu && var && s->dtype == OX_FLOAT && b->n == s->n && mu->n == s->n && var->n == s->n && s->ndim == 1) {
+        /* fold scale / sqrt(var + eps) and the shift at load time */
+        ox_tensor *ka = imp_new_const(c, OX_FLOAT, 1, &s->n), *kb = imp_new_const(c, OX_FLOAT, 1, &s->n);
+        if (!ka || !kb) return 0;
+        for (int64_t i = 0; i < s->n; i++) {
+            double av = ox_elem_f(s->dtype, s->data, i) / sqrt(ox_elem_f(var->dtype, var->data, i) + eps);
+            ((float *)ka->data)[i] = (float)av;
+            ((float *)kb->data)[i] = (float)(ox_elem_f(b->dtype, b->data, i) - ox_elem_f(mu->dtype, mu->data, i) * av);
+        }
+        a = imp_tensor_of(c, ka);
+        sh = imp_tensor_of(c, kb);
+        if (kiln_tensor_dtype(g, x) != KILN_F32) {
+            a = kiln_cast(g, a, kiln_tensor_dtype(g, x));
+            sh = kiln_cast(g, sh, kiln_tensor_dtype(g, x));
+        }
+    } else {
+        kiln_tensor scale = imp_in(c, n, 1), bias = imp_in(c, n, 2), mean = imp_in(c, n, 3), vv = imp_in(c, n, 4);
+        a = kiln_div(g, scale, kiln_sqrt(g, nn_shift(g, vv, eps)));
+        sh = kiln_sub(g, bias, kiln_mul(g, mean, a));
+    }
+    kiln_tensor y = kiln_add(g, kiln_mul(g, x, per_channel(c, a, r)), per_channel(c, sh, r));
+    return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
+}
+
+/* mean and 1/sqrt(var + eps) over the axes [ax, r) of x, kept as size 1 */
+static int moments(imp_ctx *c, kiln_tensor x, int ax, double eps, kiln_tensor *mean, kiln_tensor *inv) {
+    kiln_graph *g = c->g;
+    int r = rank_of(c, x);
+    kiln_sym dims[KILN_MAX_DIMS], keep[KILN_MAX_DIMS];
+    kiln_sym tail = kiln_sym_int(g, 1);
+    for (int d = 0; d < r; d++) {
+        if (d < ax) dims[d] = keep[d] = kiln_dim(g, x, d);
+        else { tail = kiln_sym_mul(g, tail, kiln_dim(g, x, d)); keep[d] = kiln_sym_int(g, 1); }
+    }
+    dims[ax] = tail;
+    kiln_tensor xf = kiln_reshape(g, x, ax + 1, dims);
+    kiln_tensor mu = kiln_unsqueeze(g, kiln_mean(g, xf, ax), ax);
+    kiln_tensor dev = kiln_sub(g, xf, mu);
+    kiln_tensor var = kiln_mean(g, kiln_mul(g, dev, dev), ax);
+    kiln_tensor iv = kiln_recip(g, kiln_sqrt(g, nn_shift(g, var, eps)));
+    *mean = kiln_reshape(g, mu, r, keep);
+    *inv = kiln_reshape(g, kiln_unsqueeze(g, iv, ax), r, keep);
+    return imp_check(c, *inv);
+}
+
+static int layernorm(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    if (!imp_is_float_onnx(imp_in_dtype(c, n, 0))) return imp_fail(c, KILN_ERR_UNSUPPORTED, "LayerNormalization on %s", ox_dtype_name(imp_in_dtype(c, n, 0)));
+    int64_t st = imp_attr_i(n, "stash_type", 1);
+    if (st != 1) return imp_fail(c, KILN_ERR_UNSUPPORTED, "LayerNormalization: stash_type %lld", (long long)st);
+    int r = rank_of(c, x);
+    int ax = imp_axis(c, n, imp_attr_i(n, "axis", -1), r);
+    if (ax < 0) return 0;
+    kiln_graph *g = c->g;
+    kiln_tensor xc = x;
+    if (kiln_tensor_dtype(g, x) != KILN_F32) xc = kiln_cast(g, x, KILN_F32); /* stash_type 1: f32 statistics */
+    kiln_tensor mu, inv;
+    if (!moments(c, xc, ax, imp_attr_f(n, "epsilon", 1e-5), &mu, &inv)) return 0;
+    kiln_tensor y = kiln_mul(g, kiln_sub(g, xc, mu), inv);
+    if (kiln_tensor_dtype(g, x) != KILN_F32) y = kiln_cast(g, y, kiln_tensor_dtype(g, x));
+    y = kiln_mul(g, y, imp_in(c, n, 1));
+    if (imp_has(n, 2)) y = kiln_add(g, y, imp_in(c, n, 2));
+    if (!imp_set(c, n, 0, y, imp_in_dtype(c, n, 0))) return 0;
+    if (!imp_set(c, n, 1, mu, OX_FLOAT)) return 0;
+    return imp_set(c, n, 2, inv, OX_FLOAT);
+}
+
+/* x / sqrt(mean(x^2 over [axis, r)) + eps) * scale, statistics in f32 */
+static int rmsnorm(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    if (!imp_is_float_onnx(imp_in_dtype(c, n, 0))) return imp_fail(c, KILN_ERR_UNSUPPORTED, "RMSNormalization on %s", ox_dtype_name(imp_in_dtype(c, n, 0)));
+    if (imp_attr_i(n, "stash_type", 1) != 1) return imp_fail(c, KILN_ERR_UNSUPPORTED, "RMSNormalization: stash_type");
+    kiln_graph *g = c->g;
+    int r = rank_of(c, x);
+    int ax = imp_axis(c, n, imp_attr_i(n, "axis", -1), r);
+    if (ax < 0) return 0;
+    kiln_tensor xc = kiln_tensor_dtype(g, x) == KILN_F32 ? x : kiln_cast(g, x, KILN_F32);
+    kiln_sym dims[KILN_MAX_DIMS], keep[KILN_MAX_DIMS], tail = kiln_sym_int(g, 1);
+    for (int d = 0; d < r; d++) {
+        if (d < ax) dims[d] = keep[d] = kiln_dim(g, x, d);
+        else { tail = kiln_sym_mul(g, tail, kiln_dim(g, x, d)); keep[d] = kiln_sym_int(g, 1); }
+    }
+    dims[ax] = tail;
+    kiln_tensor xf = kiln_reshape(g, xc, ax + 1, dims);
+    kiln_tensor ms = kiln_mean(g, kiln_mul(g, xf, xf), ax);
+    kiln_tensor inv = kiln_recip(g, kiln_sqrt(g, nn_shift(g, ms, imp_attr_f(n, "epsilon", 1e-5))));
+    inv = kiln_reshape(g, kiln_unsqueeze(g, inv, ax), r, keep);
+    kiln_tensor y = kiln_mul(g, xc, inv);
+    if (kiln_tensor_dtype(g, x) != KILN_F32) y = kiln_cast(g, y, kiln_tensor_dtype(g, x));
+    y = kiln_mul(g, y, imp_in(c, n, 1));
+    return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
+}
+
+static int instancenorm(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    int r = rank_of(c, x);
+    if (r < 3) return imp_fail(c, KILN_ERR_SHAPE, "InstanceNormalization needs rank >= 3");
+    kiln_graph *g = c->g;
+    kiln_tensor mu, inv;
+    if (!moments(c, x, 2, imp_attr_f(n, "epsilon", 1e-5), &mu, &inv)) return 0;
+    kiln_tensor y = kiln_mul(g, kiln_sub(g, x, mu), inv);
+    y = kiln_add(g, kiln_mul(g, y, per_channel(c, imp_in(c, n, 1), r)), per_channel(c, imp_in(c, n, 2), r));
+    return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
+}
+
+/* x / (bias + alpha / size * sum of squares over a channel window)^beta */
+static int lrn(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    int64_t size = imp_attr_i(n, "size", 0);
+    if (size < 1) return imp_fail(c, KILN_ERR_INVALID, "LRN: size %lld", (long long)size);
+    double alpha = imp_attr_f(n, "alpha", 1e-4), beta = imp_attr_f(n, "beta", 0.75), bias = imp_attr_f(n, "bias", 1.0);
+    kiln_graph *g = c->g;
+    int64_t before = (size - 1) / 2, after = size - 1 - before;
+    kiln_tensor sq = kiln_pad(g, kiln_mul(g, x, x), 1, kiln_sym_int(g, before), kiln_sym_int(g, after));
+    kiln_tensor w = kiln_window(g, sq, 1, size, 1, 1); /* (N, C, size, ...) */
+    kiln_tensor s = kiln_sum(g, w, 2);
+    kiln_tensor base = nn_shift(g, nn_scale(g, s, alpha / (double)size), bias);
+    kiln_tensor den = kiln_exp2(g, nn_scale(g, kiln_log2(g, base), beta)); /* base > 0 */
+    return imp_set(c, n, 0, kiln_div(g, x, den), imp_in_dtype(c, n, 0));
+}
+
+static int softmax(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    kiln_graph *g = c->g;
+    int r = rank_of(c, x), lg = !strcmp(n->op_type, "LogSoftmax");
+    int old = c->opset < 13;
+    int ax = imp_axis(c, n, imp_attr_i(n, "axis", old ? 1 : -1), r);
+    if (ax < 0) return 0;
+    kiln_tensor y;
+    if (old && ax != r - 1) { /* opsets before 13: over the flattened axes [ax, r) */
+        kiln_sym dims[KILN_MAX_DIMS], back[KILN_MAX_DIMS], tail = kiln_sym_int(g, 1);
+        for (int d = 0; d < r; d++) {
+            back[d] = kiln_dim(g, x, d);
+            if (d < ax) dims[d] = back[d];
+            else tail = kiln_sym_mul(g, tail, back[d]);
+        }
+        dims[ax] = tail;
+        kiln_tensor xf = kiln_reshape(g, x, ax + 1, dims);
+        y = lg ? kiln_log_softmax(g, xf, ax) : kiln_softmax(g, xf, ax);
+        y = kiln_reshape(g, y, r, back);
+    } else y = lg ? kiln_log_softmax(g, x, ax) : kiln_softmax(g, x, ax);
+    return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
+}
+
+const imp_op imp_ops_nn[] = {
+    {"MatMul", matmul, ""}, {"Gemm", gemm, "alpha beta transA transB"},
+    {"Conv", conv, "auto_pad dilations group kernel_shape pads strides"},
+    {"MaxPool", pool, "auto_pad ceil_mode dilations kernel_shape pads storage_order strides"},
+    {"AveragePool", pool, "auto_pad ceil_mode count_include_pad dilations kernel_shape pads strides"},
+    {"GlobalAveragePool", global_pool, ""}, {"GlobalMaxPool", global_pool, ""},
+    {"BatchNormalization", batchnorm, "epsilon momentum training_mode spatial"},
+    {"LayerNormalization", layernorm, "axis epsilon stash_type"},
+    {"InstanceNormalization", instancenorm, "epsilon"}, {"RMSNormalization", rmsnorm, "axis epsilon stash_type"}, {"LRN", lrn, "alpha beta bias size"},
+    {"Softmax", softmax, "axis"}, {"LogSoftmax", softmax, "axis"},
+    {NULL, NULL, NULL},
+};
