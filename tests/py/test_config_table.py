@@ -9,7 +9,8 @@ first column must list exactly those names; each row's field must exist:
 `host.x` a member of kiln_host_options (src/base/config.h), a `tools/...`
 path a file that reads the variable. And getenv appears in at most two
 files of src/ (issue 33). The ctypes mirrors of kiln_compile_options
-(tests/py/kiln_ctypes.py, python/kiln/_lib.py) list its fields in order: the
+(every `class CompileOptions(ctypes.Structure)` of the repository's Python
+files) list its fields in order: the
 struct is returned by value, so a shorter mirror is written past its end. The comparison itself is tested on made-up
 inputs, so a checker that reads nothing cannot pass.
 """
@@ -144,6 +145,18 @@ def struct_members_in_order(text, name):
     return re.findall(r"(\w+)\s*[,;]", m.group(1))
 
 
+def py_files():
+    """every .py file of the repository outside build/ and bench/.peers"""
+    out = []
+    for root, dirs, files in os.walk(REPO):
+        rel = os.path.relpath(root, REPO)
+        if rel.split(os.sep)[0] in ("build", ".git", "models") or rel.startswith(os.path.join("bench", ".peers")):
+            dirs[:] = []
+            continue
+        out += [os.path.relpath(os.path.join(root, n), REPO) for n in files if n.endswith(".py")]
+    return sorted(out)
+
+
 def ctypes_fields(text, cls):
     m = re.search(r"class %s\(ctypes\.Structure\):.*?_fields_ = \[(.*?)\]\n" % cls, text, re.S)
     assert m, "no %s in the file" % cls
@@ -153,9 +166,10 @@ def ctypes_fields(text, cls):
 def test_ctypes_mirrors_match():
     want = struct_members_in_order(read("include/kiln_compile.h"), "kiln_compile_options")
     assert len(want) > 20 and want[:2] == ["backend", "threads"], want
-    for path in ("tests/py/kiln_ctypes.py", "python/kiln/_lib.py"):
-        if not os.path.exists(os.path.join(REPO, path)):
-            continue
+    mirrors = [p for p in py_files()
+               if p != "tests/py/test_config_table.py" and "class CompileOptions(ctypes.Structure)" in read(p)]
+    assert "tests/py/kiln_ctypes.py" in mirrors, mirrors
+    for path in mirrors:
         got = ctypes_fields(read(path), "CompileOptions")
         assert got == want, "%s: CompileOptions fields %r, kiln_compile_options has %r" % (path, got, want)
 
