@@ -24,6 +24,7 @@
  */
 #include "emit_c.h"
 #include "emit_contract.h"
+#include "emit_stream.h"
 #include "print_lx.h"
 
 #include <math.h>
@@ -539,7 +540,8 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
 static void emit_kernel(emitter *e, int32_t kid) {
     char name[32];
     snprintf(name, sizeof name, "kiln_k%d", (int)kid);
-    emit_kernel_as(e, kid, name, NULL);
+    if (e->pr.p->kernels[kid].kind == SCH_K_STREAM) cg_emit_stream(&e->pr, kid, name);
+    else emit_kernel_as(e, kid, name, NULL);
 }
 
 /* vector exp2 (2^x for f32 lanes): x = n + f with n = round(x), |f| <= 1/2,

@@ -438,7 +438,9 @@ static double elements(const eg_kiln *ek, const eg_data *d) {
 
 double ek_default_cost(void *ctx, egraph *eg, const eg_node *n) {
     const eg_kiln *ek = ctx;
-    if (ek->primitives_only && (int)n->op >= (int)OP_PRIM_COUNT && (int)n->op < (int)OP_COUNT) return INFINITY;
+    if (ek->primitives_only && (int)n->op >= (int)OP_PRIM_COUNT && (int)n->op < (int)OP_COUNT &&
+        !(ek->primitives_only == EG_EXTRACT_STREAM && n->op == OP_SOFTMAX_CONTRACT))
+        return INFINITY;
     if (n->op == OP_INPUT || n->op == OP_CONST) return 1;
     if (n->op == EG_OP_VIEW) return 1; /* free movement, but not nothing: prefer fewer views */
     if (n->op == OP_IOTA) {

@@ -163,9 +163,10 @@ static void decide_materialised(kiln_graph *g, const int32_t *needed, const uint
         case OP_CONST:
         case OP_IOTA: fixed = 0; break;
         case OP_CAST: if (kiln_dtype_is_block(m->dtype)) fixed = 1; break;
+        case OP_SOFTMAX_CONTRACT: fixed = 1; break; /* a stream kernel of its own (stream.c) */
         case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT: case OP_RECIP: case OP_ADD: case OP_MUL:
         case OP_MOD: case OP_LT: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_CONTIGUOUS:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: break; /* decided by its uses below */
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: break; /* decided by its uses below */
         }
         if (fixed < 0) {
             int32_t r = uroot[i];
@@ -287,11 +288,16 @@ static kiln_status build(kiln_graph *g, sch_program *p, const uint8_t *force, ch
     }
 
     /* kernels, in node order */
-    for (int32_t i = 0; i < nn; i++) {
+    kiln_status kst = KILN_OK;
+    for (int32_t i = 0; i < nn && kst == KILN_OK; i++) {
         if (!needed[i] || !mat[i]) continue;
         const node *m = &g->nodes[i];
         int32_t ob = p->node_buf[i];
         if (m->op == OP_INPUT) continue;
+        if (m->op == OP_SOFTMAX_CONTRACT) {
+            kst = sch_stream_kernel(p, i, ob, err, errcap);
+            continue;
+        }
         if (m->op == OP_SUM || m->op == OP_MAX) {
             int kidx = p->nkernels;
             sch_kernel *k = add_kernel(p, SCH_K_REDUCE, i, ob);
@@ -358,7 +364,7 @@ static kiln_status build(kiln_graph *g, sch_program *p, const uint8_t *force, ch
     }
 
     /* output copies */
-    for (int32_t o = 0; o < g->noutputs; o++) {
+    for (int32_t o = 0; o < g->noutputs && kst == KILN_OK; o++) {
         if (out_direct[o]) continue;
         kiln_tensor t = g->outputs[o].tensor;
         const tensor *T = graph_tensor(g, t);
@@ -400,7 +406,7 @@ static kiln_status build(kiln_graph *g, sch_program *p, const uint8_t *force, ch
     free(uses);
     free(mat);
     free(chain_state);
-    return KILN_OK;
+    return kst;
 }
 
 /* 1 when sym s only uses kernel k's loop variables among the program's own
@@ -461,10 +467,15 @@ static int check_stages(sch_program *p, uint8_t *force) {
 }
 
 kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errcap) {
+    return sch_kernelize_ex(g, p, NULL, err, errcap);
+}
+
+kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *p, const sch_options *opt, char *err, size_t errcap) {
+    static const sch_options normal = {0, 0, 0};
+    const sch_options *o = opt ? opt : &normal;
     uint8_t *force = kiln_xcalloc((size_t)g->nnodes + 1, 1);
-    /* KILN_FUSE=0 keeps every reduction in a kernel of its own (to compare) */
-    const char *fz = getenv("KILN_FUSE");
-    if (fz && strcmp(fz, "0") == 0)
+    /* no_fuse keeps every reduction in a kernel of its own (to compare) */
+    if (o->no_fuse)
         for (int32_t i = 0; i < g->nnodes; i++) force[i] = g->nodes[i].op == OP_SUM || g->nodes[i].op == OP_MAX;
     kiln_status s;
     for (;;) {
@@ -473,12 +484,14 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
         /* contractions first: giving a contraction's operand its own
          * kernel (attention's probabilities) moves the reductions it holds
          * (softmax's max and sum) there as stages, where they fit */
-        if (sch_contract_analyse(p, force) == 0 && check_stages(p, force) == 0) break;
+        if (sch_stream_analyse(p, force) == 0 && (o->no_contract || sch_contract_analyse(p, force) == 0) &&
+            check_stages(p, force) == 0)
+            break;
         sch_program_free(p);
     }
     free(force);
     if (s == KILN_OK) {
-        sch_split_guards(p);
+        if (!o->no_split) sch_split_guards(p);
         for (int32_t k = 0; k < p->nkernels; k++) p->kernels[k].disjoint = sch_scatter_disjoint(p, &p->kernels[k]);
     }
     return s;

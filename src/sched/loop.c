@@ -25,21 +25,8 @@
 void sch_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    va_list ap2;
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    kiln_vappendf(buf, len, cap, fmt, ap);
     va_end(ap);
-    if (n < 0) n = 0;
-    size_t need = *len + (size_t)n + 1;
-    if (need > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < need) nc *= 2;
-        *buf = kiln_xrealloc(*buf, nc);
-        *cap = nc;
-    }
-    vsnprintf(*buf + *len, *cap - *len, fmt, ap2);
-    va_end(ap2);
-    *len += (size_t)n;
 }
 
 int32_t lx_new(sch_program *p, lx_kind k, kiln_dtype dt) {
@@ -474,7 +461,7 @@ static void print_stage(const sch_program *p, const sch_kernel *k, int32_t i, in
 
 void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len, size_t *cap) {
     const sch_kernel *k = &p->kernels[kid];
-    static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
+    static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy", "stream"};
     sch_appendf(buf, len, cap, "kernel %d: %s", kid, kinds[k->kind]);
     if (k->root >= 0) sch_appendf(buf, len, cap, " (node %d %s)", k->root, op_table[p->g->nodes[k->root].op].name);
     sch_appendf(buf, len, cap, "\n  out: ");
@@ -535,7 +522,21 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
     }
     for (int32_t i = 0; i < k->nstages; i++)
         if (!k->stages[i].row) print_stage(p, k, i, ind, buf, len, cap);
-    if (k->kind == SCH_K_REDUCE) {
+    if (k->kind == SCH_K_STREAM) {
+        /* one pass along the last loop: running max m, sum l and products acc[n] */
+        const lx *e = &p->lx[k->expr];
+        sch_appendf(buf, len, cap, "%*sx = ", ind, "");
+        print_lx(p, e->a, buf, len, cap);
+        sch_appendf(buf, len, cap, "\n%*sm' = max(m, x); rescale l, acc by exp2((m - m') * %.9g); p = exp2((x - m') * %.9g); "
+                                   "l += p\n%*sfor i%d in [0, ", ind, "", k->stream_c, k->stream_c, ind, "", k->ndim);
+        print_text_sym(p, k->rdim, buf, len, cap);
+        sch_appendf(buf, len, cap, ")\n%*sacc[i%d] += p * ", ind + 2, "", k->ndim);
+        print_lx(p, e->b, buf, len, cap);
+        sch_appendf(buf, len, cap, "\n%*sb%d[", ind - 2, "", k->out_buf);
+        print_text_sym(p, k->store_off, buf, len, cap);
+        sch_appendf(buf, len, cap, "] = acc[i%d] / l  (for each i%d, after the loop over i%d)\n", k->ndim, k->ndim,
+                    k->ndim - 1);
+    } else if (k->kind == SCH_K_REDUCE) {
         sch_appendf(buf, len, cap, "%*sacc = %s\n", ind, "", k->red_op == OP_SUM ? "0" : "-inf");
         sch_appendf(buf, len, cap, "%*sfor r in [0, ", ind, "");
         print_text_sym(p, k->rdim, buf, len, cap);

@@ -115,8 +115,13 @@ typedef enum sch_kernel_kind {
     SCH_K_REDUCE,  /* out[row-major domain index] = reduce over r of expr */
     SCH_K_SCATTER, /* domain = values shape; expr is LET(row, ...); out[store_off] = value; serial */
     SCH_K_QUANTIZE, /* host step: out (block dtype) = quantise(src_buf, f32) */
-    SCH_K_COPY     /* host step: out = src_buf, bytes */
+    SCH_K_COPY,    /* host step: out = src_buf, bytes */
+    SCH_K_STREAM   /* SOFTMAX_CONTRACT streamed along the last domain axis (stream.c): expr is
+                      BINARY(SOFTMAX_CONTRACT, logits, values), rvar/rdim the value axis */
 } sch_kernel_kind;
+
+/* the largest value axis (attention's head size) a stream kernel keeps in registers/stack */
+#define SCH_STREAM_MAX_N 1024
 
 /* A contraction schedule (the CPU micro-kernel family, see contract.h):
  * register tile mr x nr (rows of A x rows of B), B rows per work item nc (the
@@ -222,6 +227,7 @@ typedef struct sch_kernel {
     sch_generic_sched gsched; /* MAP/REDUCE emitted generically: all zero = the default */
     int disjoint;             /* SCATTER: every domain point writes its own element, so it may
                                  run in parallel (scatter.c) */
+    double stream_c;          /* STREAM: the softmax's scale c (exp2((x - max) c)) */
 } sch_kernel;
 
 /* how the emitter names a variable of the sym pool inside a kernel */
@@ -289,15 +295,31 @@ void sch_kernel_print(const sch_program *p, int32_t k, char **buf, size_t *len, 
 void sch_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* ---- kernelize (kernelize.c) ---- */
-/* cut g into kernels. Returns KILN_OK or an error with a message in err. */
+/* what kernelize may do; all 0 is the normal behaviour (the fields of
+ * kiln_compile_options of the same names) */
+typedef struct sch_options {
+    int no_fuse;     /* every reduction in a kernel of its own (to compare) */
+    int no_contract; /* no contraction recognition: generic reductions only */
+    int no_split;    /* no splitting of MAP kernels at guard boundaries */
+} sch_options;
+/* cut g into kernels. Returns KILN_OK or an error with a message in err.
+ * sch_kernelize is sch_kernelize_ex with every option 0 (o may be NULL). */
 kiln_status sch_kernelize(kiln_graph *g, sch_program *out, char *err, size_t errcap);
+kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *out, const sch_options *o, char *err, size_t errcap);
 /* split MAP kernels at the constant points where guards on their last loop
- * variable switch (split.c; sch_kernelize calls it); returns how many were
- * split. KILN_SPLIT=0 turns it off (to compare). */
+ * variable switch (split.c; sch_kernelize calls it unless no_split); returns
+ * how many were split. */
 int sch_split_guards(sch_program *p);
 /* 1 when SCATTER kernel k provably writes a distinct element at every point
  * of its domain (scatter.c; sch_kernelize sets k->disjoint from it) */
 int sch_scatter_disjoint(const sch_program *p, const sch_kernel *k);
+/* the streaming kernel of SOFTMAX_CONTRACT node n into out_buf (stream.c);
+ * KILN_ERR_UNSUPPORTED with a reason in err when the node has no such form */
+kiln_status sch_stream_kernel(sch_program *p, int32_t n, int32_t out_buf, char *err, size_t cap);
+/* marks in force[] what stream kernels' fused stages would recompute at every
+ * stream position (operands that do not depend on it); returns how many
+ * nodes it newly marked (kernelize rebuilds while this is not 0) */
+int sch_stream_analyse(sch_program *p, uint8_t *force);
 void sch_program_free(sch_program *p);
 
 #endif
