@@ -17,11 +17,12 @@
  * caller's buffer. Inputs are read in place from the caller's buffers (no
  * copies); they must stay valid during kiln_run.
  *
- * Environment knobs (for measuring, not needed in normal use): KILN_ISA =
- * scalar|avx2|avx512 caps the code path; KILN_FUSE=0 keeps every reduction in
- * a kernel of its own; KILN_STREAM_MIN = bytes from which outputs are written
- * with non-temporal stores (default 8 MiB); KILN_PROFILE=1 prints the time
- * per kernel to stderr when the program is freed.
+ * Knobs (for measuring and testing, not needed in normal use) are fields of
+ * kiln_compile_options, all 0 / NULL by default; kiln_compile_defaults fills
+ * each from its KILN_* environment variable (docs/ARCHITECTURE.md, section 6,
+ * lists every variable, its default and its field). kiln_compile(g, NULL, st)
+ * uses kiln_compile_defaults. Machine-wide settings (KILN_CC, KILN_ISA, the
+ * caches' places) are read where they are used, through the same function.
  *
  * Invariants: a kiln_program keeps a pointer to its graph; the graph must
  * outlive the program and must not get new nodes after kiln_compile. Errors
@@ -51,6 +52,34 @@ typedef struct kiln_compile_options {
                             default schedule; 0 (the default, unless $KILN_FIXED_DEFAULTS is 1) =
                             the cost model's first choice for its shape, which may take int8 or
                             bf16 arithmetic as a search would */
+    /* the knobs: 0 / NULL means the normal behaviour; the variable in brackets
+     * is what kiln_compile_defaults reads. String fields must stay valid
+     * during kiln_compile. */
+    int no_egraph;           /* 1: no e-graph step (KILN_EGRAPH=0) */
+    int eg_plain;            /* 1: extraction by plain tree costs, not amortised (KILN_EG_PLAIN) */
+    int no_fuse;             /* 1: every reduction in a kernel of its own (KILN_FUSE=0) */
+    int no_contract;         /* 1: no contraction recognition (KILN_CONTRACT=0) */
+    int no_split;            /* 1: no loop splitting at guards (KILN_SPLIT=0) */
+    int no_pack_copy;        /* 1: no pack copies, prefill packs B at every launch (KILN_PACK_COPY=0) */
+    long long stream_min;    /* bytes from which outputs use non-temporal stores; 0: 8 MiB; -1: every
+                                output (KILN_STREAM_MIN; its 0 is -1 here) */
+    int profile;             /* 1: per-kernel times, printed when the program is freed; 2: collected
+                                only (KILN_PROFILE=1 / quiet) */
+    int poison;              /* 1: outputs start as all-ones bits, NaN (KILN_POISON_RESULTS) */
+    int tunedb_off;          /* 1: ignore the tuning DB's records (KILN_TUNEDB_OFF=1) */
+    int tune_verbose;        /* 1: a line per kernel search and per rejected candidate (KILN_TUNE_VERBOSE) */
+    int tune_warm;           /* 1: time decode candidates with B warm in cache (KILN_TUNE_WARM) */
+    int inject_wrong;        /* tests: contraction candidate n is made wrong (KILN_TUNE_INJECT_WRONG) */
+    int gtune_inject_wrong;  /* tests: the same for generic kernels (KILN_GTUNE_INJECT_WRONG) */
+    const char *contract_sched_small; /* one schedule for every contraction's decode bucket
+                                         (KILN_CONTRACT_SCHED_SMALL) */
+    const char *contract_sched_large; /* ... and prefill bucket (KILN_CONTRACT_SCHED_LARGE) */
+    const char *gpu_contract; /* one GPU contraction schedule for every contraction (KILN_GPU_CONTRACT) */
+    int gpu_group;           /* work-group size of generic GPU kernels; 0: CUDA 128, OpenCL 64 (KILN_GPU_GROUP) */
+    int gpu_resident;        /* 1: weights and states stay on the device (KILN_GPU_RESIDENT) */
+    int gpu_emit_only;       /* 1: emit GPU source only, open no device (KILN_GPU_EMIT_ONLY) */
+    const char *cuda_archs;  /* with gpu_emit_only: NVRTC-check CUDA code for these archs (KILN_CUDA_ARCHS) */
+    int stream;              /* 1: the CPU extracts attention in the streaming form (KILN_STREAM=1) */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,
@@ -62,7 +91,7 @@ typedef struct kiln_compile_options {
 typedef void (*kiln_compile_observer)(void *ctx, const char *stage, int done, int total);
 KILN_API void kiln_set_compile_observer(kiln_compile_observer fn, void *ctx);
 
-/* options with every field at its default */
+/* options with every field at its default: the knobs as the environment sets them */
 KILN_API kiln_compile_options kiln_compile_defaults(void);
 
 /* compile g (its outputs and its state updates). opt may be NULL. On failure

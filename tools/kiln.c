@@ -349,11 +349,7 @@ static int cmd_device(int argc, char **argv) {
 
 /* ---- shared by run and bench -------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return kiln_now_s(); /* src/base/clock.c */ }
 
 /* one line on stderr and the usage exit status; the hint is on the same line
  * so that scripts and people see a single clear message */

@@ -38,11 +38,7 @@
 #include "tokenizer.h"
 #include "tokenizer_gguf.h"
 
-static double ppl_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double ppl_now(void) { return kiln_now_s(); /* src/base/clock.c */ }
 
 static int perr(const char *fmt, ...) {
     va_list ap;

@@ -185,6 +185,19 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     kiln_cli_chat_announce("serve", f, o.chat_template);
+    const char *tmpl = o.chat_template;
+    if (!tmpl && chat_has_template(f)) {
+        /* a template kiln's Jinja subset cannot render would refuse every
+         * chat request: try it once, and use the family's built-in format */
+        chat_msg hi = {"user", "Hi"};
+        char *text = NULL;
+        if (chat_render(f, NULL, &hi, 1, 1, &text, err, sizeof err) != KILN_OK) {
+            tmpl = chat_fallback_name(f);
+            fprintf(stderr, "kiln serve: warning: the model's chat template failed (%s); using the built-in '%s'"
+                            " format\n", err, tmpl);
+        }
+        free(text);
+    }
 
     /* SIGINT/SIGTERM end the server: blocked in every thread, awaited below */
     sigset_t stop_sigs;
@@ -201,7 +214,7 @@ int cmd_serve(int argc, char **argv) {
         .gguf = f,
         .tk = tk,
         .tk_mu = &tk_mu,
-        .chat_template = o.chat_template,
+        .chat_template = tmpl,
         .n_ctx = model_n_ctx(m),
         .n_vocab = model_n_vocab(m),
         .default_max_tokens = (int)o.n_predict,

@@ -27,8 +27,16 @@ PROGRESS = ctypes.CFUNCTYPE(None, _vp, _cp, _d)
 
 
 class CompileOptions(ctypes.Structure):
+    # every field of kiln_compile_options, in order: the struct is returned by value, so a
+    # shorter one here is overwritten past its end (tests/py/test_config_table.py compares them)
     _fields_ = [("backend", _cp), ("threads", _i), ("search_budget", _d), ("vector", _i), ("exact", _i),
-                ("fixed_defaults", _i)]
+                ("fixed_defaults", _i),
+                ("no_egraph", _i), ("eg_plain", _i), ("no_fuse", _i), ("no_contract", _i), ("no_split", _i),
+                ("no_pack_copy", _i), ("stream_min", ctypes.c_longlong), ("profile", _i), ("poison", _i),
+                ("tunedb_off", _i), ("tune_verbose", _i), ("tune_warm", _i), ("inject_wrong", _i),
+                ("gtune_inject_wrong", _i), ("contract_sched_small", _cp), ("contract_sched_large", _cp),
+                ("gpu_contract", _cp), ("gpu_group", _i), ("gpu_resident", _i), ("gpu_emit_only", _i),
+                ("cuda_archs", _cp), ("stream", _i)]
 
 
 class LlmParams(ctypes.Structure):

@@ -60,17 +60,7 @@ int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
 int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa) {
     if (!k->contract || isa != CG_ISA_AVX512) return 0;
     kiln_dtype t = p->bufs[k->contract->b_buf].dtype;
-    switch (t) {
-    case KILN_F32:
-    case KILN_F16:
-    case KILN_BF16:
-    case KILN_Q8_0:
-    case KILN_Q4_0:
-    case KILN_Q5_0:
-    case KILN_Q4_K:
-    case KILN_Q6_K: break;
-    default: return 0;
-    }
+    if (!(dtype_table[t].flags & DT_WEIGHT)) return 0;
     for (int b = 0; b < 2; b++) {
         if (!cg_contract_sched_ok(t, &k->contract->sched[b])) return 0;
         /* a B strided along K: only the packed form and f32 B's AMX bf16 form read it */
@@ -144,41 +134,10 @@ static const char *contract_prelude =
     "    const __m512 v = _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[half]), _mm512_cvtepi32_ps(qi));\n"
     "    if (half == 0) *w0 = v; else *w1 = v; } }\n";
 
-static const char *dt_tag(kiln_dtype t) {
-    switch (t) {
-    case KILN_F32: return "f32";
-    case KILN_F16: return "f16";
-    case KILN_BF16: return "bf16";
-    case KILN_Q8_0: return "q8_0";
-    case KILN_Q4_0: return "q4_0";
-    case KILN_Q5_0: return "q5_0";
-    case KILN_Q4_K: return "q4_k";
-    case KILN_Q6_K: return "q6_k";
-    default: return "?";
-    }
-}
-
-/* elements per block and bytes per block of B's dtype (1 and the element
- * size for float formats) */
-static void dt_block(kiln_dtype t, int *elems, int *bytes) {
-    switch (t) {
-    case KILN_F32: *elems = 1; *bytes = 4; return;
-    case KILN_F16:
-    case KILN_BF16: *elems = 1; *bytes = 2; return;
-    case KILN_Q8_0: *elems = 32; *bytes = 34; return;
-    case KILN_Q4_0: *elems = 32; *bytes = 18; return;
-    case KILN_Q5_0: *elems = 32; *bytes = 22; return;
-    case KILN_Q4_K: *elems = 256; *bytes = 144; return;
-    case KILN_Q6_K: *elems = 256; *bytes = 210; return;
-    default: *elems = 1; *bytes = 4; return;
-    }
-}
-
 /* the tile function kct_<dt>_<mr>x<nr>(a rows, B rows, full 32-chunks,
  * tail elements (float formats only), results [mr][nr]) */
-static void dt_block(kiln_dtype t, int *elems, int *bytes);
 static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *len, size_t *cap) {
-    const char *tag = dt_tag(t);
+    const char *tag = dtype_table[t].name;
     OUT("static void kct_%s_%dx%d_p%d(const float *const *a, const void *const *w, int64_t nch, int64_t tail, float *res) {\n",
         tag, mr, nr, pf);
     for (int i = 0; i < mr; i++)
@@ -190,9 +149,7 @@ static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *le
          * the chunk pf ahead, for the next tile's rows and, into L2, for the
          * tile ~32 KiB ahead (hints: past the end they are harmless; rs and
          * far from cg_emit_row_stride) */
-        int be, bb;
-        dt_block(t, &be, &bb);
-        int bytes32 = be == 1 ? 32 * bb : bb * 32 / be; /* bytes per 32 elements */
+        int bytes32 = dtype_bytes_of(t, 32);
         for (int j = 0; j < nr; j++)
             OUT("    _mm_prefetch((const char *)w[%d] + (c + %d) * %d, _MM_HINT_T0);\n"
                 "    _mm_prefetch((const char *)w[%d] + %d * rs + c * %d, _MM_HINT_T0);\n"
@@ -339,8 +296,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     }
     const sch_contract *c = k->contract;
     kiln_dtype t = p->bufs[c->b_buf].dtype;
-    int be, bb;
-    dt_block(t, &be, &bb);
+    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes;
     int mr = sc->mr, nr = sc->nr;
     int is_float = be == 1;
     int i8 = sc->arith == SCH_ARITH_I8;
@@ -469,14 +425,14 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         }
         OUT("%s(qr, sr, lr, ur, pr, wr, qch, res);\n            }\n", tn);
     } else {
-        OUT("            if (fast) kct_%s_%dx%d_p%d(ar, wr, K / 32, K %% 32, res);\n", dt_tag(t), mr, nr, sc->pf);
+        OUT("            if (fast) kct_%s_%dx%d_p%d(ar, wr, K / 32, K %% 32, res);\n", dtype_table[t].name, mr, nr, sc->pf);
     }
     OUT("            else for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) {\n", mr, nr);
     OUT("              float acc = 0.0f;\n");
     if (t == KILN_F32) OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * W[wo[j] + r];\n");
     else if (t == KILN_F16) OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * kh2f(W[wo[j] + r]);\n");
     else if (t == KILN_BF16) OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * kbf2f(W[wo[j] + r]);\n");
-    else OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * kdq_%s(W, wo[j] + r);\n", dt_tag(t));
+    else OUT("              for (int64_t r = 0; r < K; r++) acc += ar[i][r] * kdq_%s(W, wo[j] + r);\n", dtype_table[t].name);
     OUT("              res[i * %d + j] = acc;\n            }\n", nr);
     OUT("            for (int i = 0; i < %d; i++) {\n", mr);
     OUT("              if (mm + i >= m1) break;\n");

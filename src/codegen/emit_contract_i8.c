@@ -35,20 +35,13 @@
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
 int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    switch (t) {
-    case KILN_Q8_0:
-    case KILN_Q4_0:
-    case KILN_Q5_0:
-    case KILN_Q4_K:
-    case KILN_Q6_K: break;
-    default: return 0;
-    }
+    if (!(dtype_table[t].flags & DT_INT8)) return 0;
     return sc->form == SCH_FORM_DOT && sc->mr >= 1 && sc->mr <= 4 && sc->nr >= 1 && sc->nr <= 8 &&
            sc->mr * sc->nr <= 16 && sc->pf >= 0 && sc->pf <= 64;
 }
 
 int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    return (t == KILN_Q4_0 || t == KILN_Q5_0 || t == KILN_Q8_0 || t == KILN_Q4_K || t == KILN_Q6_K) && sc->rp && cg_i8_ok(t, sc) &&
+    return (dtype_table[t].flags & DT_INT8) && sc->rp && cg_i8_ok(t, sc) &&
            sc->nr == 8 && sc->mr == 1;
 }
 
@@ -154,15 +147,14 @@ static const char *i8_prelude =
     "  *w = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));\n"
     "  *ws = _mm256_set_m128(_mm_set1_ps(d * (float)sc[1]), _mm_set1_ps(d * (float)sc[0])); *wm = 0.0f; }\n";
 
-/* zero point of the unsigned weights as a shift (8 = 1 << 3), -1: signed */
+/* zero point of the unsigned weights as a shift (8 = 1 << 3; q4_k: 0, no
+ * zero point but the minimum term), -1: signed (q8_0) */
 static int zero_shift(kiln_dtype t) {
-    switch (t) {
-    case KILN_Q4_0: return 3;
-    case KILN_Q5_0: return 4;
-    case KILN_Q6_K: return 5;
-    case KILN_Q4_K: return 0; /* no zero point: the minimum term instead */
-    default: return -1;       /* q8_0: signed */
-    }
+    const dtype_info *d = &dtype_table[t];
+    if (!(d->flags & DT_INT8) || (d->flags & DT_QSIGNED)) return -1;
+    int sh = 0;
+    for (int z = d->qzero; z > 1; z >>= 1) sh++;
+    return sh;
 }
 
 static const char *tag(kiln_dtype t) {
@@ -176,16 +168,7 @@ static const char *tag(kiln_dtype t) {
  * B's rows are short streams the hardware prefetcher picks up late (llama1b
  * q4_k decode +30%). A hint past the end of B is harmless. */
 void cg_emit_row_stride(kiln_dtype t, int nr, char **s, size_t *len, size_t *cap) {
-    int be = 32, bb = 34;
-    switch (t) {
-    case KILN_Q8_0: be = 32; bb = 34; break;
-    case KILN_Q4_0: be = 32; bb = 18; break;
-    case KILN_Q5_0: be = 32; bb = 22; break;
-    case KILN_Q4_K: be = 256; bb = 144; break;
-    case KILN_Q6_K: be = 256; bb = 210; break;
-    case KILN_F32: be = 1; bb = 4; break;
-    default: be = 1; bb = 2; break;
-    }
+    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes;
     if (nr > 1) OUT("  const ptrdiff_t rs = (const char *)w[1] - (const char *)w[0];\n");
     else OUT("  const ptrdiff_t rs = (ptrdiff_t)(nch * 32 / %d * %d);\n", be, bb);
     /* far: the same point of the tile about 32 KiB ahead (whole tiles),
@@ -196,16 +179,8 @@ void cg_emit_row_stride(kiln_dtype t, int nr, char **s, size_t *len, size_t *cap
 }
 #define emit_row_stride cg_emit_row_stride
 
-static int bytes_per_32(kiln_dtype t) {
-    switch (t) {
-    case KILN_Q8_0: return 34;
-    case KILN_Q4_0: return 18;
-    case KILN_Q5_0: return 22;
-    case KILN_Q4_K: return 18;
-    case KILN_Q6_K: return 26;
-    default: return 32;
-    }
-}
+/* bytes of 32 elements of a block format (q6_k's 26.25 rounded down) */
+static int bytes_per_32(kiln_dtype t) { return dtype_bytes_of(t, 32); }
 
 void cg_emit_i8_prelude(char **s, size_t *len, size_t *cap) { OUT("%s\n", i8_prelude); }
 
@@ -222,7 +197,7 @@ static void emit_results(int mr, int nr, char **s, size_t *len, size_t *cap) {
     OUT("}\n\n");
 }
 
-int cg_i8_group(kiln_dtype t) { return t == KILN_Q4_K || t == KILN_Q6_K ? 256 : 32; }
+int cg_i8_group(kiln_dtype t) { return dtype_table[t].block; }
 
 int cg_i8_prep(kiln_dtype t) {
     if (t == KILN_Q4_0 || t == KILN_Q5_0) return 1;

@@ -40,45 +40,18 @@
 #include <string.h>
 
 #include "contract.h"
+#include "dtype.h"
 #include "emit_gemm.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
 #define PK_MAX_MR 14
 
-static const char *pk_tag(kiln_dtype t) {
-    switch (t) {
-    case KILN_F32: return "f32";
-    case KILN_F16: return "f16";
-    case KILN_BF16: return "bf16";
-    case KILN_Q8_0: return "q8_0";
-    case KILN_Q4_0: return "q4_0";
-    case KILN_Q5_0: return "q5_0";
-    case KILN_Q4_K: return "q4_k";
-    case KILN_Q6_K: return "q6_k";
-    default: return NULL;
-    }
-}
-
-/* elements and bytes per block (1 and the element size for float formats) */
-static void pk_block(kiln_dtype t, int *elems, int *bytes) {
-    switch (t) {
-    case KILN_F16:
-    case KILN_BF16: *elems = 1; *bytes = 2; return;
-    case KILN_Q8_0: *elems = 32; *bytes = 34; return;
-    case KILN_Q4_0: *elems = 32; *bytes = 18; return;
-    case KILN_Q5_0: *elems = 32; *bytes = 22; return;
-    case KILN_Q4_K: *elems = 256; *bytes = 144; return;
-    case KILN_Q6_K: *elems = 256; *bytes = 210; return;
-    default: *elems = 1; *bytes = 4; return;
-    }
-}
-
 /* the strip prefetch distances the micro-kernel is emitted for (0: none) */
 int cg_packed_pf_index(int pf) { return pf == 0 ? 0 : pf == 8 ? 1 : pf == 16 ? 2 : -1; }
 
 int cg_packed_ok(kiln_dtype t, const sch_contract_sched *s) {
-    if (!pk_tag(t) || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_F32) return 0;
+    if (!dtype_name_if(t, DT_WEIGHT) || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_F32) return 0;
     if (s->nr != 16 && s->nr != 32 && s->nr != 48 && s->nr != 64) return 0;
     int nv = s->nr / 16;
     if (s->mr < 1 || s->mr > PK_MAX_MR || s->mr * nv + nv + 1 > 32) return 0;
@@ -167,9 +140,8 @@ static const char transpose16[] =
  * 16 x 16 transposes (a column-by-column scatter of single floats cost
  * ~5% of a 2048^3 fp32 GEMM at 1 thread); the k tail element by element. */
 static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
-    const char *tag = pk_tag(t);
-    int be, bb;
-    pk_block(t, &be, &bb);
+    const char *tag = dtype_name_if(t, DT_WEIGHT);
+    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes;
     OUT("%s", transpose16);
     OUT("static __attribute__((unused)) void kpk_%s(const void *W, const int64_t *wo, int nr, int64_t k0, int64_t kl,"
         " int fast, float *restrict bp) {\n",
@@ -213,7 +185,7 @@ static void emit_pack_strided(char **s, size_t *len, size_t *cap) {
 void cg_emit_ktr16(char **s, size_t *len, size_t *cap) { OUT("%s", transpose16); }
 
 void cg_emit_packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
-    const char *tag = pk_tag(t);
+    const char *tag = dtype_name_if(t, DT_WEIGHT);
     if (!tag) return;
     int done[PK_MAX_MR + 1][5][3];
     memset(done, 0, sizeof done);
@@ -387,9 +359,8 @@ void cg_emit_packed_schedule(const sch_program *p, const sch_kernel *k, const sc
         return;
     }
     kiln_dtype t = p->bufs[c->b_buf].dtype;
-    const char *tag = pk_tag(t);
-    int be, bb;
-    pk_block(t, &be, &bb);
+    const char *tag = dtype_name_if(t, DT_WEIGHT);
+    int be = dtype_table[t].block;
     int mr = sc->mr, nr = sc->nr;
     int strided = c->b_kstride != SYM_NONE;
     OUT("      {\n");

@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "contract.h"
+#include "dtype.h"
 #include "emit_contract_i8.h"
 #include "emit_gemm.h"
 #include "emit_gemm_amx.h"
@@ -75,16 +76,8 @@ static const char *bf16_prelude =
  * strip width (a multiple of 16), k0, kl (multiples of 32), strip) */
 static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     const char *tag = t == KILN_F32 ? "f32" : cg_i8_tag(t);
-    int be = 32, bb = 34;
-    switch (t) {
-    case KILN_F32: be = 1; bb = 4; break;
-    case KILN_Q8_0: bb = 34; break;
-    case KILN_Q4_0: bb = 18; break;
-    case KILN_Q5_0: bb = 22; break;
-    case KILN_Q4_K: be = 256; bb = 144; break;
-    case KILN_Q6_K: be = 256; bb = 210; break;
-    default: return;
-    }
+    if (!tag) return;
+    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes;
     OUT("static " KAMXB " __attribute__((unused)) void kah_pack_%s(const void *W, const int64_t *wo, int nr, int64_t k0,"
         " int64_t kl, int64_t K, uint16_t *restrict bq) {\n",
         tag);

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "contract.h"
+#include "dtype.h"
 #include "emit_gemm.h"
 #include "emit_contract_i8.h"
 #include "emit_gemm_i8.h"
@@ -47,44 +48,16 @@
 
 #define GI_MAX_MR 12
 
-static const char *gi_tag(kiln_dtype t) {
-    switch (t) {
-    case KILN_Q8_0: return "q8_0";
-    case KILN_Q4_0: return "q4_0";
-    case KILN_Q5_0: return "q5_0";
-    case KILN_Q4_K: return "q4_k";
-    case KILN_Q6_K: return "q6_k";
-    default: return NULL;
-    }
-}
-
-/* B's zero point as stored in the strip (q8_0 is shifted by 128) */
-static int gi_zero(kiln_dtype t) {
-    switch (t) {
-    case KILN_Q8_0: return 128;
-    case KILN_Q4_0: return 8;
-    case KILN_Q5_0: return 16;
-    case KILN_Q6_K: return 32;
-    default: return 0; /* q4_k: the minimum term instead */
-    }
-}
-
-/* elements per B scale */
-static int gi_kb(kiln_dtype t) { return t == KILN_Q6_K ? 16 : 32; }
+/* the int8 forms' dtype facts, from dtype_table: the name (NULL: not an
+ * int8-form dtype), B's zero point as stored in the strip (signed quants
+ * shifted by 128; q4_k: 0, the minimum term instead), elements per B scale */
+static const char *gi_tag(kiln_dtype t) { return dtype_name_if(t, DT_INT8); }
+static int gi_zero(kiln_dtype t) { return dtype_table[t].flags & DT_QSIGNED ? 128 : dtype_table[t].qzero; }
+static int gi_kb(kiln_dtype t) { return dtype_table[t].scale_elems; }
 
 int cg_i8_zero(kiln_dtype t) { return gi_zero(t); }
 const char *cg_i8_tag(kiln_dtype t) { return gi_tag(t); }
 int cg_i8_kb(kiln_dtype t) { return gi_kb(t); }
-
-static void gi_block(kiln_dtype t, int *elems, int *bytes) {
-    switch (t) {
-    case KILN_Q8_0: *elems = 32; *bytes = 34; return;
-    case KILN_Q4_0: *elems = 32; *bytes = 18; return;
-    case KILN_Q5_0: *elems = 32; *bytes = 22; return;
-    case KILN_Q4_K: *elems = 256; *bytes = 144; return;
-    default: *elems = 256; *bytes = 210; return; /* q6_k */
-    }
-}
 
 int cg_packed_i8_ok(kiln_dtype t, const sch_contract_sched *s) {
     if (!gi_tag(t) || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_I8) return 0;
@@ -127,8 +100,7 @@ static const char *gi_prelude =
 static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     const char *tag = gi_tag(t);
     if (!tag) return;
-    int be, bb;
-    gi_block(t, &be, &bb);
+    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes;
     OUT("static __attribute__((unused)) void kgb_%s(const void *W, const int64_t *wo, int nr, int64_t k0, int64_t kl,\n"
         "    uint8_t *restrict bq, float *restrict bs, float *restrict bm) {\n",
         tag);
@@ -345,8 +317,7 @@ void cg_emit_i8_item_begin(const sch_program *p, const sch_kernel *k, int zero, 
     kiln_dtype t = p->bufs[c->b_buf].dtype;
     const char *tag = gi_tag(t);
     if (!tag) return;
-    int be, bb;
-    gi_block(t, &be, &bb);
+    int be = dtype_table[t].block;
     int md = c->mdim, kb = gi_kb(t);
     cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
     /* A quantised once per batch point and call */

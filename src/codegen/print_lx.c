@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "dtype.h"
 
 #define OUT(...) sch_appendf(&pr->s, &pr->len, &pr->cap, __VA_ARGS__)
 
@@ -105,12 +106,10 @@ static void print_load(cg_printer *pr, const lx *x) {
     case KILN_BF16: OUT("kbf2f(b%d[", x->buf); break;
     case KILN_I32:
     case KILN_U8: OUT("(%s)b%d[", pr->d->i64, x->buf); break;
-    case KILN_Q8_0: OUT("kdq_q8_0(b%d, ", x->buf); break;
-    case KILN_Q4_0: OUT("kdq_q4_0(b%d, ", x->buf); break;
-    case KILN_Q4_K: OUT("kdq_q4_k(b%d, ", x->buf); break;
-    case KILN_Q6_K: OUT("kdq_q6_k(b%d, ", x->buf); break;
-    case KILN_Q5_0: OUT("kdq_q5_0(b%d, ", x->buf); break;
-    default: KILN_ASSERT(0 && "bad dtype");
+    default: /* a block format: its dequantiser, named after it (kdq_<name> in dialect.c) */
+        KILN_ASSERT(kiln_dtype_is_block(t));
+        OUT("kdq_%s(b%d, ", dtype_table[t].name, x->buf);
+        break;
     }
     cg_print_sym(pr, x->s);
     if (t == KILN_F16 || t == KILN_BF16) OUT("])");

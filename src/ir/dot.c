@@ -31,42 +31,8 @@
 
 /* ---- a growable string -------------------------------------------------- */
 
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-} strbuf;
-
-static void sb_reserve(strbuf *b, size_t extra) {
-    if (b->len + extra + 1 <= b->cap) return;
-    size_t ncap = b->cap ? b->cap : 256;
-    while (ncap < b->len + extra + 1) ncap *= 2;
-    b->s = kiln_xrealloc(b->s, ncap);
-    b->cap = ncap;
-}
-
-static void sb_put(strbuf *b, const char *s) {
-    size_t n = strlen(s);
-    sb_reserve(b, n);
-    memcpy(b->s + b->len, s, n + 1);
-    b->len += n;
-}
-
-static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(strbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n <= 0) return;
-    sb_reserve(b, (size_t)n);
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 /* DOT string-literal escaping; newlines become DOT's "\n" */
-static void sb_put_escaped(strbuf *b, const char *s) {
+static void sb_put_escaped(kiln_sb *b, const char *s) {
     for (; *s; s++) {
         char c[3] = {0, 0, 0};
         if (*s == '"' || *s == '\\') {
@@ -78,45 +44,45 @@ static void sb_put_escaped(strbuf *b, const char *s) {
         } else {
             c[0] = *s;
         }
-        sb_put(b, c);
+        kiln_sb_puts(b, c);
     }
 }
 
 /* sym_print and view_print report the length they need (like snprintf):
  * print into a stack buffer and retry on the heap when it is too small */
-static void sb_sym(strbuf *b, const kiln_graph *g, sym_id s) {
+static void sb_sym(kiln_sb *b, const kiln_graph *g, sym_id s) {
     char tmp[256];
     int need = sym_print(g->syms, s, tmp, sizeof tmp);
     if (need < (int)sizeof tmp) {
-        sb_put(b, tmp);
+        kiln_sb_puts(b, tmp);
         return;
     }
     char *big = kiln_xmalloc((size_t)need + 1);
     sym_print(g->syms, s, big, (size_t)need + 1);
-    sb_put(b, big);
+    kiln_sb_puts(b, big);
     free(big);
 }
 
-static void sb_view(strbuf *b, const kiln_graph *g, const view *v) {
+static void sb_view(kiln_sb *b, const kiln_graph *g, const view *v) {
     char tmp[512];
     int need = view_print(v, g->syms, tmp, sizeof tmp);
     if (need < (int)sizeof tmp) {
-        sb_put(b, tmp);
+        kiln_sb_puts(b, tmp);
         return;
     }
     char *big = kiln_xmalloc((size_t)need + 1);
     view_print(v, g->syms, big, (size_t)need + 1);
-    sb_put(b, big);
+    kiln_sb_puts(b, big);
     free(big);
 }
 
-static void sb_shape(strbuf *b, const kiln_graph *g, int ndim, const sym_id *shape) {
-    sb_put(b, "(");
+static void sb_shape(kiln_sb *b, const kiln_graph *g, int ndim, const sym_id *shape) {
+    kiln_sb_puts(b, "(");
     for (int i = 0; i < ndim; i++) {
-        if (i) sb_put(b, ", ");
+        if (i) kiln_sb_puts(b, ", ");
         sb_sym(b, g, shape[i]);
     }
-    sb_put(b, ")");
+    kiln_sb_puts(b, ")");
 }
 
 /* ---- graph queries ------------------------------------------------------ */
@@ -146,75 +112,74 @@ static int tensor_valid(const kiln_graph *g, int32_t t) {
 
 /* the op-specific attribute of a node, after its operands: an input's name,
  * a constant's value, the axis of the ops that have one (OPF_AXIS) */
-static void sb_attr(strbuf *b, const node *n) {
+static void sb_attr(kiln_sb *b, const node *n) {
     if (n->op == OP_INPUT)
-        sb_printf(b, " \"%s\"%s", n->name ? n->name : "", n->is_state ? " state" : "");
+        kiln_sb_printf(b, " \"%s\"%s", n->name ? n->name : "", n->is_state ? " state" : "");
     else if (n->op == OP_CONST)
-        sb_printf(b, " %.9g", n->value);
+        kiln_sb_printf(b, " %.9g", n->value);
     else if (op_table[n->op].flags & OPF_AXIS)
-        sb_printf(b, " axis %d", n->axis);
+        kiln_sb_printf(b, " axis %d", n->axis);
 }
 
 /* ---- text --------------------------------------------------------------- */
 
 char *kiln_graph_text(const kiln_graph *g) {
     if (!g) return NULL;
-    strbuf b = {0};
-    sb_reserve(&b, 0);
-    b.s[0] = 0;
-    sb_printf(&b, "# kiln graph: %d nodes, %d outputs\n", (int)g->nnodes, (int)g->noutputs);
+    kiln_sb b = {0};
+    kiln_sb_putn(&b, "", 0);
+    kiln_sb_printf(&b, "# kiln graph: %d nodes, %d outputs\n", (int)g->nnodes, (int)g->noutputs);
     if (g->status != KILN_OK)
-        sb_printf(&b, "# error: %s: %s\n", kiln_status_name(g->status), g->error);
+        kiln_sb_printf(&b, "# error: %s: %s\n", kiln_status_name(g->status), g->error);
     for (int op = OP_PRIM_COUNT; op < OP_COUNT; op++) {
         int used = 0;
         for (int32_t i = 0; i < g->nnodes && !used; i++) used = (int)g->nodes[i].op == op;
-        if (used) sb_printf(&b, "# compound %s\n", compound_definition((op_kind)op));
+        if (used) kiln_sb_printf(&b, "# compound %s\n", compound_definition((op_kind)op));
     }
 
     for (int32_t i = 0; i < g->nnodes; i++) {
         const node *n = &g->nodes[i];
         const char *opname = (n->op >= 0 && n->op < OP_COUNT) ? op_table[n->op].name : "?";
-        sb_printf(&b, "%%%d = %s %s ", (int)i, opname, dtype_str(n->dtype));
+        kiln_sb_printf(&b, "%%%d = %s %s ", (int)i, opname, dtype_str(n->dtype));
         sb_shape(&b, g, n->ndim, n->shape);
         int arity = (n->op >= 0 && n->op < OP_COUNT) ? op_table[n->op].arity : 0;
         for (int k = 0; k < arity && k < 3; k++) {
             int32_t t = n->src[k];
             if (!tensor_valid(g, t)) {
-                sb_put(&b, " %?");
+                kiln_sb_puts(&b, " %?");
                 continue;
             }
-            sb_printf(&b, " %%%d", (int)g->tensors[t].node);
+            kiln_sb_printf(&b, " %%%d", (int)g->tensors[t].node);
             if (tensor_has_view(g, t)) {
-                sb_put(&b, "[view: ");
+                kiln_sb_puts(&b, "[view: ");
                 sb_view(&b, g, &g->views[g->tensors[t].view]);
-                sb_put(&b, "]");
+                kiln_sb_puts(&b, "]");
             }
         }
         sb_attr(&b, n);
         for (int32_t o = 0; o < g->noutputs; o++) {
             int32_t t = g->outputs[o].tensor;
             if (tensor_valid(g, t) && g->tensors[t].node == i)
-                sb_printf(&b, " -> \"%s\"", g->outputs[o].name ? g->outputs[o].name : "");
+                kiln_sb_printf(&b, " -> \"%s\"", g->outputs[o].name ? g->outputs[o].name : "");
         }
-        sb_put(&b, "\n");
+        kiln_sb_puts(&b, "\n");
     }
 
     for (int32_t o = 0; o < g->noutputs; o++) {
         int32_t t = g->outputs[o].tensor;
-        sb_printf(&b, "output \"%s\" = ", g->outputs[o].name ? g->outputs[o].name : "");
+        kiln_sb_printf(&b, "output \"%s\" = ", g->outputs[o].name ? g->outputs[o].name : "");
         if (!tensor_valid(g, t)) {
-            sb_put(&b, "%?\n");
+            kiln_sb_puts(&b, "%?\n");
             continue;
         }
         const view *v = &g->views[g->tensors[t].view];
-        sb_printf(&b, "%%%d ", (int)g->tensors[t].node);
+        kiln_sb_printf(&b, "%%%d ", (int)g->tensors[t].node);
         sb_shape(&b, g, view_ndim(v), view_shape(v));
         if (tensor_has_view(g, t)) {
-            sb_put(&b, "[view: ");
+            kiln_sb_puts(&b, "[view: ");
             sb_view(&b, g, v);
-            sb_put(&b, "]");
+            kiln_sb_puts(&b, "]");
         }
-        sb_put(&b, "\n");
+        kiln_sb_puts(&b, "\n");
     }
     return b.s;
 }
@@ -223,78 +188,76 @@ char *kiln_graph_text(const kiln_graph *g) {
 
 char *kiln_graph_dot(const kiln_graph *g) {
     if (!g) return NULL;
-    strbuf b = {0};
-    strbuf tmp = {0};
-    sb_put(&b, "digraph kiln {\n");
-    sb_put(&b, "  rankdir=TB;\n");
-    sb_put(&b, "  node [shape=box, fontname=\"monospace\", fontsize=10];\n");
-    sb_put(&b, "  edge [fontname=\"monospace\", fontsize=8];\n");
+    kiln_sb b = {0};
+    kiln_sb tmp = {0};
+    kiln_sb_puts(&b, "digraph kiln {\n");
+    kiln_sb_puts(&b, "  rankdir=TB;\n");
+    kiln_sb_puts(&b, "  node [shape=box, fontname=\"monospace\", fontsize=10];\n");
+    kiln_sb_puts(&b, "  edge [fontname=\"monospace\", fontsize=8];\n");
     if (g->status != KILN_OK) {
-        sb_put(&b, "  label=\"error: ");
+        kiln_sb_puts(&b, "  label=\"error: ");
         sb_put_escaped(&b, g->error);
-        sb_put(&b, "\";\n");
+        kiln_sb_puts(&b, "\";\n");
     }
 
     for (int32_t i = 0; i < g->nnodes; i++) {
         const node *n = &g->nodes[i];
         const char *opname = (n->op >= 0 && n->op < OP_COUNT) ? op_table[n->op].name : "?";
         tmp.len = 0;
-        sb_reserve(&tmp, 0);
-        tmp.s[0] = 0;
-        sb_printf(&tmp, "%%%d %s", (int)i, opname);
+        kiln_sb_putn(&tmp, "", 0);
+        kiln_sb_printf(&tmp, "%%%d %s", (int)i, opname);
         sb_attr(&tmp, n);
-        sb_printf(&tmp, "\n%s ", dtype_str(n->dtype));
+        kiln_sb_printf(&tmp, "\n%s ", dtype_str(n->dtype));
         sb_shape(&tmp, g, n->ndim, n->shape);
         const char *style = "";
         if (n->op == OP_INPUT) style = n->is_state ? ", style=filled, fillcolor=\"#f4e3c1\"" : ", style=filled, fillcolor=\"#dde8f4\"";
         else if (n->op == OP_CONST || n->op == OP_IOTA) style = ", style=filled, fillcolor=\"#eeeeee\"";
         else if (op_is_compound(n->op)) style = ", style=filled, fillcolor=\"#e4d8f0\"";
-        sb_printf(&b, "  n%d [label=\"", (int)i);
+        kiln_sb_printf(&b, "  n%d [label=\"", (int)i);
         sb_put_escaped(&b, tmp.s);
-        sb_put(&b, "\"");
+        kiln_sb_puts(&b, "\"");
         if (op_is_compound(n->op)) {
-            sb_put(&b, ", tooltip=\"");
+            kiln_sb_puts(&b, ", tooltip=\"");
             sb_put_escaped(&b, compound_definition(n->op));
-            sb_put(&b, "\"");
+            kiln_sb_puts(&b, "\"");
         }
-        sb_printf(&b, "%s];\n", style);
+        kiln_sb_printf(&b, "%s];\n", style);
 
         int arity = (n->op >= 0 && n->op < OP_COUNT) ? op_table[n->op].arity : 0;
         for (int k = 0; k < arity && k < 3; k++) {
             int32_t t = n->src[k];
             if (!tensor_valid(g, t)) continue;
-            sb_printf(&b, "  n%d -> n%d", (int)g->tensors[t].node, (int)i);
+            kiln_sb_printf(&b, "  n%d -> n%d", (int)g->tensors[t].node, (int)i);
             if (tensor_has_view(g, t)) {
                 tmp.len = 0;
                 tmp.s[0] = 0;
                 sb_view(&tmp, g, &g->views[g->tensors[t].view]);
-                sb_put(&b, " [label=\"");
+                kiln_sb_puts(&b, " [label=\"");
                 sb_put_escaped(&b, tmp.s);
-                sb_put(&b, "\"]");
+                kiln_sb_puts(&b, "\"]");
             }
-            sb_put(&b, ";\n");
+            kiln_sb_puts(&b, ";\n");
         }
     }
 
     for (int32_t o = 0; o < g->noutputs; o++) {
         int32_t t = g->outputs[o].tensor;
-        sb_printf(&b, "  out%d [shape=ellipse, label=\"", (int)o);
+        kiln_sb_printf(&b, "  out%d [shape=ellipse, label=\"", (int)o);
         sb_put_escaped(&b, g->outputs[o].name ? g->outputs[o].name : "");
-        sb_put(&b, "\"];\n");
+        kiln_sb_puts(&b, "\"];\n");
         if (!tensor_valid(g, t)) continue;
-        sb_printf(&b, "  n%d -> out%d", (int)g->tensors[t].node, (int)o);
+        kiln_sb_printf(&b, "  n%d -> out%d", (int)g->tensors[t].node, (int)o);
         if (tensor_has_view(g, t)) {
             tmp.len = 0;
-            sb_reserve(&tmp, 0);
-            tmp.s[0] = 0;
+            kiln_sb_putn(&tmp, "", 0);
             sb_view(&tmp, g, &g->views[g->tensors[t].view]);
-            sb_put(&b, " [label=\"");
+            kiln_sb_puts(&b, " [label=\"");
             sb_put_escaped(&b, tmp.s);
-            sb_put(&b, "\"]");
+            kiln_sb_puts(&b, "\"]");
         }
-        sb_put(&b, ";\n");
+        kiln_sb_puts(&b, ";\n");
     }
-    sb_put(&b, "}\n");
+    kiln_sb_puts(&b, "}\n");
     free(tmp.s);
     return b.s;
 }

@@ -23,17 +23,18 @@
 #include "base.h"
 #include "quant.h"
 
+/* name, elements and bytes per block, flags, zero point, elements per scale */
 const dtype_info dtype_table[KILN_DTYPE_COUNT] = {
-    [KILN_F32] = {"f32", 1, 4},
-    [KILN_F16] = {"f16", 1, 2},
-    [KILN_BF16] = {"bf16", 1, 2},
-    [KILN_I32] = {"i32", 1, 4},
-    [KILN_U8] = {"u8", 1, 1},
-    [KILN_Q8_0] = {"q8_0", 32, 34},
-    [KILN_Q4_0] = {"q4_0", 32, 18},
-    [KILN_Q4_K] = {"q4_k", 256, 144},
-    [KILN_Q6_K] = {"q6_k", 256, 210},
-    [KILN_Q5_0] = {"q5_0", 32, 22},
+    [KILN_F32] = {"f32", 1, 4, DT_WEIGHT, 0, 0},
+    [KILN_F16] = {"f16", 1, 2, DT_WEIGHT, 0, 0},
+    [KILN_BF16] = {"bf16", 1, 2, DT_WEIGHT, 0, 0},
+    [KILN_I32] = {"i32", 1, 4, 0, 0, 0},
+    [KILN_U8] = {"u8", 1, 1, 0, 0, 0},
+    [KILN_Q8_0] = {"q8_0", 32, 34, DT_WEIGHT | DT_INT8 | DT_QSIGNED, 0, 32},
+    [KILN_Q4_0] = {"q4_0", 32, 18, DT_WEIGHT | DT_INT8, 8, 32},
+    [KILN_Q4_K] = {"q4_k", 256, 144, DT_WEIGHT | DT_INT8, 0, 32},
+    [KILN_Q6_K] = {"q6_k", 256, 210, DT_WEIGHT | DT_INT8, 32, 16},
+    [KILN_Q5_0] = {"q5_0", 32, 22, DT_WEIGHT | DT_INT8, 16, 32},
 };
 
 static int dtype_valid(kiln_dtype t) { return (int)t >= 0 && (int)t < KILN_DTYPE_COUNT; }
@@ -68,9 +69,7 @@ size_t kiln_dtype_bytes(kiln_dtype t, int64_t n) {
 
 int kiln_dtype_is_float(kiln_dtype t) { return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16; }
 
-int kiln_dtype_is_block(kiln_dtype t) {
-    return t == KILN_Q8_0 || t == KILN_Q4_0 || t == KILN_Q4_K || t == KILN_Q6_K || t == KILN_Q5_0;
-}
+int kiln_dtype_is_block(kiln_dtype t) { return dtype_valid(t) && dtype_table[t].block > 1; }
 
 static uint32_t f32_bits(float f) {
     uint32_t u;

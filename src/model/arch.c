@@ -30,21 +30,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base.h"
+
 static const char *const kind_names[ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3"};
 
 const char *arch_kind_name(arch_kind k) { return (unsigned)k < ARCH_COUNT ? kind_names[k] : "?"; }
 
-static kiln_status fail(char *err, size_t cap, kiln_status s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && cap) vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 /* a getter's status with its message copied out */
 static kiln_status got(gguf_file *f, kiln_status s, char *err, size_t cap) {
-    if (s) fail(err, cap, s, "%s", gguf_error(f));
+    if (s) kiln_fail(err, cap, s, "%s", gguf_error(f));
     return s;
 }
 
@@ -63,7 +57,7 @@ kiln_status arch_read_hparams(gguf_file *f, arch_hparams *hp, char *err, size_t 
     for (int i = 0; i < ARCH_COUNT; i++)
         if (gguf_str_eq(a, kind_names[i])) k = i;
     if (k < 0)
-        return fail(err, cap, KILN_ERR_UNSUPPORTED,
+        return kiln_fail(err, cap, KILN_ERR_UNSUPPORTED,
                     "unsupported architecture '%.*s' (kiln knows llama, qwen2, qwen3, gemma3)",
                     (int)(a.len > 64 ? 64 : a.len), a.ptr);
     hp->kind = (arch_kind)k;
@@ -79,27 +73,27 @@ kiln_status arch_read_hparams(gguf_file *f, arch_hparams *hp, char *err, size_t 
     if ((s = gguf_get_int_or(f, KEY("attention.head_count_kv"), 1, 1 << 20, hp->n_head, &hp->n_head_kv)))
         return got(f, s, err, cap);
     if (hp->n_head % hp->n_head_kv)
-        return fail(err, cap, KILN_ERR_FORMAT, "%s: %lld heads are not a multiple of %lld kv heads", hp->name,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "%s: %lld heads are not a multiple of %lld kv heads", hp->name,
                     (long long)hp->n_head, (long long)hp->n_head_kv);
     int64_t hd = hp->n_embd / hp->n_head;
     if ((s = gguf_get_int_or(f, KEY("attention.key_length"), 2, 1 << 20, hd, &hp->head_dim_k))) return got(f, s, err, cap);
     if ((s = gguf_get_int_or(f, KEY("attention.value_length"), 1, 1 << 20, hp->head_dim_k, &hp->head_dim_v)))
         return got(f, s, err, cap);
     if (hp->head_dim_k % 2)
-        return fail(err, cap, KILN_ERR_FORMAT, "%s: key_length %lld is odd (rope needs pairs)", hp->name,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "%s: key_length %lld is odd (rope needs pairs)", hp->name,
                     (long long)hp->head_dim_k);
     int64_t rope_dim;
     if ((s = gguf_get_int_or(f, KEY("rope.dimension_count"), 1, 1 << 20, hp->head_dim_k, &rope_dim)))
         return got(f, s, err, cap);
     if (rope_dim != hp->head_dim_k)
-        return fail(err, cap, KILN_ERR_UNSUPPORTED, "%s: partial rotary embedding (%lld of %lld dims) is not supported",
+        return kiln_fail(err, cap, KILN_ERR_UNSUPPORTED, "%s: partial rotary embedding (%lld of %lld dims) is not supported",
                     hp->name, (long long)rope_dim, (long long)hp->head_dim_k);
     if ((s = gguf_get_int_or(f, KEY("context_length"), 1, INT64_C(1) << 40, 4096, &hp->n_ctx_train)))
         return got(f, s, err, cap);
     if ((s = gguf_get_float_or(f, KEY("attention.layer_norm_rms_epsilon"), 1e-5, &hp->eps))) return got(f, s, err, cap);
     if ((s = gguf_get_float_or(f, KEY("rope.freq_base"), 10000.0, &hp->rope_base))) return got(f, s, err, cap);
     if (!(hp->eps >= 0 && hp->eps < 1) || !(hp->rope_base > 0 && hp->rope_base < 1e30))
-        return fail(err, cap, KILN_ERR_FORMAT, "%s: rms epsilon %g or rope base %g out of range", hp->name, hp->eps,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "%s: rms epsilon %g or rope base %g out of range", hp->name, hp->eps,
                     hp->rope_base);
     hp->rope_base_swa = hp->rope_base;
     hp->rope_scale = 1.0;
@@ -111,17 +105,17 @@ kiln_status arch_read_hparams(gguf_file *f, arch_hparams *hp, char *err, size_t 
         if (gguf_str_eq(st, "linear")) {
             if ((s = gguf_get_float(f, KEY("rope.scaling.factor"), &factor))) return got(f, s, err, cap);
             if (!(factor > 0 && factor < 1e6))
-                return fail(err, cap, KILN_ERR_FORMAT, "%s: rope scaling factor %g out of range", hp->name, factor);
+                return kiln_fail(err, cap, KILN_ERR_FORMAT, "%s: rope scaling factor %g out of range", hp->name, factor);
             hp->rope_scale = factor;
         } else if (!gguf_str_eq(st, "none")) {
-            return fail(err, cap, KILN_ERR_UNSUPPORTED, "%s: rope scaling '%.*s' is not supported (only linear)",
+            return kiln_fail(err, cap, KILN_ERR_UNSUPPORTED, "%s: rope scaling '%.*s' is not supported (only linear)",
                         hp->name, (int)(st.len > 32 ? 32 : st.len), st.ptr);
         }
     } else if (gguf_find(f, KEY("rope.scaling.factor"))) {
         /* files without a type but with a factor (some gemma3 conversions) mean linear */
         if ((s = gguf_get_float(f, key, &hp->rope_scale))) return got(f, s, err, cap);
         if (!(hp->rope_scale > 0 && hp->rope_scale < 1e6))
-            return fail(err, cap, KILN_ERR_FORMAT, "%s: rope scaling factor %g out of range", hp->name, hp->rope_scale);
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "%s: rope scaling factor %g out of range", hp->name, hp->rope_scale);
     }
     if (gguf_find(f, KEY("attention.sliding_window")) && hp->kind == ARCH_GEMMA3) {
         if ((s = gguf_get_int(f, key, 1, INT64_C(1) << 40, &hp->sliding_window))) return got(f, s, err, cap);
@@ -156,9 +150,9 @@ kiln_status arch_read_hparams(gguf_file *f, arch_hparams *hp, char *err, size_t 
 #undef KEY
 
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
-    if (!emb) return fail(err, cap, KILN_ERR_FORMAT, "%s: missing tensor token_embd.weight", hp->name);
+    if (!emb) return kiln_fail(err, cap, KILN_ERR_FORMAT, "%s: missing tensor token_embd.weight", hp->name);
     if (emb->ndim != 2 || emb->dims[1] != hp->n_embd)
-        return fail(err, cap, KILN_ERR_FORMAT, "%s: token_embd.weight is not (vocab, %lld)", hp->name,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "%s: token_embd.weight is not (vocab, %lld)", hp->name,
                     (long long)hp->n_embd);
     hp->n_vocab = emb->dims[0];
     hp->tied_output = gguf_find_tensor(f, "output.weight") == NULL;
@@ -183,11 +177,11 @@ static kiln_tensor weight(bctx *b, const char *name, int ndim, int64_t d0, int64
     if (b->st) return KILN_NONE;
     const gguf_tensor *t = gguf_find_tensor(b->f, name);
     if (!t) {
-        if (required) b->st = fail(b->err, b->cap, KILN_ERR_FORMAT, "%s: missing tensor %s", b->hp->name, name);
+        if (required) b->st = kiln_fail(b->err, b->cap, KILN_ERR_FORMAT, "%s: missing tensor %s", b->hp->name, name);
         return KILN_NONE;
     }
     if (t->dtype == KILN_DTYPE_COUNT || t->dtype == KILN_I32) {
-        b->st = fail(b->err, b->cap, KILN_ERR_UNSUPPORTED, "unsupported tensor type %s for tensor %s",
+        b->st = kiln_fail(b->err, b->cap, KILN_ERR_UNSUPPORTED, "unsupported tensor type %s for tensor %s",
                      gguf_ggml_type_name(t->ggml_type), name);
         return KILN_NONE;
     }
@@ -201,7 +195,7 @@ static kiln_tensor weight(bctx *b, const char *name, int ndim, int64_t d0, int64
         strncat(have, ")", sizeof have - strlen(have) - 1);
         if (ndim == 1) snprintf(want, sizeof want, "(%lld)", (long long)d0);
         else snprintf(want, sizeof want, "(%lld, %lld)", (long long)d0, (long long)d1);
-        b->st = fail(b->err, b->cap, KILN_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s", b->hp->name, name,
+        b->st = kiln_fail(b->err, b->cap, KILN_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s", b->hp->name, name,
                      have, want);
         return KILN_NONE;
     }
@@ -282,7 +276,7 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
                        int all_rows, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
     if (n_ctx < 1 || (kv_dtype != KILN_F32 && kv_dtype != KILN_F16))
-        return fail(err, cap, KILN_ERR_INVALID, "arch_build: n_ctx %lld must be >= 1 and the cache f32 or f16",
+        return kiln_fail(err, cap, KILN_ERR_INVALID, "arch_build: n_ctx %lld must be >= 1 and the cache f32 or f16",
                     (long long)n_ctx);
     bctx b = {g, f, hp, err, cap, KILN_OK};
     const int64_t d = hp->n_embd, hq = hp->n_head, hkv = hp->n_head_kv, dk = hp->head_dim_k, dv = hp->head_dim_v;
@@ -376,6 +370,6 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     if (logits != KILN_NONE && kiln_tensor_dtype(g, logits) != KILN_F32) logits = kiln_cast(g, logits, KILN_F32);
     kiln_output(g, logits, "logits");
     if (kiln_graph_status(g) != KILN_OK)
-        return fail(err, cap, kiln_graph_status(g), "%s: building the graph failed: %s", hp->name, kiln_graph_error(g));
+        return kiln_fail(err, cap, kiln_graph_status(g), "%s: building the graph failed: %s", hp->name, kiln_graph_error(g));
     return KILN_OK;
 }

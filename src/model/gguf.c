@@ -776,55 +776,24 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
 
 /* ---- JSON ------------------------------------------------------------------ */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    KILN_GROW(b->p, b->cap, b->n + n + 1);
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        sb_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = kiln_xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)n);
-    free(big);
-}
-
-static void sb_jstr(sbuf *b, const char *s, uint64_t len) {
-    sb_put(b, "\"", 1);
+static void sb_jstr(kiln_sb *b, const char *s, uint64_t len) {
+    kiln_sb_putn(b, "\"", 1);
     for (uint64_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') sb_put(b, (const char *)&c, 1);
-        else sb_printf(b, "\\u%04x", (unsigned)c);
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') kiln_sb_putn(b, (const char *)&c, 1);
+        else kiln_sb_printf(b, "\\u%04x", (unsigned)c);
     }
-    sb_put(b, "\"", 1);
+    kiln_sb_putn(b, "\"", 1);
 }
 
-static void sb_double(sbuf *b, double v, int f32) {
-    if (v != v) sb_printf(b, "NaN");
-    else if (v > 1.7976931348623157e308) sb_printf(b, "Infinity");
-    else if (v < -1.7976931348623157e308) sb_printf(b, "-Infinity");
-    else sb_printf(b, f32 ? "%.9g" : "%.17g", v);
+static void sb_double(kiln_sb *b, double v, int f32) {
+    if (v != v) kiln_sb_printf(b, "NaN");
+    else if (v > 1.7976931348623157e308) kiln_sb_printf(b, "Infinity");
+    else if (v < -1.7976931348623157e308) kiln_sb_printf(b, "-Infinity");
+    else kiln_sb_printf(b, f32 ? "%.9g" : "%.17g", v);
 }
 
-static void sb_value(sbuf *b, const gguf_kv *kv, uint64_t i) {
+static void sb_value(kiln_sb *b, const gguf_kv *kv, uint64_t i) {
     if (kv->elem == GGUF_TYPE_STRING) {
         sb_jstr(b, kv->strs[i].ptr, kv->strs[i].len);
         return;
@@ -834,53 +803,53 @@ static void sb_value(sbuf *b, const gguf_kv *kv, uint64_t i) {
     double fv;
     int u;
     load_elem(kv, i, &iv, &uv, &fv, &u);
-    if (kv->elem == GGUF_TYPE_BOOL) sb_printf(b, iv ? "true" : "false");
+    if (kv->elem == GGUF_TYPE_BOOL) kiln_sb_printf(b, iv ? "true" : "false");
     else if (kv->elem == GGUF_TYPE_FLOAT32 || kv->elem == GGUF_TYPE_FLOAT64) sb_double(b, fv, kv->elem == GGUF_TYPE_FLOAT32);
-    else if (u) sb_printf(b, "%" PRIu64, uv);
-    else sb_printf(b, "%" PRId64, iv);
+    else if (u) kiln_sb_printf(b, "%" PRIu64, uv);
+    else kiln_sb_printf(b, "%" PRId64, iv);
 }
 
 char *gguf_dump_json(const gguf_file *f) {
-    sbuf b = {0};
-    sb_printf(&b, "{\"version\": %" PRIu32 ", \"alignment\": %" PRIu64 ", \"data_offset\": %" PRIu64
+    kiln_sb b = {0};
+    kiln_sb_printf(&b, "{\"version\": %" PRIu32 ", \"alignment\": %" PRIu64 ", \"data_offset\": %" PRIu64
               ", \"size\": %" PRIu64 ",\n \"metadata\": [", f->version, f->alignment, f->data_offset, f->size);
     for (int64_t i = 0; i < f->nkv; i++) {
         const gguf_kv *kv = &f->kvs[i];
-        sb_printf(&b, "%s\n  {\"key\": ", i ? "," : "");
+        kiln_sb_printf(&b, "%s\n  {\"key\": ", i ? "," : "");
         sb_jstr(&b, kv->key, strlen(kv->key));
-        sb_printf(&b, ", \"type\": \"%s\"", gguf_type_name(kv->type));
+        kiln_sb_printf(&b, ", \"type\": \"%s\"", gguf_type_name(kv->type));
         if (kv->type == GGUF_TYPE_ARRAY) {
-            sb_printf(&b, ", \"elem\": \"%s\", \"value\": [", gguf_type_name(kv->elem));
+            kiln_sb_printf(&b, ", \"elem\": \"%s\", \"value\": [", gguf_type_name(kv->elem));
             for (uint64_t j = 0; j < kv->count; j++) {
-                if (j) sb_put(&b, ", ", 2);
+                if (j) kiln_sb_putn(&b, ", ", 2);
                 sb_value(&b, kv, j);
             }
-            sb_put(&b, "]}", 2);
+            kiln_sb_putn(&b, "]}", 2);
         } else {
-            sb_printf(&b, ", \"value\": ");
+            kiln_sb_printf(&b, ", \"value\": ");
             sb_value(&b, kv, 0);
-            sb_put(&b, "}", 1);
+            kiln_sb_putn(&b, "}", 1);
         }
     }
-    sb_printf(&b, "],\n \"tensors\": [");
+    kiln_sb_printf(&b, "],\n \"tensors\": [");
     for (int64_t i = 0; i < f->ntensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         uint64_t h = 0xcbf29ce484222325ULL;
         const uint8_t *p = t->data;
         for (uint64_t j = 0; j < t->bytes; j++) h = (h ^ p[j]) * 0x100000001b3ULL;
-        sb_printf(&b, "%s\n  {\"name\": ", i ? "," : "");
+        kiln_sb_printf(&b, "%s\n  {\"name\": ", i ? "," : "");
         sb_jstr(&b, t->name, strlen(t->name));
-        sb_printf(&b, ", \"ggml_type\": %" PRIu32 ", \"type\": \"%s\", \"dtype\": ", t->ggml_type,
+        kiln_sb_printf(&b, ", \"ggml_type\": %" PRIu32 ", \"type\": \"%s\", \"dtype\": ", t->ggml_type,
                   gguf_ggml_type_name(t->ggml_type));
-        if (t->dtype == KILN_DTYPE_COUNT) sb_printf(&b, "null");
-        else sb_printf(&b, "\"%s\"", kiln_dtype_name(t->dtype));
-        sb_printf(&b, ", \"shape\": [");
-        for (int d = 0; d < t->ndim; d++) sb_printf(&b, "%s%" PRId64, d ? ", " : "", t->dims[d]);
-        sb_printf(&b, "], \"offset\": %" PRIu64 ", \"file_offset\": %" PRIu64 ", \"bytes\": %" PRIu64
+        if (t->dtype == KILN_DTYPE_COUNT) kiln_sb_printf(&b, "null");
+        else kiln_sb_printf(&b, "\"%s\"", kiln_dtype_name(t->dtype));
+        kiln_sb_printf(&b, ", \"shape\": [");
+        for (int d = 0; d < t->ndim; d++) kiln_sb_printf(&b, "%s%" PRId64, d ? ", " : "", t->dims[d]);
+        kiln_sb_printf(&b, "], \"offset\": %" PRIu64 ", \"file_offset\": %" PRIu64 ", \"bytes\": %" PRIu64
                   ", \"fnv1a64\": \"%016" PRIx64 "\"}", t->offset, f->data_offset + t->offset, t->bytes, h);
     }
-    sb_printf(&b, "]}\n");
-    return b.p;
+    kiln_sb_printf(&b, "]}\n");
+    return b.s;
 }
 
 char *kiln_gguf_dump_json(const char *path, unsigned flags) {
@@ -888,11 +857,11 @@ char *kiln_gguf_dump_json(const char *path, unsigned flags) {
     gguf_file *f = NULL;
     kiln_status s = gguf_open(path, flags, &f, err, sizeof err);
     if (s) {
-        sbuf b = {0};
-        sb_printf(&b, "{\"error\": ");
+        kiln_sb b = {0};
+        kiln_sb_printf(&b, "{\"error\": ");
         sb_jstr(&b, err, strlen(err));
-        sb_printf(&b, ", \"status\": \"%s\"}\n", kiln_status_name(s));
-        return b.p;
+        kiln_sb_printf(&b, ", \"status\": \"%s\"}\n", kiln_status_name(s));
+        return b.s;
     }
     char *j = gguf_dump_json(f);
     gguf_close(f);

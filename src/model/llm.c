@@ -14,6 +14,7 @@
 
 #include "autotune.h"
 #include "base.h"
+#include "config.h"
 #include "kiln_compile.h"
 #include "llm.h"
 #include "tokenizer_gguf.h"
@@ -26,11 +27,7 @@ kiln_status llm_fail(kiln_llm *m, kiln_status s, const char *fmt, ...) {
     return s;
 }
 
-double llm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double llm_now(void) { return kiln_now_s(); /* src/base/clock.c */ }
 
 static void set_err(char *err, size_t cap, const char *fmt, const char *a, const char *b) {
     if (err && cap) snprintf(err, cap, fmt, a, b);
@@ -48,11 +45,9 @@ kiln_llm_params kiln_llm_default_params(void) {
  * (default 30), as `kiln run` reads it */
 static double tune_budget(double tune_s) {
     if (tune_s >= 0) return tune_s;
-    const char *e = getenv("KILN_TUNE");
-    if (!e || !e[0]) return 30;
-    char *end;
-    double b = strtod(e, &end);
-    return *end || !(b >= 0) ? 30 : b;
+    kiln_env e;
+    kiln_env_read(&e); /* src/base/config.c */
+    return e.host.tune_s;
 }
 
 typedef struct tune_progress {

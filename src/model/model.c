@@ -30,14 +30,6 @@ struct model {
     char err[512];
 };
 
-static kiln_status mfail(char *err, size_t cap, kiln_status s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && cap) vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 model_options model_default_options(void) {
     model_options o = {0, KILN_F32, 0, 0, 0, 0.0, 0, 0, 0};
     return o;
@@ -72,7 +64,7 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
     *out = NULL;
     model_options o = opt ? *opt : model_default_options();
     if (o.n_ctx < 0 || o.n_ctx_min < 0 || o.n_ctx_min > (INT64_C(1) << 40) || (o.kv_dtype != KILN_F32 && o.kv_dtype != KILN_F16))
-        return mfail(err, cap, KILN_ERR_INVALID, "model: n_ctx %lld must be >= 0 and the cache f32 or f16",
+        return kiln_fail(err, cap, KILN_ERR_INVALID, "model: n_ctx %lld must be >= 0 and the cache f32 or f16",
                      (long long)o.n_ctx);
     model *m = kiln_xcalloc(1, sizeof *m);
     kiln_status s = gguf_open(path, o.gguf_flags & GGUF_OPEN_READ, &m->file, err, cap);
@@ -109,7 +101,7 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
         m->states[i] = kiln_xcalloc(bytes ? bytes : 1, 1);
         m->state_bytes[i] = bytes;
         s = kiln_bind_input(m->g, name, m->states[i], bytes);
-        if (s) mfail(err, cap, s, "model: binding %s: %s", name, kiln_graph_error(m->g));
+        if (s) kiln_fail(err, cap, s, "model: binding %s: %s", name, kiln_graph_error(m->g));
     }
     if (!s && o.compiled) {
         kiln_compile_options co = kiln_compile_defaults();
@@ -119,7 +111,7 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
         m->prog = kiln_compile(m->g, &co, &s);
         if (!m->prog) {
             if (!s) s = KILN_ERR_INVALID;
-            mfail(err, cap, s, "model: compiling the %s graph failed: %s", m->hp.name, kiln_graph_error(m->g));
+            kiln_fail(err, cap, s, "model: compiling the %s graph failed: %s", m->hp.name, kiln_graph_error(m->g));
         }
     }
     if (s) {
@@ -145,16 +137,16 @@ kiln_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos, 
     if (!m) return KILN_ERR_INVALID;
     m->err[0] = 0;
     if (!tokens || !logits_out || n < 1 || pos < 0 || (int64_t)pos + n > m->n_ctx)
-        return mfail(m->err, sizeof m->err, KILN_ERR_RANGE,
+        return kiln_fail(m->err, sizeof m->err, KILN_ERR_RANGE,
                      "model_forward: %d tokens at position %d do not fit the context of %lld", n, pos,
                      (long long)m->n_ctx);
     if (from < 0 || from >= n || (!m->all_logits && from != n - 1))
-        return mfail(m->err, sizeof m->err, KILN_ERR_RANGE,
+        return kiln_fail(m->err, sizeof m->err, KILN_ERR_RANGE,
                      "model_forward: logits from row %d of %d %s", from, n,
                      m->all_logits ? "are out of range" : "need a model loaded with all_logits");
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
-            return mfail(m->err, sizeof m->err, KILN_ERR_RANGE, "model_forward: token %d (id %d) is outside [0, %lld)",
+            return kiln_fail(m->err, sizeof m->err, KILN_ERR_RANGE, "model_forward: token %d (id %d) is outside [0, %lld)",
                          i, tokens[i], (long long)m->hp.n_vocab);
     kiln_status s = kiln_bind_dim(m->g, "seq", n);
     if (!s) s = kiln_bind_dim(m->g, "pos", pos);
@@ -163,7 +155,7 @@ kiln_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos, 
     if (!s) s = model_eval(m);
     if (!s)
         s = kiln_read_output(m->g, "logits", logits_out, (size_t)(n - from) * (size_t)m->hp.n_vocab * sizeof(float));
-    if (s) mfail(m->err, sizeof m->err, s, "model_forward: %s", kiln_graph_error(m->g));
+    if (s) kiln_fail(m->err, sizeof m->err, s, "model_forward: %s", kiln_graph_error(m->g));
     return s;
 }
 
@@ -198,12 +190,12 @@ size_t model_kv_bytes(const model *m) {
 }
 
 kiln_status model_kv_use(model *m, model_kv *kv) {
-    if (kv && kv->n != m->nstates) return mfail(m->err, sizeof m->err, KILN_ERR_INVALID, "model_kv_use: a cache of another model");
+    if (kv && kv->n != m->nstates) return kiln_fail(m->err, sizeof m->err, KILN_ERR_INVALID, "model_kv_use: a cache of another model");
     for (int i = 0; i < m->nstates; i++) {
         char name[64];
         snprintf(name, sizeof name, "cache.%c.%d", i % 2 ? 'v' : 'k', i / 2);
         kiln_status s = kiln_bind_input(m->g, name, kv ? kv->bufs[i] : m->states[i], m->state_bytes[i]);
-        if (s) return mfail(m->err, sizeof m->err, s, "model_kv_use: binding %s: %s", name, kiln_graph_error(m->g));
+        if (s) return kiln_fail(m->err, sizeof m->err, s, "model_kv_use: binding %s: %s", name, kiln_graph_error(m->g));
     }
     return KILN_OK;
 }

@@ -21,14 +21,6 @@
 
 #include "base.h"
 
-static kiln_status pfail(char *err, size_t cap, kiln_status s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && cap) vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 int64_t ppl_row_u16(int64_t n_vocab) { return 2 * ((n_vocab + 1) / 2) + 4; }
 int ppl_first(int n_ctx) { return n_ctx / 2; }
 int ppl_scored(int n_ctx) { return n_ctx - 1 - n_ctx / 2; }
@@ -272,23 +264,23 @@ kiln_status ppl_base_open(const char *path, ppl_base *b, char *err, size_t cap) 
     memset(b, 0, sizeof *b);
     snprintf(b->path, sizeof b->path, "%s", path);
     b->f = fopen(path, "rb");
-    if (!b->f) return pfail(err, cap, KILN_ERR_IO, "%s: cannot open the base file", path);
+    if (!b->f) return kiln_fail(err, cap, KILN_ERR_IO, "%s: cannot open the base file", path);
     struct stat st;
     if (fstat(fileno(b->f), &st) != 0 || !S_ISREG(st.st_mode)) {
         ppl_base_close(b);
-        return pfail(err, cap, KILN_ERR_IO, "%s: not a regular file", path);
+        return kiln_fail(err, cap, KILN_ERR_IO, "%s: not a regular file", path);
     }
     int64_t size = (int64_t)st.st_size;
     unsigned char h[20];
     size_t got = fread(h, 1, sizeof h, b->f);
     if (got < 8 || memcmp(h, "_logits_", 8) != 0) {
         ppl_base_close(b);
-        return pfail(err, cap, KILN_ERR_FORMAT,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT,
                      "%s: not a log-probability base file (it does not start with the magic '_logits_')", path);
     }
     if (got < sizeof h) {
         ppl_base_close(b);
-        return pfail(err, cap, KILN_ERR_FORMAT,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT,
                      "%s: truncated: %lld bytes, the header (magic, n_ctx, n_vocab, n_chunk) needs 20", path,
                      (long long)size);
     }
@@ -299,7 +291,7 @@ kiln_status ppl_base_open(const char *path, ppl_base *b, char *err, size_t cap) 
     else if (n_chunk < 1 || n_chunk > (1 << 24)) bad = "n_chunk";
     if (bad) {
         ppl_base_close(b);
-        return pfail(err, cap, KILN_ERR_FORMAT, "%s: the header's %s is %d, out of range (n_ctx %d, n_vocab %d, n_chunk %d)",
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "%s: the header's %s is %d, out of range (n_ctx %d, n_vocab %d, n_chunk %d)",
                      path, bad, strcmp(bad, "n_ctx") == 0 ? n_ctx : strcmp(bad, "n_vocab") == 0 ? n_vocab : n_chunk,
                      n_ctx, n_vocab, n_chunk);
     }
@@ -307,7 +299,7 @@ kiln_status ppl_base_open(const char *path, ppl_base *b, char *err, size_t cap) 
     int64_t want = 20 + 4 * ntok + (int64_t)n_chunk * ppl_scored(n_ctx) * ppl_row_u16(n_vocab) * 2;
     if (size != want) {
         ppl_base_close(b);
-        return pfail(err, cap, KILN_ERR_FORMAT,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT,
                      "%s: %s: the file has %lld bytes, but %d chunks of %d tokens over a vocabulary of %d need %lld "
                      "(header 20, tokens %lld, log-probabilities %lld)",
                      path, size < want ? "truncated" : "too long", (long long)size, n_chunk, n_ctx, n_vocab,
@@ -322,14 +314,14 @@ kiln_status ppl_base_open(const char *path, ppl_base *b, char *err, size_t cap) 
         size_t n = (size_t)(ntok - i < 1024 ? ntok - i : 1024);
         if (fread(buf, 4, n, b->f) != n) {
             ppl_base_close(b);
-            return pfail(err, cap, KILN_ERR_IO, "%s: reading the token ids failed", path);
+            return kiln_fail(err, cap, KILN_ERR_IO, "%s: reading the token ids failed", path);
         }
         for (size_t j = 0; j < n; j++, i++) {
             int32_t t = rd_i32(buf + 4 * j);
             if (t < 0 || t >= n_vocab) {
                 int64_t at = i;
                 ppl_base_close(b);
-                return pfail(err, cap, KILN_ERR_FORMAT,
+                return kiln_fail(err, cap, KILN_ERR_FORMAT,
                              "%s: token %lld (chunk %lld) has id %d, outside the vocabulary of %d", path,
                              (long long)at, (long long)(at / n_ctx + 1), t, n_vocab);
             }
@@ -342,17 +334,17 @@ kiln_status ppl_base_open(const char *path, ppl_base *b, char *err, size_t cap) 
 kiln_status ppl_base_read_chunk(ppl_base *b, uint16_t *rows, char *err, size_t cap) {
     int64_t nv = ppl_row_u16(b->n_vocab), nr = ppl_scored(b->n_ctx);
     if (b->chunks_read >= b->n_chunk)
-        return pfail(err, cap, KILN_ERR_RANGE, "%s: has %d chunks only", b->path, b->n_chunk);
+        return kiln_fail(err, cap, KILN_ERR_RANGE, "%s: has %d chunks only", b->path, b->n_chunk);
     size_t n = (size_t)(nv * nr);
     if (fread(rows, sizeof *rows, n, b->f) != n)
-        return pfail(err, cap, KILN_ERR_IO, "%s: reading the log-probabilities of chunk %d failed", b->path,
+        return kiln_fail(err, cap, KILN_ERR_IO, "%s: reading the log-probabilities of chunk %d failed", b->path,
                      b->chunks_read + 1);
     for (int64_t r = 0; r < nr; r++) {
         float scale, mlp;
         memcpy(&scale, rows + r * nv, sizeof scale);
         memcpy(&mlp, rows + r * nv + 2, sizeof mlp);
         if (!(scale >= 0 && scale < 1.0f) || !(mlp <= 0 && mlp > -1e30f))
-            return pfail(err, cap, KILN_ERR_FORMAT,
+            return kiln_fail(err, cap, KILN_ERR_FORMAT,
                          "%s: chunk %d, scored row %lld: scale %g / minimum log-probability %g are not those of "
                          "log-probabilities (want 0 <= scale < 1, -1e30 < minimum <= 0)",
                          b->path, b->chunks_read + 1, (long long)r, (double)scale, (double)mlp);
@@ -362,7 +354,7 @@ kiln_status ppl_base_read_chunk(ppl_base *b, uint16_t *rows, char *err, size_t c
 }
 
 static kiln_status wr(FILE *f, const char *path, const void *p, size_t size, size_t n, char *err, size_t cap) {
-    if (n && fwrite(p, size, n, f) != n) return pfail(err, cap, KILN_ERR_IO, "%s: writing failed (disk full?)", path);
+    if (n && fwrite(p, size, n, f) != n) return kiln_fail(err, cap, KILN_ERR_IO, "%s: writing failed (disk full?)", path);
     return KILN_OK;
 }
 
@@ -370,7 +362,7 @@ kiln_status ppl_base_create(const char *path, int32_t n_ctx, int32_t n_vocab, in
                             FILE **out, char *err, size_t cap) {
     *out = NULL;
     FILE *f = fopen(path, "wb");
-    if (!f) return pfail(err, cap, KILN_ERR_IO, "%s: cannot create the base file", path);
+    if (!f) return kiln_fail(err, cap, KILN_ERR_IO, "%s: cannot create the base file", path);
     int32_t hdr[3] = {n_ctx, n_vocab, n_chunk};
     kiln_status s = wr(f, path, "_logits_", 1, 8, err, cap);
     if (!s) s = wr(f, path, hdr, sizeof hdr[0], 3, err, cap);

@@ -32,16 +32,6 @@ struct sampler {
     cand *cand;    /* [n_vocab] */
 };
 
-static kiln_status smp_fail(char *err, size_t cap, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return KILN_ERR_INVALID;
-}
-
 static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -65,16 +55,16 @@ void sampler_params_init(sampler_params *p) {
 
 kiln_status sampler_new(const sampler_params *p, int32_t n_vocab, sampler **out, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
-    if (!out) return smp_fail(err, cap, "sampler: no output pointer");
+    if (!out) return kiln_fail(err, cap, KILN_ERR_INVALID, "sampler: no output pointer");
     *out = NULL;
-    if (!p) return smp_fail(err, cap, "sampler: no parameters");
-    if (n_vocab <= 0) return smp_fail(err, cap, "sampler: vocabulary size %d", (int)n_vocab);
-    if (!isfinite(p->temperature)) return smp_fail(err, cap, "sampler: temperature must be finite");
-    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f)) return smp_fail(err, cap, "sampler: top-p must be in [0, 1]");
-    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return smp_fail(err, cap, "sampler: min-p must be in [0, 1]");
+    if (!p) return kiln_fail(err, cap, KILN_ERR_INVALID, "sampler: no parameters");
+    if (n_vocab <= 0) return kiln_fail(err, cap, KILN_ERR_INVALID, "sampler: vocabulary size %d", (int)n_vocab);
+    if (!isfinite(p->temperature)) return kiln_fail(err, cap, KILN_ERR_INVALID, "sampler: temperature must be finite");
+    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f)) return kiln_fail(err, cap, KILN_ERR_INVALID, "sampler: top-p must be in [0, 1]");
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return kiln_fail(err, cap, KILN_ERR_INVALID, "sampler: min-p must be in [0, 1]");
     if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty))
-        return smp_fail(err, cap, "sampler: repetition penalty must be > 0");
-    if (p->repeat_last_n < 0) return smp_fail(err, cap, "sampler: repeat_last_n must be >= 0");
+        return kiln_fail(err, cap, KILN_ERR_INVALID, "sampler: repetition penalty must be > 0");
+    if (p->repeat_last_n < 0) return kiln_fail(err, cap, KILN_ERR_INVALID, "sampler: repeat_last_n must be >= 0");
     sampler *s = kiln_xcalloc(1, sizeof *s);
     s->prm = *p;
     s->n_vocab = n_vocab;

@@ -32,16 +32,6 @@ static uint64_t tok_hash_bytes(const char *s, size_t n) {
     return h ^ (h >> 29);
 }
 
-static kiln_status tok_fail(char *err, size_t cap, kiln_status st, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* 1..4: a complete valid character; 0: invalid; -1: a valid but cut-off start */
 static int utf8_check(const unsigned char *p, size_t n) {
     unsigned c = p[0];
@@ -72,17 +62,6 @@ int tok_utf8_len(const unsigned char *p, size_t n) {
     if (n == 0) return 0;
     int r = utf8_check(p, n);
     return r > 0 ? r : 0;
-}
-
-typedef struct tok_buf {
-    char *p;
-    size_t n, cap;
-} tok_buf;
-
-static void buf_put(tok_buf *b, const char *s, size_t n) {
-    KILN_GROW(b->p, b->cap, b->n + n + 1);
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
 }
 
 /* ------------------------------------------------------------ vocab hash */
@@ -185,53 +164,53 @@ static uint32_t pow2_at_least(uint64_t n) {
 
 static kiln_status check_id(const char *what, int32_t id, int32_t n_vocab, char *err, size_t cap) {
     if (id < -1 || id >= n_vocab)
-        return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: %s id %d is outside the vocabulary (0..%d)", what,
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: %s id %d is outside the vocabulary (0..%d)", what,
                         (int)id, (int)n_vocab - 1);
     return KILN_OK;
 }
 
 kiln_status tok_new(const tok_config *cfg, tokenizer **out, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
-    if (!out) return tok_fail(err, cap, KILN_ERR_INVALID, "tokenizer: no output pointer");
+    if (!out) return kiln_fail(err, cap, KILN_ERR_INVALID, "tokenizer: no output pointer");
     *out = NULL;
-    if (!cfg) return tok_fail(err, cap, KILN_ERR_INVALID, "tokenizer: no config");
+    if (!cfg) return kiln_fail(err, cap, KILN_ERR_INVALID, "tokenizer: no config");
     if (cfg->kind != TOK_KIND_SPM && cfg->kind != TOK_KIND_BPE)
-        return tok_fail(err, cap, KILN_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)cfg->kind);
+        return kiln_fail(err, cap, KILN_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)cfg->kind);
     int32_t nv = cfg->n_vocab;
     if (nv <= 0 || !cfg->tokens)
-        return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: empty vocabulary (%d tokens)", (int)nv);
-    if (nv > (1 << 28)) return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: vocabulary too large (%d)", (int)nv);
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: empty vocabulary (%d tokens)", (int)nv);
+    if (nv > (1 << 28)) return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: vocabulary too large (%d)", (int)nv);
     int pre = TOK_PRE_GPT2;
     if (cfg->kind == TOK_KIND_BPE) {
         pre = tok_pre_from_name(cfg->pre);
         if (pre < 0)
-            return tok_fail(err, cap, KILN_ERR_UNSUPPORTED,
+            return kiln_fail(err, cap, KILN_ERR_UNSUPPORTED,
                             "tokenizer: unsupported BPE pre-tokenizer '%s' (kiln knows gpt2/default, llama-bpe, qwen2)",
                             cfg->pre);
         if (cfg->n_merges < 0 || (cfg->n_merges > 0 && !cfg->merges))
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: bad merge list (%d merges)", (int)cfg->n_merges);
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: bad merge list (%d merges)", (int)cfg->n_merges);
     }
     uint64_t total = 0;
     for (int32_t i = 0; i < nv; i++) {
         if (cfg->tokens[i].n && !cfg->tokens[i].s)
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has no text", (int)i);
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has no text", (int)i);
         total += cfg->tokens[i].n;
         if (cfg->token_types && (cfg->token_types[i] < 0 || cfg->token_types[i] > TOK_TYPE_BYTE))
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has unknown type %d", (int)i,
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has unknown type %d", (int)i,
                             (int)cfg->token_types[i]);
         if (cfg->scores && isnan(cfg->scores[i]))
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has a NaN score", (int)i);
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: token %d has a NaN score", (int)i);
     }
-    if (total >= UINT32_MAX) return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: vocabulary text too large");
+    if (total >= UINT32_MAX) return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: vocabulary text too large");
     kiln_status st;
     if ((st = check_id("BOS", cfg->bos_id, nv, err, cap)) != KILN_OK) return st;
     if ((st = check_id("EOS", cfg->eos_id, nv, err, cap)) != KILN_OK) return st;
     if ((st = check_id("unknown-token", cfg->unk_id, nv, err, cap)) != KILN_OK) return st;
     if ((st = check_id("end-of-turn", cfg->eot_id, nv, err, cap)) != KILN_OK) return st;
     if (cfg->add_bos && cfg->bos_id < 0)
-        return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: add_bos is set but there is no BOS token");
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: add_bos is set but there is no BOS token");
     if (cfg->add_eos && cfg->eos_id < 0)
-        return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: add_eos is set but there is no EOS token");
+        return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: add_eos is set but there is no EOS token");
 
     tokenizer *t = kiln_xcalloc(1, sizeof *t);
     t->kind = cfg->kind;
@@ -304,7 +283,7 @@ kiln_status tok_new(const tok_config *cfg, tokenizer **out, char *err, size_t ca
         for (int32_t i = 0; i < nm; i++) mtotal += cfg->merges[i].n;
         if (mtotal >= UINT32_MAX) {
             tok_free(t);
-            return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: merge text too large");
+            return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: merge text too large");
         }
         t->n_merges = nm;
         t->merge_text = kiln_xmalloc((size_t)mtotal + 1);
@@ -321,7 +300,7 @@ kiln_status tok_new(const tok_config *cfg, tokenizer **out, char *err, size_t ca
             const char *sp = n > 1 && s ? memchr(s + 1, ' ', n - 1) : NULL;
             if (!sp || sp + 1 == s + n) {
                 tok_free(t);
-                return tok_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: merge %d is not of the form 'left right'",
+                return kiln_fail(err, cap, KILN_ERR_FORMAT, "tokenizer: merge %d is not of the form 'left right'",
                                 (int)r);
             }
             uint32_t nl = (uint32_t)(sp - s), nr = n - nl - 1;
@@ -507,24 +486,24 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special
 
 /* --------------------------------------------------------------- decode */
 
-static void piece_append(const tokenizer *t, int32_t id, int special, tok_buf *b) {
+static void piece_append(const tokenizer *t, int32_t id, int special, kiln_sb *b) {
     const char *s = t->text + t->off[id];
     uint32_t n = t->len[id];
     switch (t->types[id]) {
     case TOK_TYPE_CONTROL:
     case TOK_TYPE_UNKNOWN:
-        if (special) buf_put(b, s, n);
+        if (special) kiln_sb_putn(b, s, n);
         return;
     case TOK_TYPE_USER_DEFINED:
-        buf_put(b, s, n);
+        kiln_sb_putn(b, s, n);
         return;
     case TOK_TYPE_BYTE: {
         int v = byte_token_value(s, n);
         if (v >= 0) {
             char c = (char)v;
-            buf_put(b, &c, 1);
+            kiln_sb_putn(b, &c, 1);
         } else
-            buf_put(b, s, n);
+            kiln_sb_putn(b, s, n);
         return;
     }
     case TOK_TYPE_NORMAL:
@@ -537,10 +516,10 @@ static void piece_append(const tokenizer *t, int32_t id, int special, tok_buf *b
         while (i < n) {
             if (i + 3 <= n && (unsigned char)s[i] == 0xE2 && (unsigned char)s[i + 1] == 0x96 &&
                 (unsigned char)s[i + 2] == 0x81) {
-                buf_put(b, " ", 1);
+                kiln_sb_putn(b, " ", 1);
                 i += 3;
             } else {
-                buf_put(b, s + i, 1);
+                kiln_sb_putn(b, s + i, 1);
                 i++;
             }
         }
@@ -557,47 +536,47 @@ static void piece_append(const tokenizer *t, int32_t id, int special, tok_buf *b
         if (l == 0) l = 1;
         if (byte >= 0) {
             char c = (char)byte;
-            buf_put(b, &c, 1);
+            kiln_sb_putn(b, &c, 1);
         } else
-            buf_put(b, s + i, (size_t)l);
+            kiln_sb_putn(b, s + i, (size_t)l);
         i += (uint32_t)l;
     }
 }
 
 int tok_token_to_piece(const tokenizer *t, int32_t id, int special, char *buf, int cap) {
     if (!t || id < 0 || id >= t->n_vocab) return -1;
-    tok_buf b = {0};
+    kiln_sb b = {0};
     piece_append(t, id, special, &b);
-    if (buf && cap > 0 && b.n) memcpy(buf, b.p, b.n < (size_t)cap ? b.n : (size_t)cap);
-    int n = b.n > INT_MAX ? INT_MAX : (int)b.n;
-    free(b.p);
+    if (buf && cap > 0 && b.len) memcpy(buf, b.s, b.len < (size_t)cap ? b.len : (size_t)cap);
+    int n = b.len > INT_MAX ? INT_MAX : (int)b.len;
+    free(b.s);
     return n;
 }
 
 long tok_decode(const tokenizer *t, const int32_t *ids, int n, int special, char *buf, size_t cap,
                 int *bad_index) {
     if (!t || n < 0 || (!ids && n)) return -1;
-    tok_buf b = {0};
+    kiln_sb b = {0};
     int strip = t->add_space_prefix;
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab) {
             if (bad_index) *bad_index = i;
-            free(b.p);
+            free(b.s);
             return -1;
         }
-        size_t before = b.n;
+        size_t before = b.len;
         piece_append(t, ids[i], special, &b);
-        if (strip && b.n > before) {
-            if (b.p[before] == ' ') {
-                memmove(b.p + before, b.p + before + 1, b.n - before - 1);
-                b.n--;
+        if (strip && b.len > before) {
+            if (b.s[before] == ' ') {
+                memmove(b.s + before, b.s + before + 1, b.len - before - 1);
+                b.len--;
             }
             strip = 0;
         }
     }
-    if (buf && cap && b.n) memcpy(buf, b.p, b.n < cap ? b.n : cap);
-    long r = (long)b.n;
-    free(b.p);
+    if (buf && cap && b.len) memcpy(buf, b.s, b.len < cap ? b.len : cap);
+    long r = (long)b.len;
+    free(b.s);
     return r;
 }
 
@@ -606,8 +585,8 @@ long tok_decode(const tokenizer *t, const int32_t *ids, int n, int special, char
 struct tok_stream {
     const tokenizer *t;
     int special, at_start, strip;
-    tok_buf pending; /* bytes not yet handed out: an unfinished character */
-    tok_buf out;
+    kiln_sb pending; /* bytes not yet handed out: an unfinished character */
+    kiln_sb out;
 };
 
 tok_stream *tok_stream_new(const tokenizer *t, int special, int at_start) {
@@ -622,8 +601,8 @@ tok_stream *tok_stream_new(const tokenizer *t, int special, int at_start) {
 
 void tok_stream_free(tok_stream *s) {
     if (!s) return;
-    free(s->pending.p);
-    free(s->out.p);
+    free(s->pending.s);
+    free(s->out.s);
     free(s);
 }
 
@@ -633,33 +612,33 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len) {
     *text = "";
     *len = 0;
     if (!s || id < 0 || id >= s->t->n_vocab) return -1;
-    size_t before = s->pending.n;
+    size_t before = s->pending.len;
     piece_append(s->t, id, s->special, &s->pending);
-    if (s->strip && s->pending.n > before) {
-        if (s->pending.p[before] == ' ') {
-            memmove(s->pending.p + before, s->pending.p + before + 1, s->pending.n - before - 1);
-            s->pending.n--;
+    if (s->strip && s->pending.len > before) {
+        if (s->pending.s[before] == ' ') {
+            memmove(s->pending.s + before, s->pending.s + before + 1, s->pending.len - before - 1);
+            s->pending.len--;
         }
         s->strip = 0;
     }
-    s->out.n = 0;
-    const unsigned char *p = (const unsigned char *)s->pending.p;
-    size_t n = s->pending.n, i = 0;
+    s->out.len = 0;
+    const unsigned char *p = (const unsigned char *)s->pending.s;
+    size_t n = s->pending.len, i = 0;
     while (i < n) {
         int r = utf8_check(p + i, n - i);
         if (r > 0) {
-            buf_put(&s->out, (const char *)p + i, (size_t)r);
+            kiln_sb_putn(&s->out, (const char *)p + i, (size_t)r);
             i += (size_t)r;
         } else if (r == 0) {
-            buf_put(&s->out, replacement, 3);
+            kiln_sb_putn(&s->out, replacement, 3);
             i++;
         } else
             break; /* a character still missing bytes: wait for them */
     }
-    if (i && i < n) memmove(s->pending.p, s->pending.p + i, n - i);
-    s->pending.n = n - i;
-    *text = s->out.n ? s->out.p : "";
-    *len = s->out.n;
+    if (i && i < n) memmove(s->pending.s, s->pending.s + i, n - i);
+    s->pending.len = n - i;
+    *text = s->out.len ? s->out.s : "";
+    *len = s->out.len;
     return 0;
 }
 
@@ -667,10 +646,10 @@ void tok_stream_flush(tok_stream *s, const char **text, size_t *len) {
     *text = "";
     *len = 0;
     if (!s) return;
-    s->out.n = 0;
-    if (s->pending.n) buf_put(&s->out, replacement, 3);
-    s->pending.n = 0;
+    s->out.len = 0;
+    if (s->pending.len) kiln_sb_putn(&s->out, replacement, 3);
+    s->pending.len = 0;
     s->strip = s->at_start && s->t->add_space_prefix;
-    *text = s->out.n ? s->out.p : "";
-    *len = s->out.n;
+    *text = s->out.len ? s->out.s : "";
+    *len = s->out.len;
 }

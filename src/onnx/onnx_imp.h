@@ -35,6 +35,7 @@ typedef struct imp_ctx {
     int *hash; int hash_cap;       /* open addressing over vals, -1 empty */
     void **bufs; int n_bufs, cap_bufs; /* weight buffers bound into g */
     int n_consts;                  /* counter for names of materialised constants */
+    size_t fill_bytes;             /* bytes of ConstantOfShape fills made into buffers so far */
     int folding;                   /* 1: building on a scratch graph to fold constants */
     kiln_tensor fold_t[IMP_MAX_OUT];
     int fold_dt[IMP_MAX_OUT];

@@ -261,6 +261,41 @@ static int gather(imp_ctx *c, const ox_node *n) {
     return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
 }
 
+/* out[i] = data[i with i[axis] replaced by indices[i]]: flat offsets into the
+ * dense data (static dims), one gather of scalar rows */
+static int gather_elements(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0), idx = imp_in(c, n, 1);
+    if (!imp_check(c, x) || !imp_check(c, idx)) return 0;
+    kiln_graph *g = c->g;
+    int r = rank_of(c, x);
+    if (rank_of(c, idx) != r) return imp_fail(c, KILN_ERR_SHAPE, "GatherElements: indices of another rank");
+    int ax = imp_axis(c, n, imp_attr_i(n, "axis", 0), r);
+    if (ax < 0) return 0;
+    int64_t dims[KILN_MAX_DIMS], stride[KILN_MAX_DIMS], total = 1, count = 1;
+    kiln_sym is[KILN_MAX_DIMS];
+    for (int d = r - 1; d >= 0; d--) {
+        dims[d] = imp_dim_const(c, x, d);
+        int64_t id = imp_dim_const(c, idx, d);
+        if (dims[d] < 0 || id < 0) return imp_fail(c, KILN_ERR_UNSUPPORTED, "GatherElements with symbolic dims");
+        if (d != ax && id > dims[d]) return imp_fail(c, KILN_ERR_SHAPE, "GatherElements: indices larger than data");
+        stride[d] = total;
+        total *= dims[d];
+        count *= id;
+        is[d] = kiln_dim(g, idx, d);
+    }
+    if (total >= ((int64_t)1 << 31)) return imp_fail(c, KILN_ERR_UNSUPPORTED, "GatherElements on %lld elements", (long long)total);
+    kiln_tensor neg = kiln_lt(g, idx, kiln_const(g, 0, KILN_I32));
+    kiln_tensor at = kiln_add(g, idx, kiln_mul(g, neg, kiln_const(g, (double)dims[ax], KILN_I32)));
+    kiln_tensor flat = kiln_mul(g, at, kiln_const(g, (double)stride[ax], KILN_I32));
+    for (int d = 0; d < r; d++)
+        if (d != ax) flat = kiln_add(g, flat, kiln_mul(g, kiln_iota(g, KILN_I32, r, is, d), kiln_const(g, (double)stride[d], KILN_I32)));
+    kiln_sym one = kiln_sym_int(g, 1), tot = kiln_sym_int(g, total), cnt = kiln_sym_int(g, count);
+    kiln_sym td[2] = {tot, one};
+    kiln_tensor table = kiln_reshape(g, kiln_contiguous(g, x), 2, td);
+    kiln_tensor y = kiln_gather(g, table, kiln_reshape(g, flat, 1, &cnt)); /* (count, 1) */
+    return imp_set(c, n, 0, kiln_reshape(g, y, r, is), imp_in_dtype(c, n, 0));
+}
+
 static int expand(imp_ctx *c, const ox_node *n) {
     kiln_tensor x = imp_in(c, n, 0);
     if (!imp_check(c, x)) return 0;
@@ -438,13 +473,15 @@ static int const_of_shape(imp_ctx *c, const ox_node *n) {
      * a graph tensor is needed: models that carry their weights as fills (the
      * onnx package's light models) then run like models with real weights,
      * instead of the rewriter folding a constant weight into the arithmetic */
-    if (total > ((int64_t)1 << 26)) {
+    size_t fill = (size_t)total * ox_dtype_size(dt);
+    if (total > ((int64_t)1 << 26) || c->fill_bytes + fill > ((size_t)1 << 30)) { /* at most 1 GiB of fills per model */
         kiln_sym dims[KILN_MAX_DIMS];
         for (int i = 0; i < k; i++) dims[i] = kiln_sym_int(c->g, s[i]);
         return imp_set(c, n, 0, kiln_full(c->g, v, (kiln_dtype)kt, k, dims), dt);
     }
     ox_tensor *t = imp_new_const(c, dt, k, s);
     if (!t) return 0;
+    c->fill_bytes += fill;
     size_t es = ox_dtype_size(dt);
     for (int64_t i = 0; i < t->n; i++) memcpy((char *)t->data + (size_t)i * es, va ? va->t->data : &(float){0}, es);
     return imp_set_const(c, n, 0, t);
@@ -543,6 +580,7 @@ const imp_op imp_ops_shape[] = {
     {"Reshape", reshape, "allowzero shape"}, {"Flatten", flatten, "axis"}, {"Transpose", transpose, "perm"},
     {"Squeeze", squeeze, "axes"}, {"Unsqueeze", unsqueeze, "axes"}, {"Concat", concat, "axis"},
     {"Split", split, "axis split num_outputs"}, {"Slice", slice, "starts ends axes"}, {"Gather", gather, "axis"},
+    {"GatherElements", gather_elements, "axis"},
     {"Expand", expand, ""}, {"Tile", tile, ""}, {"Pad", pad, "mode pads value"}, {"Shape", shape, "start end"},
     {"Size", size, ""}, {"ConstantOfShape", const_of_shape, "value"},
     {"Constant", constant, "value value_float value_floats value_int value_ints"}, {"Range", range, ""},

@@ -57,18 +57,18 @@ uint64_t eg_graph_signature(const kiln_graph *g) {
 }
 
 /* the best extraction of ek's roots as a graph */
-static kiln_graph *extract_graph(eg_kiln *ek, eg_terms *ts_out, char *err, size_t cap) {
+static kiln_graph *extract_graph(eg_kiln *ek, int plain_costs, eg_terms *ts_out, char *err, size_t cap) {
     egraph *eg = ek->eg;
     eg_id *choice = kiln_xmalloc(sizeof(eg_id) * (eg->nclasses ? eg->nclasses : 1));
     double *cost = kiln_xmalloc(sizeof(double) * (eg->nclasses ? eg->nclasses : 1));
-    /* shared values amortised over their consumers (KILN_EG_PLAIN=1: plain
-     * tree costs, to see what the amortisation changes) */
+    /* shared values amortised over their consumers (plain_costs, from
+     * KILN_EG_PLAIN: plain tree costs, to see what the amortisation changes) */
     uint32_t *uses = kiln_xcalloc(eg->nclasses ? eg->nclasses : 1, sizeof *uses);
     for (uint32_t i = 0; i < ek->nshared; i++) {
         eg_id c = eg_find(eg, ek->shared[i]);
         if (ek->shared_uses[i] > uses[c]) uses[c] = ek->shared_uses[i];
     }
-    eg_extract_best_amortised(eg, ek_default_cost, ek, getenv("KILN_EG_PLAIN") ? NULL : uses, choice, cost);
+    eg_extract_best_amortised(eg, ek_default_cost, ek, plain_costs ? NULL : uses, choice, cost);
     free(uses);
     kiln_graph *ng = NULL;
     eg_terms ts;
@@ -93,11 +93,11 @@ kiln_graph *eg_optimize_graph_ex(const kiln_graph *g, const eg_ruleset *rs, cons
                                  eg_run_report *rep, char *err, size_t cap) {
     eg_kiln *ek = ek_from_graph(g, err, cap);
     if (!ek) return NULL;
-    ek->primitives_only = primitives_only;
+    ek->primitives_only = primitives_only & ~EG_PLAIN_COSTS;
     eg_run_report local;
     eg_run(ek, rs, lim, rep ? rep : &local);
     if (!rep) eg_report_free(&local);
-    kiln_graph *ng = extract_graph(ek, NULL, err, cap);
+    kiln_graph *ng = extract_graph(ek, (primitives_only & EG_PLAIN_COSTS) != 0, NULL, err, cap);
     ek_free(ek);
     return ng;
 }
@@ -194,7 +194,7 @@ kiln_graph *eg_block_cache_optimize(eg_block_cache *c, kiln_graph *g, int *hit, 
     eg_run(ek, c->rs, &c->lim, rep ? rep : &local);
     if (!rep) eg_report_free(&local);
     eg_terms ts;
-    kiln_graph *ng = extract_graph(ek, &ts, err, cap);
+    kiln_graph *ng = extract_graph(ek, 0, &ts, err, cap);
     if (!ng) {
         ek_free(ek);
         kiln_graph_free(g);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "graph.h"
 #include "kiln.h"
 #include "rewrite.h"
@@ -58,15 +59,20 @@ void eg_copy_bindings(const kiln_graph *src, kiln_graph *dst) {
  * whose associativity space explodes stops in well under a second */
 static const eg_limits compile_limits = {.max_iters = 10, .max_nodes = 50000, .max_seconds = 1.0};
 
-kiln_graph *kiln_graph_optimize(kiln_graph *g) { return eg_optimize_for_backend(g, 0); }
+kiln_graph *kiln_graph_optimize(kiln_graph *g) {
+    kiln_env e;
+    kiln_env_read(&e);
+    return eg_optimize_for_backend(g, 0, e.compile.eg_plain);
+}
 
-kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only) {
+kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only, int plain_costs) {
     if (!g) return NULL;
     if (g->build_failed) return NULL;
     char err[512];
     eg_run_report rep;
     memset(&rep, 0, sizeof rep);
-    kiln_graph *out = eg_optimize_graph_ex(g, default_rules(), &compile_limits, primitives_only, &rep, err, sizeof err);
+    int flags = primitives_only | (plain_costs ? EG_PLAIN_COSTS : 0);
+    kiln_graph *out = eg_optimize_graph_ex(g, default_rules(), &compile_limits, flags, &rep, err, sizeof err);
     eg_report_free(&rep);
     if (!out) {
         graph_run_error(g, KILN_ERR_INVALID, "optimize: %s", err);

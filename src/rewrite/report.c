@@ -10,72 +10,48 @@
 #include "base.h"
 #include "rewrite.h"
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t want = b->n + (size_t)k + 1;
-        b->cap = b->cap ? b->cap * 2 : 1024;
-        while (b->cap < want) b->cap *= 2;
-        b->s = kiln_xrealloc(b->s, b->cap);
-    }
-}
-
 char *eg_report_text(const eg_kiln *ek, const eg_run_report *rep) {
-    sbuf b = {NULL, 0, 0};
-    sb_printf(&b, "e-graph: %u classes, %u nodes, %u views interned\n", rep->classes, rep->nodes,
+    kiln_sb b = {0};
+    kiln_sb_printf(&b, "e-graph: %u classes, %u nodes, %u views interned\n", rep->classes, rep->nodes,
               ek ? ek->nviews : 0);
-    sb_printf(&b, "run: %u iterations, %.3f s, stopped: %s\n", rep->iterations, rep->seconds, eg_stop_name(rep->stop));
+    kiln_sb_printf(&b, "run: %u iterations, %.3f s, stopped: %s\n", rep->iterations, rep->seconds, eg_stop_name(rep->stop));
     if (ek && ek->eg->analysis_conflicts)
-        sb_printf(&b, "WARNING: %u analysis conflicts (an unsound rule merged different shapes or constants)\n",
+        kiln_sb_printf(&b, "WARNING: %u analysis conflicts (an unsound rule merged different shapes or constants)\n",
                   ek->eg->analysis_conflicts);
-    sb_printf(&b, "%-20s %10s %10s %5s %9s\n", "rule", "matches", "applied", "bans", "conflicts");
+    kiln_sb_printf(&b, "%-20s %10s %10s %5s %9s\n", "rule", "matches", "applied", "bans", "conflicts");
     for (uint32_t r = 0; r < rep->nrules; r++) {
         const eg_rule_stats *st = &rep->rules[r];
-        sb_printf(&b, "%-20s %10llu %10llu %5u %9u\n", rep->rs->rules[r].def.name, (unsigned long long)st->matches,
+        kiln_sb_printf(&b, "%-20s %10llu %10llu %5u %9u\n", rep->rs->rules[r].def.name, (unsigned long long)st->matches,
                   (unsigned long long)st->applied, st->bans, st->conflicts);
     }
-    if (!b.s) sb_printf(&b, "%s", "");
+    if (!b.s) kiln_sb_printf(&b, "%s", "");
     return b.s;
 }
 
-static void json_str(sbuf *b, const char *s) {
-    sb_printf(b, "\"");
+static void json_str(kiln_sb *b, const char *s) {
+    kiln_sb_printf(b, "\"");
     for (; *s; s++) {
-        if (*s == '"' || *s == '\\') sb_printf(b, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) sb_printf(b, "\\u%04x", (unsigned)*s);
-        else sb_printf(b, "%c", *s);
+        if (*s == '"' || *s == '\\') kiln_sb_printf(b, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) kiln_sb_printf(b, "\\u%04x", (unsigned)*s);
+        else kiln_sb_printf(b, "%c", *s);
     }
-    sb_printf(b, "\"");
+    kiln_sb_printf(b, "\"");
 }
 
 char *eg_report_json(const eg_kiln *ek, const eg_run_report *rep) {
-    sbuf b = {NULL, 0, 0};
-    sb_printf(&b, "{\"classes\": %u, \"nodes\": %u, \"views\": %u, \"iterations\": %u, \"seconds\": %.6f, ", rep->classes,
+    kiln_sb b = {0};
+    kiln_sb_printf(&b, "{\"classes\": %u, \"nodes\": %u, \"views\": %u, \"iterations\": %u, \"seconds\": %.6f, ", rep->classes,
               rep->nodes, ek ? ek->nviews : 0, rep->iterations, rep->seconds);
-    sb_printf(&b, "\"stop\": ");
+    kiln_sb_printf(&b, "\"stop\": ");
     json_str(&b, eg_stop_name(rep->stop));
-    sb_printf(&b, ", \"analysis_conflicts\": %u, \"rules\": [", ek ? ek->eg->analysis_conflicts : 0);
+    kiln_sb_printf(&b, ", \"analysis_conflicts\": %u, \"rules\": [", ek ? ek->eg->analysis_conflicts : 0);
     for (uint32_t r = 0; r < rep->nrules; r++) {
         const eg_rule_stats *st = &rep->rules[r];
-        sb_printf(&b, "%s{\"name\": ", r ? ", " : "");
+        kiln_sb_printf(&b, "%s{\"name\": ", r ? ", " : "");
         json_str(&b, rep->rs->rules[r].def.name);
-        sb_printf(&b, ", \"matches\": %llu, \"applied\": %llu, \"bans\": %u, \"conflicts\": %u}",
+        kiln_sb_printf(&b, ", \"matches\": %llu, \"applied\": %llu, \"bans\": %u, \"conflicts\": %u}",
                   (unsigned long long)st->matches, (unsigned long long)st->applied, st->bans, st->conflicts);
     }
-    sb_printf(&b, "]}\n");
+    kiln_sb_printf(&b, "]}\n");
     return b.s;
 }

@@ -261,13 +261,17 @@ uint32_t eg_extract_topk(egraph *eg, eg_cost_fn f, void *ctx, const eg_id *roots
 /* graph -> e-graph -> saturate -> best extraction -> a new graph (NULL + message on error) */
 kiln_graph *eg_optimize_graph(const kiln_graph *g, const eg_ruleset *rs, const eg_limits *lim, eg_run_report *rep,
                               char *err, size_t cap);
-/* the same, extracting primitives only when primitives_only is set */
+/* the same, extracting as primitives_only's low bits say (EG_EXTRACT_*), and
+ * by plain tree costs (not amortised over shared values) when the flag
+ * EG_PLAIN_COSTS is added */
+#define EG_PLAIN_COSTS 8
 kiln_graph *eg_optimize_graph_ex(const kiln_graph *g, const eg_ruleset *rs, const eg_limits *lim, int primitives_only,
                                  eg_run_report *rep, char *err, size_t cap);
 /* the compile step's rewrite: kiln_graph_optimize with primitive extraction
  * (for backends without compound kernels) and g's bindings carried over;
- * NULL with g's run error set on failure */
-kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only);
+ * plain_costs is kiln_compile_options.eg_plain; NULL with g's run error set
+ * on failure */
+kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only, int plain_costs);
 /* the values of primitives_only: every compound op may be extracted (0), none
  * (1: what a backend without compound kernels compiles), or SOFTMAX_CONTRACT
  * only (2: the CPU backend's stream kernels, src/sched/stream.c) */

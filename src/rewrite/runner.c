@@ -17,12 +17,6 @@
 #include "base.h"
 #include "rewrite.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 const char *eg_stop_name(eg_stop s) {
     switch (s) {
     case EG_STOP_SATURATED: return "saturated";
@@ -75,7 +69,7 @@ eg_stop eg_run(eg_kiln *ek, const eg_ruleset *rs, const eg_limits *lim_in, eg_ru
         rep->rules[r].threshold = lim.match_limit;
         rep->rules[r].ban_len = lim.ban_length;
     }
-    double t0 = now_s();
+    double t0 = kiln_now_s();
     op_index ix;
     memset(&ix, 0, sizeof ix);
     eg_subst *m = NULL;
@@ -86,7 +80,7 @@ eg_stop eg_run(eg_kiln *ek, const eg_ruleset *rs, const eg_limits *lim_in, eg_ru
 
     for (uint32_t iter = 0;; iter++) {
         if (iter >= lim.max_iters) { stop = EG_STOP_ITERATIONS; break; }
-        if (now_s() - t0 > lim.max_seconds) { stop = EG_STOP_TIME; break; }
+        if (kiln_now_s() - t0 > lim.max_seconds) { stop = EG_STOP_TIME; break; }
         if (eg->nlive_nodes > lim.max_nodes) { stop = EG_STOP_NODES; break; }
         rep->iterations = iter + 1;
 
@@ -116,7 +110,7 @@ eg_stop eg_run(eg_kiln *ek, const eg_ruleset *rs, const eg_limits *lim_in, eg_ru
             } else {
                 st->matches += found;
             }
-            if (now_s() - t0 > lim.max_seconds) {
+            if (kiln_now_s() - t0 > lim.max_seconds) {
                 timed_out = 1;
                 break;
             }
@@ -154,7 +148,7 @@ eg_stop eg_run(eg_kiln *ek, const eg_ruleset *rs, const eg_limits *lim_in, eg_ru
     free(start);
     index_free(&ix);
     rep->stop = stop;
-    rep->seconds = now_s() - t0;
+    rep->seconds = kiln_now_s() - t0;
     rep->nodes = eg->nlive_nodes;
     rep->classes = eg->nlive_classes;
     return stop;

@@ -42,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base.h"
 #include "probe.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -74,12 +75,6 @@ rt_amx_caps rt_amx_cpuid(void) {
 }
 
 #if AP_BUILT
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* the 64-byte tile configuration (palette 1) */
 typedef struct ap_cfg {
@@ -156,9 +151,9 @@ static double ap_time(void (*loop)(int64_t), const ap_block *a, const ap_block *
     double best = 1e30;
     const int64_t iters = 100000;
     for (int r = 0; r < 5; r++) {
-        double t0 = now_s();
+        double t0 = kiln_now_s();
         loop(iters);
-        double dt = now_s() - t0;
+        double dt = kiln_now_s() - t0;
         if (dt < best) best = dt;
     }
     ap_store0(sink);

@@ -20,16 +20,13 @@
 #include <time.h>
 
 #include "base.h"
+#include "config.h"
 #include "cache_trim.h"
 
 uint64_t rt_cache_limit(void) {
-    const char *e = getenv("KILN_CACHE_MAX_MB");
-    if (e && e[0]) {
-        char *end;
-        double mb = strtod(e, &end);
-        if (end != e && mb >= 0) return (uint64_t)(mb * 1024.0 * 1024.0);
-    }
-    return (uint64_t)1024 << 20;
+    kiln_env e;
+    kiln_env_read(&e);
+    return e.host.cache_max_bytes;
 }
 
 typedef struct entry {

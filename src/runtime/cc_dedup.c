@@ -41,27 +41,6 @@ typedef struct kernel_text {
     int shared;        /* its group has two kernels or more */
 } kernel_text;
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = 2 * (b->len + n + 1);
-        b->p = kiln_xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void putf(sbuf *b, const char *fmt, long a) {
-    char t[256];
-    int n = snprintf(t, sizeof t, fmt, a);
-    if (n > 0) put(b, t, (size_t)n < sizeof t ? (size_t)n : sizeof t - 1);
-}
-
 static uint64_t fnv(const char *s) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
@@ -152,7 +131,7 @@ static void prelude_names(const char *src, size_t len, name_set *ns) {
  * (and a call is never renamed). Frees text. */
 static char *rename_locals(char *text, const name_set *keep) {
     name_set names = {0};
-    sbuf out = {0};
+    kiln_sb out = {0};
     const char *q = text;
     for (const char *t = text; *t;) {
         size_t len = short_name(text, t);
@@ -166,14 +145,14 @@ static char *rename_locals(char *text, const name_set *keep) {
             t += len;
             continue;
         }
-        put(&out, q, (size_t)(t - q));
-        putf(&out, "kiln_l%ld", id);
+        kiln_sb_putn(&out, q, (size_t)(t - q));
+        kiln_sb_printf(&out, "kiln_l%d", id);
         q = t = t + len;
     }
-    put(&out, q, strlen(q));
+    kiln_sb_putn(&out, q, strlen(q));
     free(names.names);
     free(text);
-    return out.p ? out.p : kiln_xstrdup("");
+    return kiln_sb_take(&out);
 }
 
 /* the body with its buffer indices as slots (B[n] -> B[kiln_bs_[i]], and
@@ -195,7 +174,7 @@ static int canonicalise(kernel_text *k, const name_set *keep) {
         if (k->nslots == MAX_SLOTS) return 0;
         k->slots[k->nslots++] = (int)n;
     }
-    sbuf c = {0};
+    kiln_sb c = {0};
     const char *q = body;
     for (const char *t = body; t < end;) {
         const char *after = NULL;
@@ -205,20 +184,20 @@ static int canonicalise(kernel_text *k, const name_set *keep) {
             t++;
             continue;
         }
-        put(&c, q, (size_t)(t - q));
+        kiln_sb_putn(&c, q, (size_t)(t - q));
         if (n >= 0) {
-            putf(&c, "B[kiln_bs_[%ld]]", slot);
+            kiln_sb_printf(&c, "B[kiln_bs_[%d]]", slot);
             t = strchr(t, ']') + 1;
         } else {
-            putf(&c, "kiln_b%ld", slot);
+            kiln_sb_printf(&c, "kiln_b%d", slot);
             t = after;
         }
         q = t;
     }
-    put(&c, q, (size_t)(end - q));
+    kiln_sb_putn(&c, q, (size_t)(end - q));
     /* comments name graph nodes ("fused SUM#137"): they go, so that the
      * layers' copies compare equal (the emitter writes no string literals) */
-    char *w = c.p, *r = c.p;
+    char *w = c.s, *r = c.s;
     while (*r) {
         if (r[0] == '/' && r[1] == '*') {
             char *close = strstr(r + 2, "*/");
@@ -230,7 +209,7 @@ static int canonicalise(kernel_text *k, const name_set *keep) {
     }
     while (*r) *w++ = *r++;
     *w = 0;
-    k->canon = rename_locals(c.p, keep);
+    k->canon = rename_locals(c.s, keep);
     k->hash = fnv(k->canon);
     return 1;
 }
@@ -273,36 +252,36 @@ char *rt_cc_dedup(const char *src, int *distinct, int *kernels) {
     }
     char *out = NULL;
     if (nshared > 0) {
-        sbuf b = {0};
-        put(&b, src, (size_t)(first + 1 - src));
+        kiln_sb b = {0};
+        kiln_sb_putn(&b, src, (size_t)(first + 1 - src));
         /* the shared bodies are declared up front and each defined after
          * its first kernel, so that a build in parts (cc_split.c: parts
          * start at kernels) compiles each once and the link joins them */
         for (size_t i = 0; i < n; i++)
             if (ks[i].shared && ks[i].group == (int)i) {
-                putf(&b, "int kiln_body_%ld(const int *kiln_bs_, ", (long)i);
-                put(&b, &SIG_REST[1], strlen(SIG_REST) - 4);
-                put(&b, ";\n", 2);
+                kiln_sb_printf(&b, "int kiln_body_%ld(const int *kiln_bs_, ", (long)i);
+                kiln_sb_putn(&b, &SIG_REST[1], strlen(SIG_REST) - 4);
+                kiln_sb_putn(&b, ";\n", 2);
             }
         for (size_t i = 0; i < n; i++) {
             if (!ks[i].shared) {
-                put(&b, ks[i].start, ks[i].len);
+                kiln_sb_putn(&b, ks[i].start, ks[i].len);
                 continue;
             }
-            putf(&b, "int kiln_k%ld", ks[i].id);
-            put(&b, SIG_REST, strlen(SIG_REST));
-            put(&b, "  static const int kiln_bs_[] = {", strlen("  static const int kiln_bs_[] = {"));
-            for (int j = 0; j < ks[i].nslots; j++) putf(&b, j ? ", %ld" : "%ld", ks[i].slots[j]);
-            if (ks[i].nslots == 0) put(&b, "0", 1);
-            putf(&b, "};\n  return kiln_body_%ld(kiln_bs_, B, v, lo, hi, chunk, flags);\n}\n", ks[i].group);
+            kiln_sb_printf(&b, "int kiln_k%ld", ks[i].id);
+            kiln_sb_putn(&b, SIG_REST, strlen(SIG_REST));
+            kiln_sb_putn(&b, "  static const int kiln_bs_[] = {", strlen("  static const int kiln_bs_[] = {"));
+            for (int j = 0; j < ks[i].nslots; j++) kiln_sb_printf(&b, j ? ", %d" : "%d", ks[i].slots[j]);
+            if (ks[i].nslots == 0) kiln_sb_putn(&b, "0", 1);
+            kiln_sb_printf(&b, "};\n  return kiln_body_%d(kiln_bs_, B, v, lo, hi, chunk, flags);\n}\n", ks[i].group);
             if (ks[i].group == (int)i) { /* after its first kernel: the part holding that kernel defines it */
-                putf(&b, "__attribute__((noinline, visibility(\"hidden\"))) int kiln_body_%ld(const int *kiln_bs_, ",
+                kiln_sb_printf(&b, "__attribute__((noinline, visibility(\"hidden\"))) int kiln_body_%ld(const int *kiln_bs_, ",
                      (long)i);
-                put(&b, &SIG_REST[1], strlen(SIG_REST) - 1);
-                put(&b, ks[i].canon, strlen(ks[i].canon));
+                kiln_sb_putn(&b, &SIG_REST[1], strlen(SIG_REST) - 1);
+                kiln_sb_putn(&b, ks[i].canon, strlen(ks[i].canon));
             }
         }
-        out = b.p;
+        out = b.s;
     }
     if (distinct) *distinct = ngroups;
     if (kernels) *kernels = (int)n;

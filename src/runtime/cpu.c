@@ -33,6 +33,7 @@
 
 #include "backend.h"
 #include "base.h"
+#include "config.h"
 #include "cache_trim.h"
 #include "cc_dedup.h"
 #include "cc_split.h"
@@ -46,8 +47,9 @@ struct rt_module {
 /* ---- compiler identity ------------------------------------------------ */
 
 const char *rt_cc(void) {
-    const char *cc = getenv("KILN_CC");
-    return cc && cc[0] ? cc : "cc";
+    kiln_env e;
+    kiln_env_read(&e);
+    return e.host.cc;
 }
 
 static pthread_mutex_t ident_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -81,8 +83,9 @@ const char *rt_cc_identity(void) {
 /* ---- ISA from the fingerprint ----------------------------------------- */
 
 int rt_retune(void) {
-    const char *v = getenv("KILN_RETUNE");
-    return v && v[0] == '1' && v[1] == 0;
+    kiln_env e;
+    kiln_env_read(&e);
+    return e.host.retune;
 }
 
 int rt_cpu_has(const char *flag) {
@@ -117,8 +120,10 @@ cg_isa rt_cpu_isa(void) {
         rt_cpu_has("avx512dq"))
         best = CG_ISA_AVX512;
 #endif
-    const char *want = getenv("KILN_ISA");
-    if (want && want[0]) {
+    kiln_env e;
+    kiln_env_read(&e);
+    const char *want = e.host.isa;
+    if (want) {
         cg_isa w = best;
         if (strcmp(want, "scalar") == 0) w = CG_ISA_SCALAR;
         else if (strcmp(want, "avx2") == 0) w = CG_ISA_AVX2;
@@ -146,12 +151,13 @@ static int mkdir_p(const char *path) {
 }
 
 static int cache_dir(char *out, size_t cap) {
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    if (xdg && xdg[0]) {
+    kiln_env e;
+    kiln_env_read(&e);
+    const char *xdg = e.host.xdg_cache_home, *home = e.host.home;
+    if (xdg) {
         snprintf(out, cap, "%s/kiln", xdg);
         if (mkdir_p(out) == 0) return 0;
-    } else if (home && home[0]) {
+    } else if (home) {
         snprintf(out, cap, "%s/.cache/kiln", home);
         if (mkdir_p(out) == 0) return 0;
     }
@@ -227,12 +233,6 @@ static void trim_cache(const char *dir, const char *sopath) {
     if (now) trimmed = 1, since = 0;
     pthread_mutex_unlock(&mu);
     if (now) rt_cache_trim(dir, limit, sopath);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* wall seconds a program's build takes per byte of emitted C (deduplicated
@@ -336,9 +336,9 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     char tmpso[1100], errpath[1100];
     snprintf(tmpso, sizeof tmpso, "%s.tmp.%ld.so", sopath, (long)getpid());
     snprintf(errpath, sizeof errpath, "%s.err.%ld", sopath, (long)getpid());
-    double t_cc = now_s();
+    double t_cc = kiln_now_s();
     int st = cc_build(src, cpath, cflags, tmpso, errpath);
-    t_cc = now_s() - t_cc;
+    t_cc = kiln_now_s() - t_cc;
     /* wall seconds per emitted byte of a whole program, for estimates
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
      * kernels with nothing to share, ~10x the seconds per byte, and teach

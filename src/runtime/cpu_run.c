@@ -265,7 +265,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     int64_t chunk = sch_contract_runs(sc, n, nbatch, nthreads); /* runs per batch point */
     int64_t items = nbatch * chunk;
     int serial = nthreads <= 1 || nbatch * m * n * (rn > 0 ? rn : 1) < 32768;
-    double t0 = p->prof.secs ? rt_mono_s() : 0;
+    double t0 = p->prof.secs ? kiln_now_s() : 0;
     int64_t flags = 0, r = 0;
     if (shared_a(p, K, sc, nbatch, m, rn, serial)) {
         /* A converted once, each thread a share of its 16-row groups, then
@@ -276,7 +276,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     if (r == 0) r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags, serial);
     if (fills) pack_filled(p, c->b_buf, r == 0);
     if (p->prof.secs) {
-        p->prof.secs[k] += rt_mono_s() - t0;
+        p->prof.secs[k] += kiln_now_s() - t0;
         p->prof.bytes[k] += (double)(p->run.bytes[c->a_buf] + p->run.bytes[c->b_buf] + p->run.bytes[K->out_buf]);
         p->prof.flops[k] += 2.0 * (double)m * (double)n * (double)nbatch * (double)rn;
         p->prof.arith[k] = (uint8_t)sc->arith;
@@ -354,11 +354,11 @@ static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e
         if (gres.fn) gfn = gres.fn;
     }
     rt_gtune_split(K, e->outer, e->inner, serial, &chunk, &items);
-    double t0 = p->prof.secs ? rt_mono_s() : 0;
+    double t0 = p->prof.secs ? kiln_now_s() : 0;
     int r = p->plan.be->launch(p->plan.pool, gfn, cs->bufs, p->run.values, items, chunk, flags, serial);
     if (gres.mod) p->plan.be->module_free(gres.mod);
     if (p->prof.secs) {
-        p->prof.secs[k] += rt_mono_s() - t0;
+        p->prof.secs[k] += kiln_now_s() - t0;
         p->prof.bytes[k] += rt_profile_kernel_bytes(p, K, K->ndim == 0 ? 1 : e->outer * e->inner);
     }
     return r == 0 ? KILN_OK : KILN_ERR_RANGE;
@@ -405,15 +405,13 @@ static kiln_status cpu_prepare(kiln_program *p, const kiln_compile_options *o, c
     cs->repacked = kiln_xcalloc((size_t)nb, sizeof *cs->repacked);
     cs->packed = kiln_xcalloc((size_t)nb, sizeof *cs->packed);
     cs->bufs = kiln_xcalloc((size_t)(nb + 2 * p->plan.sp.nbufs), sizeof *cs->bufs);
-    const char *pc = getenv("KILN_PACK_COPY");
-    cs->pack_copies = !(pc && strcmp(pc, "0") == 0);
+    cs->pack_copies = !p->plan.opt.no_pack_copy;
     cs->rp_arena.limit = copies_limit();
     /* beyond the caches' reach, stores that bypass them save the read of
      * every written line (measured on the 2-core VM: 16 MiB copy 9 -> 26
      * GB/s, 256 MiB 6.7 -> 10.8 GB/s; equal at 4 MiB) */
     cs->stream_min = (size_t)8 << 20;
-    const char *sm = getenv("KILN_STREAM_MIN");
-    if (sm && sm[0]) cs->stream_min = (size_t)strtoull(sm, NULL, 10);
+    if (p->plan.opt.stream_min) cs->stream_min = p->plan.opt.stream_min < 0 ? 0 : (size_t)p->plan.opt.stream_min;
     return KILN_OK;
 }
 

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "config.h"
 #include "gpu.h"
 
 #define RT_GPU_IR_VERSION KILN_IR_VERSION
@@ -154,7 +155,9 @@ static int cu_load(char *err, size_t errcap) {
 static int nv_load(char *err, size_t errcap) {
     pthread_mutex_lock(&cu_mu);
     if (nv_state == 0) {
-        const char *names[] = {getenv("KILN_NVRTC"), "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
+        kiln_env env;
+        kiln_env_read(&env);
+        const char *names[] = {env.host.nvrtc, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
                                "libnvrtc.so.11.2", "/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib/libnvrtc.so"};
         void *h = NULL;
         for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++)

@@ -16,6 +16,7 @@
 #include "kiln_compile.h"
 #include "program.h"
 #include "base.h"
+#include "config.h"
 #include "dtype.h"
 #include "rewrite.h"
 #include "contract.h"
@@ -34,14 +35,9 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
 static int host_code(const kiln_program *p) { return (p->plan.be->caps & RT_CAP_HOST_CODE) != 0; }
 
 kiln_compile_options kiln_compile_defaults(void) {
-    kiln_compile_options o;
-    memset(&o, 0, sizeof o);
-    o.backend = NULL; /* $KILN_BACKEND, else "cpu" (rt_backend_find) */
-    const char *ex = getenv("KILN_EXACT");
-    o.exact = ex && strcmp(ex, "1") == 0;
-    const char *fd = getenv("KILN_FIXED_DEFAULTS");
-    o.fixed_defaults = fd && strcmp(fd, "1") == 0;
-    return o;
+    kiln_env e;
+    kiln_env_read(&e); /* src/base/config.c: the one reader of the environment */
+    return e.compile;
 }
 
 /* the option checks that come before any work: the backend, the numbers,
@@ -50,7 +46,7 @@ static const rt_backend *compile_checks(kiln_graph *g, const kiln_compile_option
     const rt_backend *be = rt_backend_find(o->backend);
     if (!be) {
         graph_run_error(g, KILN_ERR_UNSUPPORTED, "kiln_compile: unknown backend '%s' (available: %s)",
-                        o->backend ? o->backend : getenv("KILN_BACKEND"), rt_backend_names());
+                        o->backend ? o->backend : "cpu", rt_backend_names());
         *st = KILN_ERR_UNSUPPORTED;
         return NULL;
     }
@@ -72,17 +68,16 @@ static const rt_backend *compile_checks(kiln_graph *g, const kiln_compile_option
 
 /* the first step of compiling: graph -> e-graph -> saturation -> extraction
  * (primitives, and on the CPU the streaming SOFTMAX_CONTRACT where
- * stream_select.c asks for it and the kernel layer takes it); KILN_EGRAPH=0
- * skips it */
+ * stream_select.c asks for it and the kernel layer takes it); the option
+ * no_egraph skips it */
 static kiln_status compile_rewrite(kiln_program *p) {
     kiln_graph *g = p->plan.user;
-    const char *eg_env = getenv("KILN_EGRAPH");
-    if (eg_env && strcmp(eg_env, "0") == 0) return KILN_OK;
-    int mode = rt_stream_extract_mode(p->plan.be->name);
-    kiln_graph *work = eg_optimize_for_backend(g, mode);
+    if (p->plan.opt.no_egraph) return KILN_OK;
+    int mode = rt_stream_extract_mode(p->plan.be->name, p->plan.opt.stream);
+    kiln_graph *work = eg_optimize_for_backend(g, mode, p->plan.opt.eg_plain);
     if (work && mode == EG_EXTRACT_STREAM && !rt_stream_kernelizes(work)) {
         kiln_graph_free(work);
-        work = eg_optimize_for_backend(g, EG_EXTRACT_PRIMITIVES);
+        work = eg_optimize_for_backend(g, EG_EXTRACT_PRIMITIVES, p->plan.opt.eg_plain);
     }
     if (!work) return g->status != KILN_OK ? g->status : KILN_ERR_INVALID;
     int same_outputs = work->noutputs == g->noutputs;
@@ -96,7 +91,8 @@ static kiln_status compile_rewrite(kiln_program *p) {
 /* kernels, and whether the backend can run every one of them */
 static kiln_status compile_kernels(kiln_program *p, char *err, size_t errcap) {
     kiln_graph *g = p->plan.g;
-    kiln_status s = sch_kernelize(g, &p->plan.sp, err, errcap);
+    sch_options so = {p->plan.opt.no_fuse, p->plan.opt.no_contract, p->plan.opt.no_split};
+    kiln_status s = sch_kernelize_ex(g, &p->plan.sp, &so, err, errcap);
     if (s != KILN_OK) {
         if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);
         if (p->plan.user != g) graph_run_error(p->plan.user, s, "kiln_compile: %s", err);
@@ -126,7 +122,7 @@ static void alloc_run_state(kiln_program *p) {
     p->run.bind_at = kiln_xmalloc(nb * sizeof *p->run.bind_at);
     for (size_t b = 0; b < nb; b++) p->run.bind_at[b] = -1;
     p->run.kerr = kiln_xcalloc((size_t)p->plan.sp.nkernels + 1, sizeof *p->run.kerr);
-    p->run.poison = getenv("KILN_POISON_RESULTS") && strcmp(getenv("KILN_POISON_RESULTS"), "0") != 0;
+    p->run.poison = p->plan.opt.poison != 0;
 }
 
 kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_status *st) {
@@ -150,9 +146,9 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->plan.exact = o.exact != 0;
     p->plan.fixed_defaults = o.fixed_defaults != 0;
     if (p->plan.exact) o.search_budget = 0;
+    p->plan.opt = o;
     p->tune.budget = o.search_budget;
-    const char *inj = getenv("KILN_TUNE_INJECT_WRONG");
-    if (inj && inj[0]) p->tune.inject_wrong = atoi(inj);
+    p->tune.inject_wrong = o.inject_wrong;
     rt_compile_stage("e-graph", 0, 1);
     s = compile_rewrite(p);
     if (s == KILN_OK) rt_compile_stage("kernels", 0, 1);
@@ -170,8 +166,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
         kiln_program_free(p);
         return NULL;
     }
-    const char *prof = getenv("KILN_PROFILE");
-    if (prof && prof[0] && prof[0] != '0' && host_code(p)) rt_profile_alloc(p, 1);
+    if (o.profile && host_code(p)) rt_profile_alloc(p, 1);
     p->plan.compiling = 0;
     return p;
 }
@@ -192,8 +187,7 @@ static void free_tuner(rt_tuner *t) {
 void kiln_program_free(kiln_program *p) {
     if (!p) return;
     if (p->prof.secs) {
-        const char *pe = getenv("KILN_PROFILE");
-        if (pe && strcmp(pe, "quiet") != 0) rt_profile_print(p);
+        if (p->plan.opt.profile == 1) rt_profile_print(p);
         rt_profile_alloc(p, 0);
     }
     p->plan.be->release(p);
@@ -300,6 +294,8 @@ static double recompile_estimate(const kiln_program *p) {
         if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
         fclose(f);
     }
+    /* at most 4x: past that no budget holds, and a short one would search nothing */
+    if (stretch > 4) stretch = 4;
     return stretch * (1.5 * rt_cc_seconds_per_byte() * (double)len + 0.25);
 }
 
@@ -425,15 +421,15 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
     p->tune.has_pend = NULL;
     if (p->tune.retune) {
         char err[4096];
-        double t = rt_mono_s();
+        double t = kiln_now_s();
         p->tune.retune = 0;
         rt_cpu_drop_pack_copies(p);
         double est = recompile_estimate(p);
         s = rt_cpu_emit_and_load(p, err, sizeof err);
-        p->tune.spent += rt_mono_s() - t;
-        if (getenv("KILN_TUNE_VERBOSE"))
+        p->tune.spent += kiln_now_s() - t;
+        if (p->plan.opt.tune_verbose)
             fprintf(stderr, "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s)\n",
-                    rt_mono_s() - t, est);
+                    kiln_now_s() - t, est);
         if (s != KILN_OK) graph_run_error(p->plan.g, s, "kiln: recompiling with the tuned schedules: %s", err);
     }
     free(p->tune.plan_w);
@@ -560,14 +556,14 @@ void rt_tune_apply_db(kiln_program *p) {
     p->tune.seeds = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *p->tune.seeds);
     p->tune.unmeasured = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     /* generic kernels: exact records for constant sizes (tune_generic.c) */
-    p->tune.gtune = rt_gtune_new(&p->plan.sp, p->plan.isa, rt_pool_threads(p->plan.pool));
+    p->tune.gtune = rt_gtune_new(&p->plan.sp, p->plan.isa, rt_pool_threads(p->plan.pool), &p->plan.opt);
     if (!p->plan.exact) rt_gtune_apply_db(p->tune.gtune, &p->plan.sp, &p->tune.fingerprint);
-    const char *off = p->plan.exact ? "1" : getenv("KILN_TUNEDB_OFF");
+    int off = p->plan.exact || p->plan.opt.tunedb_off;
     int any = 0;
     for (int32_t k = 0; k < nk && !any; k++) any = cg_contract_emittable(&p->plan.sp, &p->plan.sp.kernels[k], p->plan.isa);
     if (!any) return;
     if (!p->tune.fingerprint) p->tune.fingerprint = kiln_device_fingerprint();
-    for (int32_t k = 0; k < nk && !(off && off[0] == '1'); k++) {
+    for (int32_t k = 0; k < nk && !off; k++) {
         sch_kernel *K = &p->plan.sp.kernels[k];
         if (!cg_contract_emittable(&p->plan.sp, K, p->plan.isa)) continue;
         for (int b = 0; b < 2; b++) {
@@ -617,7 +613,7 @@ void rt_tune_apply_db(kiln_program *p) {
     /* KILN_CONTRACT_SCHED_SMALL / _LARGE: one schedule (text as in the DB)
      * for every contraction's small-M / large-M bucket — tests and experiments */
     for (int b = 0; b < 2; b++) {
-        const char *txt = getenv(b ? "KILN_CONTRACT_SCHED_LARGE" : "KILN_CONTRACT_SCHED_SMALL");
+        const char *txt = b ? p->plan.opt.contract_sched_large : p->plan.opt.contract_sched_small;
         sch_contract_sched sc;
         if (!txt || !txt[0] || p->plan.exact) continue;
         if (!sch_contract_sched_parse(txt, &sc)) {
@@ -749,9 +745,11 @@ kiln_status rt_tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_kern
     }
     job.budget_s = left < share ? left : share;
     job.inject_wrong = p->tune.inject_wrong;
+    job.verbose = p->plan.opt.tune_verbose;
+    job.warm = p->plan.opt.tune_warm;
     rt_tune_result res;
     char err[1024];
-    int show = isatty(2) || getenv("KILN_TUNE_VERBOSE");
+    int show = isatty(2) || p->plan.opt.tune_verbose;
     if (show)
         fprintf(stderr, "kiln tune: kernel %d (%s, %s): searching %d-point space ...\n", (int)k, K->contract->key,
                 bucket_text, sch_space_contract(&sh, NULL, 0));
@@ -831,10 +829,10 @@ kiln_status rt_tune_after_run(kiln_program *p, kiln_status s) {
     if (!p->tune.retune || s != KILN_OK || p->tune.plan_w) return s;
     char err[4096];
     p->tune.retune = 0;
-    double t_emit = rt_mono_s();
+    double t_emit = kiln_now_s();
     rt_cpu_drop_pack_copies(p);
     kiln_status rs = rt_cpu_emit_and_load(p, err, sizeof err);
-    if (p->tune.budget > 0) p->tune.spent += rt_mono_s() - t_emit;
+    if (p->tune.budget > 0) p->tune.spent += kiln_now_s() - t_emit;
     if (rs != KILN_OK) graph_run_error(p->plan.g, rs, "kiln_run: recompiling with the tuned schedules: %s", err);
     return rs;
 }

@@ -28,6 +28,7 @@
 #include "../codegen/emit_gpu.h"
 #include "backend.h"
 #include "kiln.h"
+#include "kiln_compile.h"
 
 typedef struct rt_gpu rt_gpu;           /* an opened device with its context and queue */
 typedef struct rt_gpu_prog rt_gpu_prog; /* a built program */

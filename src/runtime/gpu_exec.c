@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "config.h"
 #include "dtype.h"
 #include "gpu.h"
 #include "gpu_tune.h"
@@ -67,10 +68,9 @@ kiln_status rt_gpu_default_device(const rt_gpu_ops *ops, rt_gpu **out, char *err
         if (!dev_slots[i].ops) {
             s = &dev_slots[i];
             s->ops = ops;
-            int index = 0;
-            const char *env = getenv("KILN_DEVICE");
-            if (env && env[0]) index = atoi(env);
-            s->st = ops->open(index, &s->dev, s->why, sizeof s->why);
+            kiln_env env;
+            kiln_env_read(&env);
+            s->st = ops->open(env.host.device, &s->dev, s->why, sizeof s->why);
         }
     kiln_status st = KILN_ERR_UNSUPPORTED;
     *out = NULL;
@@ -108,6 +108,7 @@ typedef struct rt_gpu_program {
     rt_gpu_prog *prog;
     char device_name[300];
     int emit_only; /* KILN_GPU_EMIT_ONLY: source only, nothing to run on */
+    int verbose;   /* kiln_compile_options.tune_verbose: a line per search */
     int group;
     cg_gpu_contract_sched contract; /* how contraction kernels run (KILN_GPU_CONTRACT) */
     int contract_forced;            /* KILN_GPU_CONTRACT set: no DB, no search */
@@ -131,17 +132,12 @@ typedef struct rt_gpu_program {
 
 static rt_gpu_program *gpu_state(const kiln_program *p) { return p->dev; }
 
-static int env_int(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && v[0] ? atoi(v) : dflt;
-}
-
 /* ---- prepare and release ---- */
 
-/* KILN_GPU_EMIT_ONLY: the source alone; with KILN_CUDA_ARCHS (CUDA), NVRTC
- * still checks it for the listed architectures */
-static kiln_status emit_only_check(const rt_gpu_program *gp, const char *src, char *err, size_t errcap) {
-    const char *archs = getenv("KILN_CUDA_ARCHS");
+/* gpu_emit_only (KILN_GPU_EMIT_ONLY): the source alone; with cuda_archs
+ * (KILN_CUDA_ARCHS, CUDA), NVRTC still checks it for the listed architectures */
+static kiln_status emit_only_check(const rt_gpu_program *gp, const char *src, const char *archs, char *err,
+                                   size_t errcap) {
     if (gp->ops->dialect != CG_GPU_CUDA || !archs || !archs[0]) return KILN_OK;
     char list[256], *save = NULL;
     snprintf(list, sizeof list, "%s", archs);
@@ -174,13 +170,12 @@ static kiln_status open_and_build(rt_gpu_program *gp, const char *src, char *err
 }
 
 kiln_status rt_gpu_prepare(kiln_program *p, const kiln_compile_options *o, char *err, size_t errcap) {
-    (void)o;
     const rt_backend *be = p->plan.be;
     const sch_program *sp = &p->plan.sp;
     cg_gpu_options go;
     go.dialect = be->gpu->dialect;
     go.contract = cg_gpu_contract_default();
-    const char *cs = getenv("KILN_GPU_CONTRACT");
+    const char *cs = o->gpu_contract;
     if (cs && cs[0] && !cg_gpu_contract_parse(cs, &go.contract, err, errcap)) return KILN_ERR_INVALID;
     if (go.contract.form == CG_GPU_CF_MMA && go.dialect != CG_GPU_CUDA) {
         snprintf(err, errcap, "KILN_GPU_CONTRACT: form=mma (tensor cores) is CUDA only, not %s", be->name);
@@ -197,9 +192,10 @@ kiln_status rt_gpu_prepare(kiln_program *p, const kiln_compile_options *o, char 
     gp->choice = kiln_xcalloc((size_t)sp->nkernels * 2 + 1, sizeof *gp->choice);
     gp->nbufs = sp->nbufs;
     gp->nkernels = sp->nkernels;
-    gp->group = env_int("KILN_GPU_GROUP", go.dialect == CG_GPU_CUDA ? 128 : 64);
+    gp->group = o->gpu_group ? o->gpu_group : go.dialect == CG_GPU_CUDA ? 128 : 64;
     if (gp->group < 1) gp->group = 1;
-    gp->resident = env_int("KILN_GPU_RESIDENT", 0) != 0;
+    gp->resident = o->gpu_resident != 0;
+    gp->verbose = o->tune_verbose;
     size_t nb = (size_t)sp->nbufs + 1;
     gp->mem = kiln_xcalloc(nb, sizeof *gp->mem);
     gp->memcap = kiln_xcalloc(nb, sizeof *gp->memcap);
@@ -208,11 +204,10 @@ kiln_status rt_gpu_prepare(kiln_program *p, const kiln_compile_options *o, char 
     gp->offs = kiln_xcalloc(nb, sizeof *gp->offs);
     gp->args_tmp = kiln_xcalloc(nb, sizeof *gp->args_tmp);
     gp->args = kiln_xcalloc(nb + 8, sizeof *gp->args);
-    const char *eo = getenv("KILN_GPU_EMIT_ONLY");
-    if (eo && eo[0] && eo[0] != '0') {
+    if (o->gpu_emit_only) {
         gp->emit_only = 1;
         snprintf(gp->device_name, sizeof gp->device_name, "%s: none (KILN_GPU_EMIT_ONLY)", be->name);
-        return emit_only_check(gp, p->plan.source, err, errcap);
+        return emit_only_check(gp, p->plan.source, o->cuda_archs, err, errcap);
     }
     return open_and_build(gp, p->plan.source, err, errcap);
 }
@@ -458,7 +453,7 @@ static kiln_status decide_contract(kiln_program *p, int32_t k, int64_t m, int64_
     j.inject_wrong = p->tune.inject_wrong;
     double left = p->tune.budget - p->tune.spent, share = p->tune.budget / 8 > 2.0 ? p->tune.budget / 8 : 2.0;
     j.budget_s = left < share ? left : share;
-    int show = isatty(2) || getenv("KILN_TUNE_VERBOSE");
+    int show = isatty(2) || gp->verbose;
     if (show) fprintf(stderr, "kiln tune: %s kernel %d (%s, %s): searching ...\n", gp->be->name, (int)k,
                       K->contract->key, bucket);
     rt_gpu_tune_result r;

@@ -26,12 +26,6 @@
 #include "base.h"
 #include "gpu_tune.h"
 
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* the largest difference a correct candidate of schedule s may show, as a
  * fraction of the reference's largest magnitude */
 static double tolerance(const cg_gpu_contract_sched *s, int64_t rn) {
@@ -47,10 +41,10 @@ static int64_t variant_items(const rt_gpu_tune_job *j, const cg_gpu_contract_sch
 /* launch name from prog over items in groups of group, wait; its time */
 static kiln_status run_once(const rt_gpu_tune_job *j, rt_gpu_prog *prog, const char *name, int64_t items, int group,
                             double *secs, char *err, size_t errcap) {
-    double t0 = mono();
+    double t0 = kiln_now_s();
     kiln_status s = j->ops->launch(j->dev, prog, name, j->args, j->nargs, items, group, err, errcap);
     if (s == KILN_OK) s = j->ops->finish(j->dev, err, errcap);
-    *secs = mono() - t0;
+    *secs = kiln_now_s() - t0;
     return s;
 }
 
@@ -89,7 +83,7 @@ static int agrees(const float *got, const float *ref, size_t n, double rel) {
 
 kiln_status rt_gpu_tune_contract(const rt_gpu_tune_job *j, rt_gpu_tune_result *r, char *err, size_t errcap) {
     memset(r, 0, sizeof *r);
-    double start = mono();
+    double start = kiln_now_s();
     cg_gpu_contract_sched space[32];
     int n = cg_gpu_contract_space(j->tensor_mma, space, 32);
     if (n > 32) n = 32;
@@ -115,7 +109,7 @@ kiln_status rt_gpu_tune_contract(const rt_gpu_tune_job *j, rt_gpu_tune_result *r
     if (s == KILN_OK) s = download(j, ref, err, errcap);
     int best = -1;
     for (int i = 0; i < n && s == KILN_OK; i++) {
-        if (best >= 0 && mono() - start > j->budget_s) break;
+        if (best >= 0 && kiln_now_s() - start > j->budget_s) break;
         char name[48];
         cg_gpu_contract_variant_name(j->k, i, name, sizeof name);
         int64_t items = variant_items(j, &space[i]);
@@ -167,6 +161,6 @@ kiln_status rt_gpu_tune_contract(const rt_gpu_tune_job *j, rt_gpu_tune_result *r
     }
     free(ref);
     free(got);
-    r->seconds = mono() - start;
+    r->seconds = kiln_now_s() - start;
     return s;
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "config.h"
 #include "gpu.h"
 
 /* ---- the API subset (OpenCL 1.2) ---- */
@@ -320,7 +321,9 @@ static kiln_status ocl_build(rt_gpu *d, const char *src, rt_gpu_prog **out, char
         return KILN_ERR_IO;
     }
     char opts[512];
-    const char *extra = getenv("KILN_OPENCL_OPTIONS");
+    kiln_env env;
+    kiln_env_read(&env);
+    const char *extra = env.host.opencl_options;
     snprintf(opts, sizeof opts, "%s %s", d->correct_div ? "-cl-fp32-correctly-rounded-divide-sqrt" : "",
              extra ? extra : "");
     e = cl.BuildProgram(pr, 1, &d->dev, opts, NULL, NULL);

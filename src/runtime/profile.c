@@ -16,12 +16,6 @@
 #include "program.h"
 #include "search.h"
 
-double rt_mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
 
 /* the slowest kernel not shown yet, marked shown */

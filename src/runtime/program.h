@@ -32,6 +32,7 @@ typedef struct rt_plan {
     cg_isa isa;
     int exact;        /* kiln_compile_options.exact: f32 contractions only, no tuning DB, no search */
     int fixed_defaults; /* kiln_compile_options.fixed_defaults: no record = the fixed f32 default */
+    kiln_compile_options opt; /* as compiled: the knobs (profile, pack copies, tuning, GPU, ...) */
     rt_pool *pool;    /* the threads kernels run on (one on device backends) */
     rt_module *mod;   /* host-code backends: the loaded code */
     rt_kernel_fn *fns; /* host-code backends: per kernel (NULL for host steps) */
@@ -48,11 +49,11 @@ typedef struct rt_run {
     int32_t *bind_at;  /* per buffer: the index of its binding in g->inputs at the last run (-1: none yet) */
     size_t arena_used; /* the arena plan's bytes (0 before the first run) */
     int replanned;     /* 1: this run placed the arena anew; -1: the last placing failed */
-    int poison;        /* KILN_POISON_RESULTS: result buffers filled with 0xff before every run */
+    int poison;        /* kiln_compile_options.poison: result buffers filled with 0xff before every run */
     int32_t *kerr;     /* per kernel: RT_KERR_* a device reported (sync) */
 } rt_run;
 
-/* the profiler (KILN_PROFILE, kiln_program_profile_on): per kernel, summed over runs */
+/* the profiler (kiln_compile_options.profile, kiln_program_profile_on): per kernel, summed over runs */
 typedef struct rt_profiler {
     double *secs;    /* NULL: off */
     double *bytes;   /* bytes touched */
@@ -69,7 +70,7 @@ typedef struct rt_tuner {
     sch_contract_sched *seeds;   /* per slot: a record from another machine */
     uint8_t *has_seed;
     int retune;                  /* schedules changed during a run: re-emit after it */
-    int inject_wrong;            /* KILN_TUNE_INJECT_WRONG: tests */
+    int inject_wrong;            /* kiln_compile_options.inject_wrong: tests */
     int measurements;            /* candidates measured */
     rt_gtune_state *gtune;       /* generic kernels' search (tune_generic.c) */
     /* a search plan (kiln_program_search): where the budget goes. plan_w per
@@ -127,6 +128,5 @@ double rt_profile_kernel_bytes(const kiln_program *p, const sch_kernel *K, int64
 /* profile arrays on or off (profile.c); the slowest kernels on stderr (profile.c) */
 void rt_profile_alloc(kiln_program *p, int on);
 void rt_profile_print(const kiln_program *p);
-double rt_mono_s(void);
 
 #endif

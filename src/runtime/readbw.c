@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "base.h"
 #include "probe.h"
 #include "repack.h"
 #include "threadpool.h"
@@ -57,12 +58,6 @@ struct rt_read_buf {
     uint8_t *data;
     size_t bytes;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* last-level cache in bytes from /sys (the largest data or unified cache of
  * cpu0), 0 when unknown */
@@ -271,9 +266,9 @@ static int rb_piece(void *ctx, int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; t++) {
         const uint8_t *p = c->data + (size_t)t * c->part;
         uint64_t s = 0;
-        c->start[t & 63] = now_s();
+        c->start[t & 63] = kiln_now_s();
         for (int r = 0; r < c->sweeps; r++) s += c->loop(p, c->part);
-        c->end[t & 63] = now_s();
+        c->end[t & 63] = kiln_now_s();
         c->sums[t & 63] += s;
     }
     return 0;

@@ -11,12 +11,17 @@
 
 #include "backend.h"
 #include "base.h"
+#include "config.h"
 #include "loop.h"
 
 const rt_backend *const rt_backends[] = {&rt_cpu_backend, &rt_opencl_backend, &rt_cuda_backend, NULL};
 
 const rt_backend *rt_backend_find(const char *name) {
-    if (!name || !name[0]) name = getenv("KILN_BACKEND");
+    if (!name || !name[0]) { /* no name: $KILN_BACKEND (src/base/config.c), else the CPU */
+        kiln_env e;
+        kiln_env_read(&e);
+        name = e.compile.backend;
+    }
     if (!name || !name[0]) return rt_backends[0];
     for (int i = 0; rt_backends[i]; i++)
         if (strcmp(rt_backends[i]->name, name) == 0) return rt_backends[i];

@@ -4,8 +4,8 @@
  * The streaming form (SOFTMAX_CONTRACT as one stream kernel, no score or
  * probability matrix stored) exists for the CPU backend only; GPU emitters
  * have no stream kernel. Until the search measures both forms per shape
- * bucket, the materialised form is the default and KILN_STREAM=1 asks for
- * the streaming one (KILN_STREAM=0 or unset: materialised). A stream the
+ * bucket, the materialised form is the default and the option stream
+ * (KILN_STREAM=1) asks for the streaming one (unset: materialised). A stream the
  * kernel layer cannot take (stream.c's conditions) falls back to the
  * primitive form inside kiln_compile (rt_stream_kernelizes: a trial
  * kernelize of the extracted graph), so asking is always safe.
@@ -18,10 +18,9 @@
 #include "loop.h"
 #include "rewrite.h"
 
-int rt_stream_extract_mode(const char *backend) {
-    const char *s = getenv("KILN_STREAM");
+int rt_stream_extract_mode(const char *backend, int stream) {
     int cpu = !backend || strcmp(backend, "cpu") == 0;
-    return cpu && s && strcmp(s, "1") == 0 ? EG_EXTRACT_STREAM : EG_EXTRACT_PRIMITIVES;
+    return cpu && stream ? EG_EXTRACT_STREAM : EG_EXTRACT_PRIMITIVES;
 }
 
 int rt_stream_kernelizes(kiln_graph *g) {

@@ -8,7 +8,7 @@
 
 /* the e-graph extraction mode (EG_EXTRACT_*, src/rewrite/rewrite.h) for a
  * compilation on backend `backend` */
-int rt_stream_extract_mode(const char *backend);
+int rt_stream_extract_mode(const char *backend, int stream);
 /* 0 when graph g (extracted with EG_EXTRACT_STREAM) holds a SOFTMAX_CONTRACT
  * the kernel layer cannot stream (src/sched/stream.c), so the compilation
  * extracts primitives instead; 1 otherwise */

@@ -57,12 +57,6 @@ static void piece(int64_t n, int parts, int i, int64_t *lo, int64_t *hi) {
     *hi = n * (i + 1) / parts;
 }
 
-static int64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
-}
-
 /* a spinning thread gives its core away to any other runnable thread: on a
  * machine with more runnable threads than cores, the thread being waited for
  * may well need this very core (a bare spin made every job wait out the
@@ -72,21 +66,21 @@ static void cpu_relax(void) { sched_yield(); }
 /* spin until *word != old (or the pool stops), for at most RT_SPIN_NS;
  * returns 1 when it changed */
 static int spin_while_eq_u64(const uint64_t *word, uint64_t old, const int *stop) {
-    int64_t t0 = mono_ns();
+    int64_t t0 = kiln_now_ns();
     for (int i = 0;; i++) {
         if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old || __atomic_load_n(stop, __ATOMIC_ACQUIRE)) return 1;
         cpu_relax();
-        if ((i & 15) == 15 && mono_ns() - t0 > RT_SPIN_NS) return 0;
+        if ((i & 15) == 15 && kiln_now_ns() - t0 > RT_SPIN_NS) return 0;
     }
 }
 
 /* spin until *count reaches 0, for at most RT_SPIN_NS; returns 1 when it did */
 static int spin_until_zero(const int *count) {
-    int64_t t0 = mono_ns();
+    int64_t t0 = kiln_now_ns();
     for (int i = 0;; i++) {
         if (__atomic_load_n(count, __ATOMIC_ACQUIRE) == 0) return 1;
         cpu_relax();
-        if ((i & 15) == 15 && mono_ns() - t0 > RT_SPIN_NS) return 0;
+        if ((i & 15) == 15 && kiln_now_ns() - t0 > RT_SPIN_NS) return 0;
     }
 }
 

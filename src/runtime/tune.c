@@ -51,12 +51,6 @@ static void learn_cand_cost(double seconds, int n) {
     cand_cost = 0.5 * cand_cost + 0.5 * c;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct launch_args {
     const rt_backend *be;
     rt_pool *pool;
@@ -131,12 +125,12 @@ static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_k
     /* anything past L1 counts: gemma3-270m's 0.9 MB layer matrices were
      * tuned warm (1 MiB was the line) and ran at 53% of the bandwidth in
      * decode, where a prefetch distance the warm runs could not see helped */
-    int cold = job->bucket == 0 && job->b_bytes >= ((size_t)64 << 10) && !getenv("KILN_TUNE_WARM");
+    int cold = job->bucket == 0 && job->b_bytes >= ((size_t)64 << 10) && !job->warm;
     for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
         if (cold) flush_b(la, job);
-        double t0 = now_s();
+        double t0 = kiln_now_s();
         run_candidate(la, job, fn, s);
-        double dt = now_s() - t0;
+        double dt = kiln_now_s() - t0;
         spent += dt;
         if (dt < best) best = dt;
     }
@@ -383,9 +377,9 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
     }
     uint8_t *unused = NULL; /* the full reference's outputs no consumer uses: not compared */
     if (!sr) {
-        double t0 = now_s();
+        double t0 = kiln_now_s();
         ref_fn(bufs, la->values, 0, k->ndim > 0 ? outer : 1, 0, 0);
-        if (ref_s) *ref_s = now_s() - t0; /* one serial run of the generic loop nest */
+        if (ref_s) *ref_s = kiln_now_s() - t0; /* one serial run of the generic loop nest */
         unused = unused_outputs(job, nout);
     }
     for (int i = 0; i < n; i++) {
@@ -396,7 +390,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
         memset(got, 0xff, job->out_bytes); /* NaN: a candidate that writes nothing fails */
         bufs[k->out_buf] = got;
         int bad = job->inject_wrong == i + 1, approx = cands[i].arith != SCH_ARITH_F32;
-        if (now_s() > deadline && i > 1) { /* the default and the cost model's first choice are always timed */
+        if (kiln_now_s() > deadline && i > 1) { /* the default and the cost model's first choice are always timed */
             times[i] = NAN; /* out of time: not measured (neither tried nor rejected) */
             continue;
         }
@@ -406,7 +400,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
         for (int64_t e = 0; ran && unused && e < nout; e++)
             if (unused[e]) got[e] = ref[e];
         if (!ran || !(sr ? close_to_samples(sr, got, job->shape.k, approx) : close_to(ref, got, nout, job->shape.k, approx))) {
-            if (getenv("KILN_TUNE_VERBOSE") && !bad) {
+            if (job->verbose && !bad) {
                 char txt[128];
                 sch_contract_sched_print(&cands[i], txt, sizeof txt);
                 fprintf(stderr, "kiln tune: candidate %s disagrees with the reference%s\n", txt, sr ? " (sampled)" : "");
@@ -474,7 +468,7 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     const sch_contract *c = k->contract;
     sch_machine mc = sch_machine_default();
     launch_args la = {job->be, job->pool, job->bufs, job->values, job->nthreads};
-    double t_start = now_s();
+    double t_start = kiln_now_s();
 
     /* round 1: default, seed, then the cost model's best */
     sch_contract_sched *space;
@@ -499,11 +493,11 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     rt_kernel_fn fns[TUNE_MAX_CAND];
     rt_module *mod1 = NULL;
     double ref_s = INFINITY;
-    double t_round = now_s();
+    double t_round = kiln_now_s();
     kiln_status s =
         measure_round(job, &la, cands, n, times, &res->rejected, &mod1, fns, &ref_s, t_start + job->budget_s, err, errcap);
     if (s != KILN_OK) goto done;
-    learn_cand_cost(now_s() - t_round, n);
+    learn_cand_cost(kiln_now_s() - t_round, n);
     res->tried = 0;
     for (int i = 0; i < n; i++) res->tried += !isnan(times[i]);
     /* the baseline: the default schedule, or the generic loop nest when the
@@ -531,7 +525,7 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     }
 
     /* round 2: the winner's untried neighbours, while the budget lasts */
-    if (best >= 0 && now_s() - t_start < job->budget_s * 0.5) {
+    if (best >= 0 && kiln_now_s() - t_start < job->budget_s * 0.5) {
         sch_contract_sched nb[TUNE_MAX_CAND];
         int nn = 0;
         for (int i = 0; i < nspace && nn < TUNE_MAX_CAND; i++) {
@@ -540,7 +534,7 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
                        (q->pf != winner.pf) + (q->kc != winner.kc) + (q->form != winner.form);
             if (dist == 1 && !in_list(cands, n, q) && !in_list(nb, nn, q)) nb[nn++] = *q;
         }
-        int afford2 = (int)((job->budget_s - (now_s() - t_start)) / cand_cost);
+        int afford2 = (int)((job->budget_s - (kiln_now_s() - t_start)) / cand_cost);
         if (nn > afford2) nn = afford2;
         if (nn > 0) {
             double t2[TUNE_MAX_CAND];
@@ -549,10 +543,10 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
             char err2[512];
             rt_tune_job job2 = *job;
             job2.inject_wrong = 0; /* the injected wrong candidate is one of the first round */
-            double t_round2 = now_s();
+            double t_round2 = kiln_now_s();
             kiln_status s2 = measure_round(&job2, &la, nb, nn, t2, &res->rejected, &mod2, f2, NULL,
                                            t_start + job->budget_s, err2, sizeof err2);
-            learn_cand_cost(now_s() - t_round2, nn);
+            learn_cand_cost(kiln_now_s() - t_round2, nn);
             if (s2 == KILN_OK) {
                 res->mods[1] = mod2;
                 for (int i = 0; i < nn; i++) res->tried += !isnan(t2[i]);
@@ -594,13 +588,13 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     res->winner = winner;
     res->best_s = wtime;
     res->fn = wfn;
-    res->seconds = now_s() - t_start;
+    res->seconds = kiln_now_s() - t_start;
     if (!wfn) {
         snprintf(err, errcap, "every candidate was rejected by the reference check");
         s = KILN_ERR_INVALID;
     }
 done:
-    res->seconds = now_s() - t_start;
+    res->seconds = kiln_now_s() - t_start;
     free(space);
     free(cost);
     free(order);

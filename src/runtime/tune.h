@@ -26,6 +26,8 @@ typedef struct rt_tune_job {
     double budget_s;                 /* for this kernel */
     int round1;                      /* cost-model candidates in the first round (0: 8) */
     int inject_wrong;                /* tests: candidate i-1 is treated as wrong (0: none) */
+    int verbose;                     /* a line per rejected candidate (kiln_compile_options.tune_verbose) */
+    int warm;                        /* decode candidates timed with B warm (kiln_compile_options.tune_warm) */
 } rt_tune_job;
 
 typedef struct rt_tune_result {

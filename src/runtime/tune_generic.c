@@ -48,13 +48,8 @@ struct rt_gtune_state {
     cg_isa isa;
     int nthreads;
     char *fingerprint; /* when the caller had none: computed at the first search */
+    int tunedb_off, verbose, inject_wrong; /* from kiln_compile_options */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int reads_buf(const sch_program *p, int32_t id, int32_t buf) {
     if (id < 0) return 0;
@@ -75,8 +70,11 @@ static int searchable(const sch_program *p, int32_t k, cg_isa isa) {
     return 1;
 }
 
-rt_gtune_state *rt_gtune_new(const sch_program *sp, cg_isa isa, int nthreads) {
+rt_gtune_state *rt_gtune_new(const sch_program *sp, cg_isa isa, int nthreads, const kiln_compile_options *opt) {
     rt_gtune_state *st = kiln_xcalloc(1, sizeof *st);
+    st->tunedb_off = opt->tunedb_off;
+    st->verbose = opt->tune_verbose;
+    st->inject_wrong = opt->gtune_inject_wrong;
     st->nkernels = sp->nkernels;
     st->tunable = kiln_xcalloc((size_t)sp->nkernels + 1, 1);
     st->settled = kiln_xcalloc((size_t)sp->nkernels + 1, 1);
@@ -119,8 +117,7 @@ void rt_gtune_split(const sch_kernel *K, int64_t outer, int64_t inner, int seria
 }
 
 int rt_gtune_apply_db(rt_gtune_state *st, sch_program *sp, char **fingerprint) {
-    const char *off = getenv("KILN_TUNEDB_OFF");
-    if (!st || (off && off[0] == '1')) return 0;
+    if (!st || st->tunedb_off) return 0;
     int applied = 0;
     for (int32_t k = 0; k < st->nkernels; k++) {
         if (!st->tunable[k]) continue;
@@ -241,7 +238,7 @@ static int settle_all(rt_gtune_state *st, const rt_gtune_job *job, const char *b
 kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtune_result *res, char *err,
                             size_t errcap) {
     memset(res, 0, sizeof *res);
-    double t_start = now_s();
+    double t_start = kiln_now_s();
     sch_program *sp = job->sp;
     int32_t k = job->kernel;
     const sch_kernel *K = &sp->kernels[k];
@@ -256,8 +253,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
         fp = st->fingerprint ? st->fingerprint : "";
     }
     /* a record for this bucket (sizes that were symbolic at compile time) */
-    const char *off = getenv("KILN_TUNEDB_OFF");
-    if (!(off && off[0] == '1')) {
+    if (!st->tunedb_off) {
         sch_tune_record r;
         int exact = 0;
         sch_generic_sched gs;
@@ -266,7 +262,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
             res->changed = settle_all(st, job, bucket, &gs);
             res->from_db = 1;
             res->winner = gs;
-            res->seconds = now_s() - t_start;
+            res->seconds = kiln_now_s() - t_start;
             return KILN_OK;
         }
     }
@@ -313,7 +309,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
          * program runs it, checked like every kernel by the tests) */
         st->settled[k] = 1;
         res->space = nspace;
-        res->seconds = now_s() - t_start;
+        res->seconds = kiln_now_s() - t_start;
         return KILN_OK;
     }
 
@@ -335,7 +331,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     free(src);
     if (s != KILN_OK) {
         st->settled[k] = 1;
-        res->seconds = now_s() - t_start;
+        res->seconds = kiln_now_s() - t_start;
         return s;
     }
     kiln_dtype ot = sp->bufs[K->out_buf].dtype;
@@ -353,8 +349,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
     memcpy(bufs, job->bufs, (size_t)sp->nbufs * sizeof *bufs);
     int inject = job->inject_wrong;
-    const char *ie = getenv("KILN_GTUNE_INJECT_WRONG");
-    if (!inject && ie && ie[0]) inject = atoi(ie);
+    if (!inject) inject = st->inject_wrong;
 
     void *sym = job->be->symbol(mod, "kiln_gref");
     rt_kernel_fn ref_fn = NULL;
@@ -364,9 +359,9 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
      * one) leaves the rest equal in both, not garbage against NaN */
     memset(ref, 0xff, ob);
     bufs[K->out_buf] = ref;
-    double t0 = now_s();
+    double t0 = kiln_now_s();
     int ref_rc = ref_fn ? launch_sched(job, bufs, ref_fn, &scalar) : -1;
-    double ref_s = now_s() - t0;
+    double ref_s = kiln_now_s() - t0;
     double times[GT_MAX_CAND];
     rt_kernel_fn fns[GT_MAX_CAND];
     double deadline = t_start + job->budget_s;
@@ -376,7 +371,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
         sym = job->be->symbol(mod, name);
         memcpy(&fns[i], &sym, sizeof sym);
         times[i] = NAN;
-        if (i > 0 && now_s() > deadline) continue; /* out of time: neither tried nor rejected */
+        if (i > 0 && kiln_now_s() > deadline) continue; /* out of time: neither tried nor rejected */
         memset(got, 0xff, ob); /* NaN / all ones: a candidate that writes nothing fails */
         bufs[K->out_buf] = got;
         int rc = fns[i] && ref_fn ? launch_sched(job, bufs, fns[i], &cands[i]) : -1;
@@ -385,7 +380,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
             ((unsigned char *)got)[(size_t)(nout / 2) * esz + esz - 1] ^= 0x40;
         res->tried++;
         if (rc != ref_rc || !outputs_match(ot, ref, got, nout)) {
-            if (getenv("KILN_TUNE_VERBOSE") && !bad) {
+            if (st->verbose && !bad) {
                 char txt[96];
                 sch_generic_sched_print(&cands[i], txt, sizeof txt);
                 fprintf(stderr, "kiln tune: kernel %d: candidate %s disagrees with the reference\n", (int)k, txt);
@@ -396,9 +391,9 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
         }
         double best = INFINITY, spent = 0;
         for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
-            double a = now_s();
+            double a = kiln_now_s();
             launch_sched(job, bufs, fns[i], &cands[i]);
-            double dt = now_s() - a;
+            double dt = kiln_now_s() - a;
             spent += dt;
             if (dt < best) best = dt;
         }
@@ -419,7 +414,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     if (win < 0) {
         job->be->module_free(mod);
         st->settled[k] = 1;
-        res->seconds = now_s() - t_start;
+        res->seconds = kiln_now_s() - t_start;
         snprintf(err, errcap, "every candidate was rejected by the reference check");
         return KILN_ERR_INVALID;
     }
@@ -428,7 +423,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     res->fn = fns[win];
     res->mod = mod;
     res->changed = settle_all(st, job, bucket, &cands[win]);
-    res->seconds = now_s() - t_start;
+    res->seconds = kiln_now_s() - t_start;
 
     sch_tune_record r;
     sch_tune_record_new(&r, fp, st->key[k], bucket);
@@ -439,7 +434,7 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     r.rejected = res->rejected;
     char e2[512];
     if (sch_tunedb_store(&r, e2, sizeof e2) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", e2);
-    if (getenv("KILN_TUNE_VERBOSE"))
+    if (st->verbose)
         fprintf(stderr, "kiln tune: kernel %d (%s, %s): best %.1f us (%s), default %.1f us, %d tried, %d rejected, "
                         "%d-point space, %.2f s\n",
                 (int)k, st->key[k], bucket, res->best_s * 1e6, r.schedule, res->base_s * 1e6, res->tried,

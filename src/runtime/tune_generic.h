@@ -12,17 +12,19 @@
 #define KILN_RUNTIME_TUNE_GENERIC_H
 
 #include "backend.h"
+#include "kiln_compile.h"
 #include "space_generic.h"
 
 typedef struct rt_gtune_state rt_gtune_state;
 
-rt_gtune_state *rt_gtune_new(const sch_program *sp, cg_isa isa, int nthreads);
+/* opt: the program's options (tunedb_off, tune_verbose, gtune_inject_wrong) */
+rt_gtune_state *rt_gtune_new(const sch_program *sp, cg_isa isa, int nthreads, const kiln_compile_options *opt);
 void rt_gtune_free(rt_gtune_state *st);
 
 /* compile time: exact records of this fingerprint for kernels whose sizes
  * are constants are applied (gsched set, kernel settled). *fingerprint is
- * filled (malloc'd) when NULL and a lookup is needed. KILN_TUNEDB_OFF=1
- * skips it. Returns how many kernels took a record. */
+ * filled (malloc'd) when NULL and a lookup is needed. The option
+ * tunedb_off (KILN_TUNEDB_OFF=1) skips it. Returns how many kernels took a record. */
 int rt_gtune_apply_db(rt_gtune_state *st, sch_program *sp, char **fingerprint);
 
 /* 1 when kernel k may be searched in place and is not settled */

@@ -286,8 +286,6 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
 }
 
 int sch_contract_analyse(sch_program *p, uint8_t *force) {
-    const char *env = getenv("KILN_CONTRACT");
-    if (env && strcmp(env, "0") == 0) return 0;
     int forced = 0;
     for (int32_t k = 0; k < p->nkernels; k++) forced += analyse_kernel(p, k, force);
     return forced;

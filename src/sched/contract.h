@@ -12,7 +12,7 @@
 /* annotate the program's contraction kernels; mark in force[] the nodes that
  * need a buffer for a contraction to get direct operands (see contract.c).
  * Returns how many nodes it newly forced (0: the program is final).
- * KILN_CONTRACT=0 turns recognition off (generic reductions only). */
+ * sch_kernelize skips it under sch_options.no_contract. */
 int sch_contract_analyse(sch_program *p, uint8_t *force);
 
 /* the contraction kernel k's demanded columns (demand.c): off when its

@@ -467,10 +467,15 @@ static int check_stages(sch_program *p, uint8_t *force) {
 }
 
 kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errcap) {
+    return sch_kernelize_ex(g, p, NULL, err, errcap);
+}
+
+kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *p, const sch_options *opt, char *err, size_t errcap) {
+    static const sch_options normal = {0, 0, 0};
+    const sch_options *o = opt ? opt : &normal;
     uint8_t *force = kiln_xcalloc((size_t)g->nnodes + 1, 1);
-    /* KILN_FUSE=0 keeps every reduction in a kernel of its own (to compare) */
-    const char *fz = getenv("KILN_FUSE");
-    if (fz && strcmp(fz, "0") == 0)
+    /* no_fuse keeps every reduction in a kernel of its own (to compare) */
+    if (o->no_fuse)
         for (int32_t i = 0; i < g->nnodes; i++) force[i] = g->nodes[i].op == OP_SUM || g->nodes[i].op == OP_MAX;
     kiln_status s;
     for (;;) {
@@ -479,13 +484,14 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
         /* contractions first: giving a contraction's operand its own
          * kernel (attention's probabilities) moves the reductions it holds
          * (softmax's max and sum) there as stages, where they fit */
-        if (sch_stream_analyse(p, force) == 0 && sch_contract_analyse(p, force) == 0 && check_stages(p, force) == 0)
+        if (sch_stream_analyse(p, force) == 0 && (o->no_contract || sch_contract_analyse(p, force) == 0) &&
+            check_stages(p, force) == 0)
             break;
         sch_program_free(p);
     }
     free(force);
     if (s == KILN_OK) {
-        sch_split_guards(p);
+        if (!o->no_split) sch_split_guards(p);
         for (int32_t k = 0; k < p->nkernels; k++) p->kernels[k].disjoint = sch_scatter_disjoint(p, &p->kernels[k]);
     }
     return s;

@@ -25,21 +25,8 @@
 void sch_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    va_list ap2;
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    kiln_vappendf(buf, len, cap, fmt, ap);
     va_end(ap);
-    if (n < 0) n = 0;
-    size_t need = *len + (size_t)n + 1;
-    if (need > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < need) nc *= 2;
-        *buf = kiln_xrealloc(*buf, nc);
-        *cap = nc;
-    }
-    vsnprintf(*buf + *len, *cap - *len, fmt, ap2);
-    va_end(ap2);
-    *len += (size_t)n;
 }
 
 int32_t lx_new(sch_program *p, lx_kind k, kiln_dtype dt) {

@@ -295,11 +295,20 @@ void sch_kernel_print(const sch_program *p, int32_t k, char **buf, size_t *len, 
 void sch_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* ---- kernelize (kernelize.c) ---- */
-/* cut g into kernels. Returns KILN_OK or an error with a message in err. */
+/* what kernelize may do; all 0 is the normal behaviour (the fields of
+ * kiln_compile_options of the same names) */
+typedef struct sch_options {
+    int no_fuse;     /* every reduction in a kernel of its own (to compare) */
+    int no_contract; /* no contraction recognition: generic reductions only */
+    int no_split;    /* no splitting of MAP kernels at guard boundaries */
+} sch_options;
+/* cut g into kernels. Returns KILN_OK or an error with a message in err.
+ * sch_kernelize is sch_kernelize_ex with every option 0 (o may be NULL). */
 kiln_status sch_kernelize(kiln_graph *g, sch_program *out, char *err, size_t errcap);
+kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *out, const sch_options *o, char *err, size_t errcap);
 /* split MAP kernels at the constant points where guards on their last loop
- * variable switch (split.c; sch_kernelize calls it); returns how many were
- * split. KILN_SPLIT=0 turns it off (to compare). */
+ * variable switch (split.c; sch_kernelize calls it unless no_split); returns
+ * how many were split. */
 int sch_split_guards(sch_program *p);
 /* 1 when SCATTER kernel k provably writes a distinct element at every point
  * of its domain (scatter.c; sch_kernelize sets k->disjoint from it) */

@@ -150,7 +150,6 @@ static void make_piece(sch_program *p, sch_kernel *out, int64_t lo, int64_t hi) 
 }
 
 int sch_split_guards(sch_program *p) {
-    if (getenv("KILN_SPLIT") && strcmp(getenv("KILN_SPLIT"), "0") == 0) return 0;
     int made = 0;
     for (int32_t ki = 0; ki < p->nkernels; ki++) {
         int64_t D, pts[SPLIT_MAX_PIECES + 1];

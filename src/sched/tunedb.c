@@ -68,6 +68,7 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "config.h"
 
 #define TUNEDB_HEADER "# kiln tune db v1"
 #define TUNEDB_HEADER_PREFIX "# kiln tune db v"
@@ -76,14 +77,6 @@
 #define TUNEDB_LINE_MAX 16384
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static void set_err(char *err, size_t cap, const char *fmt, ...) {
-    if (!err || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t fnv1a64(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ULL;
@@ -94,80 +87,51 @@ static uint64_t fnv1a64(const char *s, size_t n) {
     return h;
 }
 
-typedef struct strbuf {
-    char *p;
-    size_t n, cap;
-} strbuf;
-
-static void sb_putn(strbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->p = kiln_xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_puts(strbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-static void sb_printf(strbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    KILN_ASSERT(k >= 0 && (size_t)k < sizeof tmp); /* only used for numbers */
-    sb_putn(b, tmp, (size_t)k);
-}
-
 /* name=number, in the fewest digits that read back to exactly v (%.17g
  * always does, but writes 1e-05 as 1.0000000000000001e-05) */
-static void sb_num(strbuf *b, const char *name, double v) {
+static void sb_num(kiln_sb *b, const char *name, double v) {
     char tmp[64];
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, v);
         if (strtod(tmp, NULL) == v) break;
     }
-    sb_puts(b, name);
-    sb_puts(b, tmp);
+    kiln_sb_puts(b, name);
+    kiln_sb_puts(b, tmp);
 }
 
 /* name="escaped text" */
-static void sb_field_str(strbuf *b, const char *name, const char *s) {
-    sb_puts(b, name);
-    sb_puts(b, "=\"");
+static void sb_field_str(kiln_sb *b, const char *name, const char *s) {
+    kiln_sb_puts(b, name);
+    kiln_sb_puts(b, "=\"");
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         if (*c == '"' || *c == '\\') {
             char e[2] = {'\\', (char)*c};
-            sb_putn(b, e, 2);
+            kiln_sb_putn(b, e, 2);
         } else if (*c < 0x20 || *c >= 0x7f) {
-            sb_printf(b, "\\x%02x", (unsigned)*c);
+            kiln_sb_printf(b, "\\x%02x", (unsigned)*c);
         } else {
-            sb_putn(b, (const char *)c, 1);
+            kiln_sb_putn(b, (const char *)c, 1);
         }
     }
-    sb_putn(b, "\"", 1);
+    kiln_sb_putn(b, "\"", 1);
 }
 
 /* ---- records as lines --------------------------------------------------- */
 
 /* the whole line, newline included, into b */
-static void format_line(strbuf *b, const sch_tune_record *r) {
-    size_t start = b->n;
+static void format_line(kiln_sb *b, const sch_tune_record *r) {
+    size_t start = b->len;
     sb_field_str(b, "fp", r->fingerprint);
     sb_field_str(b, " key", r->key);
     sb_field_str(b, " bucket", r->bucket);
     sb_field_str(b, " sched", r->schedule);
     sb_num(b, " best=", r->best_s);
     sb_num(b, " base=", r->base_s);
-    sb_printf(b, " tried=%d rejected=%d", r->tried, r->rejected);
+    kiln_sb_printf(b, " tried=%d rejected=%d", r->tried, r->rejected);
     sb_field_str(b, " date", r->date);
-    sb_printf(b, " ir=%d", r->ir_version);
-    uint64_t h = fnv1a64(b->p + start, b->n - start);
-    sb_printf(b, " sum=%016llx\n", (unsigned long long)h);
+    kiln_sb_printf(b, " ir=%d", r->ir_version);
+    uint64_t h = fnv1a64(b->s + start, b->len - start);
+    kiln_sb_printf(b, " sum=%016llx\n", (unsigned long long)h);
 }
 
 typedef struct cursor {
@@ -383,14 +347,14 @@ static int image_read(const char *path, db_image *img, int keep_bad, int *exists
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno == ENOENT) return 0;
-        set_err(err, errcap, "tune db %s: cannot open: %s", path, strerror(errno));
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     *exists = 1;
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
         fclose(f);
-        set_err(err, errcap, "tune db %s: is a directory", path);
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: is a directory", path);
         return -1;
     }
     char *line = NULL;
@@ -437,7 +401,7 @@ static int image_read(const char *path, db_image *img, int keep_bad, int *exists
     free(line);
     fclose(f);
     if (rd_err) {
-        set_err(err, errcap, "tune db %s: read error", path);
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: read error", path);
         return -1;
     }
     return 0;
@@ -459,19 +423,19 @@ static void image_warn(const char *path, const db_image *img) {
 /* ---- the path ----------------------------------------------------------- */
 
 static void path_into(char *buf, size_t cap) {
-    const char *e = getenv("KILN_TUNEDB");
-    if (e && *e) {
-        snprintf(buf, cap, "%s", e);
+    kiln_env env;
+    kiln_env_read(&env);
+    const kiln_host_options *h = &env.host;
+    if (h->tunedb) {
+        snprintf(buf, cap, "%s", h->tunedb);
         return;
     }
-    e = getenv("XDG_CACHE_HOME");
-    if (e && e[0] == '/') { /* the XDG spec: a relative value is to be ignored */
-        snprintf(buf, cap, "%s/kiln/tune.db", e);
+    if (h->xdg_cache_home && h->xdg_cache_home[0] == '/') { /* the XDG spec: a relative value is to be ignored */
+        snprintf(buf, cap, "%s/kiln/tune.db", h->xdg_cache_home);
         return;
     }
-    e = getenv("HOME");
-    if (e && *e) {
-        snprintf(buf, cap, "%s/.cache/kiln/tune.db", e);
+    if (h->home) {
+        snprintf(buf, cap, "%s/.cache/kiln/tune.db", h->home);
         return;
     }
     buf[0] = 0;
@@ -505,13 +469,13 @@ static int make_parent(const char *path, char *err, size_t errcap) {
         if (*p != '/') continue;
         *p = 0;
         if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
-            set_err(err, errcap, "tune db: cannot create directory %s: %s", tmp, strerror(errno));
+            kiln_fail(err, errcap, KILN_ERR_IO, "tune db: cannot create directory %s: %s", tmp, strerror(errno));
             return -1;
         }
         *p = '/';
     }
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
-        set_err(err, errcap, "tune db: cannot create directory %s: %s", tmp, strerror(errno));
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db: cannot create directory %s: %s", tmp, strerror(errno));
         return -1;
     }
     return 0;
@@ -537,26 +501,26 @@ static int write_all(int fd, const char *p, size_t n) {
 static int write_atomic(const char *path, const sch_tune_record *recs, int n, char *err, size_t errcap) {
     char tmp[TUNEDB_PATH_MAX + 16];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp) {
-        set_err(err, errcap, "tune db %s: path too long", path);
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: path too long", path);
         return -1;
     }
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        set_err(err, errcap, "tune db %s: cannot create a temporary file: %s", path, strerror(errno));
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: cannot create a temporary file: %s", path, strerror(errno));
         return -1;
     }
     (void)fchmod(fd, 0644); /* mkstemp's 0600 would hide a shared cache from its readers */
-    strbuf b = {0};
-    sb_puts(&b, TUNEDB_HEADER "\n");
+    kiln_sb b = {0};
+    kiln_sb_puts(&b, TUNEDB_HEADER "\n");
     for (int i = 0; i < n; i++) format_line(&b, &recs[i]);
-    int bad = write_all(fd, b.p, b.n) != 0 || fsync(fd) != 0;
+    int bad = write_all(fd, b.s, b.len) != 0 || fsync(fd) != 0;
     int saved = errno;
-    free(b.p);
+    free(b.s);
     if (close(fd) != 0 && !bad) bad = 1, saved = errno;
     if (!bad && rename(tmp, path) != 0) bad = 1, saved = errno;
     if (bad) {
         unlink(tmp);
-        set_err(err, errcap, "tune db %s: writing failed: %s", path, strerror(saved));
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: writing failed: %s", path, strerror(saved));
         return -1;
     }
     return 0;
@@ -576,19 +540,19 @@ static void set_aside(const char *path, const db_image *img) {
     time_t now = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm)) strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    strbuf b = {0};
+    kiln_sb b = {0};
     for (int i = 0; i < img->nkept; i++) {
         char head[64];
         snprintf(head, sizeof head, "# %s: line %ld of ", stamp, img->bad[i].lineno);
-        sb_puts(&b, head);
-        sb_puts(&b, path);
-        sb_putn(&b, "\n", 1);
-        sb_putn(&b, img->bad[i].text, img->bad[i].len);
-        sb_putn(&b, "\n", 1);
+        kiln_sb_puts(&b, head);
+        kiln_sb_puts(&b, path);
+        kiln_sb_putn(&b, "\n", 1);
+        kiln_sb_putn(&b, img->bad[i].text, img->bad[i].len);
+        kiln_sb_putn(&b, "\n", 1);
     }
-    if (write_all(fd, b.p, b.n) != 0)
+    if (write_all(fd, b.s, b.len) != 0)
         fprintf(stderr, "kiln: tune db %s: writing %s failed: %s\n", path, side, strerror(errno));
-    free(b.p);
+    free(b.s);
     close(fd);
 }
 
@@ -598,7 +562,7 @@ static pthread_mutex_t tunedb_mu = PTHREAD_MUTEX_INITIALIZER;
 /* merge recs[0..n) into the DB at path under the lock */
 static kiln_status db_update(const char *path, const sch_tune_record *recs, int n, char *err, size_t errcap) {
     if (!path[0]) {
-        set_err(err, errcap, "tune db: no path (set KILN_TUNEDB, XDG_CACHE_HOME or HOME)");
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db: no path (set KILN_TUNEDB, XDG_CACHE_HOME or HOME)");
         return KILN_ERR_IO;
     }
     if (make_parent(path, err, errcap)) return KILN_ERR_IO;
@@ -608,7 +572,7 @@ static kiln_status db_update(const char *path, const sch_tune_record *recs, int 
     kiln_status st = KILN_OK;
     int fd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
-        set_err(err, errcap, "tune db %s: cannot open the lock file %s: %s", path, lockpath, strerror(errno));
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: cannot open the lock file %s: %s", path, lockpath, strerror(errno));
         pthread_mutex_unlock(&tunedb_mu);
         return KILN_ERR_IO;
     }
@@ -620,7 +584,7 @@ static kiln_status db_update(const char *path, const sch_tune_record *recs, int 
     while ((rc = fcntl(fd, F_SETLKW, &fl)) != 0 && errno == EINTR) {
     }
     if (rc != 0) {
-        set_err(err, errcap, "tune db %s: cannot lock %s: %s", path, lockpath, strerror(errno));
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: cannot lock %s: %s", path, lockpath, strerror(errno));
         close(fd);
         pthread_mutex_unlock(&tunedb_mu);
         return KILN_ERR_IO;
@@ -630,7 +594,7 @@ static kiln_status db_update(const char *path, const sch_tune_record *recs, int 
     if (image_read(path, &img, 1, &exists, err, errcap)) {
         st = KILN_ERR_IO;
     } else if (img.other_version) {
-        set_err(err, errcap, "tune db %s: written by another kiln version (header is not \"%s\"); not changed", path,
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db %s: written by another kiln version (header is not \"%s\"); not changed", path,
                 TUNEDB_HEADER);
         st = KILN_ERR_FORMAT;
     } else {
@@ -668,7 +632,7 @@ static int record_ok(const sch_tune_record *r, const char **why) {
 kiln_status sch_tunedb_store(const sch_tune_record *r, char *err, size_t errcap) {
     const char *why;
     if (!r || !record_ok(r, &why)) {
-        set_err(err, errcap, "tune db: bad record: %s", r ? why : "NULL");
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db: bad record: %s", r ? why : "NULL");
         return KILN_ERR_INVALID;
     }
     sch_tune_record rec = *r;
@@ -757,7 +721,7 @@ int sch_tunedb_lookup_latest(const char *fingerprint, const char *key, const cha
 kiln_status sch_tunedb_export(const char *path, int *n, char *err, size_t errcap) {
     if (n) *n = 0;
     if (!path || !*path) {
-        set_err(err, errcap, "tune db export: no file given");
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db export: no file given");
         return KILN_ERR_INVALID;
     }
     db_image img;
@@ -771,18 +735,18 @@ kiln_status sch_tunedb_export(const char *path, int *n, char *err, size_t errcap
 kiln_status sch_tunedb_import(const char *path, int *n, char *err, size_t errcap) {
     if (n) *n = 0;
     if (!path || !*path) {
-        set_err(err, errcap, "tune db import: no file given");
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db import: no file given");
         return KILN_ERR_INVALID;
     }
     db_image src;
     int exists = 0;
     if (image_read(path, &src, 0, &exists, err, errcap)) return KILN_ERR_IO;
     if (!exists) {
-        set_err(err, errcap, "tune db import: %s: %s", path, strerror(ENOENT));
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db import: %s: %s", path, strerror(ENOENT));
         return KILN_ERR_IO;
     }
     if (src.other_version) {
-        set_err(err, errcap, "tune db import: %s: written by another kiln version (header is not \"%s\")", path,
+        kiln_fail(err, errcap, KILN_ERR_IO, "tune db import: %s: written by another kiln version (header is not \"%s\")", path,
                 TUNEDB_HEADER);
         image_free(&src);
         return KILN_ERR_FORMAT;

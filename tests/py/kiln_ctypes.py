@@ -88,7 +88,17 @@ class CompileOptions(ctypes.Structure):
     """kiln_compile_options (include/kiln_compile.h)"""
     _fields_ = [("backend", ctypes.c_char_p), ("threads", ctypes.c_int),
                 ("search_budget", ctypes.c_double), ("vector", ctypes.c_int), ("exact", ctypes.c_int),
-                ("fixed_defaults", ctypes.c_int)]
+                ("fixed_defaults", ctypes.c_int),
+                # the knobs (kiln_compile_defaults fills them from KILN_*; every field, in order, since
+                # the struct is returned by value and must have the C size)
+                ("no_egraph", ctypes.c_int), ("eg_plain", ctypes.c_int), ("no_fuse", ctypes.c_int),
+                ("no_contract", ctypes.c_int), ("no_split", ctypes.c_int), ("no_pack_copy", ctypes.c_int),
+                ("stream_min", ctypes.c_longlong), ("profile", ctypes.c_int), ("poison", ctypes.c_int),
+                ("tunedb_off", ctypes.c_int), ("tune_verbose", ctypes.c_int), ("tune_warm", ctypes.c_int),
+                ("inject_wrong", ctypes.c_int), ("gtune_inject_wrong", ctypes.c_int),
+                ("contract_sched_small", ctypes.c_char_p), ("contract_sched_large", ctypes.c_char_p),
+                ("gpu_contract", ctypes.c_char_p), ("gpu_group", ctypes.c_int), ("gpu_resident", ctypes.c_int),
+                ("gpu_emit_only", ctypes.c_int), ("cuda_archs", ctypes.c_char_p), ("stream", ctypes.c_int)]
 
 
 # include/kiln_compile.h: bound when the library has them (see _Lib)

@@ -424,6 +424,25 @@ def t_stop_server():
     assert any("stopping" in ln for ln in SRV.err), SRV.err[-3:]
 
 
+def t_broken_template():
+    """a template kiln cannot render: a warning at start, chat in the family's built-in format"""
+    global MODEL
+    good = MODEL
+    MODEL = tiny_llm.write(os.path.join(TMP, "macro.gguf"), seed=7, n_ctx=CTX,
+                           chat_template="{% macro turn(m) %}{{ m }}{% endmacro %}{{ turn(messages) }}")
+    try:
+        srv = Server()
+    finally:
+        MODEL = good
+    try:
+        assert any("chat template failed" in ln and "'gemma'" in ln for ln in srv.err), srv.err
+        st, data = srv.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a cat"}],
+                                                               "max_tokens": 3, "temperature": 0})
+        assert st == 200 and json.loads(data)["usage"]["prompt_tokens"] > 3, (st, data[:300])
+    finally:
+        assert srv.stop() == 0
+
+
 def t_usage_errors():
     for args, msg in [(["--frobnicate"], "frobnicate"), (["-m"], "needs a value"), (["--port", "0"], "--port"),
                       ([], "which model"), (["-m", MODEL, "--chat-template", "vicuna"], "vicuna")]:
@@ -446,5 +465,6 @@ if SRV:
     suite.case("fuzz_and_slow_clients", t_fuzz_and_slow_clients)
     suite.case("stop_server", t_stop_server)
 suite.case("queue_503", t_queue_503)
+suite.case("broken_template_fallback", t_broken_template)
 suite.case("usage_errors", t_usage_errors)
 suite.finish()

@@ -203,7 +203,7 @@ static void test_primitive_extraction(void) {
     for (int i = 0; i < 24; i++) xv[i] = (float)((i * 7) % 11) - 5.0f;
     kiln_bind_dim(g, "rows", 3);
     kiln_bind_input(g, "x", xv, sizeof xv);
-    kiln_graph *o = eg_optimize_for_backend(g, 1);
+    kiln_graph *o = eg_optimize_for_backend(g, 1, 0);
     CHECK(o != NULL, "optimize: %s", kiln_graph_error(g));
     if (o) {
         int compound = 0;
