@@ -294,6 +294,8 @@ static double recompile_estimate(const kiln_program *p) {
         if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
         fclose(f);
     }
+    /* at most 4x: past that no budget holds, and a short one would search nothing */
+    if (stretch > 4) stretch = 4;
     return stretch * (1.5 * rt_cc_seconds_per_byte() * (double)len + 0.25);
 }
 
