@@ -462,11 +462,72 @@ int rt_tune_cost_first(const sch_program *sp, int32_t kernel, const sch_contract
     return n > 0;
 }
 
+/* the cost model's predictions against the measurements of round 1 */
+static void rank_correlation(const rt_tune_job *job, const sch_contract_sched *cands, const double *times, int n,
+                             rt_tune_result *res) {
+    sch_machine mc = sch_machine_default();
+    double pm[TUNE_MAX_CAND], pt[TUNE_MAX_CAND];
+    int np = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(times[i])) {
+            pm[np] = sch_cost_contract(&mc, &job->shape, &cands[i]);
+            pt[np] = times[i];
+            np++;
+        }
+    res->spearman = sch_spearman(pm, pt, np);
+    res->nmeasured = np;
+}
+
+/* the winner so far: its schedule, time and function */
+typedef struct tune_best {
+    sch_contract_sched sched;
+    double time;
+    rt_kernel_fn fn;
+} tune_best;
+
+/* round 2: the untried neighbours of b (one axis apart) that the budget
+ * left pays for; one that beats b by 3% replaces it. A failed round keeps
+ * b. Its module goes to res->mods[1]. */
+static void round_two(const rt_tune_job *job, const launch_args *la, const sch_contract_sched *space,
+                      const int *order, int nspace, const sch_contract_sched *cands, int n, double t_start,
+                      tune_best *b, rt_tune_result *res) {
+    sch_contract_sched nb[TUNE_MAX_CAND];
+    int nn = 0;
+    for (int i = 0; i < nspace && nn < TUNE_MAX_CAND; i++) {
+        const sch_contract_sched *q = &space[order[i]];
+        const sch_contract_sched *w = &b->sched;
+        int dist = (q->mr != w->mr) + (q->nr != w->nr) + (q->mc != w->mc) + (q->nc != w->nc) + (q->pf != w->pf) +
+                   (q->kc != w->kc) + (q->form != w->form);
+        if (dist == 1 && !in_list(cands, n, q) && !in_list(nb, nn, q)) nb[nn++] = *q;
+    }
+    int afford2 = (int)((job->budget_s - (kiln_now_s() - t_start)) / cand_cost);
+    if (nn > afford2) nn = afford2;
+    if (nn <= 0) return;
+    double t2[TUNE_MAX_CAND];
+    rt_kernel_fn f2[TUNE_MAX_CAND];
+    rt_module *mod2 = NULL;
+    char err2[512];
+    rt_tune_job job2 = *job;
+    job2.inject_wrong = 0; /* the injected wrong candidate is one of the first round */
+    double t_round2 = kiln_now_s();
+    kiln_status s2 =
+        measure_round(&job2, la, nb, nn, t2, &res->rejected, &mod2, f2, NULL, t_start + job->budget_s, err2, sizeof err2);
+    learn_cand_cost(kiln_now_s() - t_round2, nn);
+    if (s2 != KILN_OK) return;
+    res->mods[1] = mod2;
+    for (int i = 0; i < nn; i++) res->tried += !isnan(t2[i]);
+    for (int i = 0; i < nn; i++)
+        if (isfinite(t2[i]) && t2[i] < b->time * 0.97) {
+            b->sched = nb[i];
+            b->time = t2[i];
+            b->fn = f2[i];
+        }
+}
+
 kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *err, size_t errcap) {
     memset(res, 0, sizeof *res);
     const sch_kernel *k = &job->sp->kernels[job->kernel];
     const sch_contract *c = k->contract;
-    sch_machine mc = sch_machine_default();
     launch_args la = {job->be, job->pool, job->bufs, job->values, job->nthreads};
     double t_start = kiln_now_s();
 
@@ -510,54 +571,14 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     double wtime = best >= 0 ? times[best] : INFINITY;
     rt_kernel_fn wfn = best >= 0 ? fns[best] : NULL;
     res->mods[0] = mod1;
-    /* the model's predictions against the measurements of this round */
-    {
-        double pm[TUNE_MAX_CAND], pt[TUNE_MAX_CAND];
-        int np = 0;
-        for (int i = 0; i < n; i++)
-            if (isfinite(times[i])) {
-                pm[np] = sch_cost_contract(&mc, &job->shape, &cands[i]);
-                pt[np] = times[i];
-                np++;
-            }
-        res->spearman = sch_spearman(pm, pt, np);
-        res->nmeasured = np;
-    }
-
+    rank_correlation(job, cands, times, n, res);
     /* round 2: the winner's untried neighbours, while the budget lasts */
     if (best >= 0 && kiln_now_s() - t_start < job->budget_s * 0.5) {
-        sch_contract_sched nb[TUNE_MAX_CAND];
-        int nn = 0;
-        for (int i = 0; i < nspace && nn < TUNE_MAX_CAND; i++) {
-            const sch_contract_sched *q = &space[order[i]];
-            int dist = (q->mr != winner.mr) + (q->nr != winner.nr) + (q->mc != winner.mc) + (q->nc != winner.nc) +
-                       (q->pf != winner.pf) + (q->kc != winner.kc) + (q->form != winner.form);
-            if (dist == 1 && !in_list(cands, n, q) && !in_list(nb, nn, q)) nb[nn++] = *q;
-        }
-        int afford2 = (int)((job->budget_s - (kiln_now_s() - t_start)) / cand_cost);
-        if (nn > afford2) nn = afford2;
-        if (nn > 0) {
-            double t2[TUNE_MAX_CAND];
-            rt_kernel_fn f2[TUNE_MAX_CAND];
-            rt_module *mod2 = NULL;
-            char err2[512];
-            rt_tune_job job2 = *job;
-            job2.inject_wrong = 0; /* the injected wrong candidate is one of the first round */
-            double t_round2 = kiln_now_s();
-            kiln_status s2 = measure_round(&job2, &la, nb, nn, t2, &res->rejected, &mod2, f2, NULL,
-                                           t_start + job->budget_s, err2, sizeof err2);
-            learn_cand_cost(kiln_now_s() - t_round2, nn);
-            if (s2 == KILN_OK) {
-                res->mods[1] = mod2;
-                for (int i = 0; i < nn; i++) res->tried += !isnan(t2[i]);
-                for (int i = 0; i < nn; i++)
-                    if (isfinite(t2[i]) && t2[i] < wtime * 0.97) {
-                        winner = nb[i];
-                        wtime = t2[i];
-                        wfn = f2[i];
-                    }
-            } /* a failed second round keeps the first round's winner */
-        }
+        tune_best b = {winner, wtime, wfn};
+        round_two(job, &la, space, order, nspace, cands, n, t_start, &b, res);
+        winner = b.sched;
+        wtime = b.time;
+        wfn = b.fn;
     }
     /* a challenger must beat the default again, timed alternately with it
      * (prefill: compute-bound, timed warm. Not decode: timed with B flushed,
