@@ -235,13 +235,169 @@ static int settle_all(rt_gtune_state *st, const rt_gtune_job *job, const char *b
     return changed;
 }
 
+/* the candidates: the current schedule (the default unless a DB record set
+ * it), then the cost model's best with a distinct effective schedule, as
+ * many as the budget pays for. Returns the count; *nspace_out gets the
+ * space's size. */
+static int pick_candidates(const rt_gtune_job *job, const sch_generic_shape *sh, sch_generic_sched *cands,
+                           int *nspace_out) {
+    int nspace = sch_space_generic(sh, NULL, 0);
+    sch_generic_sched *space = kiln_xcalloc((size_t)nspace + 1, sizeof *space);
+    sch_space_generic(sh, space, nspace);
+    double *cost = kiln_xcalloc((size_t)nspace + 1, sizeof *cost);
+    int *order = kiln_xcalloc((size_t)nspace + 1, sizeof *order);
+    for (int i = 0; i < nspace; i++) {
+        cost[i] = sch_cost_generic(sh, &space[i]);
+        order[i] = i;
+    }
+    for (int i = 1; i < nspace; i++) /* insertion sort: stable, so deterministic */
+        for (int j = i; j > 1 && cost[order[j]] < cost[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int n = 0;
+    cands[n++] = job->sp->kernels[job->kernel].gsched;
+    /* one compiled with the others in one unit, checked and timed costs
+     * about 0.1 s (2-core AMD EPYC Zen 4) */
+    int most = job->inject_wrong ? GT_MAX_CAND : 1 + (int)(job->budget_s / 0.1);
+    if (most > GT_MAX_CAND) most = GT_MAX_CAND;
+    for (int i = 0; i < nspace && n < most; i++) {
+        sch_generic_sched e = sch_generic_effective(sh, &space[order[i]]);
+        int dup = 0;
+        for (int j = 0; j < n && !dup; j++) {
+            sch_generic_sched f = sch_generic_effective(sh, &cands[j]);
+            dup = sch_generic_same(&e, &f);
+        }
+        if (!dup) cands[n++] = space[order[i]];
+    }
+    free(cost);
+    free(order);
+    free(space);
+    *nspace_out = nspace;
+    return n;
+}
+
+/* one translation unit: the scalar reference kiln_gref and the candidates
+ * kiln_gc0.. (malloc'd) */
+static char *emit_unit(const rt_gtune_job *job, const sch_generic_sched *cands, int n) {
+    cg_options co;
+    co.isa = job->isa;
+    char *src = NULL;
+    size_t len = 0, cap = 0;
+    cg_emit_c_prelude(&co, &src, &len, &cap);
+    sch_generic_sched scalar = {1, 0, 0, 0};
+    cg_emit_c_generic_append(job->sp, job->kernel, &co, "kiln_gref", &scalar, &src, &len, &cap);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "kiln_gc%d", i);
+        cg_emit_c_generic_append(job->sp, job->kernel, &co, name, &cands[i], &src, &len, &cap);
+    }
+    return src;
+}
+
+/* run the reference, then check and time each candidate of mod into
+ * scratch outputs while the budget lasts: times[i] the best of up to 5
+ * runs, INFINITY when it disagrees with the reference (rejected), NaN when
+ * out of time. *ref_s gets the reference's time. */
+static kiln_status measure_candidates(rt_gtune_state *st, const rt_gtune_job *job, rt_module *mod,
+                                      const sch_generic_sched *cands, int n, double deadline, double *times,
+                                      rt_kernel_fn *fns, double *ref_s, rt_gtune_result *res, char *err,
+                                      size_t errcap) {
+    sch_program *sp = job->sp;
+    const sch_kernel *K = &sp->kernels[job->kernel];
+    kiln_dtype ot = sp->bufs[K->out_buf].dtype;
+    size_t ob = job->bytes[K->out_buf];
+    size_t esz = kiln_dtype_bytes(ot, 1);
+    int64_t nout = esz ? (int64_t)(ob / esz) : 0;
+    void *ref = NULL, *got = NULL;
+    if (posix_memalign(&ref, 64, ob + 64) != 0 || posix_memalign(&got, 64, ob + 64) != 0) {
+        free(ref);
+        snprintf(err, errcap, "out of memory for scratch outputs");
+        return KILN_ERR_NOMEM;
+    }
+    void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
+    memcpy(bufs, job->bufs, (size_t)sp->nbufs * sizeof *bufs);
+    int inject = job->inject_wrong ? job->inject_wrong : st->inject_wrong;
+    sch_generic_sched scalar = {1, 0, 0, 0};
+    void *sym = job->be->symbol(mod, "kiln_gref");
+    rt_kernel_fn ref_fn = NULL;
+    memcpy(&ref_fn, &sym, sizeof sym);
+    /* the reference's output starts as the candidates' do (all ones): a
+     * kernel that writes only part of its buffer (its view of a larger
+     * one) leaves the rest equal in both, not garbage against NaN */
+    memset(ref, 0xff, ob);
+    bufs[K->out_buf] = ref;
+    double t0 = kiln_now_s();
+    int ref_rc = ref_fn ? launch_sched(job, bufs, ref_fn, &scalar) : -1;
+    *ref_s = kiln_now_s() - t0;
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "kiln_gc%d", i);
+        sym = job->be->symbol(mod, name);
+        memcpy(&fns[i], &sym, sizeof sym);
+        times[i] = NAN;
+        if (i > 0 && kiln_now_s() > deadline) continue; /* out of time: neither tried nor rejected */
+        memset(got, 0xff, ob); /* NaN / all ones: a candidate that writes nothing fails */
+        bufs[K->out_buf] = got;
+        int rc = fns[i] && ref_fn ? launch_sched(job, bufs, fns[i], &cands[i]) : -1;
+        int bad = inject == i + 1;
+        if (bad && rc == 0 && nout > 0) /* tests: a wrong candidate (the top byte of one element flipped) */
+            ((unsigned char *)got)[(size_t)(nout / 2) * esz + esz - 1] ^= 0x40;
+        res->tried++;
+        if (rc != ref_rc || !outputs_match(ot, ref, got, nout)) {
+            if (st->verbose && !bad) {
+                char txt[96];
+                sch_generic_sched_print(&cands[i], txt, sizeof txt);
+                fprintf(stderr, "kiln tune: kernel %d: candidate %s disagrees with the reference\n", (int)job->kernel,
+                        txt);
+            }
+            times[i] = INFINITY;
+            res->rejected++;
+            continue;
+        }
+        double best = INFINITY, spent = 0;
+        for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
+            double a = kiln_now_s();
+            launch_sched(job, bufs, fns[i], &cands[i]);
+            double dt = kiln_now_s() - a;
+            spent += dt;
+            if (dt < best) best = dt;
+        }
+        times[i] = best;
+    }
+    free(bufs);
+    free(ref);
+    free(got);
+    return KILN_OK;
+}
+
+/* the winner's record in the tuning DB, and the verbose line */
+static void store_winner(const rt_gtune_state *st, const rt_gtune_job *job, const char *fp, const char *bucket,
+                         const sch_generic_sched *win, const rt_gtune_result *res, int nspace) {
+    int32_t k = job->kernel;
+    sch_tune_record r;
+    sch_tune_record_new(&r, fp, st->key[k], bucket);
+    sch_generic_sched_print(win, r.schedule, sizeof r.schedule);
+    r.best_s = res->best_s;
+    r.base_s = res->base_s;
+    r.tried = res->tried;
+    r.rejected = res->rejected;
+    char e2[512];
+    if (sch_tunedb_store(&r, e2, sizeof e2) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", e2);
+    if (st->verbose)
+        fprintf(stderr, "kiln tune: kernel %d (%s, %s): best %.1f us (%s), default %.1f us, %d tried, %d rejected, "
+                        "%d-point space, %.2f s\n",
+                (int)k, st->key[k], bucket, res->best_s * 1e6, r.schedule, res->base_s * 1e6, res->tried,
+                res->rejected, nspace, res->seconds);
+}
+
 kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtune_result *res, char *err,
                             size_t errcap) {
     memset(res, 0, sizeof *res);
     double t_start = kiln_now_s();
     sch_program *sp = job->sp;
     int32_t k = job->kernel;
-    const sch_kernel *K = &sp->kernels[k];
     char bucket[96];
     if (!rt_gtune_wanted(st, k) || !sch_generic_bucket(sp, k, job->values, st->nthreads, bucket, sizeof bucket)) {
         if (st && k >= 0 && k < st->nkernels) st->settled[k] = 1;
@@ -266,142 +422,32 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
             return KILN_OK;
         }
     }
-    /* the candidates: the default, then the model's best */
     sch_generic_shape sh;
     make_shape(job, &sh);
-    int nspace = sch_space_generic(&sh, NULL, 0);
-    sch_generic_sched *space = kiln_xcalloc((size_t)nspace + 1, sizeof *space);
-    sch_space_generic(&sh, space, nspace);
-    res->space = nspace;
-    double *cost = kiln_xcalloc((size_t)nspace + 1, sizeof *cost);
-    int *order = kiln_xcalloc((size_t)nspace + 1, sizeof *order);
-    for (int i = 0; i < nspace; i++) {
-        cost[i] = sch_cost_generic(&sh, &space[i]);
-        order[i] = i;
-    }
-    for (int i = 1; i < nspace; i++) /* insertion sort: stable, so deterministic */
-        for (int j = i; j > 1 && cost[order[j]] < cost[order[j - 1]]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
     sch_generic_sched cands[GT_MAX_CAND];
-    int n = 0;
-    cands[n++] = K->gsched; /* the current schedule (the default unless a DB record set it) */
-    /* as many as the budget pays for: one compiled with the others in one
-     * unit, checked and timed costs about 0.1 s (2-core AMD EPYC Zen 4) */
-    int most = job->inject_wrong ? GT_MAX_CAND : 1 + (int)(job->budget_s / 0.1);
-    if (most > GT_MAX_CAND) most = GT_MAX_CAND;
-    for (int i = 0; i < nspace && n < most; i++) {
-        sch_generic_sched e = sch_generic_effective(&sh, &space[order[i]]);
-        int dup = 0;
-        for (int j = 0; j < n && !dup; j++) {
-            sch_generic_sched f = sch_generic_effective(&sh, &cands[j]);
-            dup = sch_generic_same(&e, &f);
-        }
-        if (!dup) cands[n++] = space[order[i]];
-    }
-    free(cost);
-    free(order);
-    free(space);
+    int nspace = 0, n = pick_candidates(job, &sh, cands, &nspace);
+    res->space = nspace;
     if (n == 1) {
         /* nothing to choose: the one schedule stays, unmeasured (the compiled
          * program runs it, checked like every kernel by the tests) */
         st->settled[k] = 1;
-        res->space = nspace;
         res->seconds = kiln_now_s() - t_start;
         return KILN_OK;
     }
-
-    /* one translation unit: the scalar reference and the candidates */
-    cg_options co;
-    co.isa = job->isa;
-    char *src = NULL;
-    size_t len = 0, cap = 0;
-    cg_emit_c_prelude(&co, &src, &len, &cap);
-    sch_generic_sched scalar = {1, 0, 0, 0};
-    cg_emit_c_generic_append(sp, k, &co, "kiln_gref", &scalar, &src, &len, &cap);
-    for (int i = 0; i < n; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "kiln_gc%d", i);
-        cg_emit_c_generic_append(sp, k, &co, name, &cands[i], &src, &len, &cap);
-    }
+    char *src = emit_unit(job, cands, n);
     rt_module *mod = NULL;
     kiln_status s = job->be->compile(src, cg_isa_cflags(job->isa), &mod, err, errcap);
     free(src);
+    double times[GT_MAX_CAND], ref_s = 0;
+    rt_kernel_fn fns[GT_MAX_CAND];
+    if (s == KILN_OK)
+        s = measure_candidates(st, job, mod, cands, n, t_start + job->budget_s, times, fns, &ref_s, res, err, errcap);
     if (s != KILN_OK) {
+        if (mod) job->be->module_free(mod);
         st->settled[k] = 1;
         res->seconds = kiln_now_s() - t_start;
         return s;
     }
-    kiln_dtype ot = sp->bufs[K->out_buf].dtype;
-    size_t ob = job->bytes[K->out_buf];
-    size_t esz = kiln_dtype_bytes(ot, 1);
-    int64_t nout = esz ? (int64_t)(ob / esz) : 0;
-    void *ref = NULL, *got = NULL;
-    if (posix_memalign(&ref, 64, ob + 64) != 0 || posix_memalign(&got, 64, ob + 64) != 0) {
-        free(ref);
-        job->be->module_free(mod);
-        st->settled[k] = 1;
-        snprintf(err, errcap, "out of memory for scratch outputs");
-        return KILN_ERR_NOMEM;
-    }
-    void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
-    memcpy(bufs, job->bufs, (size_t)sp->nbufs * sizeof *bufs);
-    int inject = job->inject_wrong;
-    if (!inject) inject = st->inject_wrong;
-
-    void *sym = job->be->symbol(mod, "kiln_gref");
-    rt_kernel_fn ref_fn = NULL;
-    memcpy(&ref_fn, &sym, sizeof sym);
-    /* the reference's output starts as the candidates' do (all ones): a
-     * kernel that writes only part of its buffer (its view of a larger
-     * one) leaves the rest equal in both, not garbage against NaN */
-    memset(ref, 0xff, ob);
-    bufs[K->out_buf] = ref;
-    double t0 = kiln_now_s();
-    int ref_rc = ref_fn ? launch_sched(job, bufs, ref_fn, &scalar) : -1;
-    double ref_s = kiln_now_s() - t0;
-    double times[GT_MAX_CAND];
-    rt_kernel_fn fns[GT_MAX_CAND];
-    double deadline = t_start + job->budget_s;
-    for (int i = 0; i < n; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "kiln_gc%d", i);
-        sym = job->be->symbol(mod, name);
-        memcpy(&fns[i], &sym, sizeof sym);
-        times[i] = NAN;
-        if (i > 0 && kiln_now_s() > deadline) continue; /* out of time: neither tried nor rejected */
-        memset(got, 0xff, ob); /* NaN / all ones: a candidate that writes nothing fails */
-        bufs[K->out_buf] = got;
-        int rc = fns[i] && ref_fn ? launch_sched(job, bufs, fns[i], &cands[i]) : -1;
-        int bad = inject == i + 1;
-        if (bad && rc == 0 && nout > 0) /* tests: a wrong candidate (the top byte of one element flipped) */
-            ((unsigned char *)got)[(size_t)(nout / 2) * esz + esz - 1] ^= 0x40;
-        res->tried++;
-        if (rc != ref_rc || !outputs_match(ot, ref, got, nout)) {
-            if (st->verbose && !bad) {
-                char txt[96];
-                sch_generic_sched_print(&cands[i], txt, sizeof txt);
-                fprintf(stderr, "kiln tune: kernel %d: candidate %s disagrees with the reference\n", (int)k, txt);
-            }
-            times[i] = INFINITY;
-            res->rejected++;
-            continue;
-        }
-        double best = INFINITY, spent = 0;
-        for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
-            double a = kiln_now_s();
-            launch_sched(job, bufs, fns[i], &cands[i]);
-            double dt = kiln_now_s() - a;
-            spent += dt;
-            if (dt < best) best = dt;
-        }
-        times[i] = best;
-    }
-    free(bufs);
-    free(ref);
-    free(got);
     /* the fastest, then the simplest within 3% of it */
     int best = -1;
     for (int i = 0; i < n; i++)
@@ -424,20 +470,6 @@ kiln_status rt_gtune_kernel(rt_gtune_state *st, const rt_gtune_job *job, rt_gtun
     res->mod = mod;
     res->changed = settle_all(st, job, bucket, &cands[win]);
     res->seconds = kiln_now_s() - t_start;
-
-    sch_tune_record r;
-    sch_tune_record_new(&r, fp, st->key[k], bucket);
-    sch_generic_sched_print(&cands[win], r.schedule, sizeof r.schedule);
-    r.best_s = res->best_s;
-    r.base_s = res->base_s;
-    r.tried = res->tried;
-    r.rejected = res->rejected;
-    char e2[512];
-    if (sch_tunedb_store(&r, e2, sizeof e2) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", e2);
-    if (st->verbose)
-        fprintf(stderr, "kiln tune: kernel %d (%s, %s): best %.1f us (%s), default %.1f us, %d tried, %d rejected, "
-                        "%d-point space, %.2f s\n",
-                (int)k, st->key[k], bucket, res->best_s * 1e6, r.schedule, res->base_s * 1e6, res->tried,
-                res->rejected, nspace, res->seconds);
+    store_winner(st, job, fp, bucket, &cands[win], res, nspace);
     return KILN_OK;
 }

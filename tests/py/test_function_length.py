@@ -19,9 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kiln_ctypes import REPO, Suite  # noqa: E402
 
 LIMIT = 120
-ALLOWED = {
-    ("tune_generic.c", "rt_gtune_kernel"),  # issue 26
-}
+ALLOWED = set()  # (file, function) pairs let past the limit: none
 
 HEAD = re.compile(r"^[A-Za-z_][^;=]*\(")
 NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
