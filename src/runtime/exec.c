@@ -533,7 +533,11 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
  * choice for its shape (a prefill-sized M of 256 for the large-M bucket);
  * slots whose sizes besides M are symbolic keep the fixed default */
 static void cost_model_defaults(kiln_program *p) {
-    for (int32_t k = 0; k < p->plan.sp.nkernels; k++) {
+    /* the layers repeat a handful of (key, shape) pairs: each is ranked once,
+     * the rest take its choice (gemma3-270m: 326 slots, 0.4-1 s ranked one by one) */
+    int32_t nk = p->plan.sp.nkernels, ndone = 0;
+    struct ranked { int32_t k; int b; sch_contract_shape sh; } *done = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *done);
+    for (int32_t k = 0; k < nk; k++) {
         sch_kernel *K = &p->plan.sp.kernels[k];
         if (!cg_contract_emittable(&p->plan.sp, K, p->plan.isa)) continue;
         for (int b = 0; b < 2; b++) {
@@ -542,9 +546,19 @@ static void cost_model_defaults(kiln_program *p) {
             if (p->tune.tuned[k * 2 + b] || (K->contract->mdim < 0 && b == 1)) continue;
             if (!contract_shape(p, k, NULL, b, &sh)) continue;
             if (b == 1) sh.m = 256;
-            if (rt_tune_cost_first(&p->plan.sp, k, &sh, p->plan.isa, &sc)) K->contract->sched[b] = sc;
+            int i = 0;
+            while (i < ndone && !(done[i].b == b && memcmp(&done[i].sh, &sh, sizeof sh) == 0 &&
+                                  strcmp(p->plan.sp.kernels[done[i].k].contract->key, K->contract->key) == 0))
+                i++;
+            if (i < ndone) {
+                K->contract->sched[b] = p->plan.sp.kernels[done[i].k].contract->sched[b];
+            } else if (rt_tune_cost_first(&p->plan.sp, k, &sh, p->plan.isa, &sc)) {
+                K->contract->sched[b] = sc;
+                done[ndone++] = (struct ranked){k, b, sh};
+            }
         }
     }
+    free(done);
 }
 
 /* schedules from the tuning DB: this machine's records are used as they
