@@ -211,11 +211,7 @@ static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
         for (int i = 0; i < view_ndim(v); i++) dims[i] = (kiln_sym)tr(c, view_shape(v)[i]);
         return kiln_iota(g, (kiln_dtype)n->dtype, view_ndim(v), dims, (int)n->arg);
     }
-    case OP_EXP2: return kiln_exp2(g, k[0]);
-    case OP_LOG2: return kiln_log2(g, k[0]);
-    case OP_SIN: return kiln_sin(g, k[0]);
-    case OP_SQRT: return kiln_sqrt(g, k[0]);
-    case OP_RECIP: return kiln_recip(g, k[0]);
+    OP_UNARY_CASES return graph_unary(g, (op_kind)n->op, k[0]);
     case OP_ADD: return kiln_add(g, k[0], k[1]);
     case OP_MUL: return kiln_mul(g, k[0], k[1]);
     case OP_MOD: return kiln_mod(g, k[0], k[1]);
