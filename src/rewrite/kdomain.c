@@ -118,13 +118,14 @@ int ek_view_masked(const eg_kiln *ek, uint32_t vid) {
 
 /* ---- constants ---------------------------------------------------------------- */
 
-static int64_t dbits(double v) {
+/* a CONST e-node's value travels as its double's bits (eg_node.arg) */
+int64_t ek_dbits(double v) {
     int64_t b;
     memcpy(&b, &v, sizeof b);
     return b;
 }
 
-static double bitsd(int64_t b) {
+double ek_bitsd(int64_t b) {
     double v;
     memcpy(&v, &b, sizeof v);
     return v;
@@ -205,7 +206,7 @@ static void ek_make(void *ctx, egraph *eg, const eg_node *n, eg_data *out) {
     case OP_CONST:
         out->ndim = 0;
         out->has_const = 1;
-        out->cval = bitsd(n->arg);
+        out->cval = ek_bitsd(n->arg);
         return;
     case OP_IOTA: {
         const view *v = &ek->views[n->arg2];
@@ -300,7 +301,7 @@ eg_id ek_view(eg_kiln *ek, eg_id x, const view *v) {
 }
 
 eg_id ek_full(eg_kiln *ek, double value, kiln_dtype t, int ndim, const sym_id *shape) {
-    eg_node cn = eg_mk(OP_CONST, (uint8_t)t, dbits(value), 0, 0, NULL);
+    eg_node cn = eg_mk(OP_CONST, (uint8_t)t, ek_dbits(value), 0, 0, NULL);
     eg_id c = eg_add(ek->eg, &cn);
     if (ndim == 0) return c;
     view v;
