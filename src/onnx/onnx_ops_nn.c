@@ -5,9 +5,13 @@
  *
  * Convolution and pooling read their input through pad and window views (no
  * im2col copy); a convolution is then one SUM(MUL(expand, expand)), the form
- * kiln's contraction recognition takes. Max pooling pads with -inf by a mask
- * (kiln_pad adds zeros), average pooling divides by the count of the cells
- * each window covers, computed the same way.
+ * kiln's contraction recognition takes (src/sched/pack.c materialises the
+ * windowed operand for the micro-kernels). A pool is one reduction over its
+ * window's cells (window axes moved last and merged). Max pooling pads with
+ * -inf by adding log2 of a mask (kiln_pad adds zeros; the mask is 1 over
+ * the input, so log2 is 0 there and -inf over padding); average pooling
+ * divides by the count of the cells each window covers, computed the same
+ * way; neither builds a mask when no window reaches padding.
  *
  * Invariants: sizes that windows need (kernel sizes, strides, the spatial
  * dims) must be constants; anything else is an error naming the operator.
@@ -122,6 +126,25 @@ static kiln_tensor windows(imp_ctx *c, kiln_tensor x, const geom *gm, int with_e
     return x;
 }
 
+/* windows (N, C, o1, k1, o2, k2, ...) as (N, C, o1, o2, ..., k1*k2*...):
+ * one reduction over every cell of a window */
+static kiln_tensor flat_windows(imp_ctx *c, kiln_tensor xw, int k) {
+    kiln_graph *g = c->g;
+    int perm[KILN_MAX_DIMS], j = 0;
+    perm[j++] = 0;
+    perm[j++] = 1;
+    for (int i = 0; i < k; i++) perm[j++] = 2 + 2 * i;
+    for (int i = 0; i < k; i++) perm[j++] = 3 + 2 * i;
+    xw = kiln_permute(g, xw, perm);
+    if (xw == KILN_NONE) return KILN_NONE;
+    kiln_sym dims[KILN_MAX_DIMS];
+    kiln_sym cells = kiln_sym_int(g, 1);
+    for (int d = 0; d < 2 + k; d++) dims[d] = kiln_dim(g, xw, d);
+    for (int i = 0; i < k; i++) cells = kiln_sym_mul(g, cells, kiln_dim(g, xw, 2 + k + i));
+    dims[2 + k] = cells;
+    return kiln_reshape(g, xw, 3 + k, dims);
+}
+
 static int conv(imp_ctx *c, const ox_node *n) {
     kiln_tensor x = imp_in(c, n, 0), w = imp_in(c, n, 1);
     if (!imp_check(c, x) || !imp_check(c, w)) return 0;
@@ -218,37 +241,32 @@ static int pool(imp_ctx *c, const ox_node *n) {
             gm.pe[i] += gm.extra[i] - gm.extra[i] / 2;
             gm.extra[i] = 0;
         }
-    kiln_sym dims[KILN_MAX_DIMS];
-    for (int d = 0; d < r; d++) dims[d] = kiln_dim(g, x, d);
-    kiln_tensor ones = kiln_full(g, 1.0, kiln_tensor_dtype(g, x), r, dims);
-    kiln_tensor xw = windows(c, x, &gm, 1);
-    kiln_tensor mw = windows(c, ones, &gm, 1); /* 1 over input cells, 0 over padding */
+    int padded = 0; /* a window may cover padding (explicit or ceil mode) */
+    for (int i = 0; i < k; i++) padded |= gm.pb[i] || gm.pe[i] || gm.extra[i];
+    kiln_tensor xw = flat_windows(c, windows(c, x, &gm, 1), k); /* (N, C, o..., cells) */
+    kiln_tensor mw = KILN_NONE; /* 1 over input cells, 0 over padding */
+    if (padded) {
+        kiln_sym dims[KILN_MAX_DIMS];
+        for (int d = 0; d < r; d++) dims[d] = kiln_dim(g, x, d);
+        kiln_tensor ones = kiln_full(g, 1.0, kiln_tensor_dtype(g, x), r, dims);
+        mw = flat_windows(c, windows(c, ones, &gm, 1), k);
+    }
     kiln_tensor y;
     if (is_max) {
-        if (2 + 2 * k < KILN_MAX_DIMS) { /* -inf over the padding, exact */
-            kiln_tensor ninf = kiln_const(g, -INFINITY, kiln_tensor_dtype(g, x));
-            y = kiln_where(g, mw, xw, ninf);
-        } else { /* no axis left for kiln_where: x*m + (1-m)*lowest, exact for finite x */
-            kiln_tensor lo = kiln_const(g, -nn_max_finite(kiln_tensor_dtype(g, x)), kiln_tensor_dtype(g, x));
-            kiln_tensor one = kiln_const(g, 1.0, kiln_tensor_dtype(g, x));
-            y = kiln_add(g, kiln_mul(g, xw, mw), kiln_mul(g, kiln_sub(g, one, mw), lo));
-        }
-        for (int i = k - 1; i >= 0; i--) y = kiln_max(g, y, 3 + 2 * i);
+        /* padding is -inf: log2 of the mask is 0 over input cells (x + 0
+         * is x, exact) and -inf over padding (whose x is 0) */
+        if (padded) xw = kiln_add(g, xw, kiln_log2(g, mw));
+        y = kiln_max(g, xw, -1);
     } else {
         /* ONNX's reference: with count_include_pad every cell of the window
          * counts (explicit and ceil-mode padding), else only input cells */
-        int incl = (int)imp_attr_i(n, "count_include_pad", 0);
-        y = xw;
-        kiln_tensor cnt = mw;
-        for (int i = k - 1; i >= 0; i--) {
-            y = kiln_sum(g, y, 3 + 2 * i);
-            if (!incl) cnt = kiln_sum(g, cnt, 3 + 2 * i);
-        }
-        if (incl) {
+        y = kiln_sum(g, xw, -1);
+        if (padded && !imp_attr_i(n, "count_include_pad", 0)) y = kiln_div(g, y, kiln_sum(g, mw, -1));
+        else {
             double cells = 1;
             for (int i = 0; i < k; i++) cells *= (double)gm.ker[i];
             y = nn_scale(g, y, 1.0 / cells);
-        } else y = kiln_div(g, y, cnt);
+        }
     }
     return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
 }
@@ -259,11 +277,16 @@ static int global_pool(imp_ctx *c, const ox_node *n) {
     int r = rank_of(c, x);
     if (r < 3) return imp_fail(c, KILN_ERR_SHAPE, "%s needs rank >= 3", n->op_type);
     int is_max = !strcmp(n->op_type, "GlobalMaxPool");
-    for (int d = r - 1; d >= 2; d--) {
-        x = is_max ? kiln_max(c->g, x, d) : kiln_mean(c->g, x, d);
-        x = kiln_unsqueeze(c->g, x, d);
-    }
-    return imp_set(c, n, 0, x, imp_in_dtype(c, n, 0));
+    kiln_graph *g = c->g;
+    kiln_sym dims[KILN_MAX_DIMS], cells = kiln_sym_int(g, 1);
+    for (int d = 2; d < r; d++) cells = kiln_sym_mul(g, cells, kiln_dim(g, x, d));
+    dims[0] = kiln_dim(g, x, 0);
+    dims[1] = kiln_dim(g, x, 1);
+    dims[2] = cells;
+    kiln_tensor f = kiln_reshape(g, x, 3, dims); /* one reduction over every spatial cell */
+    f = is_max ? kiln_max(g, f, 2) : kiln_mean(g, f, 2);
+    for (int d = 2; d < r; d++) dims[d] = kiln_sym_int(g, 1);
+    return imp_set(c, n, 0, kiln_reshape(g, f, r, dims), imp_in_dtype(c, n, 0));
 }
 
 /* a per-channel vector (C) shaped to broadcast over (N, C, s...) */
