@@ -63,15 +63,22 @@ static int has_stage(const sch_program *p, int32_t id) {
     return x->kind == LX_STAGE || has_stage(p, x->a) || has_stage(p, x->b);
 }
 
-/* the operand is a load (or a cast of one) affine in r: contract.c reads it
- * in place (unit or strided along K), or rejects the kernel for reasons a
- * pack would not change */
+/* the operand is a load (or a cast of one) that contract.c reads in place:
+ * contiguous along r, or strided along r and contiguous along the last loop
+ * variable it uses (the b_kstride form) */
 static int in_place(const sch_program *p, const sch_kernel *k, int32_t id) {
     const lx *x = &p->lx[id];
     if (x->kind == LX_CAST) x = &p->lx[x->a];
     if (x->kind != LX_LOAD) return 0;
     sym_pool *sp = p->g->syms;
-    return !sym_uses_var(sp, sym_step(sp, x->s, k->rvar), k->rvar);
+    sym_id st = sym_step(sp, x->s, k->rvar);
+    int64_t c;
+    if (sym_is_const(sp, st, &c) && c == 1) return 1;
+    if (sym_uses_var(sp, st, k->rvar)) return 0;
+    unsigned used = sch_lx_loop_mask(p, k, id);
+    for (int d = k->ndim - 1; d >= 0; d--)
+        if ((used >> d) & 1u) return sym_is_const(sp, sym_step(sp, x->s, k->var[d]), &c) && c == 1;
+    return 0;
 }
 
 /* contract.c will give the node this tree computes a buffer instead */
@@ -164,10 +171,10 @@ static void pack_side(sch_program *p, int32_t ki, int32_t side, unsigned used) {
      * so the old slot can become the contraction's leaf load) */
     int32_t root = lx_new(p, LX_CONST, KILN_F32);
     p->lx[root] = p->lx[side];
-    int32_t root_node = p->lx[side].node;
     sch_kernel *pk = insert_kernel(p, ki);
     pk->kind = SCH_K_MAP;
-    pk->root = root_node >= 0 ? root_node : p->kernels[ki + 1].root;
+    pk->pack = 1;
+    pk->root = p->kernels[ki + 1].root;
     pk->out_buf = buf;
     pk->ndim = nd;
     sym_id fresh[KILN_MAX_DIMS];
