@@ -51,7 +51,7 @@ static int has_stream_kernel(const kiln_program *p) {
 }
 
 kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o, const char *backend) {
-    if (o->stream != 2 || !is_cpu(backend)) return NULL;
+    if (o->stream != 2 || !is_cpu(backend) || o->profile) return NULL; /* a profile covers one program */
     kiln_status was = g->status;
     char err[sizeof g->error];
     memcpy(err, g->error, sizeof err);

@@ -17,8 +17,8 @@ int rt_stream_extract_mode(const char *backend, int stream);
 int rt_stream_kernelizes(kiln_graph *g);
 /* option stream 2 on the CPU: g compiled again in the streaming form, the
  * alternative of the materialised program; NULL when there is none (no
- * stream kernel, another backend, or its compilation failed: g's status is
- * then as before) */
+ * stream kernel, another backend, a profiled program, or its compilation
+ * failed: g's status is then as before) */
 kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o, const char *backend);
 /* 1 when the run under user's bindings belongs to a shape bucket the
  * streaming program alt serves (decode, long prompts) */
