@@ -142,12 +142,9 @@ static void add_quantize(sch_program *p, int32_t n, int32_t out_buf, int mode, k
  * answers of earlier nodes (sources come first). */
 static int index_arith(const kiln_graph *g, int32_t i, const uint8_t *idx) {
     const node *m = &g->nodes[i];
-    switch (m->op) {
-    case OP_IOTA: case OP_CONST: return 1;
-    case OP_CAST: if (kiln_dtype_is_block(m->dtype)) return 0; break;
-    case OP_ADD: case OP_MUL: case OP_LT: break;
-    default: return 0;
-    }
+    if (m->op == OP_IOTA || m->op == OP_CONST) return 1;
+    int cheap = m->op == OP_ADD || m->op == OP_MUL || m->op == OP_LT || (m->op == OP_CAST && !kiln_dtype_is_block(m->dtype));
+    if (!cheap) return 0;
     for (int a = 0; a < op_table[m->op].arity; a++)
         if (!idx[graph_tensor(g, m->src[a])->node]) return 0;
     return 1;

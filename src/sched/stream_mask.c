@@ -106,12 +106,11 @@ static int fold(const sch_program *p, const sch_stream_mask *m, unsigned a, int3
             return 1;
         }
         if (!ka || !kb) return 0;
-        switch (x->op) {
-        case OP_ADD: *v = round_to(x->dtype, u + w); return 1;
-        case OP_MUL: *v = round_to(x->dtype, u * w); return 1;
-        case OP_LT: *v = u < w; return 1;
-        default: return 0;
-        }
+        if (x->op == OP_ADD) *v = round_to(x->dtype, u + w);
+        else if (x->op == OP_MUL) *v = round_to(x->dtype, u * w);
+        else if (x->op == OP_LT) *v = u < w;
+        else return 0;
+        return 1;
     }
     default: return 0;
     }
