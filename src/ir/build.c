@@ -259,7 +259,8 @@ kiln_tensor kiln_iota(kiln_graph *g, kiln_dtype t, int ndim, const kiln_sym *sha
 
 /* ---- elementwise ------------------------------------------------------ */
 
-static kiln_tensor unary(kiln_graph *g, op_kind op, kiln_tensor x) {
+kiln_tensor graph_unary(kiln_graph *g, op_kind op, kiln_tensor x) {
+    KILN_ASSERT(op_table[op].flags & OPF_UNARY);
     BUILDER_GUARD(g);
     const char *name = op_table[op].name;
     if (!check_tensor(g, name, x)) return KILN_NONE;
@@ -275,11 +276,11 @@ static kiln_tensor unary(kiln_graph *g, op_kind op, kiln_tensor x) {
     return add_node(g, &n);
 }
 
-kiln_tensor kiln_exp2(kiln_graph *g, kiln_tensor x) { return unary(g, OP_EXP2, x); }
-kiln_tensor kiln_log2(kiln_graph *g, kiln_tensor x) { return unary(g, OP_LOG2, x); }
-kiln_tensor kiln_sin(kiln_graph *g, kiln_tensor x) { return unary(g, OP_SIN, x); }
-kiln_tensor kiln_sqrt(kiln_graph *g, kiln_tensor x) { return unary(g, OP_SQRT, x); }
-kiln_tensor kiln_recip(kiln_graph *g, kiln_tensor x) { return unary(g, OP_RECIP, x); }
+kiln_tensor kiln_exp2(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_EXP2, x); }
+kiln_tensor kiln_log2(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_LOG2, x); }
+kiln_tensor kiln_sin(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_SIN, x); }
+kiln_tensor kiln_sqrt(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_SQRT, x); }
+kiln_tensor kiln_recip(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_RECIP, x); }
 
 /* numpy broadcasting: align trailing axes; sizes must match or be 1 */
 static int broadcast_pair(kiln_graph *g, const char *op, kiln_tensor *a, kiln_tensor *b) {
@@ -750,11 +751,7 @@ kiln_tensor graph_rebuild_op(kiln_graph *g, op_kind op, kiln_dtype dtype, int ax
     case OP_INPUT: break; /* by name: the caller's */
     case OP_CONST: return kiln_const(g, value, dtype);
     case OP_IOTA: return kiln_iota(g, dtype, ndim, (const kiln_sym *)shape, axis);
-    case OP_EXP2: return kiln_exp2(g, k[0]);
-    case OP_LOG2: return kiln_log2(g, k[0]);
-    case OP_SIN: return kiln_sin(g, k[0]);
-    case OP_SQRT: return kiln_sqrt(g, k[0]);
-    case OP_RECIP: return kiln_recip(g, k[0]);
+    OP_UNARY_CASES return graph_unary(g, op, k[0]);
     case OP_ADD: return kiln_add(g, k[0], k[1]);
     case OP_MUL: return kiln_mul(g, k[0], k[1]);
     case OP_MOD: return kiln_mod(g, k[0], k[1]);

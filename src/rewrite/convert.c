@@ -22,17 +22,6 @@
 #include "base.h"
 #include "rewrite.h"
 
-static int64_t dbits(double v) {
-    int64_t b;
-    memcpy(&b, &v, sizeof b);
-    return b;
-}
-
-static double bitsd(int64_t b) {
-    double v;
-    memcpy(&v, &b, sizeof v);
-    return v;
-}
 
 static void add_root(eg_kiln *ek, eg_id c, const char *name) {
     KILN_GROW(ek->roots, ek->cap_roots, ek->nroots + 1);
@@ -70,7 +59,7 @@ eg_kiln *ek_from_graph(const kiln_graph *g, char *err, size_t cap) {
         if (n->op == OP_INPUT) {
             arg = ek_intern_input(ek, n->name, n->dtype, n->ndim, n->shape, n->is_state);
         } else if (n->op == OP_CONST) {
-            arg = dbits(n->value);
+            arg = ek_dbits(n->value);
         } else if (op_table[n->op].flags & OPF_AXIS) {
             arg = n->axis;
             if (n->op == OP_IOTA) {
@@ -145,7 +134,7 @@ static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
         for (int i = 0; i < ndim; i++) dims[i] = tr(c, view_shape(v)[i]);
     }
     if ((int)n->op >= OP_COUNT) return KILN_NONE; /* not an op of the e-graph */
-    return graph_rebuild_op(g, op, (kiln_dtype)n->dtype, (int)n->arg, op == OP_CONST ? bitsd(n->arg) : 0, ndim, dims, k);
+    return graph_rebuild_op(g, op, (kiln_dtype)n->dtype, (int)n->arg, op == OP_CONST ? ek_bitsd(n->arg) : 0, ndim, dims, k);
 }
 
 kiln_graph *ek_to_graph(const eg_kiln *ek, const eg_terms *ts, char *err, size_t cap) {
