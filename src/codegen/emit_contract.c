@@ -495,7 +495,8 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     for (int b = 0; b < 2; b++) dot_i8 |= sched[b].form == SCH_FORM_DOT && sched[b].arith == SCH_ARITH_I8;
     int rp = 0;
     for (int b = 0; b < 2; b++) rp |= cg_i8_rp_ok(t, &sched[b]);
-    if (rp) {
+    /* the int8 packer reads the copy too (cg_i8_copy_source) */
+    if (rp || (packed_i8 && cg_i8_copy_source(t))) {
         /* B's repacked copy, bufs[nbufs + 1 + b] (NULL: none), if made for this K */
         OUT("  const uint8_t *rpw = NULL; int64_t rpg = 0;\n");
         OUT("  { const int64_t *h = (const int64_t *)B[%d]; if (h && h[0] == K && h[2] == %d) { rpg = h[1]; rpw = (const uint8_t *)h + %d; } }\n",

@@ -46,8 +46,13 @@ void model_free(model *m) {
     free(m);
 }
 
+/* kiln_graph_on_weight_release's hook: the file's pages under a weight that
+ * only its copy is read from go back (gguf_release keeps them readable) */
+static void release_weight(void *file, const void *data, size_t bytes) { gguf_release(file, data, bytes); }
+
 /* bind every weight input of the graph to its tensor's bytes */
 static void bind_weights(model *m) {
+    kiln_graph_on_weight_release(m->g, release_weight, m->file);
     for (int64_t i = 0; i < gguf_tensor_count(m->file); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->file, i);
         kiln_status s = kiln_bind_weight(m->g, t->name, t->data, (size_t)t->bytes);

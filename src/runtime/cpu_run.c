@@ -18,6 +18,7 @@
 #include "base.h"
 #include "dtype.h"
 #include "program.h"
+#include "release.h"
 #include "search.h"
 #include "tune_generic.h"
 #include "../codegen/emit_contract.h"
@@ -152,7 +153,33 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
     r->gen = bind->gen;
     r->k = rn;
     r->bytes = r->data ? rt_repack_x8_size(B->dtype, p->run.bytes[b], rn) : 0;
+    r->checked = -1;
     cs->bufs[p->plan.sp.nbufs + 1 + b] = r->data;
+}
+
+/* when B's copy replaces B for every kernel (release.c), the weight's owner
+ * is told once per binding (kiln_graph_on_weight_release), and may give its
+ * pages back: resident weights then stay near the file's size instead of
+ * twice it. Asked again only after a search moved on (spent changed). */
+static void release_if_replaced(kiln_program *p, int32_t b) {
+    rt_cpu_state *cs = cpu_state(p);
+    rt_repacked *r = &cs->repacked[b];
+    const kiln_graph *u = p->plan.user;
+    if (!r->data || r->released || !u->weight_release || r->checked == p->tune.spent) return;
+    const input_binding *bind = weight_binding(p, b);
+    kiln_dtype t = p->plan.sp.bufs[b].dtype;
+    if (!bind || bind->data != r->src || !rt_copy_replaces(p, b, rt_repack_x8_whole(t, p->run.bytes[b], r->k))) {
+        r->checked = p->tune.spent;
+        return;
+    }
+    r->released = 1;
+    rt_repacked *pk = &cs->packed[b]; /* the prefill's pack copy, if it came first, goes too */
+    if (pk->data) {
+        rt_arena_release(&cs->rp_arena, pk->data);
+        memset(pk, 0, sizeof *pk);
+        cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
+    }
+    u->weight_release(u->weight_release_ctx, bind->data, bind->bytes);
 }
 
 /* B's pack copy (runtime/repack.h) for a launch of kernel k's packed int8
@@ -172,7 +199,10 @@ static int pack_b(kiln_program *p, int32_t k, const sch_contract_sched *sc, int6
         memset(r, 0, sizeof *r);
         cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
     }
-    if (r->data || !bind || !cs->pack_copies || sc->form != SCH_FORM_PACKED || sc->arith != SCH_ARITH_I8 ||
+    /* a weight whose copy replaced it gets no pack copy: its prefill packs
+     * from the copy (cg_i8_copy_source), and the pack copy would be a
+     * second copy of the weight, larger than the file's */
+    if (r->data || !bind || !cs->pack_copies || cs->repacked[b].released || sc->form != SCH_FORM_PACKED || sc->arith != SCH_ARITH_I8 ||
         !cg_i8_tag(t) || rn <= 0 || rn % 32 != 0 || sc->nr <= 0)
         return 0;
     int64_t strips = nbatch * ((n + sc->nr - 1) / sc->nr);
@@ -247,7 +277,10 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     int bucket = m <= SCH_SMALL_M ? 0 : 1;
     rt_kernel_fn fn = p->plan.fns[k];
     rt_module *mods[2] = {NULL, NULL};
-    int rp_b = bucket == 0 && rt_repack_x8_ok(p->plan.sp.bufs[c->b_buf].dtype);
+    /* the decode copy is made at the first launch of either bucket: made by a
+     * prefill, it lets that prefill pack from it (cg_i8_copy_source) and the
+     * weight go at once, instead of a pack copy of its own beside it */
+    int rp_b = rt_repack_x8_ok(p->plan.sp.bufs[c->b_buf].dtype);
     if (rp_b) repack_b(p, k, rn, repack_wanted(p, k, c->b_buf));
     if (p->tune.budget > p->tune.spent && !p->tune.tuned[k * 2 + bucket]) {
         rt_kernel_fn won = NULL;
@@ -260,6 +293,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     const sch_contract_sched *sc = fn != p->plan.fns[k] && p->tune.has_pend && p->tune.has_pend[k * 2 + bucket]
                                        ? &p->tune.pend[k * 2 + bucket]
                                        : &c->sched[bucket];
+    if (rp_b) release_if_replaced(p, c->b_buf);
     int fills = bucket == 1 && pack_b(p, k, sc, rn, nbatch, n);
     if (sc->serial) nthreads = 1; /* the schedule keeps the kernel on this thread */
     int64_t chunk = sch_contract_runs(sc, n, nbatch, nthreads); /* runs per batch point */
