@@ -8,8 +8,8 @@
  *   - it is a contraction the CPU family emits (cg_contract_emittable) with
  *     B as its weight operand, not as A, and no other load of B (a fused
  *     epilogue, a stage);
- *   - its decode schedule reads the copy (cg_i8_rp_ok) and its prefill
- *     schedule is a packed or AMX int8 schedule, whose packer reads the
+ *   - its decode schedule reads the copy (family dot-i8-rp) and its prefill
+ *     schedule is a packed or AMX int8 one (sched/family.h), whose packer reads the
  *     copy where there is one (cg_i8_copy_source: q8_0, q4_k);
  *   - neither bucket still waits for a search (whose candidates may read B);
  * and the copy holds every row of B (whole groups of 8). Generic kernels
@@ -24,8 +24,8 @@
 
 #include "program.h"
 #include "emit_contract.h"
-#include "emit_contract_i8.h"
 #include "emit_gemm_i8.h"
+#include "family.h"
 
 static int loads(const sch_program *p, int32_t id, int32_t buf) {
     if (id < 0) return 0;
@@ -52,9 +52,8 @@ static int reads_copy_only(const sch_program *p, const sch_kernel *K, int32_t b,
         if (loads(p, K->stages[i].expr, b)) return 0;
     kiln_dtype t = p->bufs[b].dtype;
     const sch_contract_sched *big = &c->sched[1];
-    int packs_copy = cg_i8_copy_source(t) && big->arith == SCH_ARITH_I8 &&
-                     (big->form == SCH_FORM_PACKED || big->form == SCH_FORM_AMX);
-    return cg_i8_rp_ok(t, &c->sched[0]) && packs_copy;
+    int packs_copy = cg_i8_copy_source(t) && (sch_family_is(big, SCH_FAM_PACKED_I8, t) || sch_family_is(big, SCH_FAM_AMX_I8, t));
+    return sch_family_is(&c->sched[0], SCH_FAM_DOT_I8_RP, t) && packs_copy;
 }
 
 /* a search still to come for kernel k's bucket (exec.c's rule at a launch) */
