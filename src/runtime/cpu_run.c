@@ -162,16 +162,19 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
 /* when B's copy replaces B for every kernel (release.c), the weight's owner
  * is told once per binding (kiln_graph_on_weight_release), and may give its
  * pages back: resident weights then stay near the file's size instead of
- * twice it. Asked again only after a search moved on (spent changed). */
+ * twice it. Asked again only after a search moved on (its spent seconds or
+ * budget changed: a search that ends sets the budget to what it spent). */
 static void release_if_replaced(kiln_program *p, int32_t b) {
     rt_cpu_state *cs = cpu_state(p);
     rt_repacked *r = &cs->repacked[b];
     const kiln_graph *u = p->plan.user;
-    if (!r->data || r->released || !u->weight_release || r->checked == p->tune.spent) return;
+    if (!r->data || r->released || !u->weight_release) return;
+    if (r->checked == p->tune.spent && r->checked_budget == p->tune.budget) return; /* no search moved since */
     const input_binding *bind = weight_binding(p, b);
     kiln_dtype t = p->plan.sp.bufs[b].dtype;
     if (!bind || bind->data != r->src || !rt_copy_replaces(p, b, rt_repack_x8_whole(t, p->run.bytes[b], r->k))) {
         r->checked = p->tune.spent;
+        r->checked_budget = p->tune.budget;
         return;
     }
     r->released = 1;

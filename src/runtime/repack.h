@@ -22,7 +22,8 @@ typedef struct rt_repacked {
     int64_t k;
     size_t bytes;   /* of data */
     int released;   /* the weight's owner was told that nothing reads src any more (release.c) */
-    double checked; /* the search's spent seconds when release.c last said no (-1: not asked) */
+    double checked, checked_budget; /* the search's spent seconds and budget when release.c last said
+                                       no (checked -1: not asked) */
 } rt_repacked;
 
 /* whether dtype t has the 8-row interleave (q4_0, q5_0, q8_0, q4_k, q6_k) */
