@@ -61,6 +61,8 @@ static unsigned lx_loop_mask(const sch_program *p, const sch_kernel *k, int32_t 
     return m | lx_loop_mask(p, k, x->a) | lx_loop_mask(p, k, x->b);
 }
 
+unsigned sch_lx_loop_mask(const sch_program *p, const sch_kernel *k, int32_t id) { return lx_loop_mask(p, k, id); }
+
 /* the offset of `off` at r = 0 when off = base + r exactly, else SYM_NONE */
 static sym_id unit_base(sym_pool *sp, sym_id off, sym_id r) {
     sym_id base = sym_subst_var(sp, off, r, sym_const(sp, 0));
@@ -288,7 +290,11 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
 
 int sch_contract_analyse(sch_program *p, uint8_t *force) {
     int forced = 0;
-    for (int32_t k = 0; k < p->nkernels; k++) forced += analyse_kernel(p, k, force);
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        k += sch_contract_pack(p, k); /* a windowed operand: packed by a kernel before it (pack.c) */
+        sch_coalesce_loops(p, k);
+        forced += analyse_kernel(p, k, force);
+    }
     return forced;
 }
 
