@@ -18,6 +18,11 @@
  * Two schedules are emitted per kernel and chosen at run time by M: sched[0]
  * for M <= SCH_SMALL_M (decode), sched[1] for larger M (prefill).
  *
+ * The forms and arithmetics are the rows of sched/family.h (validity,
+ * space, cost, scratch); this file holds the matching table of emitters
+ * (family_emit: tiles, schedule loops, the kernel-level declarations) and
+ * dispatches through it, so a new family is a row in each table.
+ *
  * Numerics: f32 products accumulated in f32 lanes (the vector path's
  * contract: the order of float sums differs from the reference's; the error
  * is that of a K-term f32 sum). Block-format rows are dequantised exactly as
@@ -40,38 +45,80 @@
 #include "emit_gemm_amx_bf16.h"
 #include "emit_gemm_bf16.h"
 #include "emit_gemm_i8.h"
+#include "family.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
-
-int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    /* B read in place: the f32 packed form's strips only (emit_gemm.c) */
-    if (sc->direct && !(sc->form == SCH_FORM_PACKED && sc->arith == SCH_ARITH_F32 && t == KILN_F32)) return 0;
-    if (sc->form == SCH_FORM_PACKED)
-        return sc->arith == SCH_ARITH_I8     ? cg_packed_i8_ok(t, sc)
-               : sc->arith == SCH_ARITH_BF16 ? cg_packed_bf16_ok(t, sc)
-                                             : cg_packed_ok(t, sc);
-    if (sc->form == SCH_FORM_AMX) return sc->arith == SCH_ARITH_BF16 ? cg_amx_bf16_ok(t, sc) : cg_amx_ok(t, sc);
-    if (sc->mr < 1 || sc->nr < 1 || sc->mr > 8 || sc->nr > 16 || sc->mr * sc->nr + 2 * sc->nr + 2 > 32) return 0;
-    if (sc->pf < 0 || sc->pf > 64) return 0;
-    if (sc->arith == SCH_ARITH_I8) return cg_i8_ok(t, sc);
-    return sc->arith == SCH_ARITH_F32;
-}
 
 int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa) {
     if (!k->contract || isa != CG_ISA_AVX512) return 0;
     kiln_dtype t = p->bufs[k->contract->b_buf].dtype;
-    if (!(dtype_table[t].flags & DT_WEIGHT)) return 0;
     for (int b = 0; b < 2; b++) {
-        if (!cg_contract_sched_ok(t, &k->contract->sched[b])) return 0;
-        /* a B strided along K: only the packed form and f32 B's AMX bf16 form read it */
         const sch_contract_sched *sc = &k->contract->sched[b];
-        if (k->contract->b_kstride != SYM_NONE && sc->form != SCH_FORM_PACKED &&
-            !(sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_BF16 && t == KILN_F32))
-            return 0;
-        /* reading B's rows in place needs them contiguous along n */
-        if (sc->direct && k->contract->b_kstride == SYM_NONE) return 0;
+        /* a family's schedule within its limits, reading B as it is laid out */
+        if (!sch_family_valid(t, sc) || !sch_family_reads_b(sc, k->contract->b_kstride != SYM_NONE)) return 0;
     }
     return 1;
+}
+
+/* ---- the families' emitters: row i is the emitter of sched/family.h's row i ---- */
+
+typedef void (*cg_tiles_fn)(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
+                            size_t *cap);
+typedef void (*cg_schedule_fn)(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
+                               size_t *len, size_t *cap);
+
+/* what a kernel declares before its item loop and releases after it, shared
+ * by the families that need it; emitted in this order (cg_family_emit.pro) */
+enum {
+    PRO_I8A = 1,      /* quantised A of the packed and AMX int8 forms (emit_gemm_i8.c) */
+    PRO_AMX_BF16 = 2, /* converted A of the AMX bf16 form (emit_gemm_amx_bf16.c) */
+    PRO_BF16A = 4,    /* rounded A of the packed bf16 form (emit_gemm_bf16.c) */
+    PRO_RP = 8,       /* B's repacked copy (sched/repack_layout.h) */
+    PRO_DOT_I8 = 16   /* quantised A of the int8 dot form, per call */
+};
+
+typedef struct cg_family_emit {
+    /* the tile functions the family's schedules among scheds[0..n) need, once
+     * per translation unit and B dtype; rows that share one function share
+     * one call (the dot rows emit their tiles in schedule order) */
+    cg_tiles_fn tiles;
+    /* the loops of one schedule inside a work item: in scope are A, W (B),
+     * out, M, N, K, the item's rows of B [n0, n1), w, ntiles and the batch
+     * loop variables; it writes out[] for every m < M and n in [n0, n1) */
+    cg_schedule_fn schedule;
+    unsigned pro; /* PRO_* */
+} cg_family_emit;
+
+static void dot_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
+                      size_t *cap);
+static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s, size_t *len,
+                         size_t *cap);
+static void packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
+                         size_t *cap) {
+    (void)i8_done;
+    cg_emit_packed_tiles(t, scheds, n, s, len, cap);
+}
+static void packed_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s,
+                              size_t *len, size_t *cap) {
+    (void)i8_done;
+    cg_emit_packed_bf16_tiles(t, scheds, n, s, len, cap);
+}
+
+static const cg_family_emit family_emit[] = {
+    [SCH_FAM_DOT_F32] = {dot_tiles, dot_schedule, 0},
+    [SCH_FAM_DOT_I8] = {dot_tiles, dot_schedule, PRO_DOT_I8},
+    [SCH_FAM_DOT_I8_RP] = {dot_tiles, dot_schedule, PRO_RP | PRO_DOT_I8},
+    [SCH_FAM_PACKED_F32] = {packed_tiles, cg_emit_packed_schedule, 0},
+    [SCH_FAM_PACKED_DIRECT] = {packed_tiles, cg_emit_packed_schedule, 0},
+    [SCH_FAM_PACKED_BF16] = {packed_bf16_tiles, cg_emit_packed_bf16_schedule, PRO_BF16A},
+    [SCH_FAM_PACKED_I8] = {cg_emit_packed_i8_tiles, cg_emit_packed_i8_schedule, PRO_I8A},
+    [SCH_FAM_AMX_I8] = {cg_emit_amx_tiles, cg_emit_amx_schedule, PRO_I8A},
+    [SCH_FAM_AMX_BF16] = {cg_emit_amx_bf16_tiles, cg_emit_amx_bf16_schedule, PRO_AMX_BF16},
+};
+_Static_assert(sizeof family_emit / sizeof *family_emit == SCH_FAM_COUNT, "every contraction family has an emitter row");
+
+int cg_family_emitter_complete(int id) {
+    return id >= 0 && id < SCH_FAM_COUNT && family_emit[id].tiles && family_emit[id].schedule;
 }
 
 /* dequantisers: 32 elements (chunk c of a row) into two 16-lane registers */
@@ -214,13 +261,24 @@ void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int 
     emit_dtype_tiles(t, scheds, n, &i8_done, s, len, cap);
 }
 
+/* every family's tiles, in table order, each distinct function once */
 static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
                              size_t *cap) {
+    for (int f = 0; f < SCH_FAM_COUNT; f++) {
+        int seen = 0;
+        for (int g = 0; g < f && !seen; g++) seen = family_emit[g].tiles == family_emit[f].tiles;
+        if (!seen) family_emit[f].tiles(t, scheds, n, i8_done, s, len, cap);
+    }
+}
+
+/* the dot rows' tiles (f32, int8, int8 on the repacked copy), in schedule order */
+static void dot_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
+                      size_t *cap) {
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
         if (sc->form != SCH_FORM_DOT) continue;
         if (sc->arith == SCH_ARITH_I8) {
-            if (!cg_i8_ok(t, sc)) continue;
+            if (!sch_family_is(sc, SCH_FAM_DOT_I8, t) && !sch_family_is(sc, SCH_FAM_DOT_I8_RP, t)) continue;
             int dup = 0, rdup = 0;
             for (int j = 0; j < i; j++) {
                 const sch_contract_sched *o = &scheds[j];
@@ -235,21 +293,16 @@ static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
             if (!dup) cg_emit_i8_tile(t, sc, s, len, cap);
             /* rp=1: the tile of the repacked copy, beside the one above for
              * the strips the copy does not cover */
-            if (sc->rp && cg_i8_rp_ok(t, sc) && !rdup) cg_emit_i8_rp_tile(t, sc, s, len, cap);
+            if (sch_family_is(sc, SCH_FAM_DOT_I8_RP, t) && !rdup) cg_emit_i8_rp_tile(t, sc, s, len, cap);
             continue;
         }
-        if (sc->mr < 1 || sc->mr > 8 || sc->nr < 1 || sc->nr > 16 || sc->pf < 0 || sc->pf > 64) continue;
+        if (!sch_family_is(sc, SCH_FAM_DOT_F32, t)) continue;
         int dup = 0;
         for (int j = 0; j < i && !dup; j++)
             dup = scheds[j].form == SCH_FORM_DOT && scheds[j].arith == SCH_ARITH_F32 && scheds[j].mr == sc->mr &&
                   scheds[j].nr == sc->nr && scheds[j].pf == sc->pf;
         if (!dup) emit_tile(t, sc->mr, sc->nr, sc->pf, s, len, cap);
     }
-    cg_emit_packed_tiles(t, scheds, n, s, len, cap);
-    cg_emit_packed_bf16_tiles(t, scheds, n, s, len, cap);
-    cg_emit_packed_i8_tiles(t, scheds, n, i8_done, s, len, cap);
-    cg_emit_amx_tiles(t, scheds, n, i8_done, s, len, cap);
-    cg_emit_amx_bf16_tiles(t, scheds, n, i8_done, s, len, cap);
 }
 
 void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t *len, size_t *cap) {
@@ -280,20 +333,18 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
     sch_print_sym(p, x, s, len, cap);
 }
 
-/* the loops of one schedule over this item's rows [n0, n1) and all of M */
+/* the loops of one schedule over this item's rows [n0, n1) and all of M:
+ * its family's emitter (the kernel is emittable, so it has one) */
 static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s,
                           size_t *len, size_t *cap) {
-    if (sc->form == SCH_FORM_AMX) {
-        if (sc->arith == SCH_ARITH_BF16) cg_emit_amx_bf16_schedule(p, k, sc, s, len, cap);
-        else cg_emit_amx_schedule(p, k, sc, s, len, cap);
-        return;
-    }
-    if (sc->form == SCH_FORM_PACKED) {
-        if (sc->arith == SCH_ARITH_I8) cg_emit_packed_i8_schedule(p, k, sc, s, len, cap);
-        else if (sc->arith == SCH_ARITH_BF16) cg_emit_packed_bf16_schedule(p, k, sc, s, len, cap);
-        else cg_emit_packed_schedule(p, k, sc, s, len, cap);
-        return;
-    }
+    const sch_family *f = sch_family_of(sc);
+    KILN_ASSERT(f != NULL);
+    family_emit[f->id].schedule(p, k, sc, s, len, cap);
+}
+
+/* the dot form's loops (dot-f32, dot-i8, dot-i8-rp) */
+static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, char **s, size_t *len,
+                         size_t *cap) {
     const sch_contract *c = k->contract;
     kiln_dtype t = p->bufs[c->b_buf].dtype;
     int be = dtype_table[t].block, bb = dtype_table[t].block_bytes;
@@ -334,7 +385,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
         OUT("      int8_t *qa = dq_a; float *qs = dq_s; int32_t *qsum = dq_z; __m256i *ql8 = dq_l; char *qp = dq_p;\n");
         OUT("      const int qready = qok && qa && qs && qsum && ql8 && %s;\n", prep ? "qp" : "1");
     }
-    int rp = i8 && cg_i8_rp_ok(t, sc);
+    int rp = sch_family_is(sc, SCH_FAM_DOT_I8_RP, t);
     const int rpkb = SCH_REPACK_KBLOCK; /* K per pass over the copy's groups, below */
     if (rp) {
         /* Past rpkb of K, a pass per K-block of the copy (repack_layout.h) over
@@ -481,27 +532,21 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     OUT("  const int64_t ntiles = chunk > 0 ? chunk : 1;\n");
     OUT("  const int64_t snr = M <= %d ? %d : %d, nstrips = (N + snr - 1) / snr;\n", SCH_SMALL_M,
         sched[0].nr > 0 ? sched[0].nr : 1, sched[1].nr > 0 ? sched[1].nr : 1);
-    int packed_i8 = 0;
-    for (int b = 0; b < 2; b++)
-        packed_i8 |= (sched[b].form == SCH_FORM_PACKED || sched[b].form == SCH_FORM_AMX) && sched[b].arith == SCH_ARITH_I8;
-    if (packed_i8) cg_emit_packed_i8_pre(p, k, &sched[1], s, len, cap);
-    int amx_bf16 = 0;
-    for (int b = 0; b < 2; b++) amx_bf16 |= sched[b].form == SCH_FORM_AMX && sched[b].arith == SCH_ARITH_BF16;
-    if (amx_bf16) cg_emit_amx_bf16_pre(p, k, s, len, cap);
-    int packed_bf16 = 0;
-    for (int b = 0; b < 2; b++) packed_bf16 |= sched[b].form == SCH_FORM_PACKED && sched[b].arith == SCH_ARITH_BF16;
-    if (packed_bf16) cg_emit_packed_bf16_pre(s, len, cap);
-    int dot_i8 = 0;
-    for (int b = 0; b < 2; b++) dot_i8 |= sched[b].form == SCH_FORM_DOT && sched[b].arith == SCH_ARITH_I8;
-    int rp = 0;
-    for (int b = 0; b < 2; b++) rp |= cg_i8_rp_ok(t, &sched[b]);
-    if (rp) {
+    unsigned pro = 0;
+    for (int b = 0; b < 2; b++) {
+        const sch_family *f = sch_family_of(&sched[b]);
+        if (f) pro |= family_emit[f->id].pro;
+    }
+    if (pro & PRO_I8A) cg_emit_packed_i8_pre(p, k, &sched[1], s, len, cap);
+    if (pro & PRO_AMX_BF16) cg_emit_amx_bf16_pre(p, k, s, len, cap);
+    if (pro & PRO_BF16A) cg_emit_packed_bf16_pre(s, len, cap);
+    if (pro & PRO_RP) {
         /* B's repacked copy, bufs[nbufs + 1 + b] (NULL: none), if made for this K */
         OUT("  const uint8_t *rpw = NULL; int64_t rpg = 0;\n");
         OUT("  { const int64_t *h = (const int64_t *)B[%d]; if (h && h[0] == K && h[2] == %d) { rpg = h[1]; rpw = (const uint8_t *)h + %d; } }\n",
             (int)(p->nbufs + 1 + c->b_buf), SCH_REPACK_KBLOCK, SCH_REPACK_HEADER);
     }
-    if (dot_i8)
+    if (pro & PRO_DOT_I8)
         OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; char *dq_p = NULL;"
             " int64_t dq_o = -1;\n");
     OUT("  for (int64_t w = lo; w < hi; w++) {\n");
@@ -519,9 +564,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     OUT("    } else {\n");
     emit_schedule(p, k, &sched[1], s, len, cap);
     OUT("    }\n  }\n");
-    if (packed_i8) cg_emit_packed_i8_post(s, len, cap);
-    if (amx_bf16) cg_emit_amx_bf16_post(s, len, cap);
-    if (packed_bf16) cg_emit_packed_bf16_post(s, len, cap);
-    if (dot_i8) OUT("  free(dq_a); free(dq_s); free(dq_z); free(dq_l); free(dq_p);\n");
+    if (pro & PRO_I8A) cg_emit_packed_i8_post(s, len, cap);
+    if (pro & PRO_AMX_BF16) cg_emit_amx_bf16_post(s, len, cap);
+    if (pro & PRO_BF16A) cg_emit_packed_bf16_post(s, len, cap);
+    if (pro & PRO_DOT_I8) OUT("  free(dq_a); free(dq_s); free(dq_z); free(dq_l); free(dq_p);\n");
     OUT("  return 0;\n}\n\n");
 }

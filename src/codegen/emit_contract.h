@@ -7,10 +7,11 @@
 
 #include "emit_c.h"
 
-/* 1 when the micro-kernel family can emit schedule sc for B dtype t */
-int cg_contract_sched_ok(kiln_dtype t, const sch_contract_sched *sc);
-/* 1 when kernel k is a contraction this ISA has a micro-kernel for */
+/* 1 when kernel k is a contraction this ISA has a micro-kernel for: both
+ * schedules valid rows of the family table (sched/family.h) for its B */
 int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa);
+/* 1 when family row id (sch_family_id) has an emitter: tiles and schedule */
+int cg_family_emitter_complete(int id);
 /* the dequantisers and tile functions the program's contractions use */
 void cg_emit_contract_prelude(const sch_program *p, cg_isa isa, char **s, size_t *len, size_t *cap);
 /* kiln_k<kid> for a contraction kernel */

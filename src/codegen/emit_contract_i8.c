@@ -34,17 +34,6 @@
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
-int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    if (!(dtype_table[t].flags & DT_INT8)) return 0;
-    return sc->form == SCH_FORM_DOT && sc->mr >= 1 && sc->mr <= 4 && sc->nr >= 1 && sc->nr <= 8 &&
-           sc->mr * sc->nr <= 16 && sc->pf >= 0 && sc->pf <= 64;
-}
-
-int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc) {
-    return (dtype_table[t].flags & DT_INT8) && sc->rp && cg_i8_ok(t, sc) &&
-           sc->nr == 8 && sc->mr == 1;
-}
-
 static const char *i8_prelude =
     "/* int8 contraction helpers (emit_contract_i8.c) */\n"
     "#define KVNNI __attribute__((target(\"avx512vnni,bmi2\")))\n"
@@ -702,5 +691,5 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
     cg_i8_tile_name(t, sc, name, sizeof name);
     if (t == KILN_Q4_K) emit_q4k_wide_tile(sc, name, s, len, cap);
     else if (t == KILN_Q6_K) emit_q6k_wide_tile(sc, name, s, len, cap);
-    else emit_block32_wide_tile(t, sc, name, s, len, cap); /* q8_0, q4_0, q5_0 (cg_i8_ok) */
+    else emit_block32_wide_tile(t, sc, name, s, len, cap); /* q8_0, q4_0, q5_0 */
 }

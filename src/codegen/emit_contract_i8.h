@@ -1,5 +1,7 @@
 /* emit_contract_i8.h — int8 arithmetic for the dot-form contraction
- * micro-kernel (emit_contract_i8.c), used by emit_contract.c. */
+ * micro-kernel (emit_contract_i8.c), used by emit_contract.c. Which
+ * schedules it takes is the family table's (sched/family.h: dot-i8,
+ * dot-i8-rp). */
 #ifndef KILN_CODEGEN_EMIT_CONTRACT_I8_H
 #define KILN_CODEGEN_EMIT_CONTRACT_I8_H
 
@@ -8,9 +10,6 @@
 
 #include "emit_c.h"
 
-/* 1 when schedule sc (arith i8) can be emitted for B dtype t (the CPU must
- * have AVX512-VNNI: the caller checks) */
-int cg_i8_ok(kiln_dtype t, const sch_contract_sched *sc);
 /* elements of A per quantisation scale for B dtype t (32; 256 for q4_k/q6_k) */
 int cg_i8_group(kiln_dtype t);
 /* whether the wide tile of B dtype t reads A prepared once per call (its
@@ -27,8 +26,6 @@ void cg_emit_i8_prelude(char **s, size_t *len, size_t *cap);
 void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap);
 void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap);
 
-/* 1 when sc reads B's repacked copy (rp=1) and can for dtype t */
-int cg_i8_rp_ok(kiln_dtype t, const sch_contract_sched *sc);
 /* the tile for (t, sc) with sc->rp: B read from its 8-row interleaved copy
  * (sched/repack_layout.h), and its name */
 void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap);

@@ -42,23 +42,14 @@
 #include "contract.h"
 #include "dtype.h"
 #include "emit_gemm.h"
+#include "family.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
-#define PK_MAX_MR 14
+#define PK_MAX_MR SCH_PACKED_MAX_MR
 
 /* the strip prefetch distances the micro-kernel is emitted for (0: none) */
 int cg_packed_pf_index(int pf) { return pf == 0 ? 0 : pf == 8 ? 1 : pf == 16 ? 2 : -1; }
-
-int cg_packed_ok(kiln_dtype t, const sch_contract_sched *s) {
-    if (!dtype_name_if(t, DT_WEIGHT) || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_F32) return 0;
-    if (s->nr != 16 && s->nr != 32 && s->nr != 48 && s->nr != 64) return 0;
-    int nv = s->nr / 16;
-    if (s->mr < 1 || s->mr > PK_MAX_MR || s->mr * nv + nv + 1 > 32) return 0;
-    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
-    if (cg_packed_pf_index(s->pf) < 0) return 0;
-    return s->mc >= 1 && s->nc >= 0;
-}
 
 /* the end of a packed micro-kernel: the mr x (16 nv) f32 accumulators
  * <acc><i>_<j> stored to the rows c[i] (rows, cols valid; added to what is
@@ -192,7 +183,7 @@ void cg_emit_packed_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n,
     int any = 0;
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
-        if (!cg_packed_ok(t, sc)) continue;
+        if (!sch_family_is(sc, SCH_FAM_PACKED_F32, t) && !sch_family_is(sc, SCH_FAM_PACKED_DIRECT, t)) continue;
         if (!any) {
             OUT("#include <stdlib.h>\n");
             emit_pack(t, s, len, cap);

@@ -8,9 +8,6 @@
 
 #include "emit_c.h"
 
-/* 1 when the packed schedule s can be emitted for a contraction whose B has
- * dtype t */
-int cg_packed_ok(kiln_dtype t, const sch_contract_sched *s);
 /* index of a packed f32 strip prefetch distance pf (0, 8, 16), -1 if not emitted */
 int cg_packed_pf_index(int pf);
 /* the static functions (packing, micro-kernels) that the packed schedules

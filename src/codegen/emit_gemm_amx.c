@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "contract.h"
+#include "family.h"
 #include "emit_gemm.h"
 #include "emit_gemm_amx.h"
 #include "emit_gemm_i8.h"
@@ -40,13 +41,6 @@
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
 static const char *ga_tag(kiln_dtype t) { return cg_i8_tag(t); }
-
-int cg_amx_ok(kiln_dtype t, const sch_contract_sched *s) {
-    if (!ga_tag(t) || s->form != SCH_FORM_AMX || s->arith != SCH_ARITH_I8) return 0;
-    if ((s->mr != 16 && s->mr != 32) || (s->nr != 16 && s->nr != 32)) return 0;
-    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
-    return s->mc >= s->mr && s->mc % s->mr == 0 && s->nc >= 0;
-}
 
 #define KAMX "__attribute__((target(\"amx-tile,amx-int8\")))"
 
@@ -195,7 +189,7 @@ void cg_emit_amx_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, in
     memset(done, 0, sizeof done);
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
-        if (!cg_amx_ok(t, sc)) continue;
+        if (!sch_family_is(sc, SCH_FAM_AMX_I8, t)) continue;
         cg_emit_amx_prelude(i8_done, s, len, cap);
         if (done[sc->mr / 16][sc->nr / 16]) continue;
         done[sc->mr / 16][sc->nr / 16] = 1;

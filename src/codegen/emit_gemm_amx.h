@@ -7,9 +7,6 @@
 
 #include "emit_c.h"
 
-/* 1 when the AMX schedule s can be emitted for B dtype t (the CPU must have
- * amx_tile and amx_int8: the caller checks) */
-int cg_amx_ok(kiln_dtype t, const sch_contract_sched *s);
 /* the AMX helpers (once: bit 2 of *i8_done) and micro-kernels the AMX
  * schedules among scheds[0..n) need; after cg_emit_packed_i8_tiles, whose
  * quantiser and strip packer they use */

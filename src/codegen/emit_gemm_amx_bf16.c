@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "contract.h"
+#include "family.h"
 #include "dtype.h"
 #include "emit_contract_i8.h"
 #include "emit_gemm.h"
@@ -54,13 +55,6 @@
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
 #define KAMXB "__attribute__((target(\"amx-tile,amx-bf16,avx512bf16\")))"
-
-int cg_amx_bf16_ok(kiln_dtype t, const sch_contract_sched *s) {
-    if ((t != KILN_F32 && !cg_i8_tag(t)) || s->form != SCH_FORM_AMX || s->arith != SCH_ARITH_BF16) return 0;
-    if ((s->mr != 16 && s->mr != 32) || (s->nr != 16 && s->nr != 32)) return 0;
-    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
-    return s->mc >= s->mr && s->mc % s->mr == 0 && s->nc >= 0;
-}
 
 /* the row converter (once per translation unit) */
 static const char *bf16_prelude =
@@ -190,7 +184,7 @@ void cg_emit_amx_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int 
     memset(done, 0, sizeof done);
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
-        if (!cg_amx_bf16_ok(t, sc)) continue;
+        if (!sch_family_is(sc, SCH_FAM_AMX_BF16, t)) continue;
         cg_emit_amx_prelude(i8_done, s, len, cap);
         if (!(*i8_done & 8)) OUT("%s\n", bf16_prelude);
         *i8_done |= 8;
@@ -223,11 +217,6 @@ static void emit_a_row(const sch_program *p, const sch_kernel *k, const char *kp
     OUT("            %s(A + (", a_conv(p, k));
     out_sym(p, c->a_base, s, len, cap);
     OUT("), K, %s + (mq / 16) * 16 * %s + (mq %% 16) * 32);\n", ga, kp);
-}
-
-size_t cg_amx_bf16_scratch(kiln_dtype b_dtype, int64_t m, int64_t k) {
-    int64_t kp = b_dtype == KILN_F32 ? (k + 31) / 32 * 32 : k;
-    return (size_t)(((m + 15) / 16 + 2) * 16 * kp) * sizeof(uint16_t) + 64;
 }
 
 void cg_emit_amx_bf16_pre(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap) {

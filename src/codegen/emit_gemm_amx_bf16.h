@@ -7,10 +7,6 @@
 
 #include "emit_c.h"
 
-/* 1 when the bf16 AMX schedule s can be emitted for B dtype t (block
- * formats; the CPU must have amx_tile, amx_bf16 and avx512_bf16: the caller
- * checks) */
-int cg_amx_bf16_ok(kiln_dtype t, const sch_contract_sched *s);
 /* the AMX helpers (shared with the int8 form, bit 2 of *i8_done), the bf16
  * row converter (bit 3), B's strip packer for t and the micro-kernels
  * (bits 4-7) the bf16 AMX schedules among scheds[0..n) need; after the dot
@@ -20,14 +16,14 @@ void cg_emit_amx_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int 
 /* A shared by the threads of one launch: the runtime first launches the
  * kernel with flags CG_KF_PREP over 16-row groups of A, ceil(M / 16) + 2
  * of them, each converting its rows (the last two groups zeroed) into the
- * scratch buffer B[nbufs] of at least cg_amx_bf16_scratch bytes; then
+ * scratch buffer B[nbufs] of at least the family row's scratch bytes
+ * (sched/family.h: amx-bf16); then
  * launches the work items with CG_KF_SHARED, and the items read A from
  * there instead of each thread converting all of it. Only for one batch
  * point (the prep sets every batch index to 0). Without either flag a
  * kernel converts A itself, once per thread and batch point. */
 #define CG_KF_PREP 2
 #define CG_KF_SHARED 4
-size_t cg_amx_bf16_scratch(kiln_dtype b_dtype, int64_t m, int64_t k);
 /* the per-call A buffer, declared before and freed after the item loop,
  * and the CG_KF_PREP launch's body (the scratch is B[p->nbufs]) */
 void cg_emit_amx_bf16_pre(const sch_program *p, const sch_kernel *k, char **s, size_t *len, size_t *cap);

@@ -43,23 +43,14 @@
 #include <string.h>
 
 #include "contract.h"
+#include "family.h"
 #include "emit_gemm.h"
 #include "emit_gemm_bf16.h"
 #include "emit_gemm_i8.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
-#define GB_MAX_MR 14
-
-int cg_packed_bf16_ok(kiln_dtype t, const sch_contract_sched *s) {
-    if (t != KILN_F32 || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_BF16) return 0;
-    if (s->nr != 16 && s->nr != 32 && s->nr != 48 && s->nr != 64) return 0;
-    int nv = s->nr / 16;
-    if (s->mr < 1 || s->mr > GB_MAX_MR || s->mr * nv + nv + 1 > 32) return 0;
-    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
-    if (s->pf != 0 && s->pf != 16) return 0;
-    return s->mc >= 1 && s->nc >= 0;
-}
+#define GB_MAX_MR SCH_PACKED_MAX_MR
 
 /* helpers, once per translation unit: scalar round-to-nearest-even to bf16
  * (NaN stays NaN), A's row rounding, and the two strip packers */
@@ -152,7 +143,7 @@ void cg_emit_packed_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, i
     int any = 0;
     for (int i = 0; i < n; i++) {
         const sch_contract_sched *sc = &scheds[i];
-        if (!cg_packed_bf16_ok(t, sc)) continue;
+        if (!sch_family_is(sc, SCH_FAM_PACKED_BF16, t)) continue;
         if (!any) {
             OUT("#include <stdlib.h>\n");
             cg_emit_ktr16(s, len, cap);

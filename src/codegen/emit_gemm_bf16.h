@@ -11,8 +11,6 @@
 
 #include "emit_c.h"
 
-/* 1 when the bf16 packed schedule s can be emitted for B of dtype t (f32 only) */
-int cg_packed_bf16_ok(kiln_dtype t, const sch_contract_sched *s);
 /* the helpers and micro-kernels the bf16 packed schedules among scheds[0..n) need */
 void cg_emit_packed_bf16_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len,
                                size_t *cap);

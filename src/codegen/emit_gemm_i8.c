@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "contract.h"
+#include "family.h"
 #include "dtype.h"
 #include "emit_gemm.h"
 #include "emit_contract_i8.h"
@@ -46,7 +47,7 @@
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
-#define GI_MAX_MR 12
+#define GI_MAX_MR SCH_PACKED_I8_MAX_MR
 
 /* the int8 forms' dtype facts, from dtype_table: the name (NULL: not an
  * int8-form dtype), B's zero point as stored in the strip (signed quants
@@ -58,15 +59,6 @@ static int gi_kb(kiln_dtype t) { return dtype_table[t].scale_elems; }
 int cg_i8_zero(kiln_dtype t) { return gi_zero(t); }
 const char *cg_i8_tag(kiln_dtype t) { return gi_tag(t); }
 int cg_i8_kb(kiln_dtype t) { return gi_kb(t); }
-
-int cg_packed_i8_ok(kiln_dtype t, const sch_contract_sched *s) {
-    if (!gi_tag(t) || s->form != SCH_FORM_PACKED || s->arith != SCH_ARITH_I8) return 0;
-    if (s->nr != 16 && s->nr != 32 && s->nr != 48) return 0;
-    int nv = s->nr / 16;
-    if (s->mr < 1 || s->mr > GI_MAX_MR || 2 * s->mr * nv + 2 * nv + 2 > 32) return 0;
-    if (s->kc < 0 || s->kc % 32 != 0 || s->kc > (1 << 20)) return 0;
-    return s->mc >= 1 && s->nc >= 0;
-}
 
 static const char *gi_prelude =
     "/* packed int8 contraction helpers (emit_gemm_i8.c) */\n"
@@ -200,7 +192,7 @@ void cg_emit_packed_i8_tiles(kiln_dtype t, const sch_contract_sched *scheds, int
         const sch_contract_sched *sc = &scheds[i];
         /* the AMX form (emit_gemm_amx.c) shares the quantiser and packer */
         int amx = sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_I8;
-        if (!cg_packed_i8_ok(t, sc) && !amx) continue;
+        if (!sch_family_is(sc, SCH_FAM_PACKED_I8, t) && !amx) continue;
         if (!any) {
             if (!(*i8_done & 1)) cg_emit_i8_prelude(s, len, cap);
             if (!(*i8_done & 2)) OUT("#include <stdlib.h>\n%s\n", gi_prelude);
@@ -223,16 +215,9 @@ static void out_sym(const sch_program *p, sym_id x, char **s, size_t *len, size_
  * launch's groups), rows M .. R-1 zero (AMX tiles load whole 16-row
  * blocks): qa R x K int8, then sa and the minimum sums (R x K/32 f32 each),
  * then the zero-point sums (R x K/kb int32),
- * each part 64-byte aligned. The kernel computes the same offsets
- * (emit_scratch_parts). */
-static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
-
-size_t cg_i8_scratch(kiln_dtype t, int64_t m, int64_t k) {
-    size_t rows = (size_t)((m + 15) / 16 * 16 + 32);
-    return up64(rows * (size_t)k + 64) + 2 * up64((rows * (size_t)(k / 32) + 1) * sizeof(float)) +
-           up64((rows * (size_t)(k / gi_kb(t)) + 1) * sizeof(int32_t));
-}
-
+ * each part 64-byte aligned. The kernel computes the offsets here
+ * (emit_scratch_parts); its size is the family row's scratch (sched/family.c),
+ * which the runtime allocates. */
 static void emit_scratch_parts(const char *base, char **s, size_t *len, size_t *cap) {
     OUT("    const int64_t gq_r = (M + 15) / 16 * 16 + 32;\n");
     OUT("    const size_t gq_ra = ((size_t)(gq_r * K) + 64 + 63) / 64 * 64;\n");

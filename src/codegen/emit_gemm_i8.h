@@ -9,9 +9,6 @@
 
 #include "emit_c.h"
 
-/* 1 when the packed int8 schedule s can be emitted for B dtype t (the CPU
- * must have AVX512-VNNI: the caller checks) */
-int cg_packed_i8_ok(kiln_dtype t, const sch_contract_sched *s);
 /* the helpers and micro-kernels the packed int8 schedules among
  * scheds[0..n) need; *i8_done: whether the translation unit already has the
  * int8 prelude (emit_contract_i8.c), whose B unpackers this form reuses */
@@ -25,10 +22,10 @@ void cg_emit_packed_i8_pre(const sch_program *p, const sch_kernel *k, const sch_
                            size_t *len, size_t *cap);
 /* whether the large-M schedule big (for B of dtype t) can quantise A once for
  * all threads: the runtime's CG_KF_PREP launch over ceil(M / 16) + 2 row
- * groups into a scratch B[nbufs] of cg_i8_scratch bytes, then the items with
+ * groups into a scratch B[nbufs] of the family row's scratch bytes
+ * (sched/family.h: packed-i8, amx-i8), then the items with
  * CG_KF_SHARED (emit_gemm_amx_bf16.h); one batch point only */
 int cg_i8_shared_a(kiln_dtype t, const sch_contract_sched *big);
-size_t cg_i8_scratch(kiln_dtype t, int64_t m, int64_t k);
 void cg_emit_packed_i8_post(char **s, size_t *len, size_t *cap);
 /* the start of a work item of an int8 form: the scalar f32 loop when K is
  * not in 32s or a B row is not block-aligned, else A quantised once per

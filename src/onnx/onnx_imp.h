@@ -56,6 +56,8 @@ extern const imp_op imp_ops_elementwise[];
 extern const imp_op imp_ops_shape[];
 extern const imp_op imp_ops_nn[];
 extern const imp_op imp_ops_reduce[];
+extern const imp_op imp_ops_resize[];
+extern const imp_op imp_ops_einsum[];
 
 int imp_fail(imp_ctx *c, kiln_status s, const char *fmt, ...)
 #if defined(__GNUC__)

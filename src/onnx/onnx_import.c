@@ -352,7 +352,7 @@ int imp_check(imp_ctx *c, kiln_tensor t) {
 
 /* ---- the operator tables ---------------------------------------------------- */
 
-static const imp_op *const op_tables[] = {imp_ops_elementwise, imp_ops_shape, imp_ops_nn, imp_ops_reduce};
+static const imp_op *const op_tables[] = {imp_ops_elementwise, imp_ops_shape, imp_ops_nn, imp_ops_reduce, imp_ops_resize, imp_ops_einsum};
 
 static const imp_op *find_op(const char *name) {
     for (size_t t = 0; t < sizeof op_tables / sizeof *op_tables; t++)

@@ -1,13 +1,18 @@
 /* onnx_ops_nn.c — ONNX's network operators: MatMul, Gemm, Conv (grouped,
- * dilated, padded, strided, 1-3 spatial dims), MaxPool, AveragePool, the
+ * dilated, padded, strided, 1-3 spatial dims), ConvTranspose (the same
+ * convolution of its input spread out by the stride), MaxPool, AveragePool, the
  * global pools, BatchNormalization (inference), LayerNormalization,
  * InstanceNormalization, LRN, Softmax, LogSoftmax.
  *
  * Convolution and pooling read their input through pad and window views (no
  * im2col copy); a convolution is then one SUM(MUL(expand, expand)), the form
- * kiln's contraction recognition takes. Max pooling pads with -inf by a mask
- * (kiln_pad adds zeros), average pooling divides by the count of the cells
- * each window covers, computed the same way.
+ * kiln's contraction recognition takes (src/sched/pack.c materialises the
+ * windowed operand for the micro-kernels). A pool is one reduction over its
+ * window's cells (window axes moved last and merged). Max pooling pads with
+ * -inf by adding log2 of a mask (kiln_pad adds zeros; the mask is 1 over
+ * the input, so log2 is 0 there and -inf over padding); average pooling
+ * divides by the count of the cells each window covers, computed the same
+ * way; neither builds a mask when no window reaches padding.
  *
  * Invariants: sizes that windows need (kernel sizes, strides, the spatial
  * dims) must be constants; anything else is an error naming the operator.
@@ -122,29 +127,44 @@ static kiln_tensor windows(imp_ctx *c, kiln_tensor x, const geom *gm, int with_e
     return x;
 }
 
-static int conv(imp_ctx *c, const ox_node *n) {
-    kiln_tensor x = imp_in(c, n, 0), w = imp_in(c, n, 1);
-    if (!imp_check(c, x) || !imp_check(c, w)) return 0;
+/* windows (N, C, o1, k1, o2, k2, ...) as (N, C, o1, o2, ..., k1*k2*...):
+ * one reduction over every cell of a window */
+static kiln_tensor flat_windows(imp_ctx *c, kiln_tensor xw, int k) {
     kiln_graph *g = c->g;
-    int r = rank_of(c, x);
-    if (rank_of(c, w) != r) return imp_fail(c, KILN_ERR_SHAPE, "Conv: W has rank %d, X %d", rank_of(c, w), r);
-    geom gm;
-    for (int i = 0; i < r - 2 && i < MAXS; i++) gm.ker[i] = imp_dim_const(c, w, 2 + i);
-    const int64_t *ks;
-    int nk = imp_attr_ints(n, "kernel_shape", &ks);
-    for (int i = 0; i < nk && i < r - 2 && i < MAXS; i++)
-        if (ks[i] != gm.ker[i]) return imp_fail(c, KILN_ERR_SHAPE, "Conv: kernel_shape differs from W");
-    if (!geometry(c, n, x, &gm, 0)) return 0;
-    int k = gm.k;
-    int64_t grp = imp_attr_i(n, "group", 1);
+    int perm[KILN_MAX_DIMS], j = 0;
+    perm[j++] = 0;
+    perm[j++] = 1;
+    for (int i = 0; i < k; i++) perm[j++] = 2 + 2 * i;
+    for (int i = 0; i < k; i++) perm[j++] = 3 + 2 * i;
+    xw = kiln_permute(g, xw, perm);
+    if (xw == KILN_NONE) return KILN_NONE;
+    kiln_sym dims[KILN_MAX_DIMS];
+    kiln_sym cells = kiln_sym_int(g, 1);
+    for (int d = 0; d < 2 + k; d++) dims[d] = kiln_dim(g, xw, d);
+    for (int i = 0; i < k; i++) cells = kiln_sym_mul(g, cells, kiln_dim(g, xw, 2 + k + i));
+    dims[2 + k] = cells;
+    return kiln_reshape(g, xw, 3 + k, dims);
+}
+
+/* y = x conv w (W (M, Cg, k...)) with geometry gm and grp groups, plus bias b
+ * (or KILN_NONE): the windows of x and one SUM(MUL) over Cg * k... */
+static kiln_tensor conv_core(imp_ctx *c, kiln_tensor x, kiln_tensor w, kiln_tensor b, const geom *gm, int64_t grp,
+                             const char *op) {
+    kiln_graph *g = c->g;
+    int k = gm->k;
     int64_t C = imp_dim_const(c, x, 1), M = imp_dim_const(c, w, 0), Cg = imp_dim_const(c, w, 1);
-    if (C < 0 || M < 0 || grp < 1 || C != Cg * grp || M % grp)
-        return imp_fail(c, KILN_ERR_SHAPE, "Conv: channels %lld, W (%lld, %lld, ...), group %lld", (long long)C,
-                        (long long)M, (long long)Cg, (long long)grp);
-    if (grp > 1 && 3 + 2 * k > KILN_MAX_DIMS) return imp_fail(c, KILN_ERR_UNSUPPORTED, "Conv: grouped with %d spatial dims", k);
-    kiln_tensor xw = windows(c, x, &gm, 0); /* (N, C, o1, k1, ...) */
+    if (C < 0 || M < 0 || grp < 1 || C != Cg * grp || M % grp) {
+        imp_fail(c, KILN_ERR_SHAPE, "%s: channels %lld, W (%lld, %lld, ...), group %lld", op, (long long)C, (long long)M,
+                 (long long)Cg, (long long)grp);
+        return KILN_NONE;
+    }
+    if (grp > 1 && 3 + 2 * k > KILN_MAX_DIMS) {
+        imp_fail(c, KILN_ERR_UNSUPPORTED, "%s: grouped with %d spatial dims", op, k);
+        return KILN_NONE;
+    }
+    kiln_tensor xw = windows(c, x, gm, 0); /* (N, C, o1, k1, ...) */
     int64_t K = Cg;
-    for (int i = 0; i < k; i++) K *= gm.ker[i];
+    for (int i = 0; i < k; i++) K *= gm->ker[i];
     kiln_sym one = kiln_sym_int(g, 1), N = kiln_dim(g, x, 0);
     int perm[KILN_MAX_DIMS], j = 0;
     kiln_sym xs[KILN_MAX_DIMS], ws[KILN_MAX_DIMS], ys[KILN_MAX_DIMS];
@@ -169,7 +189,7 @@ static int conv(imp_ctx *c, const ox_node *n) {
     xs[q++] = N;
     if (gx) xs[q++] = kiln_sym_int(g, grp);
     xs[q++] = one;
-    for (int i = 0; i < k; i++) xs[q++] = kiln_sym_int(g, gm.out[i]);
+    for (int i = 0; i < k; i++) xs[q++] = kiln_sym_int(g, gm->out[i]);
     xs[q++] = kiln_sym_int(g, K);
     int rank = q;
     kiln_tensor xk = kiln_reshape(g, xw, rank, xs);
@@ -184,15 +204,138 @@ static int conv(imp_ctx *c, const ox_node *n) {
     q = 0;
     ys[q++] = N;
     ys[q++] = kiln_sym_int(g, M);
-    for (int i = 0; i < k; i++) ys[q++] = kiln_sym_int(g, gm.out[i]);
+    for (int i = 0; i < k; i++) ys[q++] = kiln_sym_int(g, gm->out[i]);
     if (gx) y = kiln_reshape(g, y, q, ys);
-    if (imp_has(n, 2)) {
-        kiln_tensor b = imp_in(c, n, 2);
+    if (b != KILN_NONE) {
         kiln_sym bs[KILN_MAX_DIMS];
         bs[0] = kiln_sym_int(g, M);
         for (int i = 0; i < k; i++) bs[1 + i] = one;
         y = kiln_add(g, y, kiln_reshape(g, b, 1 + k, bs));
     }
+    return y;
+}
+
+static int conv(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0), w = imp_in(c, n, 1);
+    if (!imp_check(c, x) || !imp_check(c, w)) return 0;
+    int r = rank_of(c, x);
+    if (rank_of(c, w) != r) return imp_fail(c, KILN_ERR_SHAPE, "Conv: W has rank %d, X %d", rank_of(c, w), r);
+    geom gm;
+    for (int i = 0; i < r - 2 && i < MAXS; i++) gm.ker[i] = imp_dim_const(c, w, 2 + i);
+    const int64_t *ks;
+    int nk = imp_attr_ints(n, "kernel_shape", &ks);
+    for (int i = 0; i < nk && i < r - 2 && i < MAXS; i++)
+        if (ks[i] != gm.ker[i]) return imp_fail(c, KILN_ERR_SHAPE, "Conv: kernel_shape differs from W");
+    if (!geometry(c, n, x, &gm, 0)) return 0;
+    kiln_tensor b = imp_has(n, 2) ? imp_in(c, n, 2) : KILN_NONE;
+    kiln_tensor y = conv_core(c, x, w, b, &gm, imp_attr_i(n, "group", 1), "Conv");
+    if (y == KILN_NONE) return c->status != KILN_OK ? 0 : imp_check(c, y);
+    return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
+}
+
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+/* along axis a: zeros between the elements (stride s), then `before` and
+ * `after` cells of zero padding (negative: that many cut) */
+static kiln_tensor spread(kiln_graph *g, kiln_tensor z, int a, int64_t in, int64_t s, int64_t before, int64_t after) {
+    int r = kiln_ndim(g, z);
+    int64_t len = in;
+    if (s > 1) {
+        kiln_sym dims[KILN_MAX_DIMS];
+        z = kiln_unsqueeze(g, z, a + 1);                                          /* (.., in, 1, ..) */
+        z = kiln_pad(g, z, a + 1, kiln_sym_int(g, 0), kiln_sym_int(g, s - 1));   /* (.., in, s, ..) */
+        for (int d = 0; d < r; d++) dims[d] = kiln_dim(g, z, d < a ? d : d + 1);
+        dims[a] = kiln_sym_int(g, in * s);
+        z = kiln_reshape(g, z, r, dims);
+        len = (in - 1) * s + 1;
+        z = kiln_slice(g, z, a, kiln_sym_int(g, 0), kiln_sym_int(g, len), 1);
+    }
+    int64_t from = before < 0 ? -before : 0, to = after < 0 ? len + after : len;
+    if (from || to != len) z = kiln_slice(g, z, a, kiln_sym_int(g, from), kiln_sym_int(g, to), 1);
+    if (before > 0 || after > 0)
+        z = kiln_pad(g, z, a, kiln_sym_int(g, before > 0 ? before : 0), kiln_sym_int(g, after > 0 ? after : 0));
+    return z;
+}
+
+/* ConvTranspose as a convolution: out[o] = sum over i*s + k*d - pad_begin = o
+ * of x[i] w[k] is the stride-1 convolution, with the kernel flipped and its
+ * channel axes swapped, of x spread out by the stride (zeros between) and
+ * padded by (kernel span - 1 - pad_begin) before and as needed after */
+static int conv_transpose(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0), w = imp_in(c, n, 1);
+    if (!imp_check(c, x) || !imp_check(c, w)) return 0;
+    kiln_graph *g = c->g;
+    int r = rank_of(c, x), k = r - 2;
+    if (rank_of(c, w) != r) return imp_fail(c, KILN_ERR_SHAPE, "ConvTranspose: W has rank %d, X %d", rank_of(c, w), r);
+    if (k < 1 || k > MAXS || r + 1 > KILN_MAX_DIMS) return imp_fail(c, KILN_ERR_UNSUPPORTED, "ConvTranspose with %d spatial dims", k);
+    int64_t grp = imp_attr_i(n, "group", 1), C = imp_dim_const(c, x, 1), Mg = imp_dim_const(c, w, 1);
+    if (grp < 1 || C < 0 || Mg < 0 || imp_dim_const(c, w, 0) != C || C % grp)
+        return imp_fail(c, KILN_ERR_SHAPE, "ConvTranspose: X has %lld channels, W (%lld, %lld, ...), group %lld", (long long)C,
+                        (long long)imp_dim_const(c, w, 0), (long long)Mg, (long long)grp);
+    geom gm;
+    int64_t stride[MAXS], dil[MAXS], opad[MAXS], in[MAXS], pads[2 * MAXS];
+    if (!ints_or(n, "strides", k, stride, 1) || !ints_or(n, "dilations", k, dil, 1) || !ints_or(n, "output_padding", k, opad, 0))
+        return imp_fail(c, KILN_ERR_INVALID, "ConvTranspose: strides, dilations or output_padding of the wrong length");
+    const int64_t *pa, *os, *ks;
+    int np = imp_attr_ints(n, "pads", &pa), nos = imp_attr_ints(n, "output_shape", &os), nk = imp_attr_ints(n, "kernel_shape", &ks);
+    if ((np && np != 2 * k) || (nos && nos != k && nos != k + 2) || (nk && nk != k))
+        return imp_fail(c, KILN_ERR_INVALID, "ConvTranspose: pads, output_shape or kernel_shape of the wrong length");
+    if (nos == k + 2) os += 2;
+    const char *ap = imp_attr_s(n, "auto_pad", "NOTSET");
+    int same = !strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER");
+    if (!same && strcmp(ap, "NOTSET") && strcmp(ap, "VALID")) return imp_fail(c, KILN_ERR_UNSUPPORTED, "ConvTranspose: auto_pad '%s'", ap);
+    gm.k = k;
+    for (int i = 0; i < k; i++) {
+        gm.ker[i] = imp_dim_const(c, w, 2 + i);
+        in[i] = imp_dim_const(c, x, 2 + i);
+        if (gm.ker[i] < 1 || in[i] < 1) return imp_fail(c, KILN_ERR_UNSUPPORTED, "ConvTranspose over symbolic or empty dims");
+        if (nk && ks[i] != gm.ker[i]) return imp_fail(c, KILN_ERR_SHAPE, "ConvTranspose: kernel_shape differs from W");
+        if (stride[i] < 1 || dil[i] < 1 || opad[i] < 0) return imp_fail(c, KILN_ERR_INVALID, "ConvTranspose: stride, dilation or output_padding");
+        int64_t span = (gm.ker[i] - 1) * dil[i] + 1, full = stride[i] * (in[i] - 1) + opad[i] + span, out;
+        if (same && !np) { /* ONNX's reference: total padding split, the odd cell at the end (UPPER) or start */
+            out = nos ? os[i] : in[i] * stride[i];
+            int64_t tot = full - out;
+            pads[i] = !strcmp(ap, "SAME_UPPER") ? floor_div(tot, 2) : tot - floor_div(tot, 2);
+        } else {
+            pads[i] = np && strcmp(ap, "VALID") ? pa[i] : 0;
+            pads[i + k] = np && strcmp(ap, "VALID") ? pa[i + k] : 0;
+            out = nos ? os[i] : full - pads[i] - pads[i + k];
+        }
+        if (out < 1) return imp_fail(c, KILN_ERR_INVALID, "ConvTranspose: output size %lld", (long long)out);
+        int64_t P = span - 1, lz = (in[i] - 1) * stride[i] + 1;
+        int64_t before = P - pads[i], after = out + pads[i] - lz;
+        if (lz + before + after != out + P || lz + (before < 0 ? before : 0) + (after < 0 ? after : 0) < 1)
+            return imp_fail(c, KILN_ERR_UNSUPPORTED, "ConvTranspose: pads beyond the input");
+        x = spread(g, x, 2 + i, in[i], stride[i], before, after);
+        gm.in[i] = out + P;
+        gm.stride[i] = 1;
+        gm.dil[i] = dil[i];
+        gm.pb[i] = gm.pe[i] = gm.extra[i] = 0;
+        gm.out[i] = out;
+    }
+    /* W (C, Mg, k...) -> (M, Cg, k...) per group, every spatial axis flipped */
+    int64_t Cg = C / grp;
+    kiln_sym dims[KILN_MAX_DIMS];
+    int perm[KILN_MAX_DIMS], q = 0;
+    dims[q++] = kiln_sym_int(g, grp);
+    dims[q++] = kiln_sym_int(g, Cg);
+    dims[q++] = kiln_sym_int(g, Mg);
+    for (int i = 0; i < k; i++) dims[q++] = kiln_sym_int(g, gm.ker[i]);
+    kiln_tensor wt = kiln_reshape(g, w, q, dims);
+    perm[0] = 0;
+    perm[1] = 2;
+    perm[2] = 1;
+    for (int i = 0; i < k; i++) perm[3 + i] = 3 + i;
+    wt = kiln_permute(g, wt, perm);
+    q = 0;
+    dims[q++] = kiln_sym_int(g, grp * Mg);
+    dims[q++] = kiln_sym_int(g, Cg);
+    for (int i = 0; i < k; i++) dims[q++] = kiln_sym_int(g, gm.ker[i]);
+    wt = kiln_reshape(g, wt, q, dims);
+    for (int i = 0; i < k; i++) wt = kiln_flip(g, wt, 2 + i);
+    kiln_tensor b = imp_has(n, 2) ? imp_in(c, n, 2) : KILN_NONE;
+    kiln_tensor y = conv_core(c, x, wt, b, &gm, grp, "ConvTranspose");
+    if (y == KILN_NONE) return c->status != KILN_OK ? 0 : imp_check(c, y);
     return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
 }
 
@@ -218,37 +361,32 @@ static int pool(imp_ctx *c, const ox_node *n) {
             gm.pe[i] += gm.extra[i] - gm.extra[i] / 2;
             gm.extra[i] = 0;
         }
-    kiln_sym dims[KILN_MAX_DIMS];
-    for (int d = 0; d < r; d++) dims[d] = kiln_dim(g, x, d);
-    kiln_tensor ones = kiln_full(g, 1.0, kiln_tensor_dtype(g, x), r, dims);
-    kiln_tensor xw = windows(c, x, &gm, 1);
-    kiln_tensor mw = windows(c, ones, &gm, 1); /* 1 over input cells, 0 over padding */
+    int padded = 0; /* a window may cover padding (explicit or ceil mode) */
+    for (int i = 0; i < k; i++) padded |= gm.pb[i] || gm.pe[i] || gm.extra[i];
+    kiln_tensor xw = flat_windows(c, windows(c, x, &gm, 1), k); /* (N, C, o..., cells) */
+    kiln_tensor mw = KILN_NONE; /* 1 over input cells, 0 over padding */
+    if (padded) {
+        kiln_sym dims[KILN_MAX_DIMS];
+        for (int d = 0; d < r; d++) dims[d] = kiln_dim(g, x, d);
+        kiln_tensor ones = kiln_full(g, 1.0, kiln_tensor_dtype(g, x), r, dims);
+        mw = flat_windows(c, windows(c, ones, &gm, 1), k);
+    }
     kiln_tensor y;
     if (is_max) {
-        if (2 + 2 * k < KILN_MAX_DIMS) { /* -inf over the padding, exact */
-            kiln_tensor ninf = kiln_const(g, -INFINITY, kiln_tensor_dtype(g, x));
-            y = kiln_where(g, mw, xw, ninf);
-        } else { /* no axis left for kiln_where: x*m + (1-m)*lowest, exact for finite x */
-            kiln_tensor lo = kiln_const(g, -nn_max_finite(kiln_tensor_dtype(g, x)), kiln_tensor_dtype(g, x));
-            kiln_tensor one = kiln_const(g, 1.0, kiln_tensor_dtype(g, x));
-            y = kiln_add(g, kiln_mul(g, xw, mw), kiln_mul(g, kiln_sub(g, one, mw), lo));
-        }
-        for (int i = k - 1; i >= 0; i--) y = kiln_max(g, y, 3 + 2 * i);
+        /* padding is -inf: log2 of the mask is 0 over input cells (x + 0
+         * is x, exact) and -inf over padding (whose x is 0) */
+        if (padded) xw = kiln_add(g, xw, kiln_log2(g, mw));
+        y = kiln_max(g, xw, -1);
     } else {
         /* ONNX's reference: with count_include_pad every cell of the window
          * counts (explicit and ceil-mode padding), else only input cells */
-        int incl = (int)imp_attr_i(n, "count_include_pad", 0);
-        y = xw;
-        kiln_tensor cnt = mw;
-        for (int i = k - 1; i >= 0; i--) {
-            y = kiln_sum(g, y, 3 + 2 * i);
-            if (!incl) cnt = kiln_sum(g, cnt, 3 + 2 * i);
-        }
-        if (incl) {
+        y = kiln_sum(g, xw, -1);
+        if (padded && !imp_attr_i(n, "count_include_pad", 0)) y = kiln_div(g, y, kiln_sum(g, mw, -1));
+        else {
             double cells = 1;
             for (int i = 0; i < k; i++) cells *= (double)gm.ker[i];
             y = nn_scale(g, y, 1.0 / cells);
-        } else y = kiln_div(g, y, cnt);
+        }
     }
     return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
 }
@@ -259,11 +397,16 @@ static int global_pool(imp_ctx *c, const ox_node *n) {
     int r = rank_of(c, x);
     if (r < 3) return imp_fail(c, KILN_ERR_SHAPE, "%s needs rank >= 3", n->op_type);
     int is_max = !strcmp(n->op_type, "GlobalMaxPool");
-    for (int d = r - 1; d >= 2; d--) {
-        x = is_max ? kiln_max(c->g, x, d) : kiln_mean(c->g, x, d);
-        x = kiln_unsqueeze(c->g, x, d);
-    }
-    return imp_set(c, n, 0, x, imp_in_dtype(c, n, 0));
+    kiln_graph *g = c->g;
+    kiln_sym dims[KILN_MAX_DIMS], cells = kiln_sym_int(g, 1);
+    for (int d = 2; d < r; d++) cells = kiln_sym_mul(g, cells, kiln_dim(g, x, d));
+    dims[0] = kiln_dim(g, x, 0);
+    dims[1] = kiln_dim(g, x, 1);
+    dims[2] = cells;
+    kiln_tensor f = kiln_reshape(g, x, 3, dims); /* one reduction over every spatial cell */
+    f = is_max ? kiln_max(g, f, 2) : kiln_mean(g, f, 2);
+    for (int d = 2; d < r; d++) dims[d] = kiln_sym_int(g, 1);
+    return imp_set(c, n, 0, kiln_reshape(g, f, r, dims), imp_in_dtype(c, n, 0));
 }
 
 /* a per-channel vector (C) shaped to broadcast over (N, C, s...) */
@@ -439,6 +582,7 @@ static int softmax(imp_ctx *c, const ox_node *n) {
 const imp_op imp_ops_nn[] = {
     {"MatMul", matmul, ""}, {"Gemm", gemm, "alpha beta transA transB"},
     {"Conv", conv, "auto_pad dilations group kernel_shape pads strides"},
+    {"ConvTranspose", conv_transpose, "auto_pad dilations group kernel_shape output_padding output_shape pads strides"},
     {"MaxPool", pool, "auto_pad ceil_mode dilations kernel_shape pads storage_order strides"},
     {"AveragePool", pool, "auto_pad ceil_mode count_include_pad dilations kernel_shape pads strides"},
     {"GlobalAveragePool", global_pool, ""}, {"GlobalMaxPool", global_pool, ""},

@@ -1,6 +1,7 @@
 /* onnx_ops_reduce.c — ONNX's reductions (ReduceSum, ReduceMean, ReduceMax,
  * ReduceMin, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum,
- * ReduceLogSumExp) and ArgMax/ArgMin over kiln's SUM and MAX primitives.
+ * ReduceLogSumExp), ArgMax/ArgMin and TopK (by ranks: a comparison of
+ * every pair, no sort) over kiln's SUM and MAX primitives.
  *
  * Invariants: axes come from the attribute (older opsets) or the second
  * input (ReduceSum from opset 13, the others from 18) and must be known at
@@ -90,6 +91,63 @@ static int argmax(imp_ctx *c, const ox_node *n) {
     return imp_set(c, n, 0, y, OX_INT64);
 }
 
+/* TopK by ranks, no sort: along the axis (moved last, length n), element
+ * i's rank is how many elements beat it (larger, or equal at a lower index:
+ * ONNX's order, smallest first when largest=0), an (n, n) comparison summed
+ * inside one kernel; output position p takes the element whose rank is p
+ * (its index a one-hot sum, its value a gather of that index), so values
+ * are exact and ties keep ONNX's order. */
+static int topk(imp_ctx *c, const ox_node *n) {
+    kiln_tensor x = imp_in(c, n, 0);
+    if (!imp_check(c, x)) return 0;
+    kiln_graph *g = c->g;
+    int r = kiln_ndim(g, x), dt = imp_in_dtype(c, n, 0);
+    int ax = imp_axis(c, n, imp_attr_i(n, "axis", -1), r);
+    if (ax < 0) return 0;
+    int64_t K;
+    if (imp_const_ints(c, n, 1, &K, 1) != 1) return c->status != KILN_OK ? 0 : imp_fail(c, KILN_ERR_INVALID, "TopK: K must be one value");
+    int64_t len = imp_dim_const(c, x, ax);
+    if (len < 0) return imp_fail(c, KILN_ERR_UNSUPPORTED, "TopK along a symbolic axis");
+    if (K < 1 || K > len) return imp_fail(c, K == 0 ? KILN_ERR_UNSUPPORTED : KILN_ERR_INVALID, "TopK: K = %lld of %lld", (long long)K, (long long)len);
+    if (r + 1 > KILN_MAX_DIMS) return imp_fail(c, KILN_ERR_UNSUPPORTED, "TopK of rank %d", r);
+    int largest = (int)imp_attr_i(n, "largest", 1);
+    int perm[KILN_MAX_DIMS], back[KILN_MAX_DIMS];
+    for (int d = 0, j = 0; d < r; d++)
+        if (d != ax) perm[j++] = d;
+    perm[r - 1] = ax;
+    for (int d = 0; d < r; d++) back[perm[d]] = d;
+    kiln_tensor xt = kiln_permute(g, x, perm); /* (..., n) */
+    kiln_tensor xi = kiln_unsqueeze(g, xt, r), xj = kiln_unsqueeze(g, xt, r - 1); /* (..., n_i, 1), (..., 1, n_j) */
+    kiln_tensor better = largest ? kiln_lt(g, xi, xj) : kiln_lt(g, xj, xi);
+    /* j < i: an (n, n) constant of the lower triangle */
+    kiln_sym nn2[2] = {kiln_sym_int(g, len), kiln_sym_int(g, len)};
+    kiln_tensor before = kiln_lt(g, kiln_iota(g, KILN_I32, 2, nn2, 1), kiln_iota(g, KILN_I32, 2, nn2, 0));
+    kiln_tensor beats = kiln_add(g, kiln_cast(g, better, KILN_F32),
+                                 kiln_mul(g, kiln_cast(g, kiln_eq(g, xi, xj), KILN_F32), kiln_cast(g, before, KILN_F32)));
+    kiln_tensor rank = kiln_sum(g, beats, -1); /* (..., n): exact counts */
+    kiln_sym kp[2] = {kiln_sym_int(g, K), kiln_sym_int(g, 1)};
+    kiln_tensor pos = kiln_iota(g, KILN_F32, 2, kp, 0);                         /* (K, 1) */
+    kiln_tensor sel = kiln_eq(g, kiln_unsqueeze(g, rank, r - 1), pos);          /* (..., K, n) */
+    kiln_sym ns = kiln_sym_int(g, len);
+    kiln_tensor at = kiln_iota(g, KILN_F32, 1, &ns, 0);                         /* (n) */
+    kiln_tensor idx = kiln_cast(g, kiln_sum(g, kiln_mul(g, kiln_cast(g, sel, KILN_F32), at), -1), KILN_I32); /* (..., K) */
+    /* values: x at those indices, one gather of scalar rows of the flattened x */
+    kiln_sym rows = kiln_sym_int(g, 1), dims[KILN_MAX_DIMS];
+    for (int d = 0; d < r - 1; d++) {
+        dims[d] = kiln_dim(g, xt, d);
+        rows = kiln_sym_mul(g, rows, dims[d]);
+    }
+    dims[r - 1] = kiln_sym_int(g, K);
+    kiln_sym flat[2] = {kiln_sym_mul(g, rows, ns), kiln_sym_int(g, 1)}, rk[2] = {rows, kiln_sym_int(g, K)};
+    kiln_sym total = kiln_sym_mul(g, rows, kiln_sym_int(g, K));
+    kiln_tensor table = kiln_reshape(g, xt, 2, flat);
+    kiln_tensor base = kiln_mul(g, kiln_iota(g, KILN_I32, 2, rk, 0), kiln_const(g, (double)len, KILN_I32));
+    kiln_tensor ids = kiln_reshape(g, kiln_add(g, kiln_reshape(g, idx, 2, rk), base), 1, &total);
+    kiln_tensor vals = kiln_reshape(g, kiln_gather(g, table, ids), r, dims);
+    if (!imp_set(c, n, 0, kiln_permute(g, vals, back), dt)) return 0;
+    return n->n_out < 2 || !n->outputs[1][0] || imp_set(c, n, 1, kiln_permute(g, idx, back), OX_INT64);
+}
+
 const imp_op imp_ops_reduce[] = {
     {"ReduceSum", reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceMean", reduce, "axes keepdims noop_with_empty_axes"},
@@ -101,5 +159,6 @@ const imp_op imp_ops_reduce[] = {
     {"ReduceLogSum", reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceLogSumExp", reduce, "axes keepdims noop_with_empty_axes"},
     {"ArgMax", argmax, "axis keepdims select_last_index"}, {"ArgMin", argmax, "axis keepdims select_last_index"},
+    {"TopK", topk, "axis largest sorted"},
     {NULL, NULL, NULL},
 };

@@ -17,6 +17,7 @@
 
 #include "base.h"
 #include "dtype.h"
+#include "family.h"
 #include "program.h"
 #include "search.h"
 #include "tune_generic.h"
@@ -108,10 +109,11 @@ static int shared_a(kiln_program *p, const sch_kernel *K, const sch_contract_sch
     rt_cpu_state *cs = cpu_state(p);
     if (nbatch != 1 || m <= SCH_SMALL_M || rn <= 0) return 0;
     kiln_dtype bt = p->plan.sp.bufs[K->contract->b_buf].dtype;
-    size_t need;
-    if (sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_BF16 && !serial) need = cg_amx_bf16_scratch(bt, m, rn);
-    else if (cg_i8_shared_a(bt, sc) && rn % 32 == 0) need = cg_i8_scratch(bt, m, rn);
-    else return 0;
+    /* the family's scratch: bf16 A shared only across threads; int8 A only
+     * where the kernel's fast path runs (K in 32s) */
+    const sch_family *f = sch_family_of(sc);
+    if (!f || !f->scratch || (f->arith == SCH_ARITH_BF16 ? serial : !cg_i8_shared_a(bt, sc) || rn % 32 != 0)) return 0;
+    size_t need = f->scratch(bt, m, rn);
     if (need > cs->scratch_cap) {
         void *b = NULL;
         if (posix_memalign(&b, 64, need) != 0) return 0; /* each thread converts for itself */

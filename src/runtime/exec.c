@@ -20,6 +20,7 @@
 #include "dtype.h"
 #include "rewrite.h"
 #include "contract.h"
+#include "family.h"
 #include "search.h"
 #include "cc_split.h"
 #include "tune.h"
@@ -493,6 +494,15 @@ char *kiln_program_space_report(const kiln_program *p) {
     return buf;
 }
 
+/* the CPU features the contraction families may need (sched/family.h), as
+ * the shape carries them */
+static void cpu_features(sch_contract_shape *sh) {
+    sh->vnni = rt_cpu_has("avx512_vnni");
+    sh->amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
+    sh->amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
+    sh->bf16 = rt_cpu_has("avx512_bf16");
+}
+
 /* the contraction's sizes: with values (a run) or, without, only when they
  * are constants (m is then the bucket's representative, 1 or 64) */
 static int contract_shape(const kiln_program *p, int32_t k, const int64_t *values, int bucket,
@@ -506,10 +516,7 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
     sh->nbatch = 1;
     sh->b_dtype = p->plan.sp.bufs[c->b_buf].dtype;
     sh->nthreads = rt_pool_threads(p->plan.pool);
-    sh->vnni = rt_cpu_has("avx512_vnni");
-    sh->amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
-    sh->amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
-    sh->bf16 = rt_cpu_has("avx512_bf16");
+    cpu_features(sh);
     sh->b_activation = c->b_computed;
     sh->b_strided = c->b_kstride != SYM_NONE;
     for (int d = 0; d < K->ndim; d++) {
@@ -649,23 +656,21 @@ void rt_tune_apply_db(kiln_program *p) {
      * int8 arithmetic on a CPU without VNNI, AMX bf16 without amx_bf16,
      * packed bf16 without avx512_bf16), or any approximate arithmetic in an
      * exact program: back to the defaults (f32) */
-    int vnni = rt_cpu_has("avx512_vnni"), amx = rt_cpu_has("amx_tile") && rt_cpu_has("amx_int8");
-    int amx_bf16 = rt_cpu_has("amx_tile") && rt_cpu_has("amx_bf16") && rt_cpu_has("avx512_bf16");
-    int bf16 = rt_cpu_has("avx512_bf16");
+    sch_contract_shape feat;
+    memset(&feat, 0, sizeof feat);
+    cpu_features(&feat);
+    unsigned have = sch_family_have(&feat);
     for (int32_t k = 0; k < nk; k++) {
         sch_kernel *K = &p->plan.sp.kernels[k];
         if (!K->contract) continue;
-        int needs_vnni = K->contract->sched[0].arith == SCH_ARITH_I8 || K->contract->sched[1].arith == SCH_ARITH_I8;
-        int needs_amx = 0, needs_bf16 = 0, needs_pbf16 = 0;
+        /* the CPU features each schedule's family needs (sched/family.h) */
+        unsigned needs = 0;
         for (int b = 0; b < 2; b++) {
-            const sch_contract_sched *sc = &K->contract->sched[b];
-            needs_amx |= sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_I8;
-            needs_bf16 |= sc->form == SCH_FORM_AMX && sc->arith == SCH_ARITH_BF16;
-            needs_pbf16 |= sc->form == SCH_FORM_PACKED && sc->arith == SCH_ARITH_BF16;
+            const sch_family *f = sch_family_of(&K->contract->sched[b]);
+            needs |= f ? f->needs : 0u;
         }
         int approx = K->contract->sched[0].arith != SCH_ARITH_F32 || K->contract->sched[1].arith != SCH_ARITH_F32;
-        if (cg_contract_emittable(&p->plan.sp, K, p->plan.isa) && (vnni || !needs_vnni) && (amx || !needs_amx) &&
-            (amx_bf16 || !needs_bf16) && (bf16 || !needs_pbf16) && !(p->plan.exact && approx))
+        if (cg_contract_emittable(&p->plan.sp, K, p->plan.isa) && !(needs & ~have) && !(p->plan.exact && approx))
             continue;
         kiln_dtype bt = p->plan.sp.bufs[K->contract->b_buf].dtype;
         K->contract->sched[0] = sch_contract_default_of(K->contract, 0, bt);

@@ -30,6 +30,7 @@
 
 #include "base.h"
 #include "contract.h"
+#include "family.h"
 #include "dtype.h"
 
 /* bit d set when sym s uses kernel k's loop variable d */
@@ -59,6 +60,8 @@ static unsigned lx_loop_mask(const sch_program *p, const sch_kernel *k, int32_t 
     }
     return m | lx_loop_mask(p, k, x->a) | lx_loop_mask(p, k, x->b);
 }
+
+unsigned sch_lx_loop_mask(const sch_program *p, const sch_kernel *k, int32_t id) { return lx_loop_mask(p, k, id); }
 
 /* the offset of `off` at r = 0 when off = base + r exactly, else SYM_NONE */
 static sym_id unit_base(sym_pool *sp, sym_id off, sym_id r) {
@@ -287,7 +290,11 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
 
 int sch_contract_analyse(sch_program *p, uint8_t *force) {
     int forced = 0;
-    for (int32_t k = 0; k < p->nkernels; k++) forced += analyse_kernel(p, k, force);
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        k += sch_contract_pack(p, k); /* a windowed operand: packed by a kernel before it (pack.c) */
+        sch_coalesce_loops(p, k);
+        forced += analyse_kernel(p, k, force);
+    }
     return forced;
 }
 
@@ -410,23 +417,10 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
             return 0;
         }
     }
-    if (t.form == SCH_FORM_AMX) {
-        /* 16-row, 16-column AMX tiles; limits in emit_gemm_amx.c */
-        if ((t.mr != 16 && t.mr != 32) || (t.nr != 16 && t.nr != 32) || t.nc < 0 || t.mc < t.mr) return 0;
-        *s = t;
-        return 1;
-    }
-    if (t.arith == SCH_ARITH_BF16 && t.form != SCH_FORM_PACKED) return 0; /* bf16: the AMX and packed forms */
-    if (t.direct && !(t.form == SCH_FORM_PACKED && t.arith == SCH_ARITH_F32)) return 0; /* f32 packed strips only */
-    /* the repacked copy: 8-row groups read by the int8 dot tiles of one row of A */
-    if (t.rp && !(t.form == SCH_FORM_DOT && t.arith == SCH_ARITH_I8 && t.nr == 8 && t.mr == 1)) return 0;
-    if (t.form == SCH_FORM_PACKED) {
-        /* packed tiles: nr is a multiple of 16 lanes, mr rows; limits in emit_gemm.c */
-        if (t.mr < 1 || t.mr > 16 || t.nr < 16 || t.nr > 64 || t.nr % 16 != 0 || t.nc < 0 || t.mc < 1) return 0;
-        *s = t;
-        return 1;
-    }
-    if (t.mr < 1 || t.mr > 8 || t.nr < 1 || t.nr > 16 || t.mr * t.nr > 24 || t.nc < 0 || t.mc < 1) return 0;
+    /* a schedule of a family whose limits it keeps (family.h); B's dtype is
+     * checked where the schedule meets its kernel */
+    const sch_family *f = sch_family_of(&t);
+    if (!f || !f->tile_ok(&t)) return 0;
     *s = t;
     return 1;
 }

@@ -15,6 +15,18 @@
  * sch_kernelize skips it under sch_options.no_contract. */
 int sch_contract_analyse(sch_program *p, uint8_t *force);
 
+/* pack.c: when kernel ki is a contraction one of whose operands no form
+ * reads in place and no forced buffer would fix (a view of a buffer: pad and
+ * window, div/mod indices), move that operand into a MAP kernel inserted at
+ * ki that writes it densely, and read that instead. Returns the number of
+ * kernels inserted (the contraction is then at ki + that). */
+int sch_contract_pack(sch_program *p, int32_t ki);
+/* pack.c: merge adjacent constant loops of contraction kernel ki that every
+ * index expression reads only as u*V + v; returns how many were merged */
+int sch_coalesce_loops(sch_program *p, int32_t ki);
+/* bit d set when tree id reads kernel k's loop variable d anywhere */
+unsigned sch_lx_loop_mask(const sch_program *p, const sch_kernel *k, int32_t id);
+
 /* the contraction kernel k's demanded columns (demand.c): off when its
  * consumers multiply output (m, n) by zero wherever n >= m + off, else
  * SYM_NONE */

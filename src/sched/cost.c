@@ -26,7 +26,8 @@
  *    one thread with the same bytes), and with the larger term alone every
  *    decode candidate tied and the search measured them in list order.
  *
- * The packed form has its own model (cost_packed, below).
+ * The packed form has its own model (sch_cost_packed, below), as has AMX
+ * (sch_cost_amx); each family row of family.h names its entry.
  *
  * It ranks candidates; the search measures them. Its rank correlation with
  * measured times is printed by `kiln tune`.
@@ -36,6 +37,7 @@
 
 #include "contract.h"
 #include "dtype.h"
+#include "family.h"
 #include "search.h"
 
 sch_machine sch_machine_default(void) {
@@ -105,7 +107,7 @@ static double run_balance(const sch_contract_shape *sh, const sch_contract_sched
     return most > 0 && used > 0 ? (double)(strips * sh->nbatch) / (double)(used * most) : 1.0;
 }
 
-static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
+double sch_cost_packed(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
     int nt = sh->nthreads > 0 ? sh->nthreads : 1;
     int nv = s->nr / 16 > 0 ? s->nr / 16 : 1;
     int64_t kc = s->kc > 0 && s->kc < sh->k ? s->kc : (sh->k > 0 ? sh->k : 1);
@@ -170,7 +172,7 @@ static double cost_packed(const sch_machine *mc, const sch_contract_shape *sh, c
  * rescale of 16 rows (load, convert, multiply, FMA, load and store of the
  * f32 accumulator: ~6 slots each); A's quantisation on every thread; B's
  * packing once; memory and balance as for the packed form. */
-static double cost_amx(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
+double sch_cost_amx(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
     int nt = sh->nthreads > 0 ? sh->nthreads : 1;
     double tiles16 = (double)cdiv(sh->m, s->mr) * (double)(s->mr / 16) * (double)cdiv(sh->n, s->nr) *
                      (double)(s->nr / 16) * (double)sh->nbatch;
@@ -211,9 +213,15 @@ double sch_cost_contract(const sch_machine *mc, const sch_contract_shape *sh, co
     return cost_split(mc, sh, s);
 }
 
+/* the schedule's family's entry; a schedule of no family (not emittable)
+ * is costed as the dot form */
 static double cost_split(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
-    if (s->form == SCH_FORM_AMX) return cost_amx(mc, sh, s);
-    if (s->form == SCH_FORM_PACKED) return cost_packed(mc, sh, s);
+    const sch_family *f = sch_family_of(s);
+    return f ? f->cost(mc, sh, s) : sch_cost_dot(mc, sh, s);
+}
+
+/* the dot form (the header's model) */
+double sch_cost_dot(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *s) {
     int nt = sh->nthreads > 0 ? sh->nthreads : 1;
     int64_t chunks = cdiv(sh->k, 32);
     int64_t mt = cdiv(sh->m, s->mr), ntile = cdiv(sh->n, s->nr);

@@ -213,11 +213,7 @@ static int32_t lx_node_tree(sch_program *p, sch_kernel *k, int32_t n, const sym_
         e = lx_new(p, LX_INDEX, m->dtype);
         p->lx[e].s = c[m->axis];
         return e;
-    case OP_EXP2:
-    case OP_LOG2:
-    case OP_SIN:
-    case OP_SQRT:
-    case OP_RECIP: {
+    OP_UNARY_CASES {
         int32_t a = lx_tensor(p, k, m->src[0], c);
         e = lx_new(p, LX_UNARY, m->dtype);
         p->lx[e].op = m->op;
@@ -462,7 +458,7 @@ static void print_stage(const sch_program *p, const sch_kernel *k, int32_t i, in
 void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len, size_t *cap) {
     const sch_kernel *k = &p->kernels[kid];
     static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy", "stream"};
-    sch_appendf(buf, len, cap, "kernel %d: %s", kid, kinds[k->kind]);
+    sch_appendf(buf, len, cap, "kernel %d: %s%s", kid, kinds[k->kind], k->pack ? " pack" : "");
     if (k->root >= 0) sch_appendf(buf, len, cap, " (node %d %s)", k->root, op_table[p->g->nodes[k->root].op].name);
     sch_appendf(buf, len, cap, "\n  out: ");
     print_buf(p, k->out_buf, buf, len, cap);

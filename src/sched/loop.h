@@ -228,6 +228,8 @@ typedef struct sch_kernel {
     int disjoint;             /* SCATTER: every domain point writes its own element, so it may
                                  run in parallel (scatter.c) */
     double stream_c;          /* STREAM: the softmax's scale c (exp2((x - max) c)) */
+    int pack;                 /* MAP: writes an operand of the contraction kernel after it densely
+                                 (pack.c); root is that contraction's */
 } sch_kernel;
 
 /* how the emitter names a variable of the sym pool inside a kernel */

@@ -15,7 +15,8 @@ compared at the case's tolerances (|got - want| <= atol + rtol*|want|).
 
 Integer inputs that fix shapes (Reshape's shape, Slice's starts, ...) must be
 known when kiln loads a model; when the importer asks for that, the case is
-loaded again with its integer inputs given as load-time constants
+loaded again with its integer inputs, and any input the error names in
+quotes (Resize's float scales), given as load-time constants
 (kiln_onnx_options.consts), as a user would for such a model.
 
 Usage: conformance.py [--filter REGEX] [--cases FILE] [--jobs N] [-v]
@@ -106,7 +107,8 @@ def run_case(case):
     try:
         m = kr.Model(data=data)
     except kr.KilnOnnxError as e:
-        ints = {k: v for k, v in feeds.items() if v.dtype.kind in "biu"}
+        # integer inputs, and any input the error names ('scales' of Resize)
+        ints = {k: v for k, v in feeds.items() if v.dtype.kind in "biu" or "'%s'" % k in e.message}
         if e.unsupported and "known at load time" in e.message and ints:
             consts = ints
             try:

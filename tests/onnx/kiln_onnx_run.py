@@ -88,6 +88,8 @@ def lib():
         "kiln_program_search": (st, [vp, ctypes.c_double, ctypes.POINTER(ctypes.c_double), ctypes.c_double]),
         "kiln_program_search_finish": (st, [vp]),
         "kiln_program_untuned": (i, [vp]),
+        "kiln_program_kernels": (vp, [vp]),
+        "kiln_free": (None, [vp]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(L, name)
@@ -249,7 +251,18 @@ def _run_again(self):
         raise self._err(st)
 
 
+def _kernels(self):
+    """the compiled program's kernel listing (kiln explain --kernels)"""
+    L = lib()
+    p = L.kiln_program_kernels(self.prog)
+    try:
+        return ctypes.string_at(p).decode(errors="replace")
+    finally:
+        L.kiln_free(p)
+
+
 Model.search = _search
+Model.kernels = _kernels
 Model.run_again = _run_again
 
 

@@ -21,8 +21,7 @@
 #include "kiln_compile.h"
 #include "quant.h"
 #include "contract.h"
-#include "emit_contract.h"
-#include "emit_contract_i8.h"
+#include "family.h"
 #include "search.h"
 #include "tunedb.h"
 
@@ -311,7 +310,7 @@ static void test_space_and_model(void) {
     CHECK(sch_space_contract(&shv, spv, nvn) == nvn, "enumeration size differs (vnni)");
     int packed_i8 = 0, dot_i8 = 0, amx = 0, amx_bf16 = 0;
     for (int i = 0; i < nvn; i++) {
-        CHECK(cg_contract_sched_ok(KILN_Q4_K, &spv[i]), "schedule %d of the VNNI space is not emittable", i);
+        CHECK(sch_family_valid(KILN_Q4_K, &spv[i]), "schedule %d of the VNNI space is not emittable", i);
         if (spv[i].arith == SCH_ARITH_BF16) {
             CHECK(spv[i].form == SCH_FORM_AMX, "schedule %d: bf16 outside the AMX form", i);
             amx_bf16++;
@@ -339,7 +338,7 @@ static void test_space_and_model(void) {
         for (int i = 0; i < nf; i++) {
             bf += spf[i].arith == SCH_ARITH_BF16;
             pbf += spf[i].arith == SCH_ARITH_BF16 && spf[i].form == SCH_FORM_PACKED;
-            CHECK(cg_contract_sched_ok(KILN_F32, &spf[i]), "f32 schedule %d is not emittable", i);
+            CHECK(sch_family_valid(KILN_F32, &spf[i]), "f32 schedule %d is not emittable", i);
         }
         CHECK(act ? bf >= 8 : bf == 0, "f32 B (%s): %d bf16 schedules", act ? "activation" : "input", bf);
         CHECK(act ? pbf >= 8 : pbf == 0, "f32 B (%s): %d packed bf16 schedules", act ? "activation" : "input", pbf);
@@ -371,7 +370,7 @@ static void test_space_and_model(void) {
             sch_contract_sched_print(&spd[i], text, sizeof text);
             CHECK(spd[i].form == SCH_FORM_PACKED && spd[i].arith == SCH_ARITH_F32 && spd[i].mr == 1,
                   "direct schedule '%s' at m=1", text);
-            CHECK(cg_contract_sched_ok(KILN_F32, &spd[i]) && !cg_contract_sched_ok(KILN_F16, &spd[i]),
+            CHECK(sch_family_valid(KILN_F32, &spd[i]) && !sch_family_valid(KILN_F16, &spd[i]),
                   "direct schedule '%s': emittable for f32 B only", text);
             CHECK(sch_contract_sched_parse(text, &back) && back.direct == 1 && back.nr == spd[i].nr &&
                       back.nc == spd[i].nc && back.pf == spd[i].pf,
@@ -453,8 +452,9 @@ static void test_space_and_model(void) {
                     CHECK(strstr(text, " rp=1") && sch_contract_sched_parse(text, &back) && back.rp == 1 &&
                               back.mr == 1 && back.nr == 8 && back.arith == SCH_ARITH_I8,
                           "schedule '%s' does not read back", text);
-                    CHECK(cg_contract_sched_ok(rts[ti], &spr[i]) && cg_i8_rp_ok(rts[ti], &spr[i]) &&
-                              !cg_i8_rp_ok(KILN_F16, &spr[i]) && !cg_i8_rp_ok(KILN_F32, &spr[i]),
+                    CHECK(sch_family_valid(rts[ti], &spr[i]) && sch_family_is(&spr[i], SCH_FAM_DOT_I8_RP, rts[ti]) &&
+                              !sch_family_is(&spr[i], SCH_FAM_DOT_I8_RP, KILN_F16) &&
+                              !sch_family_is(&spr[i], SCH_FAM_DOT_I8_RP, KILN_F32),
                           "rp schedule '%s': not emittable for the block formats only", text);
                     sch_contract_sched plain = spr[i];
                     plain.rp = 0;
