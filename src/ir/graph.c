@@ -53,7 +53,8 @@ enum {
 #undef U
 };
 _Static_assert(OP_UNARY_ROWS == OP_UNARY_FNS, "every OPF_UNARY op of ops.def has one KILN_UNARY_OPS row");
-#define U(name, f32, f64, c, cl, cu) _Static_assert(OP_FLAGS_##name & OPF_UNARY, #name " has a KILN_UNARY_OPS row but is not OPF_UNARY");
+#define U(name, f32, f64, c, cl, cu)                                                                                   \
+    _Static_assert(OP_FLAGS_##name & OPF_UNARY, #name " has a KILN_UNARY_OPS row but is not OPF_UNARY");
 KILN_UNARY_OPS(U)
 #undef U
 

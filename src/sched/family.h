@@ -83,6 +83,7 @@ typedef struct sch_family {
     /* bytes of the scratch the threads of one launch share (A converted once
      * for all, the runtime's CG_KF_PREP launch) for M rows and K; NULL: none */
     size_t (*scratch)(kiln_dtype t, int64_t m, int64_t k);
+    const char *about; /* its space and arithmetic in a line (kiln tune --space) */
 } sch_family;
 
 extern const sch_family sch_families[SCH_FAM_COUNT];
