@@ -104,6 +104,12 @@ KILN_API uint16_t kiln_f32_to_bf16(float f);
 
 /* ---- graph lifetime and errors ------------------------------------------ */
 KILN_API kiln_graph *kiln_graph_new(void);
+/* the nodes built from here on start a new block (a repeated layer, say):
+ * a hint, never a change of meaning. kiln_compile's rewrite step saturates
+ * each distinct block once and reuses the result for its identical siblings
+ * (blocks that differ only in the digits of their input names), so rewrite
+ * time grows with the distinct blocks, not the depth */
+KILN_API void kiln_graph_mark_block(kiln_graph *g);
 KILN_API void kiln_graph_free(kiln_graph *g);
 KILN_API kiln_status kiln_graph_status(const kiln_graph *g); /* sticky builder status or last run status */
 KILN_API const char *kiln_graph_error(const kiln_graph *g);  /* "" when OK */

@@ -1450,3 +1450,30 @@ int sym_uses_var(const sym_pool *p, sym_id s, sym_id var) {
     if (n->kind == SYM_CONST || n->kind == SYM_VAR) return 0;
     return sym_uses_var(p, n->a, var) || sym_uses_var(p, n->b, var);
 }
+
+sym_id sym_transfer(const sym_pool *from, sym_id s, sym_pool *to, sym_id *memo) {
+    if (s == SYM_NONE) return SYM_NONE;
+    if (memo[s] != SYM_NONE) return memo[s];
+    const sym_node *n = sym_get(from, s);
+    sym_id a = n->a != SYM_NONE ? sym_transfer(from, n->a, to, memo) : SYM_NONE;
+    sym_id b = n->b != SYM_NONE ? sym_transfer(from, n->b, to, memo) : SYM_NONE, r;
+    switch (n->kind) {
+    case SYM_CONST: r = sym_const(to, n->c); break;
+    case SYM_VAR: {
+        int64_t lo, hi;
+        sym_bounds(from, s, &lo, &hi);
+        r = sym_var(to, sym_var_name(from, (uint32_t)n->c), lo, hi);
+        break;
+    }
+    default: r = sym_build(to, n->kind, a, b); break;
+    }
+    return memo[s] = r;
+}
+
+sym_id *sym_transfer_begin(const sym_pool *from, sym_pool *to) {
+    uint32_t ns = sym_count(from);
+    sym_id *memo = kiln_xmalloc(sizeof(sym_id) * (ns ? ns : 1));
+    for (uint32_t i = 0; i < ns; i++) memo[i] = SYM_NONE;
+    for (uint32_t v = 0; v < sym_var_count(from); v++) sym_transfer(from, sym_var_node(from, v), to, memo);
+    return memo;
+}

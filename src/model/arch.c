@@ -297,6 +297,7 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     char cshape[64], name[64];
 
     for (int64_t il = 0; il < hp->n_layer && !b.st; il++) {
+        kiln_graph_mark_block(g); /* each layer a block: the rewrite saturates each distinct one once */
         kiln_tensor attn_norm = blk_weight(&b, il, "attn_norm.weight", 1, d, 0, 1);
         kiln_tensor wq = blk_weight(&b, il, "attn_q.weight", 2, hq * dk, d, 1);
         kiln_tensor wk = blk_weight(&b, il, "attn_k.weight", 2, hkv * dk, d, 1);
@@ -363,6 +364,7 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     }
     if (b.st) return b.st;
 
+    kiln_graph_mark_block(g);
     /* (1, d): the last row; all_rows: (seq - logits_from, d) */
     kiln_sym from = all_rows ? kiln_sym_var(g, "logits_from") : kiln_sym_sub(g, seq, kiln_sym_int(g, 1));
     kiln_tensor last = kiln_slice(g, x, 0, from, seq, 1);

@@ -690,7 +690,15 @@ static void test_search_plan(void) {
     CHECK(kiln_program_search_finish(p) == KILN_OK, "finish: %s", kiln_graph_error(g));
     kiln_search_status ss;
     kiln_program_search_status(p, &ss);
-    CHECK(ss.searched >= 1, "the wide kernel was not searched (%d searched, %d skipped)", ss.searched, ss.skipped);
+    /* the final recompile's reserve grows with the load per core
+     * (exec.c recompile_estimate): on a machine so busy that it takes most
+     * of the 2 s, searching nothing is keeping the budget, not a failure */
+    if (ss.reserve_s < 0.5 * budget)
+        CHECK(ss.searched >= 1, "the wide kernel was not searched (%d searched, %d skipped, %.2f s reserved)",
+              ss.searched, ss.skipped, ss.reserve_s);
+    else
+        printf("note: %.2f s of the %.1f s budget reserved for the recompile (a loaded machine): %d searched\n",
+               ss.reserve_s, budget, ss.searched);
     CHECK(ss.skipped >= NL - 2, "the narrow kernels were not passed over: %d skipped", ss.skipped);
     CHECK(ss.spent_s <= budget + 3.0, "the search took %.2f s of a %.1f s budget", ss.spent_s, budget);
     CHECK(kiln_run(p) == KILN_OK, "run after the search: %s", kiln_graph_error(g));
