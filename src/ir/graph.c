@@ -360,3 +360,10 @@ kiln_status kiln_bind_input(kiln_graph *g, const char *name, void *data, size_t 
 kiln_status kiln_bind_weight(kiln_graph *g, const char *name, const void *data, size_t bytes) {
     return bind(g, "kiln_bind_weight", name, (void *)(uintptr_t)data, bytes, 1);
 }
+
+kiln_status kiln_graph_on_weight_release(kiln_graph *g, kiln_weight_release_fn fn, void *ctx) {
+    if (!g) return KILN_ERR_INVALID;
+    g->weight_release = fn;
+    g->weight_release_ctx = ctx;
+    return KILN_OK;
+}

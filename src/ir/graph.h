@@ -153,6 +153,8 @@ struct kiln_graph {
     input_binding *inputs;
     int32_t ninputs, cap_inputs;
     uint64_t bind_gen; /* the last input_binding.gen handed out */
+    kiln_weight_release_fn weight_release; /* kiln_graph_on_weight_release: NULL, or the owner's hook */
+    void *weight_release_ctx;
     output_value *results; /* per output, after a run */
 
     kiln_status status; /* builder error (sticky) or the last run's status */
