@@ -308,12 +308,15 @@ static int cmd_explain(int argc, char **argv) {
     }
     if (show_kernels || show_source) {
         kiln_status st = KILN_OK;
-        kiln_program *p = kiln_compile(g, NULL, &st);
+        kiln_compile_options co = kiln_compile_defaults();
+        if (model_path && co.stream < 0) co.stream = 2; /* as a model is compiled: both attention forms */
+        kiln_program *p = kiln_compile(g, &co, &st);
         if (!p) {
             fprintf(stderr, "kiln explain: compiling failed: %s: %s\n", kiln_status_name(st), kiln_graph_error(g));
             rc = 1;
         } else {
             if (show_kernels) rc |= put_text("explain", "kernel list", kiln_program_kernels(p));
+            if (show_kernels) rc |= put_text("explain", "attention forms", kiln_program_forms(p));
             if (show_source) {
                 const char *src = kiln_program_source(p);
                 if (src) fputs(src, stdout);

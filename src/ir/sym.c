@@ -823,6 +823,53 @@ out:
     return r;
 }
 
+/* x = D*A + R for a divisor D of several terms (pos + seq): while a term
+ * of R is a multiple of D's first term, move that multiple of D into A (the
+ * identity x = D*A + R holds after every step, so the result is exact
+ * whatever it proves); 0 when the steps do not end within a few rounds */
+static int divide_poly(sym_pool *p, const poly *X, const poly *D, poly *A, poly *R) {
+    if (D->n < 2 || D->t[0].c < 1) return 0;
+    int64_t k = D->t[0].c;
+    idvec fd = {0}, fm = {0}, rest = {0};
+    flatten_mul(p, D->t[0].m, &fd);
+    qsort(fd.v, fd.n, sizeof(sym_id), cmp_id);
+    poly_addp(R, X, 1);
+    poly_norm(R);
+    int done = 0;
+    for (int round = 0; round < 16 && !done; round++) {
+        int found = 0;
+        for (uint32_t i = 0; i < R->n && !found; i++) {
+            if (R->t[i].c % k != 0) continue;
+            fm.n = rest.n = 0;
+            flatten_mul(p, R->t[i].m, &fm);
+            qsort(fm.v, fm.n, sizeof(sym_id), cmp_id);
+            uint32_t a = 0;
+            for (uint32_t q = 0; q < fm.n; q++) {
+                if (a < fd.n && fd.v[a] == fm.v[q]) a++;
+                else iv_push(&rest, fm.v[q]);
+            }
+            if (a != fd.n) continue;
+            poly Q = {0}, QD;
+            sym_id m = mono_build(p, rest.v, rest.n);
+            if (m == SYM_NONE) Q.c0 = R->t[i].c / k;
+            else poly_push(&Q, R->t[i].c / k, m);
+            poly_mul(p, &Q, D, &QD);
+            poly_addp(A, &Q, 1);
+            poly_addp(R, &QD, -1);
+            poly_norm(R);
+            poly_free(&Q);
+            poly_free(&QD);
+            found = 1;
+        }
+        done = !found;
+    }
+    free(fd.v);
+    free(fm.v);
+    free(rest.v);
+    poly_norm(A);
+    return done;
+}
+
 /* x = d*A + R where d = k*md is a monomial and A takes the terms that have d
  * as a factor; d must be provably >= 1 */
 static sym_id divmod_sym(sym_pool *p, sym_id x, sym_id d, int is_mod) {
@@ -863,7 +910,10 @@ static sym_id divmod_sym(sym_pool *p, sym_id x, sym_id d, int is_mod) {
         free(fd.v);
         free(fm.v);
         free(rest.v);
-    } else {
+    } else if (!divide_poly(p, &X, &D, &A, &R)) {
+        poly_free(&A);
+        poly_free(&R);
+        memset(&A, 0, sizeof A);
         poly_addp(&R, &X, 1);
     }
     sym_id r;

@@ -118,6 +118,7 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
         co.threads = o.threads;
         co.search_budget = o.search_budget;
         if (o.exact) co.exact = 1;
+        if (co.stream < 0) co.stream = 2; /* both attention forms, each run picks (src/runtime/stream_select.c) */
         m->prog = kiln_compile(m->g, &co, &s);
         if (!m->prog) {
             if (!s) s = KILN_ERR_INVALID;

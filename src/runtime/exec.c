@@ -169,6 +169,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     }
     if (o.profile && host_code(p)) rt_profile_alloc(p, 1);
     p->plan.compiling = 0;
+    p->alt = rt_stream_compile_alt(g, &o, be->name);
     return p;
 }
 
@@ -187,6 +188,7 @@ static void free_tuner(rt_tuner *t) {
 
 void kiln_program_free(kiln_program *p) {
     if (!p) return;
+    kiln_program_free(p->alt);
     if (p->prof.secs) {
         if (p->plan.opt.profile == 1) rt_profile_print(p);
         rt_profile_alloc(p, 0);

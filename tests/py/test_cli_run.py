@@ -537,6 +537,11 @@ def t_explain_model():
     assert r.returncode == 0, r.err[-400:]
     assert re.search(r"^kernel 0: ", r.out, re.M), r.out[:400]
     assert "contraction contract-" in r.out and "token_embd.weight" in r.out, r.out[:800]
+    # both attention forms and the runs each serves (src/runtime/stream_select.c)
+    assert re.search(r"short prompts .*: materialised .*runner-up: streaming", r.out), r.out[-800:]
+    assert re.search(r"decode .*: streaming .*runner-up: materialised", r.out), r.out[-800:]
+    m = re.search(r"the streaming program: \d+ kernels, (\d+) of them stream kernels", r.out)
+    assert m and int(m.group(1)) >= 1, r.out[-400:]
     r = kiln("explain", "-m", LLAMA, "--egraph")
     assert r.returncode == 0 and "stopped:" in r.out and "e-graph:" in r.out, (r.err[-400:], r.out[:400])
     r = kiln("explain", "-m", LLAMA, "--graph")
