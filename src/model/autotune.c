@@ -7,7 +7,9 @@
  *  1. warm-up, untimed: one decode step and a short prefill build the weight
  *     copies the schedules read (as kiln run does before its prompt);
  *  2. profile with the schedules the program has (the DB's, else the
- *     defaults): a prefill of `prompt` tokens, then two decode steps;
+ *     defaults): a prefill of `prompt` tokens (fewer in proportion for
+ *     weights past 1 GB, at least 32), then two decode steps; steps 1-2
+ *     count against the budget;
  *  3. the plan: kernel k's weight in the workload is its decode time x the
  *     tokens generated plus its prefill time x (the prompt / the profiled
  *     prompt), the workload being llama-bench's default one (a 512-token
@@ -70,6 +72,14 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
     }
     if (!(o.budget_s > 0)) return KILN_OK; /* no budget: nothing searched, nothing recorded */
     int n = o.prompt;
+    /* a prefill reads every weight: for weights past 1 GB, fewer rows in
+     * proportion (at least 32), so that profiling an 8B model does not take
+     * the budget (256 rows of the 4 GB q4_k one: minutes on 2 cores) */
+    uint64_t file_bytes = 0;
+    if (model_gguf(m) && gguf_bytes(model_gguf(m), &file_bytes) && file_bytes > UINT64_C(1000000000)) {
+        double scaled = (double)n * 1e9 / (double)file_bytes;
+        n = scaled < 32 ? 32 : (int)scaled;
+    }
     if (n > model_n_ctx(m) - 3) n = (int)model_n_ctx(m) - 3;
     if (n < 5) n = 5; /* the prefill bucket starts above 4 rows */
     if (model_n_ctx(m) < n + 3) {
@@ -85,7 +95,9 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
     double *w = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *w);
     kiln_status s = KILN_OK;
 
-    /* 1-2: warm up, then profile the schedules the program has */
+    /* 1-2: warm up, then profile the schedules the program has; their time
+     * is the search's too (the budget bounds the whole search's wall time) */
+    double t_start = kiln_now_s();
     phase(&o, "measuring where the time goes (a prefill and two decode steps)");
     if (model_forward(m, toks, 1, 0, logits) || model_forward(m, toks, 5, 0, logits)) {
         s = fail(m, err, cap, "warm-up");
@@ -111,7 +123,8 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         w[2 * k] = dec[k] / 2 * o.workload_gen;
         w[2 * k + 1] = pre[k] * o.workload_prompt / n;
     }
-    if ((s = kiln_program_search(p, o.budget_s, w, o.min_share)) != KILN_OK) {
+    double left = o.budget_s - (kiln_now_s() - t_start);
+    if ((s = kiln_program_search(p, left > 0 ? left : 0, w, o.min_share)) != KILN_OK) {
         snprintf(err, cap, "bad search options (budget %g s, min share %g)", o.budget_s, o.min_share);
         goto done;
     }

@@ -83,19 +83,23 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
         return s;
     }
     m->n_ctx = o.n_ctx ? o.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
-    if (!o.n_ctx && o.n_ctx_min > m->n_ctx) {
-        int64_t c = 1;
-        while (c < o.n_ctx_min) c *= 2;
-        m->n_ctx = c;
-    }
+    if (!o.n_ctx && o.n_ctx_min > m->n_ctx) m->n_ctx = o.n_ctx_min;
     m->kv_dtype = o.kv_dtype;
     m->all_logits = o.all_logits != 0;
     m->g = kiln_graph_new();
-    if ((s = arch_build(m->g, m->file, &m->hp, m->n_ctx, m->kv_dtype, m->all_logits, err, cap))) {
+    if ((s = arch_build(m->g, m->file, &m->hp, m->kv_dtype, m->all_logits, err, cap))) {
         model_free(m);
         return s;
     }
     bind_weights(m);
+    /* the cache's length is a symbol of the graph (one program for every
+     * context length); its value goes with the states bound below, whose
+     * bytes every run checks against it */
+    if ((s = kiln_bind_dim(m->g, ARCH_CTX_SYM, m->n_ctx))) {
+        kiln_fail(err, cap, s, "model: binding %s: %s", ARCH_CTX_SYM, kiln_graph_error(m->g));
+        model_free(m);
+        return s;
+    }
     m->nstates = (int)(2 * m->hp.n_layer);
     m->states = kiln_xcalloc((size_t)m->nstates, sizeof *m->states);
     m->state_bytes = kiln_xcalloc((size_t)m->nstates, sizeof *m->state_bytes);
