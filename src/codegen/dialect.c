@@ -112,10 +112,8 @@ const cg_dialect cg_dialect_c = {
     .wide_zero = "0.0",
     .nan = "NAN",
     .inf = "INFINITY",
+    .lang = OP_LANG_C,
     .exp2 = "exp2f",
-    .log2 = "log2f",
-    .sin = "sinf",
-    .sqrt = "sqrtf",
     .fmod = "fmodf",
     .i32_min = "-2147483648LL",
     .i32_max = "2147483647LL",
@@ -281,14 +279,14 @@ static const sch_sym_spelling gpu_sym = {"((i64)", ")", "((i64)", ")", "((i64)(-
 
 /* the two rows differ only in name and header: the helpers and the bodies
  * call the names each header defines */
-#define GPU_DIALECT(NAME, HEADER)                                                                                      \
+#define GPU_DIALECT(NAME, LANG, HEADER)                                                                                \
     {                                                                                                                  \
         .name = NAME, .header = HEADER, .helpers = gpu_helpers, .sym = &gpu_sym, .int_pre = "((i64)", .int_suf = ")",  \
         .i64 = "i64", .u64 = "u64", .i32 = "i32", .u16 = "u16", .u8 = "u8", .wide = "kacc", .wide_zero = "(kacc)0",    \
-        .nan = "KNAN", .inf = "KINF", .exp2 = "KEXP2", .log2 = "KLOG2", .sin = "KSIN", .sqrt = "KSQRT",                \
+        .nan = "KNAN", .inf = "KINF", .lang = LANG, .exp2 = "KEXP2",                                                   \
         .fmod = "KFMOD", .i32_min = "(i64)(-2147483647 - 1)", .i32_max = "(i64)2147483647", .zero = "(i64)0",          \
         .u8_max = "(i64)255", .minus_one = "(i64)-1", .err = "kbad", .stage_comments = 0,                              \
     }
 
-const cg_dialect cg_dialect_opencl = GPU_DIALECT("OpenCL C", opencl_header);
-const cg_dialect cg_dialect_cuda = GPU_DIALECT("CUDA C", cuda_header);
+const cg_dialect cg_dialect_opencl = GPU_DIALECT("OpenCL C", OP_LANG_OPENCL, opencl_header);
+const cg_dialect cg_dialect_cuda = GPU_DIALECT("CUDA C", OP_LANG_CUDA, cuda_header);

@@ -212,6 +212,17 @@ static int vec_lanes(const emitter *e) {
     return 16;
 }
 
+/* the opening of a unary OPF_VEC op's vector form (its operand and ")"
+ * follow); an op of ops.def flagged OPF_VEC adds its spelling here, the
+ * others never reach it (vec_expr_ok) */
+static void emit_vec_unary(emitter *e, op_kind op, int w512) {
+    const char *pre = w512 ? "_mm512" : "_mm256";
+    if (op == OP_SQRT) OUT("%s_sqrt_ps(", pre);
+    else if (op == OP_EXP2) OUT("%s(", w512 ? "kexp2_16" : "kexp2_8");
+    else if (op == OP_RECIP) OUT("%s_div_ps(%s_set1_ps(1.0f), ", pre, pre);
+    else KILN_ASSERT(0 && "a unary op flagged OPF_VEC without a vector spelling");
+}
+
 /* vector expression text for W consecutive values of var (its C variable
  * holds the first lane's value) */
 static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
@@ -263,27 +274,25 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
         OUT(")");
         return;
     case LX_UNARY:
+        emit_vec_unary(e, x->op, w512);
+        emit_vec_expr(e, x->a, w512, var);
+        OUT(")");
+        return;
     case LX_BINARY:
         switch (x->op) {
-        case OP_SQRT: OUT("%s_sqrt_ps(", pre); break;
-        case OP_EXP2: OUT("%s(", w512 ? "kexp2_16" : "kexp2_8"); break;
-        case OP_RECIP: OUT("%s_div_ps(%s_set1_ps(1.0f), ", pre, pre); break;
         case OP_LT:
             if (w512) OUT("_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(");
             else OUT("_mm256_and_ps(_mm256_cmp_ps(");
             break;
         case OP_ADD: OUT("%s_add_ps(", pre); break;
         case OP_MUL: OUT("%s_mul_ps(", pre); break;
-        /* not OPF_VEC: vec_expr_ok kept them off this path */
-        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_LOG2: case OP_SIN: case OP_MOD: case OP_SUM:
-        case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS: case OP_CONTRACT:
-        case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not vectorisable");
+        /* not OPF_VEC, or not binary: vec_expr_ok kept them off this path */
+        OP_UNARY_CASES
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_MOD: case OP_SUM: case OP_MAX: case OP_GATHER:
+        case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE:
+        case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not vectorisable");
         }
         emit_vec_expr(e, x->a, w512, var);
-        if (x->kind == LX_UNARY) {
-            OUT(")");
-            return;
-        }
         OUT(", ");
         emit_vec_expr(e, x->b, w512, var);
         if (x->op == OP_LT) OUT(", _CMP_LT_OQ), %s_set1_ps(1.0f))", pre);

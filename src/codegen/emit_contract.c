@@ -115,7 +115,8 @@ static const cg_family_emit family_emit[] = {
     [SCH_FAM_AMX_I8] = {cg_emit_amx_tiles, cg_emit_amx_schedule, PRO_I8A},
     [SCH_FAM_AMX_BF16] = {cg_emit_amx_bf16_tiles, cg_emit_amx_bf16_schedule, PRO_AMX_BF16},
 };
-_Static_assert(sizeof family_emit / sizeof *family_emit == SCH_FAM_COUNT, "every contraction family has an emitter row");
+_Static_assert(sizeof family_emit / sizeof *family_emit == SCH_FAM_COUNT,
+               "every contraction family has an emitter row");
 
 int cg_family_emitter_complete(int id) {
     return id >= 0 && id < SCH_FAM_COUNT && family_emit[id].tiles && family_emit[id].schedule;

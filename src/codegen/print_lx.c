@@ -123,20 +123,13 @@ static void open_local(cg_printer *pr, const lx *x, int32_t id, int ind) {
     OUT("const %s t%d = ", ctype(pr->d, x->dtype), id);
 }
 
+/* a unary op in the dialect's language: ops.def's spelling column */
 static void print_unary(cg_printer *pr, const lx *x, int32_t id, const char *a, int ind) {
-    const cg_dialect *d = pr->d;
+    const char *fmt = op_unary[x->op].spell[pr->d->lang];
+    KILN_ASSERT(fmt != NULL);
     cg_print_lx(pr, x->a, ind);
     char ex[96];
-    switch (x->op) {
-    case OP_EXP2: snprintf(ex, sizeof ex, "%s(%s)", d->exp2, a); break;
-    case OP_LOG2: snprintf(ex, sizeof ex, "%s(%s)", d->log2, a); break;
-    case OP_SIN: snprintf(ex, sizeof ex, "%s(%s)", d->sin, a); break;
-    case OP_SQRT: snprintf(ex, sizeof ex, "%s(%s)", d->sqrt, a); break;
-    case OP_RECIP: snprintf(ex, sizeof ex, "(1.0f / %s)", a); break;
-    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT:
-    case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "bad unary op");
-    }
+    snprintf(ex, sizeof ex, fmt, a);
     cg_print_indent(pr, ind);
     OUT("const float t%d = ", id);
     out_round(pr, x->dtype, ex);
@@ -155,9 +148,10 @@ static void print_binary(cg_printer *pr, const lx *x, int32_t id, const char *a,
         case OP_MUL: snprintf(ex, sizeof ex, "(%s * %s)", a, b); break;
         case OP_MOD: snprintf(ex, sizeof ex, "%s(%s, %s)", d->fmod, a, b); break;
         case OP_LT: snprintf(ex, sizeof ex, "(%s < %s ? 1.0f : 0.0f)", a, b); break;
-        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
-        case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "bad binary op");
+        OP_UNARY_CASES
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
+        case OP_CAST: case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT:
+            KILN_ASSERT(0 && "bad binary op");
         }
         out_round(pr, x->dtype, ex);
     } else {
@@ -167,9 +161,10 @@ static void print_binary(cg_printer *pr, const lx *x, int32_t id, const char *a,
         case OP_MUL: OUT("%s((%s)%s * (%s)%s)", w, d->u64, a, d->u64, b); break;
         case OP_MOD: OUT("kimod(%s, %s)", a, b); break;
         case OP_LT: OUT("(%s)(%s < %s)", d->i64, a, b); break;
-        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
-        case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "bad binary op");
+        OP_UNARY_CASES
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
+        case OP_CAST: case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT:
+            KILN_ASSERT(0 && "bad binary op");
         }
     }
     OUT(";\n");

@@ -32,7 +32,8 @@ typedef struct cg_dialect {
     const char *i32, *u16, *u8;    /* storage types of i32, f16/bf16 and u8 elements */
     const char *wide, *wide_zero;  /* the float sum's accumulator type and its zero */
     const char *nan, *inf;         /* f32 NaN and +infinity */
-    const char *exp2, *log2, *sin, *sqrt, *fmod; /* the f32 functions */
+    op_lang lang;       /* its column of ops.def's unary spellings */
+    const char *exp2, *fmod; /* the f32 functions the printer and the stream emitter call themselves */
     const char *i32_min, *i32_max, *zero, *u8_max, *minus_one; /* int64 constants of clamps and sentinels */
     const char *err;    /* the local flag an out-of-range gather index sets */
     int stage_comments; /* a comment line naming the node before each fused stage */

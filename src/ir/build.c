@@ -259,7 +259,8 @@ kiln_tensor kiln_iota(kiln_graph *g, kiln_dtype t, int ndim, const kiln_sym *sha
 
 /* ---- elementwise ------------------------------------------------------ */
 
-static kiln_tensor unary(kiln_graph *g, op_kind op, kiln_tensor x) {
+kiln_tensor graph_unary(kiln_graph *g, op_kind op, kiln_tensor x) {
+    KILN_ASSERT(op_table[op].flags & OPF_UNARY);
     BUILDER_GUARD(g);
     const char *name = op_table[op].name;
     if (!check_tensor(g, name, x)) return KILN_NONE;
@@ -275,11 +276,11 @@ static kiln_tensor unary(kiln_graph *g, op_kind op, kiln_tensor x) {
     return add_node(g, &n);
 }
 
-kiln_tensor kiln_exp2(kiln_graph *g, kiln_tensor x) { return unary(g, OP_EXP2, x); }
-kiln_tensor kiln_log2(kiln_graph *g, kiln_tensor x) { return unary(g, OP_LOG2, x); }
-kiln_tensor kiln_sin(kiln_graph *g, kiln_tensor x) { return unary(g, OP_SIN, x); }
-kiln_tensor kiln_sqrt(kiln_graph *g, kiln_tensor x) { return unary(g, OP_SQRT, x); }
-kiln_tensor kiln_recip(kiln_graph *g, kiln_tensor x) { return unary(g, OP_RECIP, x); }
+kiln_tensor kiln_exp2(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_EXP2, x); }
+kiln_tensor kiln_log2(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_LOG2, x); }
+kiln_tensor kiln_sin(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_SIN, x); }
+kiln_tensor kiln_sqrt(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_SQRT, x); }
+kiln_tensor kiln_recip(kiln_graph *g, kiln_tensor x) { return graph_unary(g, OP_RECIP, x); }
 
 /* numpy broadcasting: align trailing axes; sizes must match or be 1 */
 static int broadcast_pair(kiln_graph *g, const char *op, kiln_tensor *a, kiln_tensor *b) {

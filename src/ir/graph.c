@@ -2,12 +2,14 @@
  * symbolic dimensions, outputs and run-time bindings.
  *
  * The op builders live in build.c; the reference interpreter in src/ref/.
+ * op_table and op_unary are ops.def's rows as data.
  * Invariants: see graph.h. Builder errors are sticky (build_failed); run
  * errors are reported through the same status/message but do not stop the
  * builder, and are replaced by the next run's outcome.
  */
 #include "graph.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -20,6 +22,41 @@ const op_info op_table[OP_COUNT] = {
 #undef X
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == OP_COUNT, "op_table has one row per op");
+
+/* ops.def's unary rows: a function per column pair, then the table */
+#define U(name, f32, f64, c, cl, cu)                                                                                   \
+    static float unary_f32_##name(float x) { return f32; }                                                           \
+    static double unary_f64_##name(double x) { return f64; }
+KILN_UNARY_OPS(U)
+#undef U
+const op_unary_info op_unary[OP_COUNT] = {
+#define U(name, f32, f64, c, cl, cu) [OP_##name] = {unary_f32_##name, unary_f64_##name, {c, cl, cu}},
+    KILN_UNARY_OPS(U)
+#undef U
+};
+
+/* every OPF_UNARY row has exactly one U row, and every U row is OPF_UNARY */
+enum op_flags_of {
+#define X(name, arity, flags, xcost, kcost) OP_FLAGS_##name = (flags),
+#include "ops.def"
+#undef X
+};
+enum {
+    OP_UNARY_ROWS = 0
+#define X(name, arity, flags, xcost, kcost) +(((flags) & OPF_UNARY) ? 1 : 0)
+#include "ops.def"
+#undef X
+    ,
+    OP_UNARY_FNS = 0
+#define U(name, f32, f64, c, cl, cu) +1
+    KILN_UNARY_OPS(U)
+#undef U
+};
+_Static_assert(OP_UNARY_ROWS == OP_UNARY_FNS, "every OPF_UNARY op of ops.def has one KILN_UNARY_OPS row");
+#define U(name, f32, f64, c, cl, cu)                                                                                   \
+    _Static_assert(OP_FLAGS_##name & OPF_UNARY, #name " has a KILN_UNARY_OPS row but is not OPF_UNARY");
+KILN_UNARY_OPS(U)
+#undef U
 
 kiln_graph *kiln_graph_new(void) {
     kiln_graph *g = kiln_xcalloc(1, sizeof *g);

@@ -61,6 +61,26 @@ typedef struct op_info {
 
 extern const op_info op_table[OP_COUNT];
 
+/* the languages of ops.def's spelling columns (codegen's dialects name theirs) */
+typedef enum op_lang { OP_LANG_C = 0, OP_LANG_OPENCL, OP_LANG_CUDA, OP_LANG_COUNT } op_lang;
+
+/* one row of ops.def's KILN_UNARY_OPS (NULL members for the other ops) */
+typedef struct op_unary_info {
+    float (*f32)(float x);    /* the reference meaning in f32 (the interpreter) */
+    double (*f64)(double x);  /* in double (constant folding, rounded to f32 after) */
+    const char *spell[OP_LANG_COUNT]; /* printf format of the f32 expression of one operand */
+} op_unary_info;
+extern const op_unary_info op_unary[OP_COUNT];
+
+/* the case labels of every unary op, for switches over op_kind that treat
+ * the class alike: `switch (op) { OP_UNARY_CASES ...; case OP_ADD: ...` */
+#define OP_UNARY_CASE_(name, f32, f64, c, cl, cu) case OP_##name:
+#define OP_UNARY_CASES KILN_UNARY_OPS(OP_UNARY_CASE_)
+
+/* a unary node (build.c: the public unary builders and the e-graph's
+ * conversion call it); op must be OPF_UNARY */
+kiln_tensor graph_unary(kiln_graph *g, op_kind op, kiln_tensor x);
+
 typedef struct node {
     op_kind op;
     kiln_dtype dtype;

@@ -408,17 +408,8 @@ static kiln_status eval_unary(ictx *c, int32_t id, nbuf *b) {
     if (s == KILN_OK) s = operand_load(c, &o, &a);
     if (s != KILN_OK) return s;
     for (int64_t i = 0; i < b->numel; i++) {
-        float x = (float)a[i], r = 0.0f;
-        switch (n->op) {
-        case OP_EXP2: r = exp2f(x); break;
-        case OP_LOG2: r = log2f(x); break;
-        case OP_SIN: r = sinf(x); break;
-        case OP_SQRT: r = sqrtf(x); break;
-        case OP_RECIP: r = 1.0f / x; break;
-        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT:
-        case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not a unary op");
-        }
+        /* the op's meaning in f32: ops.def's F32 column */
+        float r = op_unary[n->op].f32((float)a[i]);
         dtype_store(n->dtype, b->data, i, (double)r);
     }
     free(a);
@@ -432,9 +423,10 @@ static double binary_float(op_kind op, double da, double db) {
     case OP_MUL: r = x * y; break;
     case OP_MOD: r = fmodf(x, y); break;
     case OP_LT: r = x < y ? 1.0f : 0.0f; break;
-    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
-    case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not a binary op");
+    OP_UNARY_CASES
+    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
+    case OP_CAST: case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT:
+        KILN_ASSERT(0 && "not a binary op");
     }
     return (double)r;
 }
@@ -447,9 +439,10 @@ static double binary_int(op_kind op, kiln_dtype t, double da, double db) {
     /* in int64, INT32_MIN % -1 is simply 0 */
     case OP_MOD: return y == 0 ? 0.0 : (double)(x % y);
     case OP_LT: return x < y ? 1.0 : 0.0;
-    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
-    case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST: case OP_CONTIGUOUS:
-    case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: KILN_ASSERT(0 && "not a binary op");
+    OP_UNARY_CASES
+    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
+    case OP_CAST: case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT:
+        KILN_ASSERT(0 && "not a binary op");
     }
     return 0.0;
 }
@@ -818,11 +811,7 @@ static kiln_status eval_node(ictx *c, int32_t id) {
     switch (n->op) {
     case OP_CONST:
     case OP_IOTA: s = eval_leaf(c, id, b); break;
-    case OP_EXP2:
-    case OP_LOG2:
-    case OP_SIN:
-    case OP_SQRT:
-    case OP_RECIP: s = eval_unary(c, id, b); break;
+    OP_UNARY_CASES s = eval_unary(c, id, b); break;
     case OP_ADD:
     case OP_MUL:
     case OP_MOD:

@@ -22,17 +22,6 @@
 #include "base.h"
 #include "rewrite.h"
 
-static int64_t dbits(double v) {
-    int64_t b;
-    memcpy(&b, &v, sizeof b);
-    return b;
-}
-
-static double bitsd(int64_t b) {
-    double v;
-    memcpy(&v, &b, sizeof v);
-    return v;
-}
 
 static void add_root(eg_kiln *ek, eg_id c, const char *name) {
     KILN_GROW(ek->roots, ek->cap_roots, ek->nroots + 1);
@@ -70,7 +59,7 @@ eg_kiln *ek_from_graph(const kiln_graph *g, char *err, size_t cap) {
         if (n->op == OP_INPUT) {
             arg = ek_intern_input(ek, n->name, n->dtype, n->ndim, n->shape, n->is_state);
         } else if (n->op == OP_CONST) {
-            arg = dbits(n->value);
+            arg = ek_dbits(n->value);
         } else if (op_table[n->op].flags & OPF_AXIS) {
             arg = n->axis;
             if (n->op == OP_IOTA) {
@@ -204,18 +193,14 @@ static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
         if (t != KILN_NONE && in->is_state) g->nodes[g->tensors[t].node].is_state = 1;
         return t;
     }
-    case OP_CONST: return kiln_const(g, bitsd(n->arg), (kiln_dtype)n->dtype);
+    case OP_CONST: return kiln_const(g, ek_bitsd(n->arg), (kiln_dtype)n->dtype);
     case OP_IOTA: {
         const view *v = &ek->views[n->arg2];
         kiln_sym dims[KILN_MAX_DIMS];
         for (int i = 0; i < view_ndim(v); i++) dims[i] = (kiln_sym)tr(c, view_shape(v)[i]);
         return kiln_iota(g, (kiln_dtype)n->dtype, view_ndim(v), dims, (int)n->arg);
     }
-    case OP_EXP2: return kiln_exp2(g, k[0]);
-    case OP_LOG2: return kiln_log2(g, k[0]);
-    case OP_SIN: return kiln_sin(g, k[0]);
-    case OP_SQRT: return kiln_sqrt(g, k[0]);
-    case OP_RECIP: return kiln_recip(g, k[0]);
+    OP_UNARY_CASES return graph_unary(g, (op_kind)n->op, k[0]);
     case OP_ADD: return kiln_add(g, k[0], k[1]);
     case OP_MUL: return kiln_mul(g, k[0], k[1]);
     case OP_MOD: return kiln_mod(g, k[0], k[1]);

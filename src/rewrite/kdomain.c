@@ -118,13 +118,14 @@ int ek_view_masked(const eg_kiln *ek, uint32_t vid) {
 
 /* ---- constants ---------------------------------------------------------------- */
 
-static int64_t dbits(double v) {
+/* a CONST e-node's value travels as its double's bits (eg_node.arg) */
+int64_t ek_dbits(double v) {
     int64_t b;
     memcpy(&b, &v, sizeof b);
     return b;
 }
 
-static double bitsd(int64_t b) {
+double ek_bitsd(int64_t b) {
     double v;
     memcpy(&v, &b, sizeof v);
     return v;
@@ -135,11 +136,7 @@ int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
     if (op < 0 || op >= OP_COUNT) return 0; /* EG_OP_VIEW */
     if (t == KILN_F32) {
         switch ((op_kind)op) {
-        case OP_EXP2: r = exp2(a[0]); break;
-        case OP_LOG2: r = log2(a[0]); break;
-        case OP_SIN: r = sin(a[0]); break;
-        case OP_SQRT: r = sqrt(a[0]); break;
-        case OP_RECIP: r = 1.0 / a[0]; break;
+        OP_UNARY_CASES r = op_unary[op].f64(a[0]); break; /* ops.def's F64 column */
         case OP_ADD: r = a[0] + a[1]; break;
         case OP_MUL: r = a[0] * a[1]; break;
         case OP_MOD: r = fmod(a[0], a[1]); break;
@@ -163,9 +160,9 @@ int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
             break;
         case OP_LT: r = a[0] < a[1] ? 1.0 : 0.0; break;
         case OP_CONTIGUOUS: r = a[0]; break;
-        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
-        case OP_RECIP: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CAST:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return 0;
+        OP_UNARY_CASES
+        case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
+        case OP_CAST: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return 0;
         }
         if (fabs(r) > 2147483647.0) return 0;
         *out = r;
@@ -209,7 +206,7 @@ static void ek_make(void *ctx, egraph *eg, const eg_node *n, eg_data *out) {
     case OP_CONST:
         out->ndim = 0;
         out->has_const = 1;
-        out->cval = bitsd(n->arg);
+        out->cval = ek_bitsd(n->arg);
         return;
     case OP_IOTA: {
         const view *v = &ek->views[n->arg2];
@@ -248,7 +245,7 @@ static void ek_make(void *ctx, egraph *eg, const eg_node *n, eg_data *out) {
     }
     case OP_SCATTER: set_shape(out, k0->ndim, k0->shape); return;
     case OP_CAST: set_shape(out, k0->ndim, k0->shape); return;
-    case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT: case OP_RECIP:
+    OP_UNARY_CASES
     case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT:
     case OP_CONTIGUOUS: case OP_SOFTMAX_ONLINE: break;
     }
@@ -304,7 +301,7 @@ eg_id ek_view(eg_kiln *ek, eg_id x, const view *v) {
 }
 
 eg_id ek_full(eg_kiln *ek, double value, kiln_dtype t, int ndim, const sym_id *shape) {
-    eg_node cn = eg_mk(OP_CONST, (uint8_t)t, dbits(value), 0, 0, NULL);
+    eg_node cn = eg_mk(OP_CONST, (uint8_t)t, ek_dbits(value), 0, 0, NULL);
     eg_id c = eg_add(ek->eg, &cn);
     if (ndim == 0) return c;
     view v;

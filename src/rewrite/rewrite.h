@@ -78,6 +78,9 @@ eg_id ek_view(eg_kiln *ek, eg_id x, const view *v);
 int ek_view_masked(const eg_kiln *ek, uint32_t vid);
 /* fold a constant op in dtype t; returns 1 and *out when foldable exactly */
 int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out);
+/* a CONST e-node's value and its arg: the double's bits (kdomain.c) */
+int64_t ek_dbits(double v);
+double ek_bitsd(int64_t b);
 
 /* ---- graph <-> e-graph (convert.c) ---------------------------------------- */
 /* the e-graph of a graph's outputs (ek->roots); NULL with a message on error */

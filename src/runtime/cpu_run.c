@@ -174,8 +174,9 @@ static int pack_b(kiln_program *p, int32_t k, const sch_contract_sched *sc, int6
         memset(r, 0, sizeof *r);
         cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
     }
-    if (r->data || !bind || !cs->pack_copies || sc->form != SCH_FORM_PACKED || sc->arith != SCH_ARITH_I8 ||
-        !cg_i8_tag(t) || rn <= 0 || rn % 32 != 0 || sc->nr <= 0)
+    const sch_family *f = sch_family_of(sc);
+    if (r->data || !bind || !cs->pack_copies || !f || !f->pack_copy || !f->dtype_ok(t) || rn <= 0 || rn % 32 != 0 ||
+        sc->nr <= 0)
         return 0;
     int64_t strips = nbatch * ((n + sc->nr - 1) / sc->nr);
     size_t bytes = SCH_PACK_HEADER + (size_t)strips * SCH_PACK_STRIP(sc->nr, rn, cg_i8_kb(t));

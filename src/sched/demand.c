@@ -130,9 +130,9 @@ static sym_id index_value(const kiln_graph *g, int32_t t, const sym_id *u, int d
         if (a == SYM_NONE || b == SYM_NONE) return SYM_NONE;
         return n->op == OP_ADD ? sym_add(sp, a, b) : sym_mul(sp, a, b);
     }
-    case OP_INPUT: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT: case OP_RECIP: case OP_MOD: case OP_LT:
-    case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER: case OP_CONTIGUOUS: case OP_CONTRACT:
-    case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return SYM_NONE;
+    OP_UNARY_CASES
+    case OP_INPUT: case OP_MOD: case OP_LT: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
+    case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return SYM_NONE;
     }
     return SYM_NONE;
 }
@@ -153,9 +153,10 @@ static int zero_outside(const kiln_graph *g, int32_t t, const sym_id *u, sym_id 
     }
     case OP_CAST: return zero_outside(g, n->src[0], c, diff, depth + 1);
     case OP_MUL: return zero_outside(g, n->src[0], c, diff, depth + 1) || zero_outside(g, n->src[1], c, diff, depth + 1);
-    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT:
-    case OP_RECIP: case OP_ADD: case OP_MOD: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_SCATTER:
-    case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return 0;
+    OP_UNARY_CASES
+    case OP_INPUT: case OP_CONST: case OP_IOTA: case OP_ADD: case OP_MOD: case OP_SUM: case OP_MAX:
+    case OP_GATHER: case OP_SCATTER: case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE:
+    case OP_SOFTMAX_CONTRACT: return 0;
     }
     return 0;
 }

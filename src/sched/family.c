@@ -30,8 +30,11 @@
 
 /* ---- B dtypes ---- */
 
-static int dt_weight(kiln_dtype t) { return (int)t >= 0 && t < KILN_DTYPE_COUNT && (dtype_table[t].flags & DT_WEIGHT); }
-static int dt_int8(kiln_dtype t) { return (int)t >= 0 && t < KILN_DTYPE_COUNT && (dtype_table[t].flags & DT_INT8); }
+static int dt_has(kiln_dtype t, unsigned flag) {
+    return (int)t >= 0 && t < KILN_DTYPE_COUNT && (dtype_table[t].flags & flag) != 0;
+}
+static int dt_weight(kiln_dtype t) { return dt_has(t, DT_WEIGHT); }
+static int dt_int8(kiln_dtype t) { return dt_has(t, DT_INT8); }
 static int dt_f32(kiln_dtype t) { return t == KILN_F32; }
 static int dt_f32_or_int8(kiln_dtype t) { return t == KILN_F32 || dt_int8(t); }
 
@@ -40,8 +43,8 @@ static int dt_f32_or_int8(kiln_dtype t) { return t == KILN_F32 || dt_int8(t); }
 static int kc_ok(int kc) { return kc >= 0 && kc % 32 == 0 && kc <= (1 << 20); }
 
 static int dot_f32_ok(const sch_contract_sched *s) {
-    return s->mc >= 1 && s->nc >= 0 && s->mr >= 1 && s->nr >= 1 && s->mr <= 8 && s->nr <= 16 && s->mr * s->nr + 2 * s->nr + 2 <= 32 && s->pf >= 0 &&
-           s->pf <= 64;
+    return s->mc >= 1 && s->nc >= 0 && s->mr >= 1 && s->nr >= 1 && s->mr <= 8 && s->nr <= 16 &&
+           s->mr * s->nr + 2 * s->nr + 2 <= 32 && s->pf >= 0 && s->pf <= 64;
 }
 
 static int dot_i8_ok(const sch_contract_sched *s) {
@@ -107,27 +110,42 @@ static size_t amx_bf16_scratch(kiln_dtype t, int64_t m, int64_t k) {
 
 const sch_family sch_families[SCH_FAM_COUNT] = {
     [SCH_FAM_DOT_F32] = {SCH_FAM_DOT_F32, "dot-f32", SCH_FORM_DOT, SCH_ARITH_F32, 0, 0, 0, SCH_FAM_ANY_M, CONTIG, 1,
-                         dt_weight, dot_f32_ok, sch_space_dot, sch_cost_dot, NULL},
-    [SCH_FAM_DOT_I8] = {SCH_FAM_DOT_I8, "dot-i8", SCH_FORM_DOT, SCH_ARITH_I8, 0, 0, SCH_NEED_VNNI, SCH_FAM_ANY_M, CONTIG,
-                        1, dt_int8, dot_i8_ok, sch_space_dot, sch_cost_dot, NULL},
+                         dt_weight, dot_f32_ok, sch_space_dot, sch_cost_dot, NULL, 0,
+        "mr x nr register tiles, mr in {1,2,3,4,6,8}, nr in {1,...,16}, within 32 zmm; mc in {16,64,256} rows"
+        " of A per block; nc in {auto,4,16,64} tiles per item; B prefetched 0 to 32 chunks ahead"},
+    [SCH_FAM_DOT_I8] = {SCH_FAM_DOT_I8, "dot-i8", SCH_FORM_DOT, SCH_ARITH_I8, 0, 0, SCH_NEED_VNNI, SCH_FAM_ANY_M,
+                        CONTIG, 1, dt_int8, dot_i8_ok, sch_space_dot, sch_cost_dot, NULL, 0,
+        "the dot tiles up to 4 x 8 on int8 dot products (VNNI, block formats; A quantised per 32: "
+        "approximate)"},
     [SCH_FAM_DOT_I8_RP] = {SCH_FAM_DOT_I8_RP, "dot-i8-rp", SCH_FORM_DOT, SCH_ARITH_I8, 1, 0, SCH_NEED_VNNI,
                            SCH_FAM_SMALL_M, CONTIG | SCH_B_WEIGHT, 1, dt_int8, dot_i8_rp_ok, sch_space_dot,
-                           sch_cost_dot, NULL},
+                           sch_cost_dot, NULL, 0,
+        "decode of a bound weight: the int8 1 x 8 tiles on a copy of B repacked once (8 rows interleaved)"},
     [SCH_FAM_PACKED_F32] = {SCH_FAM_PACKED_F32, "packed-f32", SCH_FORM_PACKED, SCH_ARITH_F32, 0, 0, 0, SCH_FAM_LARGE_M,
-                            BOTH, 0, dt_weight, packed_f32_ok, sch_space_packed, sch_cost_packed, NULL},
+                            BOTH, 0, dt_weight, packed_f32_ok, sch_space_packed, sch_cost_packed, NULL, 0,
+        "B dequantised into strips of nr in {16,32,48,64} lanes, mr x nr outer-product tiles, kc K per panel,"
+        " mc, nc, strip prefetch"},
     [SCH_FAM_PACKED_DIRECT] = {SCH_FAM_PACKED_DIRECT, "packed-f32-direct", SCH_FORM_PACKED, SCH_ARITH_F32, 0, 1, 0,
                                SCH_FAM_SMALL_M, SCH_B_STRIDED, 1, dt_f32, packed_f32_ok, sch_space_direct,
-                               sch_cost_packed, NULL},
+                               sch_cost_packed, NULL, 0,
+        "decode with f32 B strided along K (attention's values): the packed tiles read B's rows in place, mr "
+        "in {1,2,4}"},
     [SCH_FAM_PACKED_BF16] = {SCH_FAM_PACKED_BF16, "packed-bf16", SCH_FORM_PACKED, SCH_ARITH_BF16, 0, 0, SCH_NEED_BF16,
-                             SCH_FAM_LARGE_M, BOTH, 0, dt_f32, packed_bf16_ok, sch_space_packed, sch_cost_packed, NULL},
+                             SCH_FAM_LARGE_M, BOTH, 0, dt_f32, packed_bf16_ok, sch_space_packed, sch_cost_packed,
+                             NULL, 0,
+        "the packed tiles on vdpbf16ps (AVX-512 bf16) for f32 B the program computed (approximate)"},
     [SCH_FAM_PACKED_I8] = {SCH_FAM_PACKED_I8, "packed-i8", SCH_FORM_PACKED, SCH_ARITH_I8, 0, 0, SCH_NEED_VNNI,
                            SCH_FAM_LARGE_M, BOTH, 0, dt_int8, packed_i8_ok, sch_space_packed, sch_cost_packed,
-                           i8_scratch},
+                           i8_scratch, 1,
+        "the packed tiles on vpdpbusd: B repacked to uint8 strips of <= 48 lanes, A quantised per 32 (VNNI, "
+        "approximate)"},
     [SCH_FAM_AMX_I8] = {SCH_FAM_AMX_I8, "amx-i8", SCH_FORM_AMX, SCH_ARITH_I8, 0, 0, SCH_NEED_AMX_INT8, SCH_FAM_LARGE_M,
-                        CONTIG, 0, dt_int8, amx_ok, sch_space_amx, sch_cost_amx, i8_scratch},
+                        CONTIG, 0, dt_int8, amx_ok, sch_space_amx, sch_cost_amx, i8_scratch, 0,
+        "16x16 int32 AMX tiles (tdpbssd), mr x nr in {16,32}^2, rescaled per block (approximate as int8)"},
     [SCH_FAM_AMX_BF16] = {SCH_FAM_AMX_BF16, "amx-bf16", SCH_FORM_AMX, SCH_ARITH_BF16, 0, 0, SCH_NEED_AMX_BF16,
                           SCH_FAM_LARGE_M, BOTH, 0, dt_f32_or_int8, amx_ok, sch_space_amx, sch_cost_amx,
-                          amx_bf16_scratch},
+                          amx_bf16_scratch, 0,
+        "16x16 f32 AMX tiles (tdpbf16ps) for block formats and f32 B the program computed (approximate)"},
 };
 
 const sch_family *sch_family_of(const sch_contract_sched *s) {

@@ -83,6 +83,10 @@ typedef struct sch_family {
     /* bytes of the scratch the threads of one launch share (A converted once
      * for all, the runtime's CG_KF_PREP launch) for M rows and K; NULL: none */
     size_t (*scratch)(kiln_dtype t, int64_t m, int64_t k);
+    /* 1: a prefill launch may keep B's strips as a pack copy for the next
+     * (sched/repack_layout.h's SCH_PACK_*, the runtime's pack_b) */
+    int pack_copy;
+    const char *about; /* its space and arithmetic in a line (kiln tune --space) */
 } sch_family;
 
 extern const sch_family sch_families[SCH_FAM_COUNT];

@@ -164,9 +164,9 @@ static void decide_materialised(kiln_graph *g, const int32_t *needed, const uint
         case OP_IOTA: fixed = 0; break;
         case OP_CAST: if (kiln_dtype_is_block(m->dtype)) fixed = 1; break;
         case OP_SOFTMAX_CONTRACT: fixed = 1; break; /* a stream kernel of its own (stream.c) */
-        case OP_EXP2: case OP_LOG2: case OP_SIN: case OP_SQRT: case OP_RECIP: case OP_ADD: case OP_MUL:
-        case OP_MOD: case OP_LT: case OP_SUM: case OP_MAX: case OP_GATHER: case OP_CONTIGUOUS:
-        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: break; /* decided by its uses below */
+        OP_UNARY_CASES
+        case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT: case OP_SUM: case OP_MAX: case OP_GATHER:
+        case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: break; /* decided by its uses below */
         }
         if (fixed < 0) {
             int32_t r = uroot[i];

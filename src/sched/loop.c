@@ -213,11 +213,7 @@ static int32_t lx_node_tree(sch_program *p, sch_kernel *k, int32_t n, const sym_
         e = lx_new(p, LX_INDEX, m->dtype);
         p->lx[e].s = c[m->axis];
         return e;
-    case OP_EXP2:
-    case OP_LOG2:
-    case OP_SIN:
-    case OP_SQRT:
-    case OP_RECIP: {
+    OP_UNARY_CASES {
         int32_t a = lx_tensor(p, k, m->src[0], c);
         e = lx_new(p, LX_UNARY, m->dtype);
         p->lx[e].op = m->op;

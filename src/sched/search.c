@@ -133,29 +133,19 @@ char *sch_space_describe(void) {
     size_t len = 0, cap = 0;
     sch_appendf(&buf, &len, &cap,
                 "contractions (every matmul, matrix-vector and batched product), per kernel and M bucket "
-                "(M <= %d decode, larger prefill):\n"
-                "  dot form     mr in {1,2,3,4,6,8} x nr in {1,2,3,4,6,8,12,16} register tiles that fit 32 vector "
-                "registers;\n"
-                "               mc in {16,64,256} rows of A per block; nc in {auto, 4, 16, 64} tiles of B per work "
-                "item;\n"
-                "               B prefetched 0, 8, 16 or 32 chunks ahead; arithmetic f32, or int8 (VNNI, block formats, "
-                "approximate);\n"
-                "               for decode of q4_0/q5_0 weights, int8 8-row tiles also on a copy repacked once "
-                "(rp=1: 8 rows interleaved)\n"
-                "  packed form  (large M) B dequantised into packed panels, mr x nr outer-product tiles, kc K per "
-                "panel;\n"
-                "               arithmetic f32, or int8 (VNNI, block formats: B repacked to uint8 strips, A "
-                "quantised per 32, approximate),\n"
-                "               or bf16 (AVX-512 bf16, f32 B the program computed, approximate); for decode only "
-                "with an f32 B strided\n"
-                "               along K (attention's values), whose rows the tiles then read in place (direct=1, "
-                "mr in {1,2,4})\n"
-                "  amx form     (large M, block formats, AMX) 16x16 int32 tiles of tdpbssd, mr x nr in {16,32}^2, "
-                "rescaled per block; approximate as int8\n"
+                "(M <= %d decode, larger prefill), one space per micro-kernel family (src/sched/family.c):\n",
+                SCH_SMALL_M);
+    for (int i = 0; i < SCH_FAM_COUNT; i++) {
+        const sch_family *f = &sch_families[i];
+        const char *bucket = f->bucket == SCH_FAM_SMALL_M   ? "decode"
+                             : f->bucket == SCH_FAM_LARGE_M ? "prefill"
+                                                            : "any M";
+        sch_appendf(&buf, &len, &cap, "  %-18s %-8s %s\n", f->name, bucket, f->about);
+    }
+    sch_appendf(&buf, &len, &cap,
                 "other kernels (maps, reductions): vector width, accumulators, unroll, thread chunk "
                 "(space_generic.c)\n"
-                "space sizes at example shapes (a CPU with VNNI and AMX):\n",
-                SCH_SMALL_M);
+                "space sizes at example shapes (a CPU with VNNI and AMX):\n");
     static const struct {
         int64_t m, n, k;
         kiln_dtype t;

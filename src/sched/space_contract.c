@@ -21,8 +21,6 @@
  * Invariant: a space's order is fixed (the ranking is a stable sort, so ties
  * keep it, and the generated code depends on it).
  */
-#include <string.h>
-
 #include "family.h"
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
@@ -34,20 +32,10 @@ static void keep(const sch_family *f, const sch_contract_sched *s, sch_contract_
     (*n)++;
 }
 
+/* a point of family f's space (serial 0: sch_space_contract adds the twins) */
 static sch_contract_sched point(const sch_family *f, int mr, int nr, int mc, int nc, int kc, int pf) {
-    sch_contract_sched s;
-    memset(&s, 0, sizeof s);
-    s.mr = mr;
-    s.nr = nr;
-    s.mc = mc;
-    s.nc = nc;
-    s.kc = kc;
-    s.pf = pf;
-    s.arith = f->arith;
-    s.form = f->form;
-    s.rp = f->rp;
-    s.direct = f->direct;
-    return s;
+    return (sch_contract_sched){.mr = mr, .nr = nr, .nc = nc, .mc = mc, .arith = f->arith, .form = f->form, .kc = kc,
+                                .pf = pf, .direct = f->direct, .rp = f->rp};
 }
 
 int sch_space_dot(const sch_family *f, const sch_contract_shape *sh, sch_contract_sched *out, int cap) {

@@ -7,6 +7,9 @@
    spaces, globs, placeholders (<...>, $VAR, ~, a segment N or NAME) or other
    punctuation are not paths and are skipped; so are absolute paths.
 2. Every folder under src/ is described: the text `src/<folder>/` appears.
+3. Section 7 has the steps to add a unary op, any other op, a backend and a
+   micro-kernel family, each naming files that exist; the unary op's own
+   files (those named before "Nothing else names it") are at most five.
 The checker itself is tested on a small text with a bogus path and a missing
 folder, so a checker that finds nothing cannot pass.
 
@@ -130,7 +133,45 @@ def test_checker_catches_mistakes():
     assert "ir" not in missing and set(missing) == folders - {"ir"}, missing
 
 
+RECIPES = ("**A unary op**", "**Any other op.**", "**A backend.**", "**A micro-kernel family**")
+
+
+def recipe(text, title):
+    """the paragraph of section 7 that starts with title"""
+    sec = text.find("## 7. How to add")
+    assert sec >= 0, "no section 7 (How to add ...)"
+    end = text.find("\n## ", sec + 1)
+    body = text[sec:end if end > 0 else len(text)]
+    i = body.find(title)
+    assert i >= 0, "section 7 has no recipe %s" % title
+    j = body.find("\n**", i + len(title))
+    return body[i:j if j > 0 else len(body)]
+
+
+def recipe_paths(par):
+    return sorted(set(p for p in (path_like(s) for _, s in code_spans(par)) if p))
+
+
+def test_recipes_name_their_files():
+    """the steps to add an op, a backend and a micro-kernel family each name
+    files that exist; a unary op touches at most five (the files its recipe
+    names before 'Nothing else names it')"""
+    text = read_doc()
+    for title in RECIPES:
+        paths = recipe_paths(recipe(text, title))
+        assert len(paths) >= 3, "%s names %d files" % (title, len(paths))
+        bad = [p for p in paths if not os.path.exists(os.path.join(REPO, p.rstrip("/")))]
+        assert not bad, "%s names missing files: %s" % (title, ", ".join(bad))
+    par = recipe(text, "**A unary op**")
+    cut = par.find("Nothing else names it")
+    assert cut > 0, "the unary recipe does not say where its files end"
+    touched = recipe_paths(par[:cut])
+    assert 1 <= len(touched) <= 5, "a unary op touches %d files: %s" % (len(touched), ", ".join(touched))
+    assert "src/ir/ops.def" in touched, touched
+
+
 case("checker_catches_mistakes", test_checker_catches_mistakes)
+case("architecture_recipes_name_their_files", test_recipes_name_their_files)
 case("architecture_paths_exist", test_paths_exist)
 case("architecture_src_folders_described", test_src_folders_described)
 print("test_architecture: %d passed, %d failed" % (passed, failed))

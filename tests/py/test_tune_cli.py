@@ -23,6 +23,7 @@ What is checked:
   - -m on a tiny random model with --budget 0 compiles and shows the table.
 """
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -291,7 +292,11 @@ def case_bad_flags():
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "kiln tune" in lines[0], (args, err)
     rc, out, err = kiln(["--space"], db)
-    assert rc == 0 and "dot form" in out and "schedules" in out, (rc, out, err)
+    # one line per micro-kernel family of src/sched/family.c, then the sizes
+    fams = re.findall(r'\[SCH_FAM_[A-Z0-9_]+\] = \{SCH_FAM_[A-Z0-9_]+, "([a-z0-9-]+)"',
+                      open(os.path.join(kc.REPO, "src", "sched", "family.c"), encoding="utf-8").read())
+    assert len(fams) >= 9 and all(("\n  %s " % f) in out for f in fams), (fams, out)
+    assert rc == 0 and "schedules" in out, (rc, out, err)
     rc, out, err = kiln(["-m", os.path.join(TMP, "missing.gguf"), "--budget", "1"], db)
     assert rc == 1 and "missing.gguf" in err, (rc, err)
     rc, out, err = kiln(["--help"], db)

@@ -29,13 +29,23 @@ static const cg_dialect *const dialects[3] = {&cg_dialect_c, &cg_dialect_opencl,
 static int row_complete(const cg_dialect *d, char *why, size_t cap) {
     const char *f[] = {d->name,      d->header,    d->helpers, d->int_pre, d->int_suf, d->i64,       d->u64,
                        d->i32,       d->u16,       d->u8,      d->wide,    d->wide_zero, d->nan,     d->inf,
-                       d->exp2,      d->log2,      d->sin,     d->sqrt,    d->fmod,    d->i32_min,   d->i32_max,
-                       d->zero,      d->u8_max,    d->minus_one, d->err};
+                       d->exp2,      d->fmod,      d->i32_min, d->i32_max, d->zero,    d->u8_max,    d->minus_one,
+                       d->err};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (!f[i] || (i >= 5 && !f[i][0])) {
             snprintf(why, cap, "%s: field %zu is empty", d->name ? d->name : "?", i);
             return 0;
         }
+    /* every unary op of ops.def is spelt in the dialect's language: one operand */
+    for (int op = 0; op < OP_COUNT; op++) {
+        if (!(op_table[op].flags & OPF_UNARY)) continue;
+        const char *fmt = (int)d->lang >= 0 && d->lang < OP_LANG_COUNT ? op_unary[op].spell[d->lang] : NULL;
+        const char *at = fmt ? strstr(fmt, "%s") : NULL;
+        if (!at || strstr(at + 2, "%") || !op_unary[op].f32 || !op_unary[op].f64) {
+            snprintf(why, cap, "%s: unary op %s has no spelling of one operand", d->name, op_table[op].name);
+            return 0;
+        }
+    }
     const sch_sym_spelling *s = d->sym;
     if (!s || !s->int_pre || !s->int_suf || !s->neg_pre || !s->neg_suf || !s->cmp_pre || !s->floor_fns) {
         snprintf(why, cap, "%s: index spelling incomplete", d->name);

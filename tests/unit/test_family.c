@@ -22,7 +22,8 @@ static void test_rows_complete(void) {
         const sch_family *f = &sch_families[i];
         CHECK((int)f->id == i, "row %d has id %d", i, (int)f->id);
         CHECK(f->name && f->name[0], "row %d has no name", i);
-        CHECK(f->dtype_ok && f->tile_ok && f->space && f->cost, "row %s lacks a member", f->name);
+        CHECK(f->dtype_ok && f->tile_ok && f->space && f->cost && f->about && f->about[0], "row %s lacks a member",
+              f->name);
         CHECK(cg_family_emitter_complete(i), "row %s has no emitter", f->name);
         CHECK(f->b_reads & (SCH_B_CONTIG | SCH_B_STRIDED), "row %s reads no B layout", f->name);
         for (int j = 0; j < i; j++) {

@@ -8,8 +8,10 @@
  * analysis of src/sched/demand.c relies on it) is checked against the
  * reference interpreter, which must give a finite value wherever one operand
  * is 0 and the others finite; a unary op without the flag must not (that is
- * why RECIP and LOG2 lack it). Every elementwise op of the table must have a
- * builder below, so a new one cannot skip these checks.
+ * why RECIP and LOG2 lack it). Every unary op is built through graph_unary
+ * (what its public builder and the e-graph call), so a new one cannot skip
+ * these checks, and its rows of ops.def agree (the F32 and F64 meanings on a
+ * few values); every binary op must have a builder below.
  */
 #include <math.h>
 #include <string.h>
@@ -18,12 +20,8 @@
 #include "graph.h"
 #include "kiln.h"
 
-typedef kiln_tensor (*unary_fn)(kiln_graph *, kiln_tensor);
 typedef kiln_tensor (*binary_fn)(kiln_graph *, kiln_tensor, kiln_tensor);
 
-static const struct { op_kind op; unary_fn fn; } unary_builders[] = {
-    {OP_EXP2, kiln_exp2}, {OP_LOG2, kiln_log2}, {OP_SIN, kiln_sin}, {OP_SQRT, kiln_sqrt}, {OP_RECIP, kiln_recip},
-};
 static const struct { op_kind op; binary_fn fn; } binary_builders[] = {
     {OP_ADD, kiln_add}, {OP_MUL, kiln_mul}, {OP_MOD, kiln_mod}, {OP_LT, kiln_lt},
 };
@@ -67,7 +65,7 @@ static void test_builders_cover(void) {
     CASE_BEGIN("ops_table_elementwise_builders");
     for (int op = 0; op < OP_COUNT; op++) {
         int found = 0;
-        for (int i = 0; i < COUNT(unary_builders); i++) found += (int)unary_builders[i].op == op;
+        if (op_unary[op].f32) found += 1; /* a unary row of ops.def */
         for (int i = 0; i < COUNT(binary_builders); i++) found += 2 * ((int)binary_builders[i].op == op);
         unsigned f = op_table[op].flags;
         int want = f & OPF_UNARY ? 1 : f & OPF_BINARY ? 2 : 0;
@@ -77,9 +75,9 @@ static void test_builders_cover(void) {
 }
 
 /* the op's f32 result on (a) or (a, b) by the reference interpreter */
-static float eval1(unary_fn fn, float a) {
+static float eval1(op_kind op, float a) {
     kiln_graph *g = kiln_graph_new();
-    kiln_output(g, fn(g, kiln_input(g, "a", KILN_F32, "1")), "y");
+    kiln_output(g, graph_unary(g, op, kiln_input(g, "a", KILN_F32, "1")), "y");
     float y = NAN;
     kiln_bind_input(g, "a", &a, sizeof a);
     if (kiln_eval_reference(g) != KILN_OK || kiln_read_output(g, "y", &y, sizeof y) != KILN_OK) y = NAN;
@@ -100,11 +98,22 @@ static float eval2(binary_fn fn, float a, float b) {
 
 static void test_finite0(void) {
     CASE_BEGIN("ops_table_finite0_vs_interpreter");
-    for (int i = 0; i < COUNT(unary_builders); i++) {
-        const op_info *o = &op_table[unary_builders[i].op];
-        float y = eval1(unary_builders[i].fn, 0.0f);
+    for (int op = 0; op < OP_COUNT; op++) {
+        const op_info *o = &op_table[op];
+        if (!(o->flags & OPF_UNARY)) continue;
+        float y = eval1((op_kind)op, 0.0f);
         if (o->flags & OPF_FINITE0) CHECK(isfinite(y), "%s(0) = %g, flagged OPF_FINITE0", o->name, (double)y);
         else CHECK(!isfinite(y), "%s(0) = %g is finite: flag it OPF_FINITE0", o->name, (double)y);
+        /* the F32 and F64 columns state one meaning, and the interpreter uses it */
+        const float xs[] = {0.5f, 1.0f, 2.25f, 7.0f};
+        for (int k = 0; k < COUNT(xs); k++) {
+            float f = op_unary[op].f32(xs[k]), d = (float)op_unary[op].f64((double)xs[k]);
+            CHECK(fabsf(f - d) <= 1e-5f * fabsf(d) + 1e-6f, "%s(%g): f32 %g, f64 %g", o->name, (double)xs[k],
+                  (double)f, (double)d);
+            float y1 = eval1((op_kind)op, xs[k]);
+            CHECK(y1 == f || (isnan(y1) && isnan(f)), "%s(%g): interpreter %g, F32 column %g", o->name,
+                  (double)xs[k], (double)y1, (double)f);
+        }
     }
     const float others[] = {0.0f, 1.5f, -3.0f, 1e30f};
     for (int i = 0; i < COUNT(binary_builders); i++) {
