@@ -104,6 +104,12 @@ KILN_API uint16_t kiln_f32_to_bf16(float f);
 
 /* ---- graph lifetime and errors ------------------------------------------ */
 KILN_API kiln_graph *kiln_graph_new(void);
+/* the nodes built from here on start a new block (a repeated layer, say):
+ * a hint, never a change of meaning. kiln_compile's rewrite step saturates
+ * each distinct block once and reuses the result for its identical siblings
+ * (blocks that differ only in the digits of their input names), so rewrite
+ * time grows with the distinct blocks, not the depth */
+KILN_API void kiln_graph_mark_block(kiln_graph *g);
 KILN_API void kiln_graph_free(kiln_graph *g);
 KILN_API kiln_status kiln_graph_status(const kiln_graph *g); /* sticky builder status or last run status */
 KILN_API const char *kiln_graph_error(const kiln_graph *g);  /* "" when OK */
@@ -244,6 +250,16 @@ KILN_API kiln_status kiln_bind_input(kiln_graph *g, const char *name, void *data
  * a repacked layout a tuned schedule reads. Any later bind of the name (of
  * either kind) drops them; to change the contents, bind it again. */
 KILN_API kiln_status kiln_bind_weight(kiln_graph *g, const char *name, const void *data, size_t bytes);
+/* The owner of weights bound with kiln_bind_weight may let kiln say when a
+ * compiled program no longer reads a weight's bytes itself (every kernel
+ * reading it reads a copy it made, e.g. the 8-row interleave of a decode
+ * schedule): fn(ctx, data, bytes) is then called once per binding, with the
+ * binding's own data and bytes. The hook may release the memory behind
+ * them (give the pages back) but must keep them readable with the same
+ * contents: a later search, the reference interpreter or a new schedule may
+ * still read them (slowly). NULL fn: never called (the default). */
+typedef void (*kiln_weight_release_fn)(void *ctx, const void *data, size_t bytes);
+KILN_API kiln_status kiln_graph_on_weight_release(kiln_graph *g, kiln_weight_release_fn fn, void *ctx);
 /* evaluate every output with the naive reference interpreter */
 KILN_API kiln_status kiln_eval_reference(kiln_graph *g);
 /* after a run: an output's concrete shape, and a copy of its dense data */

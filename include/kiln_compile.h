@@ -79,7 +79,9 @@ typedef struct kiln_compile_options {
     int gpu_resident;        /* 1: weights and states stay on the device (KILN_GPU_RESIDENT) */
     int gpu_emit_only;       /* 1: emit GPU source only, open no device (KILN_GPU_EMIT_ONLY) */
     const char *cuda_archs;  /* with gpu_emit_only: NVRTC-check CUDA code for these archs (KILN_CUDA_ARCHS) */
-    int stream;              /* 1: the CPU extracts attention in the streaming form (KILN_STREAM=1) */
+    int stream;              /* attention on the CPU: 0 materialised (KILN_STREAM=0), 1 streaming (KILN_STREAM=1),
+                                2 both, each run picking by its shape (KILN_STREAM=2); -1 (unset): 0, and
+                                models loaded through kiln_llm/kiln run ask for 2 */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,
@@ -104,6 +106,10 @@ KILN_API void kiln_program_free(kiln_program *p);
 /* the kernels as text: per kernel its inputs, outputs, fused ops and loop
  * nest (malloc'd; caller frees) */
 KILN_API char *kiln_program_kernels(const kiln_program *p);
+/* which attention form serves which runs (compile option stream), and the
+ * stream kernels of the streaming form when the program has one as its
+ * alternative (malloc'd; caller frees) */
+KILN_API char *kiln_program_forms(const kiln_program *p);
 /* the generated C source (owned by the program) */
 KILN_API const char *kiln_program_source(const kiln_program *p);
 /* path of the loaded shared object (owned by the program) */

@@ -67,7 +67,8 @@ static void read_compile(kiln_compile_options *o) {
     const char *eo = str("KILN_GPU_EMIT_ONLY");
     o->gpu_emit_only = eo && eo[0] != '0';
     o->cuda_archs = str("KILN_CUDA_ARCHS");
-    o->stream = is_one("KILN_STREAM");
+    const char *st = str("KILN_STREAM");
+    o->stream = !st ? -1 : strcmp(st, "1") == 0 ? 1 : strcmp(st, "2") == 0 ? 2 : 0;
 }
 
 static void read_host(kiln_host_options *h) {

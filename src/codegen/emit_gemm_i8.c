@@ -89,13 +89,46 @@ static const char *gi_prelude =
  * columns per zmm, an 8x8 dword transpose in each 256-bit half by
  * unpacks, then 128-bit lanes gathered with permutex2var) into eight 64-byte
  * rows [group][16 columns][4], the strip's layout. */
+/* kcx_<dt>(copy, groups, K, row, chunk c, ...): kci_<dt>'s result read from
+ * B's 8-row interleaved copy (sched/repack_layout.h) instead of B: the
+ * row's 4-byte lanes of the chunk are 32 bytes apart in its group's record,
+ * gathered; q8_0's bytes are stored + 128 (flipped back to kci's int8),
+ * q4_k's scales and minimums are unpacked in the record */
+static void emit_copy_reader(kiln_dtype t, char **s, size_t *len, size_t *cap) {
+    const int kbc = SCH_REPACK_KBLOCK / 32; /* 32-element chunks per K-block of the copy */
+    OUT("static __attribute__((unused)) void kcx_%s(const uint8_t *rpw, int64_t rpg, int64_t K, int64_t row, int64_t c,\n"
+        "    __m256i *w, __m256 *ws, float *wm) {\n", gi_tag(t));
+    OUT("  const int64_t qch = K / 32, c0 = c / %d * %d, nb = qch - c0 < %d ? qch - c0 : %d, r = row %% 8;\n", kbc, kbc,
+        kbc, kbc);
+    OUT("  const __m256i idx = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);\n");
+    if (t == KILN_Q8_0) {
+        OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - c0)) * 272;\n");
+        OUT("  *w = _mm256_xor_si256(_mm256_i32gather_epi32((const int *)(o + 16 + 4 * r), idx, 1), _mm256_set1_epi8((char)0x80));\n");
+        OUT("  *ws = _mm256_set1_ps(kci_h(o + 2 * r)); *wm = 0.0f;\n}\n");
+    } else { /* q4_k: 1184-byte records of 256 elements (8 chunks) */
+        OUT("  const int sb = (int)(c %% 8);\n");
+        OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - sb - c0)) * 148;\n");
+        OUT("  __m256i q = _mm256_i32gather_epi32((const int *)(o + 160 + 256 * (sb / 2) + 4 * r), idx, 1);\n");
+        OUT("  if (sb & 1) q = _mm256_srli_epi16(q, 4);\n");
+        OUT("  *w = _mm256_and_si256(q, _mm256_set1_epi8(15));\n");
+        OUT("  *ws = _mm256_set1_ps(kci_h(o + 2 * r) * (float)o[32 + 8 * sb + r]);\n");
+        OUT("  *wm = kci_h(o + 16 + 2 * r) * (float)o[96 + 8 * sb + r];\n}\n");
+    }
+}
+
+int cg_i8_copy_source(kiln_dtype t) { return t == KILN_Q8_0 || t == KILN_Q4_K; }
+
 static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     const char *tag = gi_tag(t);
     if (!tag) return;
-    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes;
+    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes, cx = cg_i8_copy_source(t);
+    if (cx) emit_copy_reader(t, s, len, cap);
+    /* rpw: B's 8-row interleaved copy (rpg groups of rows of K), or NULL:
+     * rows it holds are read from it, so that B itself may go unread */
     OUT("static __attribute__((unused)) void kgb_%s(const void *W, const int64_t *wo, int nr, int64_t k0, int64_t kl,\n"
-        "    uint8_t *restrict bq, float *restrict bs, float *restrict bm) {\n",
+        "    uint8_t *restrict bq, float *restrict bs, float *restrict bm, const uint8_t *rpw, int64_t rpg, int64_t K) {\n",
         tag);
+    if (!cx) OUT("  (void)rpw; (void)rpg; (void)K;\n");
     OUT("  const __m512i ilo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), ihi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);\n");
     OUT("  for (int j0 = 0; j0 < nr; j0 += 16) {\n");
     OUT("    const void *row[16];\n");
@@ -104,7 +137,11 @@ static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     OUT("      __m256i w[16];\n");
     OUT("      for (int e = 0; e < 16; e++) {\n");
     OUT("        __m256 ws; float wm;\n");
-    OUT("        kci_%s(row[e], k0 / 32 + cl, &w[e], &ws, &wm);\n", tag);
+    if (cx)
+        OUT("        if (rpw && wo[j0 + e] %% K == 0 && wo[j0 + e] / K / 8 < rpg) kcx_%s(rpw, rpg, K, wo[j0 + e] / K, k0 / 32 + cl, &w[e], &ws, &wm);\n"
+            "        else ", tag);
+    else OUT("        ");
+    OUT("kci_%s(row[e], k0 / 32 + cl, &w[e], &ws, &wm);\n", tag);
     if (t == KILN_Q8_0) OUT("        w[e] = _mm256_xor_si256(w[e], _mm256_set1_epi8((char)0x80));\n");
     if (gi_kb(t) == 32) OUT("        bs[cl * nr + j0 + e] = _mm256_cvtss_f32(ws); bm[cl * nr + j0 + e] = wm;\n");
     else
@@ -363,8 +400,8 @@ void cg_emit_i8_pack_strips(const sch_program *p, const sch_kernel *k, int nr, i
     int kb = gi_kb(t);
     emit_strip_rows(p, k, nr, s, len, cap);
     OUT("            uint8_t *bqs = bq + st * %d * kcb;\n", nr);
-    OUT("            kgb_%s((const void *)W, wo, %d, k0, kl, bqs, bs + st * %d * (kcb / %d), bm + st * %d * (kcb / %d));\n",
-        tag, nr, nr, kb, nr, kb);
+    OUT("            kgb_%s((const void *)W, wo, %d, k0, kl, bqs, bs + st * %d * (kcb / %d), bm + st * %d * (kcb / %d), %s, K);\n",
+        tag, nr, nr, kb, nr, kb, cg_i8_copy_source(t) ? "rpw, rpg" : "NULL, 0");
     if (make_signed) OUT("            kamx_signed(bqs, (size_t)(%d * kl), %d);\n", nr, gi_zero(t));
     OUT("          }\n");
 }
@@ -393,8 +430,8 @@ void cg_emit_packed_i8_schedule(const sch_program *p, const sch_kernel *k, const
     OUT("        if (pkw && !pkh[3]) {\n");
     emit_strip_rows(p, k, nr, s, len, cap);
     OUT("            uint8_t *pq = pkw + st * pks;\n");
-    OUT("            kgb_%s((const void *)W, wo, %d, 0, K, pq, (float *)(pq + %d * K), (float *)(pq + %d * K) + %d * (K / %d));\n",
-        tag, nr, nr, nr, nr, kb);
+    OUT("            kgb_%s((const void *)W, wo, %d, 0, K, pq, (float *)(pq + %d * K), (float *)(pq + %d * K) + %d * (K / %d), %s, K);\n",
+        tag, nr, nr, nr, nr, kb, cg_i8_copy_source(t) ? "rpw, rpg" : "NULL, 0");
     OUT("          }\n        }\n");
     OUT("        const size_t qsz = ((size_t)(nstr * %d * kcb) + 63) & ~(size_t)63;\n", nr);
     OUT("        const size_t fsz = ((size_t)(nstr * %d * (kcb / %d)) * sizeof(float) + 63) & ~(size_t)63;\n", nr, kb);

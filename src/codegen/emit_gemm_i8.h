@@ -46,6 +46,11 @@ void cg_emit_block_item_begin(const sch_program *p, const sch_kernel *k, int be,
 int cg_i8_zero(kiln_dtype t);
 int cg_i8_kb(kiln_dtype t);
 const char *cg_i8_tag(kiln_dtype t);
+/* 1 when the packer kgb_<dt> reads B's rows from its 8-row interleaved copy
+ * (rp=1's, sched/repack_layout.h) where the kernel has one (q8_0, q4_k):
+ * then every kernel reading such a B, prefill included, may leave B itself
+ * unread, and the runtime lets the weight's pages go (cpu_run.c) */
+int cg_i8_copy_source(kiln_dtype t);
 /* inside a K block of an int8 item (bq, bs, bm, nstr, kcb, k0, kl, n0, n1 in
  * scope): every strip of nr columns packed by kgb_<dt>; make_signed shifts
  * the bytes by B's zero point (kamx_signed, the AMX form's signed strips) */

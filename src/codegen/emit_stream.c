@@ -16,6 +16,14 @@
  *
  * The fused stages (the scores' dot product inside x) print through the C
  * emitter's printer, so they take its vector path where their loads allow.
+ *
+ * Masked key blocks are skipped (src/sched/stream_mask.c): the keys go in
+ * blocks of KILN_STREAM_KB; before a block, the index comparisons in x are
+ * evaluated at its first and last key; where none changes and their outcome
+ * makes x a constant, the block is not computed, only its constant
+ * remembered (kskip). After the pass a row whose skipped weight
+ * exp2((kskip - km) c) is not exactly 0 in f32 (no visible key at all) runs
+ * again without skipping (kfull), so results are those of the full pass.
  */
 #include "emit_stream.h"
 
@@ -23,6 +31,10 @@
 #include <stdlib.h>
 
 #include "base.h"
+#include "stream_mask.h"
+
+/* keys per skippable block */
+#define KILN_STREAM_KB 32
 
 #define OUT(...) sch_appendf(&pr->s, &pr->len, &pr->cap, __VA_ARGS__)
 
@@ -42,6 +54,35 @@ static void declare_bufs(cg_printer *pr, const sch_kernel *k) {
     }
     free(used);
     OUT("  float *restrict out = (float *)B[%d];\n", k->out_buf);
+}
+
+/* the outcomes of the mask's comparisons under which the logits are a constant, and that constant */
+static void print_mask_table(cg_printer *pr, const sch_stream_mask *m) {
+    int n = 1 << m->nleaves;
+    OUT("    static const unsigned char kmconst[%d] = {", n);
+    for (int a = 0; a < n; a++) OUT("%s%d", a ? ", " : "", m->constant[a]);
+    OUT("};\n    static const float kmval[%d] = {", n);
+    for (int a = 0; a < n; a++) OUT("%s(float)%.9g", a ? ", " : "", (double)m->value[a]);
+    OUT("};\n");
+}
+
+/* each comparison at the block's first and last key; a block where none
+ * changes and the outcome makes the logits constant is skipped */
+static void print_skip_test(cg_printer *pr, const sch_kernel *k, const sch_stream_mask *m) {
+    int j = k->ndim - 1;
+    OUT("    if (!kfull) {\n");
+    OUT("      unsigned kb0 = 0, kb1 = 0;\n");
+    for (int e = 0; e < 2; e++) {
+        OUT("      {\n        const int64_t i%d = %s;\n", j, e ? "kje - 1" : "kjb");
+        for (int q = 0; q < m->nleaves; q++) {
+            cg_print_lx(pr, m->leaf[q], 8);
+            OUT("        kb%d |= (t%d != 0) << %d;\n", e, m->leaf[q], q);
+        }
+        OUT("      }\n");
+    }
+    OUT("      if (kb0 == kb1 && kmconst[kb0]) {\n");
+    OUT("        if (kmval[kb0] > kskip) kskip = kmval[kb0];\n");
+    OUT("        nskip++;\n        continue;\n      }\n    }\n");
 }
 
 void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name) {
@@ -70,9 +111,17 @@ void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name) {
     }
     OUT("    (void)o;\n");
     cg_print_stages(pr, k, 1, 4);
-    OUT("    float km = -%s, kl = 0;\n", pr->d->inf);
+    sch_stream_mask mk;
+    int skip = sch_stream_mask_analyse(p, k, &mk);
+    if (skip) print_mask_table(pr, &mk);
+    OUT("    float km, kl;\n");
+    if (skip) OUT("    int kfull = 0;\n  kagain:;\n    float kskip = -%s; int64_t nskip = 0;\n", pr->d->inf);
+    OUT("    km = -%s, kl = 0;\n", pr->d->inf);
     OUT("    for (int64_t q = 0; q < %lld; q++) kacc[q] = 0;\n", (long long)nval);
-    OUT("    for (int64_t i%d = 0; i%d < d%d; i%d++) {\n", j, j, j, j);
+    OUT("    for (int64_t kjb = 0; kjb < d%d; kjb += %d) {\n", j, KILN_STREAM_KB);
+    OUT("    const int64_t kje = kjb + %d < d%d ? kjb + %d : d%d;\n", KILN_STREAM_KB, j, KILN_STREAM_KB, j);
+    if (skip) print_skip_test(pr, k, &mk);
+    OUT("    for (int64_t i%d = kjb; i%d < kje; i%d++) {\n", j, j, j);
     cg_print_stages(pr, k, 0, 6);
     cg_print_lx(pr, e->a, 6);
     OUT("      const float kx = t%d;\n", e->a);
@@ -102,6 +151,10 @@ void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name) {
         OUT("      }\n");
     }
     OUT("    }\n");
+    OUT("    }\n");
+    if (skip) {
+        OUT("    if (nskip && !kfull && !(%s((kskip - km) * %s) == 0.0f)) { kfull = 1; goto kagain; }\n", pr->d->exp2, c);
+    }
     OUT("    const float kinv = 1.0f / kl;\n");
     OUT("    for (int64_t i%d = 0; i%d < %lld; i%d++) out[", n, n, (long long)nval, n);
     cg_print_sym(pr, k->store_off);

@@ -708,3 +708,64 @@ kiln_tensor kiln_squeeze(kiln_graph *g, kiln_tensor x, int axis) {
         if (i != a) dims[n++] = (kiln_sym)tshape(g, x)[i];
     return kiln_reshape(g, x, n, dims);
 }
+
+/* ---- rebuilding nodes (the rewriter's way back to a graph) ------------------------ */
+
+#include "compound.h"
+
+static kiln_tensor tensor_on_node(kiln_graph *g, int32_t node_id, const view *v) {
+    KILN_GROW(g->views, g->cap_views, g->nviews + 1);
+    g->views[g->nviews] = *v;
+    KILN_GROW(g->tensors, g->cap_tensors, g->ntensors + 1);
+    g->tensors[g->ntensors].node = node_id;
+    g->tensors[g->ntensors].view = g->nviews++;
+    return g->ntensors++;
+}
+
+static int tensor_dense(const kiln_graph *g, kiln_tensor t) {
+    const view *v = &g->views[g->tensors[t].view];
+    const node *n = &g->nodes[g->tensors[t].node];
+    if (!view_is_identity(v, g->syms) || view_ndim(v) != n->ndim) return 0;
+    for (int i = 0; i < n->ndim; i++)
+        if (view_shape(v)[i] != n->shape[i]) return 0;
+    return 1;
+}
+
+kiln_tensor graph_view_onto(kiln_graph *g, kiln_tensor x, const view *v) {
+    if (x == KILN_NONE || g->build_failed) return KILN_NONE;
+    if (tensor_dense(g, x)) return tensor_on_node(g, g->tensors[x].node, v);
+    const view *b = &g->views[g->tensors[x].view];
+    if (b->nlayers + v->nlayers > VIEW_MAX_LAYERS) {
+        x = kiln_contiguous(g, x);
+        if (x == KILN_NONE) return KILN_NONE;
+        return tensor_on_node(g, g->tensors[x].node, v);
+    }
+    view s = *b;
+    for (int l = 0; l < v->nlayers; l++) s.layer[s.nlayers++] = v->layer[l];
+    return tensor_on_node(g, g->tensors[x].node, &s);
+}
+
+kiln_tensor graph_rebuild_op(kiln_graph *g, op_kind op, kiln_dtype dtype, int axis, double value, int ndim,
+                             const sym_id *shape, const kiln_tensor *k) {
+    switch (op) {
+    case OP_INPUT: break; /* by name: the caller's */
+    case OP_CONST: return kiln_const(g, value, dtype);
+    case OP_IOTA: return kiln_iota(g, dtype, ndim, (const kiln_sym *)shape, axis);
+    OP_UNARY_CASES return graph_unary(g, op, k[0]);
+    case OP_ADD: return kiln_add(g, k[0], k[1]);
+    case OP_MUL: return kiln_mul(g, k[0], k[1]);
+    case OP_MOD: return kiln_mod(g, k[0], k[1]);
+    case OP_LT: return kiln_lt(g, k[0], k[1]);
+    case OP_SUM: return kiln_sum(g, k[0], axis);
+    case OP_MAX: return kiln_max(g, k[0], axis);
+    case OP_GATHER: return kiln_gather(g, k[0], k[1]);
+    case OP_SCATTER: return kiln_scatter(g, k[0], k[1], k[2]);
+    case OP_CAST: return kiln_cast(g, k[0], dtype);
+    case OP_CONTIGUOUS: return kiln_contiguous(g, k[0]);
+    case OP_CONTRACT:
+    case OP_SOFTMAX_ONLINE:
+    case OP_SOFTMAX_CONTRACT: return compound_build(g, op, k, axis);
+    }
+    graph_error(g, KILN_ERR_INVALID, "graph_rebuild_op: op %d cannot be rebuilt here", (int)op);
+    return KILN_NONE;
+}

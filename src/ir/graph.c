@@ -64,6 +64,13 @@ kiln_graph *kiln_graph_new(void) {
     return g;
 }
 
+void kiln_graph_mark_block(kiln_graph *g) {
+    if (!g || g->build_failed) return;
+    if (g->nblock_marks > 0 && g->block_marks[g->nblock_marks - 1] == g->nnodes) return;
+    KILN_GROW(g->block_marks, g->cap_block_marks, g->nblock_marks + 1);
+    g->block_marks[g->nblock_marks++] = g->nnodes;
+}
+
 void kiln_graph_free(kiln_graph *g) {
     if (!g) return;
     graph_free_results(g);
@@ -72,6 +79,7 @@ void kiln_graph_free(kiln_graph *g) {
     for (int32_t i = 0; i < g->ninputs; i++) free(g->inputs[i].name);
     for (int32_t i = 0; i < g->nchecks; i++) free(g->checks[i].msg);
     free(g->checks);
+    free(g->block_marks);
     free(g->nodes);
     free(g->tensors);
     free(g->views);
@@ -351,4 +359,11 @@ kiln_status kiln_bind_input(kiln_graph *g, const char *name, void *data, size_t 
 
 kiln_status kiln_bind_weight(kiln_graph *g, const char *name, const void *data, size_t bytes) {
     return bind(g, "kiln_bind_weight", name, (void *)(uintptr_t)data, bytes, 1);
+}
+
+kiln_status kiln_graph_on_weight_release(kiln_graph *g, kiln_weight_release_fn fn, void *ctx) {
+    if (!g) return KILN_ERR_INVALID;
+    g->weight_release = fn;
+    g->weight_release_ctx = ctx;
+    return KILN_OK;
 }

@@ -140,6 +140,11 @@ struct kiln_graph {
     int32_t noutputs, cap_outputs;
     graph_check *checks;
     int32_t nchecks, cap_checks;
+    /* kiln_graph_mark_block: node indices where a block (a repeated layer)
+     * starts, ascending; the compile step's rewrite saturates each distinct
+     * block once (src/rewrite/cutjoin.c) */
+    int32_t *block_marks;
+    int32_t nblock_marks, cap_block_marks;
 
     /* run-time bindings */
     int64_t *dim_values;  /* per sym variable number */
@@ -148,6 +153,8 @@ struct kiln_graph {
     input_binding *inputs;
     int32_t ninputs, cap_inputs;
     uint64_t bind_gen; /* the last input_binding.gen handed out */
+    kiln_weight_release_fn weight_release; /* kiln_graph_on_weight_release: NULL, or the owner's hook */
+    void *weight_release_ctx;
     output_value *results; /* per output, after a run */
 
     kiln_status status; /* builder error (sticky) or the last run's status */
@@ -173,6 +180,14 @@ int graph_require(kiln_graph *g, sym_id cond, const char *fmt, ...) __attribute_
  * first failure with graph_run_error and returns its status */
 kiln_status graph_run_checks(kiln_graph *g, const int64_t *values, const uint8_t *bound);
 
+/* a tensor of g reading x through view v (v's syms in g's pool): v stacked
+ * on x's own view (made CONTIGUOUS first when the stack would be too deep) */
+kiln_tensor graph_view_onto(kiln_graph *g, kiln_tensor x, const view *v);
+/* the builder call that makes a node of `op` again: operands k (arity of
+ * op), dtype (CONST, IOTA, CAST), axis (reductions, IOTA, compounds), value
+ * (CONST), the shape (IOTA; ndim entries of g's pool). Not for OP_INPUT. */
+kiln_tensor graph_rebuild_op(kiln_graph *g, op_kind op, kiln_dtype dtype, int axis, double value, int ndim,
+                             const sym_id *shape, const kiln_tensor *k);
 const node *graph_node(const kiln_graph *g, int32_t id);
 const tensor *graph_tensor(const kiln_graph *g, kiln_tensor t);
 const view *graph_tensor_view(const kiln_graph *g, kiln_tensor t);

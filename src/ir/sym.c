@@ -823,6 +823,53 @@ out:
     return r;
 }
 
+/* x = D*A + R for a divisor D of several terms (pos + seq): while a term
+ * of R is a multiple of D's first term, move that multiple of D into A (the
+ * identity x = D*A + R holds after every step, so the result is exact
+ * whatever it proves); 0 when the steps do not end within a few rounds */
+static int divide_poly(sym_pool *p, const poly *X, const poly *D, poly *A, poly *R) {
+    if (D->n < 2 || D->t[0].c < 1) return 0;
+    int64_t k = D->t[0].c;
+    idvec fd = {0}, fm = {0}, rest = {0};
+    flatten_mul(p, D->t[0].m, &fd);
+    qsort(fd.v, fd.n, sizeof(sym_id), cmp_id);
+    poly_addp(R, X, 1);
+    poly_norm(R);
+    int done = 0;
+    for (int round = 0; round < 16 && !done; round++) {
+        int found = 0;
+        for (uint32_t i = 0; i < R->n && !found; i++) {
+            if (R->t[i].c % k != 0) continue;
+            fm.n = rest.n = 0;
+            flatten_mul(p, R->t[i].m, &fm);
+            qsort(fm.v, fm.n, sizeof(sym_id), cmp_id);
+            uint32_t a = 0;
+            for (uint32_t q = 0; q < fm.n; q++) {
+                if (a < fd.n && fd.v[a] == fm.v[q]) a++;
+                else iv_push(&rest, fm.v[q]);
+            }
+            if (a != fd.n) continue;
+            poly Q = {0}, QD;
+            sym_id m = mono_build(p, rest.v, rest.n);
+            if (m == SYM_NONE) Q.c0 = R->t[i].c / k;
+            else poly_push(&Q, R->t[i].c / k, m);
+            poly_mul(p, &Q, D, &QD);
+            poly_addp(A, &Q, 1);
+            poly_addp(R, &QD, -1);
+            poly_norm(R);
+            poly_free(&Q);
+            poly_free(&QD);
+            found = 1;
+        }
+        done = !found;
+    }
+    free(fd.v);
+    free(fm.v);
+    free(rest.v);
+    poly_norm(A);
+    return done;
+}
+
 /* x = d*A + R where d = k*md is a monomial and A takes the terms that have d
  * as a factor; d must be provably >= 1 */
 static sym_id divmod_sym(sym_pool *p, sym_id x, sym_id d, int is_mod) {
@@ -863,7 +910,10 @@ static sym_id divmod_sym(sym_pool *p, sym_id x, sym_id d, int is_mod) {
         free(fd.v);
         free(fm.v);
         free(rest.v);
-    } else {
+    } else if (!divide_poly(p, &X, &D, &A, &R)) {
+        poly_free(&A);
+        poly_free(&R);
+        memset(&A, 0, sizeof A);
         poly_addp(&R, &X, 1);
     }
     sym_id r;
@@ -1449,4 +1499,31 @@ int sym_uses_var(const sym_pool *p, sym_id s, sym_id var) {
     const sym_node *n = sym_get(p, s);
     if (n->kind == SYM_CONST || n->kind == SYM_VAR) return 0;
     return sym_uses_var(p, n->a, var) || sym_uses_var(p, n->b, var);
+}
+
+sym_id sym_transfer(const sym_pool *from, sym_id s, sym_pool *to, sym_id *memo) {
+    if (s == SYM_NONE) return SYM_NONE;
+    if (memo[s] != SYM_NONE) return memo[s];
+    const sym_node *n = sym_get(from, s);
+    sym_id a = n->a != SYM_NONE ? sym_transfer(from, n->a, to, memo) : SYM_NONE;
+    sym_id b = n->b != SYM_NONE ? sym_transfer(from, n->b, to, memo) : SYM_NONE, r;
+    switch (n->kind) {
+    case SYM_CONST: r = sym_const(to, n->c); break;
+    case SYM_VAR: {
+        int64_t lo, hi;
+        sym_bounds(from, s, &lo, &hi);
+        r = sym_var(to, sym_var_name(from, (uint32_t)n->c), lo, hi);
+        break;
+    }
+    default: r = sym_build(to, n->kind, a, b); break;
+    }
+    return memo[s] = r;
+}
+
+sym_id *sym_transfer_begin(const sym_pool *from, sym_pool *to) {
+    uint32_t ns = sym_count(from);
+    sym_id *memo = kiln_xmalloc(sizeof(sym_id) * (ns ? ns : 1));
+    for (uint32_t i = 0; i < ns; i++) memo[i] = SYM_NONE;
+    for (uint32_t v = 0; v < sym_var_count(from); v++) sym_transfer(from, sym_var_node(from, v), to, memo);
+    return memo;
 }

@@ -90,6 +90,14 @@ sym_id sym_step(sym_pool *p, sym_id s, sym_id var);
 /* 1 when expression s mentions variable node var (SYM_NONE: 0) */
 int sym_uses_var(const sym_pool *p, sym_id s, sym_id var);
 
+/* s of pool `from` rebuilt in pool `to` through the smart constructors
+ * (variables by name and range); memo has sym_count(from) entries, SYM_NONE
+ * where not yet translated, and caches the answers */
+sym_id sym_transfer(const sym_pool *from, sym_id s, sym_pool *to, sym_id *memo);
+/* a memo for sym_transfer (free it), with every variable of `from` declared
+ * in `to` in from's order first, so that both pools number them alike */
+sym_id *sym_transfer_begin(const sym_pool *from, sym_pool *to);
+
 /* variables */
 uint32_t sym_var_count(const sym_pool *p);
 const char *sym_var_name(const sym_pool *p, uint32_t var);

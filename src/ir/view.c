@@ -708,3 +708,21 @@ int view_print(const view *v, const sym_pool *p, char *buf, size_t cap) {
     }
     return b.len > (size_t)INT32_MAX ? INT32_MAX : (int)b.len;
 }
+
+void view_transfer(view *out, const view *v, const sym_pool *from, sym_pool *to, sym_id *memo) {
+    memset(out, 0, sizeof *out);
+    out->nlayers = v->nlayers;
+    for (int l = 0; l < v->nlayers; l++) {
+        const view_layer *a = &v->layer[l];
+        view_layer *b = &out->layer[l];
+        b->ndim = a->ndim;
+        b->offset = sym_transfer(from, a->offset, to, memo);
+        b->masked = a->masked;
+        for (int d = 0; d < a->ndim; d++) {
+            b->shape[d] = sym_transfer(from, a->shape[d], to, memo);
+            b->stride[d] = sym_transfer(from, a->stride[d], to, memo);
+            b->mask_lo[d] = a->masked ? sym_transfer(from, a->mask_lo[d], to, memo) : sym_const(to, 0);
+            b->mask_hi[d] = a->masked ? sym_transfer(from, a->mask_hi[d], to, memo) : b->shape[d];
+        }
+    }
+}

@@ -56,6 +56,9 @@ int view_pad(view *out, const view *in, sym_pool *p, int axis, sym_id before, sy
 int view_window(view *out, const view *in, sym_pool *p, int axis, int64_t size, int64_t stride, int64_t dilation);
 int view_flip(view *out, const view *in, sym_pool *p, int axis);
 
+/* v of pool `from` in pool `to` (sym_transfer with its memo) */
+void view_transfer(view *out, const view *v, const sym_pool *from, sym_pool *to, sym_id *memo);
+
 /* symbolic form: given one index expression per outer dimension, the buffer
  * offset and the validity (1/0) as expressions */
 void view_expr(const view *v, sym_pool *p, const sym_id *idx, sym_id *offset, sym_id *valid);

@@ -272,16 +272,16 @@ static kiln_tensor rope(bctx *b, kiln_tensor x, kiln_sym pos, int64_t il, kiln_t
     return rope_ext(b->g, x, pos, base, hp->rope_mode, scale, freqs);
 }
 
-kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, int64_t n_ctx, kiln_dtype kv_dtype,
-                       int all_rows, char *err, size_t cap) {
+kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int all_rows,
+                       char *err, size_t cap) {
     if (err && cap) err[0] = 0;
-    if (n_ctx < 1 || (kv_dtype != KILN_F32 && kv_dtype != KILN_F16))
-        return kiln_fail(err, cap, KILN_ERR_INVALID, "arch_build: n_ctx %lld must be >= 1 and the cache f32 or f16",
-                    (long long)n_ctx);
+    if (kv_dtype != KILN_F32 && kv_dtype != KILN_F16)
+        return kiln_fail(err, cap, KILN_ERR_INVALID, "arch_build: the cache must be f32 or f16");
     bctx b = {g, f, hp, err, cap, KILN_OK};
     const int64_t d = hp->n_embd, hq = hp->n_head, hkv = hp->n_head_kv, dk = hp->head_dim_k, dv = hp->head_dim_v;
 
     kiln_sym seq = kiln_sym_var(g, "seq"), pos = kiln_sym_var(g, "pos");
+    (void)kiln_sym_var(g, ARCH_CTX_SYM); /* the cache's rows, named in the states' shapes below */
     kiln_sym kv_len = kiln_sym_add(g, pos, seq), zero = kiln_sym_int(g, 0);
     kiln_tensor tokens = kiln_input_dims(g, "tokens", KILN_I32, 1, &seq);
     kiln_tensor emb = weight(&b, "token_embd.weight", 2, hp->n_vocab, d, 1);
@@ -297,6 +297,7 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     char cshape[64], name[64];
 
     for (int64_t il = 0; il < hp->n_layer && !b.st; il++) {
+        kiln_graph_mark_block(g); /* each layer a block: the rewrite saturates each distinct one once */
         kiln_tensor attn_norm = blk_weight(&b, il, "attn_norm.weight", 1, d, 0, 1);
         kiln_tensor wq = blk_weight(&b, il, "attn_q.weight", 2, hq * dk, d, 1);
         kiln_tensor wk = blk_weight(&b, il, "attn_k.weight", 2, hkv * dk, d, 1);
@@ -330,10 +331,11 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
         q = rope(&b, q, pos, il, freqs);
         k = rope(&b, k, pos, il, freqs);
 
-        snprintf(cshape, sizeof cshape, "%lld, %lld, %lld", (long long)n_ctx, (long long)hkv, (long long)dk);
+        /* the cache length is a symbol, so one compiled program serves every context length */
+        snprintf(cshape, sizeof cshape, "%s, %lld, %lld", ARCH_CTX_SYM, (long long)hkv, (long long)dk);
         snprintf(name, sizeof name, "cache.k.%lld", (long long)il);
         kiln_tensor kc = kiln_state(g, name, kv_dtype, cshape);
-        snprintf(cshape, sizeof cshape, "%lld, %lld, %lld", (long long)n_ctx, (long long)hkv, (long long)dv);
+        snprintf(cshape, sizeof cshape, "%s, %lld, %lld", ARCH_CTX_SYM, (long long)hkv, (long long)dv);
         snprintf(name, sizeof name, "cache.v.%lld", (long long)il);
         kiln_tensor vc = kiln_state(g, name, kv_dtype, cshape);
         if (kv_dtype != KILN_F32) {
@@ -362,6 +364,7 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     }
     if (b.st) return b.st;
 
+    kiln_graph_mark_block(g);
     /* (1, d): the last row; all_rows: (seq - logits_from, d) */
     kiln_sym from = all_rows ? kiln_sym_var(g, "logits_from") : kiln_sym_sub(g, seq, kiln_sym_int(g, 1));
     kiln_tensor last = kiln_slice(g, x, 0, from, seq, 1);

@@ -14,7 +14,12 @@
  *   states   "cache.k.L" (n_ctx, n_kv_heads, head_dim_k) and "cache.v.L"
  *            (n_ctx, n_kv_heads, head_dim_v) for each layer L, updated with
  *            SCATTER at rows pos .. pos+seq-1;
- *   symbols  "seq" (tokens this call, >= 1) and "pos" (position of the first);
+ *   symbols  "seq" (tokens this call, >= 1), "pos" (position of the first)
+ *            and "n_ctx" (ARCH_CTX_SYM: the cache's rows, bound by whoever
+ *            binds the cache states; the bytes of every bound state must
+ *            match it, and pos + seq <= n_ctx is checked at each run), so
+ *            the graph, the generated code and its tuning keys are the same
+ *            for every context length;
  *   output   "logits" f32 (1, vocab): the last position only; or, built with
  *            all_rows, f32 (seq - logits_from, vocab): the rows logits_from ..
  *            seq-1, with the symbol "logits_from" (0 <= logits_from < seq)
@@ -60,6 +65,9 @@ typedef struct arch_hparams {
     int has_rope_freqs;     /* rope_freqs.weight divides the rotary frequencies (Llama 3.1+) */
 } arch_hparams;
 
+/* the symbol of the cache's length (its rows) in the graph arch_build makes */
+#define ARCH_CTX_SYM "n_ctx"
+
 const char *arch_kind_name(arch_kind k);
 
 /* read and check the hyper-parameters of a supported architecture; errors
@@ -73,7 +81,7 @@ int arch_layer_is_swa(const arch_hparams *hp, int64_t il);
  * inputs are declared with the GGUF shapes and checked against hp; nothing
  * is bound. kv_dtype is f32 or f16; all_rows: the logits of a range of rows
  * (see "output" above) instead of the last row's. */
-kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, int64_t n_ctx, kiln_dtype kv_dtype,
-                       int all_rows, char *err, size_t cap);
+kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int all_rows,
+                       char *err, size_t cap);
 
 #endif

@@ -35,6 +35,7 @@ struct gguf_file {
     void *map;           /* mmap'd region, or NULL */
     uint8_t *owned;      /* read-into-memory copy, or NULL */
     size_t owned_map;    /* > 0: owned is an anonymous mapping of this many bytes (else malloc'd) */
+    int fd;              /* the file, kept open while owned is a mapping (gguf_release), else -1 */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
@@ -417,6 +418,7 @@ kiln_status gguf_open_memory(const void *data, size_t size, unsigned flags, gguf
         return KILN_ERR_INVALID;
     }
     gguf_file *f = kiln_xcalloc(1, sizeof *f);
+    f->fd = -1;
     f->size = size;
     if (flags & GGUF_OPEN_READ) {
         f->owned = kiln_xmalloc(size ? size : 1);
@@ -470,6 +472,7 @@ kiln_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *e
         return KILN_ERR_IO;
     }
     gguf_file *f = kiln_xcalloc(1, sizeof *f);
+    f->fd = -1;
     f->size = (uint64_t)st.st_size;
     if (f->size > (uint64_t)SIZE_MAX) {
         if (err && cap) snprintf(err, cap, "gguf: %s is too large to address", path);
@@ -493,6 +496,7 @@ kiln_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *e
             got += (uint64_t)n;
         }
         f->base = f->owned;
+        if (f->owned_map) f->fd = dup(fd); /* gguf_release maps the file over released pages */
     } else {
         void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -517,10 +521,35 @@ kiln_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *e
 void gguf_close(gguf_file *f) {
     if (!f) return;
     free_contents(f);
+    if (f->fd >= 0) close(f->fd);
     if (f->map) munmap(f->map, (size_t)f->size);
     if (f->owned_map) munmap(f->owned, f->owned_map);
     else free(f->owned);
     free(f);
+}
+
+/* The whole pages of [p, p + n) inside the file's bytes stop holding memory
+ * and stay readable with the same bytes: read into memory, they are
+ * replaced by a private mapping of the same part of the file (the buffer
+ * is 2 MiB-aligned and holds the file from offset 0, so page-aligned
+ * addresses are page-aligned offsets); mapped, they are dropped and come
+ * back from the file when read. The pages at the range's ends that hold
+ * other bytes too are kept. Any failure leaves the memory as it was. */
+void gguf_release(gguf_file *f, const void *p, size_t n) {
+    const uint8_t *base = f ? f->base : NULL, *at = p;
+    if (!base || !at || at < base || n > f->size || (uint64_t)(at - base) > f->size - n) return;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)at + page - 1) / page * page, hi = ((uintptr_t)at + n) / page * page;
+    if (hi <= lo) return;
+    if (f->map) {
+#ifdef MADV_DONTNEED
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#endif
+        return;
+    }
+    if (!f->owned_map || f->fd < 0 || (uintptr_t)f->owned % page != 0) return;
+    void *m = mmap((void *)lo, hi - lo, PROT_READ, MAP_PRIVATE | MAP_FIXED, f->fd, (off_t)(lo - (uintptr_t)f->owned));
+    (void)m; /* MAP_FAILED: the pages stay as they were (mmap with MAP_FIXED fails before it unmaps) */
 }
 
 uint32_t gguf_version(const gguf_file *f) { return f->version; }

@@ -110,6 +110,10 @@ kiln_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *e
  * (used by tests and the fuzz target); GGUF_OPEN_READ copies it */
 kiln_status gguf_open_memory(const void *data, size_t size, unsigned flags, gguf_file **out, char *err, size_t cap);
 void gguf_close(gguf_file *f);
+/* let the pages of [p, p + n), bytes of the file, go while keeping them
+ * readable with the same contents (a file mapping over them): for weights
+ * a compiled program no longer reads (kiln_graph_on_weight_release) */
+void gguf_release(gguf_file *f, const void *p, size_t n);
 
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_alignment(const gguf_file *f);

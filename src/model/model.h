@@ -10,6 +10,9 @@
  *    place by every model_forward; positions already written stay valid, so
  *    a caller runs a prefill at pos 0 and then decode steps at pos n, n+1, ...
  *    model_reset forgets everything.
+ *  - n_ctx is the graph's symbol ARCH_CTX_SYM, bound at load beside the cache
+ *    states (whose bytes each run checks against it), never a constant of
+ *    the graph: the compiled code is the same for every context length.
  *  - All evaluation goes through model_eval (model.c): the compiled program
  *    when the options ask for one (kiln_compile at load), else the
  *    reference interpreter.
@@ -35,9 +38,8 @@ typedef struct model_options {
     double search_budget; /* compiled: seconds of schedule search during the first runs (0: none) */
     int all_logits;       /* 1: the graph outputs the logits of a range of rows (model_forward_rows) */
     int exact;            /* compiled: kiln's exact evaluation (kiln_compile_options.exact) */
-    int64_t n_ctx_min;    /* with n_ctx 0: at least this many rows; the default when it holds
-                             them (so `kiln bench` shares `kiln run`'s compiled code: the cache
-                             length is compiled in), else the next power of two */
+    int64_t n_ctx_min;    /* with n_ctx 0: at least this many rows (the default when it holds
+                             them); any length shares the compiled code (a graph symbol) */
 } model_options;
 
 model_options model_default_options(void);

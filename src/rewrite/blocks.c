@@ -114,6 +114,7 @@ typedef struct block_entry {
 struct eg_block_cache {
     const eg_ruleset *rs;
     eg_limits lim;
+    int flags; /* eg_optimize_graph_ex's: EG_EXTRACT_* | EG_PLAIN_COSTS */
     block_entry *e;
     uint32_t n, cap;
     uint32_t hits, misses;
@@ -125,6 +126,8 @@ eg_block_cache *eg_block_cache_new(const eg_ruleset *rs, const eg_limits *lim) {
     if (lim) c->lim = *lim;
     return c;
 }
+
+void eg_block_cache_set_flags(eg_block_cache *c, int flags) { c->flags = flags; }
 
 void eg_block_cache_free(eg_block_cache *c) {
     if (!c) return;
@@ -190,11 +193,12 @@ kiln_graph *eg_block_cache_optimize(eg_block_cache *c, kiln_graph *g, int *hit, 
         kiln_graph_free(g);
         return NULL;
     }
+    ek->primitives_only = c->flags & ~EG_PLAIN_COSTS;
     eg_run_report local;
     eg_run(ek, c->rs, &c->lim, rep ? rep : &local);
     if (!rep) eg_report_free(&local);
     eg_terms ts;
-    kiln_graph *ng = extract_graph(ek, 0, &ts, err, cap);
+    kiln_graph *ng = extract_graph(ek, (c->flags & EG_PLAIN_COSTS) != 0, &ts, err, cap);
     if (!ng) {
         ek_free(ek);
         kiln_graph_free(g);

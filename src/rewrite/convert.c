@@ -105,87 +105,20 @@ typedef struct tctx {
     sym_id *smap; /* source sym id -> new pool's id */
 } tctx;
 
-static sym_id tr(tctx *c, sym_id s) {
-    if (s == SYM_NONE) return SYM_NONE;
-    if (c->smap[s] != SYM_NONE) return c->smap[s];
-    const sym_node *n = sym_get(c->ek->syms, s);
-    sym_pool *p = c->ng->syms;
-    sym_id a = n->a != SYM_NONE ? tr(c, n->a) : SYM_NONE, b = n->b != SYM_NONE ? tr(c, n->b) : SYM_NONE, r;
-    switch (n->kind) {
-    case SYM_CONST: r = sym_const(p, n->c); break;
-    case SYM_VAR: {
-        int64_t lo, hi;
-        sym_bounds(c->ek->syms, s, &lo, &hi);
-        r = sym_var(p, sym_var_name(c->ek->syms, (uint32_t)n->c), lo, hi);
-        break;
-    }
-    default: r = sym_build(p, n->kind, a, b); break;
-    }
-    return c->smap[s] = r;
-}
-
-static void tr_view(tctx *c, view *out, const view *v) {
-    memset(out, 0, sizeof *out);
-    out->nlayers = v->nlayers;
-    for (int l = 0; l < v->nlayers; l++) {
-        const view_layer *a = &v->layer[l];
-        view_layer *b = &out->layer[l];
-        b->ndim = a->ndim;
-        b->offset = tr(c, a->offset);
-        b->masked = a->masked;
-        for (int d = 0; d < a->ndim; d++) {
-            b->shape[d] = tr(c, a->shape[d]);
-            b->stride[d] = tr(c, a->stride[d]);
-            b->mask_lo[d] = a->masked ? tr(c, a->mask_lo[d]) : sym_const(c->ng->syms, 0);
-            b->mask_hi[d] = a->masked ? tr(c, a->mask_hi[d]) : b->shape[d];
-        }
-    }
-}
-
-/* a tensor of graph g on node `node_id` read through view v */
-static kiln_tensor tensor_with_view(kiln_graph *g, int32_t node_id, const view *v) {
-    KILN_GROW(g->views, g->cap_views, g->nviews + 1);
-    g->views[g->nviews] = *v;
-    KILN_GROW(g->tensors, g->cap_tensors, g->ntensors + 1);
-    g->tensors[g->ntensors].node = node_id;
-    g->tensors[g->ntensors].view = g->nviews++;
-    return g->ntensors++;
-}
-
-static int dense(const kiln_graph *g, kiln_tensor t) {
-    const view *v = &g->views[g->tensors[t].view];
-    const node *n = &g->nodes[g->tensors[t].node];
-    if (!view_is_identity(v, g->syms) || view_ndim(v) != n->ndim) return 0;
-    for (int i = 0; i < n->ndim; i++)
-        if (view_shape(v)[i] != n->shape[i]) return 0;
-    return 1;
-}
-
-static kiln_tensor apply_view(tctx *c, kiln_tensor x, const view *vsrc) {
-    kiln_graph *g = c->ng;
-    if (x == KILN_NONE) return KILN_NONE;
-    view v;
-    tr_view(c, &v, vsrc);
-    if (dense(g, x)) return tensor_with_view(g, g->tensors[x].node, &v);
-    const view *b = &g->views[g->tensors[x].view];
-    if (b->nlayers + v.nlayers > VIEW_MAX_LAYERS) {
-        x = kiln_contiguous(g, x);
-        if (x == KILN_NONE) return KILN_NONE;
-        return tensor_with_view(g, g->tensors[x].node, &v);
-    }
-    view s = *b;
-    for (int l = 0; l < v.nlayers; l++) s.layer[s.nlayers++] = v.layer[l];
-    return tensor_with_view(g, g->tensors[x].node, &s);
-}
+static sym_id tr(tctx *c, sym_id s) { return sym_transfer(c->ek->syms, s, c->ng->syms, c->smap); }
 
 static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
     kiln_graph *g = c->ng;
     const eg_kiln *ek = c->ek;
     for (int i = 0; i < n->nkids; i++)
         if (k[i] == KILN_NONE) return KILN_NONE;
-    if (n->op == EG_OP_VIEW) return apply_view(c, k[0], &ek->views[n->arg]);
-    switch ((op_kind)n->op) {
-    case OP_INPUT: {
+    if (n->op == EG_OP_VIEW) {
+        view v;
+        view_transfer(&v, &ek->views[n->arg], ek->syms, g->syms, c->smap);
+        return graph_view_onto(g, k[0], &v);
+    }
+    op_kind op = (op_kind)n->op;
+    if (op == OP_INPUT) {
         const ek_input *in = &ek->inputs[n->arg];
         kiln_sym dims[KILN_MAX_DIMS];
         for (int i = 0; i < in->ndim; i++) dims[i] = (kiln_sym)tr(c, in->shape[i]);
@@ -193,39 +126,23 @@ static kiln_tensor build_term(tctx *c, const eg_node *n, const kiln_tensor *k) {
         if (t != KILN_NONE && in->is_state) g->nodes[g->tensors[t].node].is_state = 1;
         return t;
     }
-    case OP_CONST: return kiln_const(g, ek_bitsd(n->arg), (kiln_dtype)n->dtype);
-    case OP_IOTA: {
+    sym_id dims[KILN_MAX_DIMS];
+    int ndim = 0;
+    if (op == OP_IOTA) {
         const view *v = &ek->views[n->arg2];
-        kiln_sym dims[KILN_MAX_DIMS];
-        for (int i = 0; i < view_ndim(v); i++) dims[i] = (kiln_sym)tr(c, view_shape(v)[i]);
-        return kiln_iota(g, (kiln_dtype)n->dtype, view_ndim(v), dims, (int)n->arg);
+        ndim = view_ndim(v);
+        for (int i = 0; i < ndim; i++) dims[i] = tr(c, view_shape(v)[i]);
     }
-    OP_UNARY_CASES return graph_unary(g, (op_kind)n->op, k[0]);
-    case OP_ADD: return kiln_add(g, k[0], k[1]);
-    case OP_MUL: return kiln_mul(g, k[0], k[1]);
-    case OP_MOD: return kiln_mod(g, k[0], k[1]);
-    case OP_LT: return kiln_lt(g, k[0], k[1]);
-    case OP_SUM: return kiln_sum(g, k[0], (int)n->arg);
-    case OP_MAX: return kiln_max(g, k[0], (int)n->arg);
-    case OP_GATHER: return kiln_gather(g, k[0], k[1]);
-    case OP_SCATTER: return kiln_scatter(g, k[0], k[1], k[2]);
-    case OP_CAST: return kiln_cast(g, k[0], (kiln_dtype)n->dtype);
-    case OP_CONTIGUOUS: return kiln_contiguous(g, k[0]);
-    case OP_CONTRACT:
-    case OP_SOFTMAX_ONLINE: case OP_SOFTMAX_CONTRACT: return compound_build(g, (op_kind)n->op, k, (int)n->arg);
-    }
-    return KILN_NONE; /* not an op of the e-graph */
+    if ((int)n->op >= OP_COUNT) return KILN_NONE; /* not an op of the e-graph */
+    return graph_rebuild_op(g, op, (kiln_dtype)n->dtype, (int)n->arg, op == OP_CONST ? ek_bitsd(n->arg) : 0, ndim, dims, k);
 }
 
 kiln_graph *ek_to_graph(const eg_kiln *ek, const eg_terms *ts, char *err, size_t cap) {
     tctx c;
     c.ek = ek;
     c.ng = kiln_graph_new();
-    uint32_t ns = sym_count(ek->syms);
-    c.smap = kiln_xmalloc(sizeof(sym_id) * (ns ? ns : 1));
-    for (uint32_t i = 0; i < ns; i++) c.smap[i] = SYM_NONE;
-    /* declare variables in their original order, so the new graph numbers them alike */
-    for (uint32_t v = 0; v < sym_var_count(ek->syms); v++) tr(&c, sym_var_node(ek->syms, v));
+    /* variables declared in their original order, so the new graph numbers them alike */
+    c.smap = sym_transfer_begin(ek->syms, c.ng->syms);
     kiln_tensor *tt = kiln_xmalloc(sizeof(kiln_tensor) * (ts->n ? ts->n : 1));
     /* terms are stored kids first */
     for (uint32_t i = 0; i < ts->n; i++) {

@@ -58,6 +58,9 @@ void eg_copy_bindings(const kiln_graph *src, kiln_graph *dst) {
  * families to reach their fixpoints on model blocks, bounded so that a graph
  * whose associativity space explodes stops in well under a second */
 static const eg_limits compile_limits = {.max_iters = 10, .max_nodes = 50000, .max_seconds = 1.0};
+/* per block of a marked graph (a layer): the same iterations and nodes; the
+ * clock only as a backstop (a layer saturates in well under a second) */
+static const eg_limits block_limits = {.max_iters = 10, .max_nodes = 50000, .max_seconds = 10.0};
 
 kiln_graph *kiln_graph_optimize(kiln_graph *g) {
     kiln_env e;
@@ -72,8 +75,16 @@ kiln_graph *eg_optimize_for_backend(kiln_graph *g, int primitives_only, int plai
     eg_run_report rep;
     memset(&rep, 0, sizeof rep);
     int flags = primitives_only | (plain_costs ? EG_PLAIN_COSTS : 0);
-    kiln_graph *out = eg_optimize_graph_ex(g, default_rules(), &compile_limits, flags, &rep, err, sizeof err);
-    eg_report_free(&rep);
+    kiln_graph *out;
+    if (g->nblock_marks > 0) {
+        /* block by block: each distinct block saturated once, so the rewrite
+         * takes the time of the distinct blocks and stops where their rules
+         * stop, not at a clock (the same program on a loaded machine) */
+        out = eg_optimize_blocks(g, default_rules(), &block_limits, flags, NULL, NULL, err, sizeof err);
+    } else {
+        out = eg_optimize_graph_ex(g, default_rules(), &compile_limits, flags, &rep, err, sizeof err);
+        eg_report_free(&rep);
+    }
     if (!out) {
         graph_run_error(g, KILN_ERR_INVALID, "optimize: %s", err);
         return NULL;

@@ -289,10 +289,19 @@ uint64_t eg_graph_signature(const kiln_graph *g);
 typedef struct eg_block_cache eg_block_cache;
 eg_block_cache *eg_block_cache_new(const eg_ruleset *rs, const eg_limits *lim);
 void eg_block_cache_free(eg_block_cache *c);
+/* how blocks are extracted: eg_optimize_graph_ex's flags (default 0: every compound op) */
+void eg_block_cache_set_flags(eg_block_cache *c, int flags);
 /* the optimised form of block g; takes ownership of g. *hit says whether an
  * identical block's saturation was reused (then rep, if given, is zeroed) */
 kiln_graph *eg_block_cache_optimize(eg_block_cache *c, kiln_graph *g, int *hit, eg_run_report *rep, char *err,
                                     size_t cap);
 void eg_block_cache_stats(const eg_block_cache *c, uint32_t *hits, uint32_t *misses);
+/* g rewritten block by block (src/rewrite/cutjoin.c): g cut at its block marks
+ * (kiln_graph_mark_block), each block saturated through a block cache (one
+ * saturation per distinct block) and extracted as flags say, the results
+ * joined into one new graph with g's outputs. g without marks: one block.
+ * hits/misses (may be NULL) count the blocks reused and saturated. */
+kiln_graph *eg_optimize_blocks(const kiln_graph *g, const eg_ruleset *rs, const eg_limits *lim, int flags,
+                               uint32_t *hits, uint32_t *misses, char *err, size_t cap);
 
 #endif

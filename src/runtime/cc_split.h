@@ -19,5 +19,8 @@ int rt_cc_split_build(const char *src, int nparts, const char *cc, const char *f
 /* wall seconds a build takes per byte of emitted C, learnt from this
  * process's compiles (cpu.c): the estimate of a program's recompile */
 double rt_cc_seconds_per_byte(void);
+/* 1 once a real compile of this process taught rt_cc_seconds_per_byte (its
+ * rate then holds the machine's load at that time) */
+int rt_cc_rate_learnt(void);
 
 #endif

@@ -241,8 +241,10 @@ static void trim_cache(const char *dir, const char *sopath) {
  * core after deduplication: 1.5 us/byte), then learnt from this process's
  * real compiles of programs (a cache hit teaches nothing) */
 static double cc_rate = 1.5e-6;
+static int cc_rate_learnt; /* a real compile of this process set cc_rate */
 
 double rt_cc_seconds_per_byte(void) { return cc_rate; }
+int rt_cc_rate_learnt(void) { return cc_rate_learnt; }
 
 /* code_flags: how the code is compiled; -shared makes the object. The
  * hash covers both, as before the program could be built in parts */
@@ -343,7 +345,11 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
      * kernels with nothing to share, ~10x the seconds per byte, and teach
      * nothing about a program's recompile */
-    if (st == 0 && strlen(src) >= ((size_t)256 << 10)) cc_rate = 0.5 * cc_rate + 0.5 * t_cc / (double)strlen(src);
+    if (st == 0 && strlen(src) >= ((size_t)256 << 10)) {
+        /* the first real compile replaces the guess; later ones average */
+        cc_rate = cc_rate_learnt ? 0.5 * cc_rate + 0.5 * t_cc / (double)strlen(src) : t_cc / (double)strlen(src);
+        cc_rate_learnt = 1;
+    }
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         char *msg = read_text(errpath, 3000);
         int code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;

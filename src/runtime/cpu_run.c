@@ -19,6 +19,7 @@
 #include "dtype.h"
 #include "family.h"
 #include "program.h"
+#include "release.h"
 #include "search.h"
 #include "tune_generic.h"
 #include "../codegen/emit_contract.h"
@@ -154,7 +155,36 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
     r->gen = bind->gen;
     r->k = rn;
     r->bytes = r->data ? rt_repack_x8_size(B->dtype, p->run.bytes[b], rn) : 0;
+    r->checked = -1;
     cs->bufs[p->plan.sp.nbufs + 1 + b] = r->data;
+}
+
+/* when B's copy replaces B for every kernel (release.c), the weight's owner
+ * is told once per binding (kiln_graph_on_weight_release), and may give its
+ * pages back: resident weights then stay near the file's size instead of
+ * twice it. Asked again only after a search moved on (its spent seconds or
+ * budget changed: a search that ends sets the budget to what it spent). */
+static void release_if_replaced(kiln_program *p, int32_t b) {
+    rt_cpu_state *cs = cpu_state(p);
+    rt_repacked *r = &cs->repacked[b];
+    const kiln_graph *u = p->plan.user;
+    if (!r->data || r->released || !u->weight_release) return;
+    if (r->checked == p->tune.spent && r->checked_budget == p->tune.budget) return; /* no search moved since */
+    const input_binding *bind = weight_binding(p, b);
+    kiln_dtype t = p->plan.sp.bufs[b].dtype;
+    if (!bind || bind->data != r->src || !rt_copy_replaces(p, b, rt_repack_x8_whole(t, p->run.bytes[b], r->k))) {
+        r->checked = p->tune.spent;
+        r->checked_budget = p->tune.budget;
+        return;
+    }
+    r->released = 1;
+    rt_repacked *pk = &cs->packed[b]; /* the prefill's pack copy, if it came first, goes too */
+    if (pk->data) {
+        rt_arena_release(&cs->rp_arena, pk->data);
+        memset(pk, 0, sizeof *pk);
+        cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
+    }
+    u->weight_release(u->weight_release_ctx, bind->data, bind->bytes);
 }
 
 /* B's pack copy (runtime/repack.h) for a launch of kernel k's packed int8
@@ -174,9 +204,12 @@ static int pack_b(kiln_program *p, int32_t k, const sch_contract_sched *sc, int6
         memset(r, 0, sizeof *r);
         cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
     }
+    /* a weight whose copy replaced it gets no pack copy: its prefill packs
+     * from the copy (cg_i8_copy_source), and the pack copy would be a
+     * second copy of the weight, larger than the file's */
     const sch_family *f = sch_family_of(sc);
-    if (r->data || !bind || !cs->pack_copies || !f || !f->pack_copy || !f->dtype_ok(t) || rn <= 0 || rn % 32 != 0 ||
-        sc->nr <= 0)
+    if (r->data || !bind || !cs->pack_copies || cs->repacked[b].released || !f || !f->pack_copy || !f->dtype_ok(t) ||
+        rn <= 0 || rn % 32 != 0 || sc->nr <= 0)
         return 0;
     int64_t strips = nbatch * ((n + sc->nr - 1) / sc->nr);
     size_t bytes = SCH_PACK_HEADER + (size_t)strips * SCH_PACK_STRIP(sc->nr, rn, cg_i8_kb(t));
@@ -250,7 +283,10 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     int bucket = m <= SCH_SMALL_M ? 0 : 1;
     rt_kernel_fn fn = p->plan.fns[k];
     rt_module *mods[2] = {NULL, NULL};
-    int rp_b = bucket == 0 && rt_repack_x8_ok(p->plan.sp.bufs[c->b_buf].dtype);
+    /* the decode copy is made at the first launch of either bucket: made by a
+     * prefill, it lets that prefill pack from it (cg_i8_copy_source) and the
+     * weight go at once, instead of a pack copy of its own beside it */
+    int rp_b = rt_repack_x8_ok(p->plan.sp.bufs[c->b_buf].dtype);
     if (rp_b) repack_b(p, k, rn, repack_wanted(p, k, c->b_buf));
     if (p->tune.budget > p->tune.spent && !p->tune.tuned[k * 2 + bucket]) {
         rt_kernel_fn won = NULL;
@@ -263,6 +299,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     const sch_contract_sched *sc = fn != p->plan.fns[k] && p->tune.has_pend && p->tune.has_pend[k * 2 + bucket]
                                        ? &p->tune.pend[k * 2 + bucket]
                                        : &c->sched[bucket];
+    if (rp_b) release_if_replaced(p, c->b_buf);
     int fills = bucket == 1 && pack_b(p, k, sc, rn, nbatch, n);
     if (sc->serial) nthreads = 1; /* the schedule keeps the kernel on this thread */
     int64_t chunk = sch_contract_runs(sc, n, nbatch, nthreads); /* runs per batch point */

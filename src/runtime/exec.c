@@ -169,6 +169,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     }
     if (o.profile && host_code(p)) rt_profile_alloc(p, 1);
     p->plan.compiling = 0;
+    p->alt = rt_stream_compile_alt(g, &o, be->name);
     return p;
 }
 
@@ -187,6 +188,7 @@ static void free_tuner(rt_tuner *t) {
 
 void kiln_program_free(kiln_program *p) {
     if (!p) return;
+    kiln_program_free(p->alt);
     if (p->prof.secs) {
         if (p->plan.opt.profile == 1) rt_profile_print(p);
         rt_profile_alloc(p, 0);
@@ -287,10 +289,12 @@ static double recompile_estimate(const kiln_program *p) {
     size_t len = p->plan.source ? strlen(p->plan.source) : 0;
     /* a machine busier than its cores stretches a compile by about the load
      * per core (a tiny program measured 0.55 s estimated against 6.4 s real
-     * at load 11.6 on 2 cores); overestimating only shortens the search */
+     * at load 11.6 on 2 cores); overestimating only shortens the search. A
+     * rate this process learnt from a real compile holds the load already
+     * (gemma-3-270m at load 10.8: 16 s real, 29 s when stretched again) */
     double load = 0, stretch = 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    FILE *f = fopen("/proc/loadavg", "r");
+    FILE *f = rt_cc_rate_learnt() ? NULL : fopen("/proc/loadavg", "r");
     if (f) {
         if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
         fclose(f);
@@ -407,10 +411,26 @@ static void record_kept(kiln_program *p) {
     }
 }
 
+/* 1 when a contraction slot the plan meant to search (weight above zero,
+ * not passed over as small, not settled by the DB) is still unsearched */
+static int plan_starved(const kiln_program *p) {
+    for (int32_t k = 0; p->tune.plan_w && k < p->plan.sp.nkernels; k++) {
+        const sch_kernel *K = &p->plan.sp.kernels[k];
+        if (!K->contract || !cg_contract_emittable(&p->plan.sp, K, p->plan.isa)) continue;
+        for (int b = 0; b < 2; b++)
+            if (!p->tune.tuned[k * 2 + b] && p->tune.plan_w[k * 2 + b] > 0) return 1;
+    }
+    return 0;
+}
+
 kiln_status kiln_program_search_finish(kiln_program *p) {
     if (!p || !host_code(p)) return KILN_OK;
     kiln_status s = KILN_OK;
-    if (p->tune.kept) record_kept(p);
+    /* a plan that measured nothing while kernels above its share threshold
+     * waited (a budget the profile or the recompile reserve ate: a machine
+     * too busy for this run) records nothing as kept, so the next run of
+     * the model searches again instead of taking "searched" for an answer */
+    if (p->tune.kept && !(p->tune.plan_searched == 0 && plan_starved(p))) record_kept(p);
     free(p->tune.kept);
     p->tune.kept = NULL;
     for (int32_t k = 0; p->tune.has_pend && k < p->plan.sp.nkernels; k++)

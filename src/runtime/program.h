@@ -96,6 +96,7 @@ struct kiln_program {
     rt_profiler prof;
     rt_tuner tune;
     void *dev; /* the backend's own state (cpu_run.c's rt_cpu_state, gpu_exec.c's rt_gpu_program) */
+    struct kiln_program *alt; /* option stream 2: the streaming form, run for its buckets (stream_select.c) */
 };
 
 /* ---- between the parts (run.c, exec.c, cpu_run.c, profile.c) ---- */

@@ -82,6 +82,12 @@ size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k) {
     return SCH_REPACK_HEADER + (size_t)(groups * (k / be) * record_bytes(t));
 }
 
+int rt_repack_x8_whole(kiln_dtype t, size_t bytes, int64_t k) {
+    if (rt_repack_x8_size(t, bytes, k) == 0) return 0;
+    size_t row = (size_t)(k / block_elems(t) * block_bytes(t));
+    return bytes % row == 0 && (bytes / row) % 8 == 0;
+}
+
 /* q4_0 / q5_0: the 8 d, q5_0's fifth-bit masks per step, the nibble lanes */
 static void record_q4_q5(const uint8_t *const *blk, uint8_t *o, int q5) {
     for (int r = 0; r < 8; r++) memcpy(o + 2 * r, blk[r], 2); /* d */

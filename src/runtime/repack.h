@@ -21,6 +21,9 @@ typedef struct rt_repacked {
     uint64_t gen;
     int64_t k;
     size_t bytes;   /* of data */
+    int released;   /* the weight's owner was told that nothing reads src any more (release.c) */
+    double checked, checked_budget; /* the search's spent seconds and budget when release.c last said
+                                       no (checked -1: not asked) */
 } rt_repacked;
 
 /* whether dtype t has the 8-row interleave (q4_0, q5_0, q8_0, q4_k, q6_k) */
@@ -28,6 +31,8 @@ int rt_repack_x8_ok(kiln_dtype t);
 /* bytes of the copy of `bytes` bytes of t read as rows of k elements (0: not
  * repackable: k not a multiple of 32, or fewer than 8 rows) */
 size_t rt_repack_x8_size(kiln_dtype t, size_t bytes, int64_t k);
+/* 1 when that copy holds every row (whole groups of 8 rows, no remainder) */
+int rt_repack_x8_whole(kiln_dtype t, size_t bytes, int64_t k);
 /* the copy, 64-byte aligned, placed in arena a (rt_arena_release); NULL
  * when not repackable or out of memory */
 typedef struct rt_arena rt_arena;

@@ -1,10 +1,12 @@
 /* stream_select.h — which attention form a compilation extracts: the
  * materialised one (primitives: two contractions around a softmax kernel) or
- * the streaming SOFTMAX_CONTRACT kernel (src/sched/stream.c). */
+ * the streaming SOFTMAX_CONTRACT kernel (src/sched/stream.c); with both, which
+ * one a run uses (see stream_select.c). */
 #ifndef KILN_RUNTIME_STREAM_SELECT_H
 #define KILN_RUNTIME_STREAM_SELECT_H
 
 #include "graph.h"
+#include "kiln_compile.h"
 
 /* the e-graph extraction mode (EG_EXTRACT_*, src/rewrite/rewrite.h) for a
  * compilation on backend `backend` */
@@ -13,5 +15,13 @@ int rt_stream_extract_mode(const char *backend, int stream);
  * the kernel layer cannot stream (src/sched/stream.c), so the compilation
  * extracts primitives instead; 1 otherwise */
 int rt_stream_kernelizes(kiln_graph *g);
+/* option stream 2 on the CPU: g compiled again in the streaming form, the
+ * alternative of the materialised program; NULL when there is none (no
+ * stream kernel, another backend, a profiled program, or its compilation
+ * failed: g's status is then as before) */
+kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o, const char *backend);
+/* 1 when the run under user's bindings belongs to a shape bucket the
+ * streaming program alt serves (decode, long prompts) */
+int rt_stream_pick(kiln_program *alt, const kiln_graph *user);
 
 #endif

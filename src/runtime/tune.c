@@ -11,6 +11,9 @@
  * consumers multiply by zero, sch_contract.n_lim_off, are left out: a
  * candidate may store 0 there). Each survivor is
  * timed: one warm-up, then repeats until 5 runs or 30 ms, the minimum kept.
+ * A prefill product of 4e9 multiply-adds or more is checked and timed on a
+ * slice of B's rows and its winner confirmed once at full size (bounded
+ * slices, below).
  * A second round measures the untried neighbours of the winner (mr, nr, mc,
  * nc one step away) while the budget lasts. In the large-M bucket a winner
  * other than the default then meets the default in a run-off, the two timed
@@ -59,13 +62,46 @@ typedef struct launch_args {
     int nthreads;
 } launch_args;
 
-static int run_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
-                         const sch_contract_sched *s) {
+/* ---- bounded slices ---------------------------------------------------------
+ * A large prefill contraction (Llama-8B's 512 x 14336 x 4096: 0.1-1 s a run)
+ * is checked and timed on a slice: its first rows of B only, the kernel
+ * launched with f times as many runs per batch point (contract.h: each run
+ * whole strips) and only the first f-th of them started, so every thread
+ * still does its share. The slice's time, times n over the rows it covered,
+ * ranks the candidates (the work is linear in B's rows; A's quantisation,
+ * once per thread, is the part that does not scale: ~1% at that shape);
+ * its outputs are checked at sampled points inside it. The winner then runs
+ * once at full size and is checked there (slice_confirm). One batch point
+ * only; decode is not sliced (a full run is milliseconds). */
+static int64_t slice_factor(const rt_tune_job *job) {
+    double macs = (double)job->shape.m * (double)job->shape.n * (double)job->shape.k;
+    if (job->bucket != 1 || job->shape.nbatch != 1 || macs < 4e9) return 1;
+    int64_t f = macs > 8e9 ? 8 : 4;
+    while (f > 1 && job->shape.n / f < 512) f /= 2; /* a slice of at least 512 rows: 8 strips of 64 */
+    return f;
+}
+
+/* the rows of B a run sliced by f covers for schedule s (all n when f = 1) */
+static int64_t slice_rows(const rt_tune_job *job, const sch_contract_sched *s, int64_t f) {
+    int64_t n = job->shape.n, nr = s->nr > 0 ? s->nr : 1, strips = (n + nr - 1) / nr;
+    if (f <= 1) return n;
+    int64_t rows = nr * (strips / f);
+    return rows < n ? rows : n;
+}
+
+static int run_candidate_sliced(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
+                                const sch_contract_sched *s, int64_t f) {
     int nthreads = s->serial ? 1 : la->nthreads; /* serial=1: the calling thread alone */
     int64_t chunk = sch_contract_runs(s, job->shape.n, job->shape.nbatch, nthreads); /* runs per batch point */
     int64_t items = job->shape.nbatch * chunk;
     int serial = nthreads <= 1;
+    if (f > 1) return la->be->launch(la->pool, fn, la->bufs, la->values, chunk, chunk * f, 0, serial);
     return la->be->launch(la->pool, fn, la->bufs, la->values, items, chunk, 0, serial);
+}
+
+static int run_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
+                         const sch_contract_sched *s) {
+    return run_candidate_sliced(la, job, fn, s, 1);
 }
 
 /* In decode (the small-M bucket) a model streams every weight matrix from
@@ -122,6 +158,8 @@ static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_k
                              const sch_contract_sched *s) {
     /* the reference check just ran it: pages are mapped */
     double best = INFINITY, spent = 0;
+    int64_t f = slice_factor(job);
+    double scale = (double)job->shape.n / (double)slice_rows(job, s, f);
     /* anything past L1 counts: gemma3-270m's 0.9 MB layer matrices were
      * tuned warm (1 MiB was the line) and ran at 53% of the bandwidth in
      * decode, where a prefetch distance the warm runs could not see helped */
@@ -129,8 +167,8 @@ static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_k
     for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
         if (cold) flush_b(la, job);
         double t0 = kiln_now_s();
-        run_candidate(la, job, fn, s);
-        double dt = kiln_now_s() - t0;
+        run_candidate_sliced(la, job, fn, s, f);
+        double dt = (kiln_now_s() - t0) * scale;
         spent += dt;
         if (dt < best) best = dt;
     }
@@ -252,7 +290,8 @@ static uint8_t *unused_outputs(const rt_tune_job *job, int64_t nout) {
     return mask;
 }
 
-static int sampled_reference(const rt_tune_job *job, sample_ref *sr) {
+/* n_lim > 0: only outputs of B's rows below n_lim (a sliced run's) */
+static int sampled_reference(const rt_tune_job *job, sample_ref *sr, int64_t n_lim) {
     const sch_program *sp = job->sp;
     const sch_kernel *k = &sp->kernels[job->kernel];
     const sch_contract *c = k->contract;
@@ -265,6 +304,7 @@ static int sampled_reference(const rt_tune_job *job, sample_ref *sr) {
             free(vals);
             return 0;
         }
+    if (n_lim > 0 && n_lim < dims[c->ndim]) dims[c->ndim] = n_lim;
     const float *A = job->bufs[c->a_buf];
     const void *B = job->bufs[c->b_buf];
     kiln_dtype bt = sp->bufs[c->b_buf].dtype;
@@ -368,9 +408,10 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
      * sampled host reference */
     double macs = (double)job->shape.m * (double)job->shape.n * (double)job->shape.k * (double)job->shape.nbatch;
     sample_ref *sr = NULL;
+    int64_t slice = slice_factor(job); /* > 1: checked on a slice, at its rows (at least n/slice - 64 of them) */
     if (macs > 6.7e7) {
         sr = kiln_xmalloc(sizeof *sr);
-        if (!sampled_reference(job, sr)) {
+        if (!sampled_reference(job, sr, slice > 1 ? job->shape.n / slice - 64 : 0)) {
             free(sr);
             sr = NULL;
         }
@@ -394,7 +435,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
             times[i] = NAN; /* out of time: not measured (neither tried nor rejected) */
             continue;
         }
-        int ran = fns[i] && run_candidate(&l2, job, fns[i], &cands[i]) == 0;
+        int ran = fns[i] && run_candidate_sliced(&l2, job, fns[i], &cands[i], sr ? slice : 1) == 0;
         /* tests: a wrong candidate, made by corrupting this one's output */
         for (int64_t e = 0; ran && bad && e < nout; e++) got[e] += 1.0f + 0.5f * fabsf(got[e]);
         for (int64_t e = 0; ran && unused && e < nout; e++)
@@ -524,6 +565,37 @@ static void round_two(const rt_tune_job *job, const launch_args *la, const sch_c
         }
 }
 
+/* after a search on slices: the winner once at full size into a scratch
+ * output, checked against the sampled reference over all of B's rows and
+ * timed (res->full_s, against its sliced estimate in the verbose line).
+ * Returns 0 when it disagrees (the caller keeps the default). */
+static int slice_confirm(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn, const sch_contract_sched *w,
+                         double estimate, rt_tune_result *res) {
+    sample_ref *sr = kiln_xmalloc(sizeof *sr);
+    int have = sampled_reference(job, sr, 0);
+    void **bufs = tune_bufs(job->sp, la->bufs);
+    float *got = kiln_xmalloc(job->out_bytes + 64);
+    memset(got, 0xff, job->out_bytes); /* NaN: what the winner does not write fails */
+    bufs[job->sp->kernels[job->kernel].out_buf] = got;
+    launch_args l2 = *la;
+    l2.bufs = bufs;
+    double t0 = kiln_now_s();
+    int ok = run_candidate(&l2, job, fn, w) == 0;
+    res->full_s = kiln_now_s() - t0;
+    ok = ok && (!have || close_to_samples(sr, got, job->shape.k, w->arith != SCH_ARITH_F32));
+    if (job->verbose) {
+        char txt[128];
+        sch_contract_sched_print(w, txt, sizeof txt);
+        fprintf(stderr, "kiln tune: %s on slices of 1/%lld: estimated %.3f ms, full size %.3f ms%s\n", txt,
+                (long long)slice_factor(job), estimate * 1e3, res->full_s * 1e3,
+                ok ? "" : ", disagrees with the reference: the default stays");
+    }
+    free(got);
+    free(bufs);
+    free(sr);
+    return ok;
+}
+
 kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *err, size_t errcap) {
     memset(res, 0, sizeof *res);
     const sch_kernel *k = &job->sp->kernels[job->kernel];
@@ -602,6 +674,13 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
         winner = cands[0];
         wtime = res->base_s;
         wfn = fns[0];
+    }
+    /* measured on slices: the winner once more at full size */
+    if (slice_factor(job) > 1 && wfn && wfn != fns[0] && !slice_confirm(&la, job, wfn, &winner, wtime, res)) {
+        res->rejected++;
+        winner = cands[0];
+        wtime = res->base_s;
+        wfn = isfinite(times[0]) ? fns[0] : NULL;
     }
     /* a disqualified default (tests inject one) on a kernel too large for
      * the generic reference: no baseline was measured; report none better */

@@ -33,6 +33,7 @@ typedef struct rt_tune_job {
 typedef struct rt_tune_result {
     sch_contract_sched winner;
     double best_s, base_s, seconds;
+    double full_s;       /* searched on slices (tune.c): the winner's one full-size run, else 0 */
     int tried, rejected, space, nmeasured;
     double spearman;     /* cost model vs measured, over the first round */
     rt_kernel_fn fn;     /* the winner, inside mods[] */

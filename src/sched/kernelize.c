@@ -131,6 +131,25 @@ static void add_quantize(sch_program *p, int32_t n, int32_t out_buf, int mode, k
  * each read; more reads than this and it gets a buffer) */
 #define SCH_MAX_COPIES 4
 
+/* 1 when node i is cheap index arithmetic: integer-like sums, products and
+ * comparisons of IOTA and CONST (a mask such as j <= pos + i, and its
+ * conversion to a float 0/1 or -big). Such nodes are never given a buffer:
+ * inside a stream kernel the comparisons stay visible, so masked key blocks
+ * can be skipped (stream_mask.c), and recomputing a few integer ops costs
+ * less than reading a (seq, kv) buffer. Only in graphs with stream kernels:
+ * the materialised form keeps its mask buffer (its softmax reads the mask
+ * in three passes; inlining there was not measured to pay). idx holds the
+ * answers of earlier nodes (sources come first). */
+static int index_arith(const kiln_graph *g, int32_t i, const uint8_t *idx) {
+    const node *m = &g->nodes[i];
+    if (m->op == OP_IOTA || m->op == OP_CONST) return 1;
+    int cheap = m->op == OP_ADD || m->op == OP_MUL || m->op == OP_LT || (m->op == OP_CAST && !kiln_dtype_is_block(m->dtype));
+    if (!cheap) return 0;
+    for (int a = 0; a < op_table[m->op].arity; a++)
+        if (!idx[graph_tensor(g, m->src[a])->node]) return 0;
+    return 1;
+}
+
 /* which nodes get a buffer (see the top of this file). Decided from the
  * consumers backwards: each node not materialised belongs to the kernel of
  * its consumers ("root": a materialised node, or nn + o for output o's copy
@@ -142,10 +161,14 @@ static void decide_materialised(kiln_graph *g, const int32_t *needed, const uint
     int64_t *copies = kiln_xcalloc((size_t)nn + 1, sizeof *copies);
     int32_t *uroot = kiln_xmalloc(((size_t)nn + 1) * sizeof *uroot); /* the root seen so far, -2: none, -3: several */
     int8_t *is_out = kiln_xcalloc((size_t)nn + 1, 1);
+    uint8_t *idx = kiln_xcalloc((size_t)nn + 1, 1);
+    int streams = 0;
+    for (int32_t i = 0; i < nn; i++) streams |= needed[i] && g->nodes[i].op == OP_SOFTMAX_CONTRACT;
     for (int32_t i = 0; i < nn; i++) {
         uroot[i] = -2;
         root[i] = -1;
         mat[i] = 0;
+        idx[i] = (uint8_t)(streams && index_arith(g, i, idx));
     }
     for (int32_t o = 0; o < g->noutputs; o++) {
         int32_t n = graph_tensor(g, g->outputs[o].tensor)->node;
@@ -168,6 +191,7 @@ static void decide_materialised(kiln_graph *g, const int32_t *needed, const uint
         case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT: case OP_SUM: case OP_MAX: case OP_GATHER:
         case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: break; /* decided by its uses below */
         }
+        if (fixed < 0 && idx[i] && !is_out[i] && !force[i]) fixed = 0;
         if (fixed < 0) {
             int32_t r = uroot[i];
             int inl = r >= 0 && copies[i] <= SCH_MAX_COPIES && !force[i];
@@ -197,6 +221,7 @@ static void decide_materialised(kiln_graph *g, const int32_t *needed, const uint
     free(copies);
     free(uroot);
     free(is_out);
+    free(idx);
 }
 
 static kiln_status build(kiln_graph *g, sch_program *p, const uint8_t *force, char *err, size_t errcap) {

@@ -508,12 +508,10 @@ static int pipeline_one(const eg_ruleset *rs, const char *text, char *why, size_
 
 /* a small gemma-like block: d 32, 2 query heads of 16 sharing 1 KV head, GeGLU 64 */
 static float blk_data[16][4096];
-static kiln_graph *small_block(int blk) {
-    kiln_graph *g = kiln_graph_new();
+static kiln_tensor small_block_on(kiln_graph *g, kiln_tensor x, int blk) {
     char nm[64];
 #define W(name, shape) (snprintf(nm, sizeof nm, "blk.%d." name, blk), kiln_input(g, nm, KILN_F32, shape))
     kiln_sym pos = kiln_sym_var(g, "pos");
-    kiln_tensor x = kiln_input(g, "hidden", KILN_F32, "seq, 32");
     kiln_tensor h = kiln_rmsnorm(g, x, W("attn_norm", "32"), 1e-6);
     kiln_tensor q = kiln_reshape_str(g, kiln_linear(g, h, W("attn_q", "32, 32"), KILN_NONE), "seq, 2, 16");
     kiln_tensor k = kiln_reshape_str(g, kiln_linear(g, h, W("attn_k", "16, 32"), KILN_NONE), "seq, 1, 16");
@@ -529,7 +527,27 @@ static kiln_graph *small_block(int blk) {
                                 W("ffn_down", "32, 64"), KILN_NONE);
     x = kiln_add(g, x, kiln_rmsnorm(g, f, W("post_ffw_norm", "32"), 1e-6));
 #undef W
-    kiln_output(g, x, "out");
+    return x;
+}
+
+static kiln_graph *small_block(int blk) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_output(g, small_block_on(g, kiln_input(g, "hidden", KILN_F32, "seq, 32"), blk), "out");
+    return g;
+}
+
+/* nblk small blocks stacked, each marked as a block (kiln_graph_mark_block),
+ * then a head that reads the first layer's output too */
+static kiln_graph *stacked_blocks(int nblk, int marks) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor x0 = kiln_input(g, "hidden", KILN_F32, "seq, 32"), x = x0, first = KILN_NONE;
+    for (int b = 0; b < nblk; b++) {
+        if (marks) kiln_graph_mark_block(g);
+        x = small_block_on(g, x, b);
+        if (b == 0) first = x;
+    }
+    if (marks) kiln_graph_mark_block(g);
+    kiln_output(g, kiln_add(g, kiln_exp2(g, x), first), "out");
     return g;
 }
 
@@ -537,8 +555,7 @@ static kiln_graph *small_block(int blk) {
 static kiln_status run_small_block(kiln_graph *g) {
     kiln_bind_dim(g, "seq", 3);
     kiln_bind_dim(g, "pos", 0);
-    int slot = 0;
-    for (int32_t i = 0; i < g->nnodes && slot < 16; i++) {
+    for (int32_t i = 0; i < g->nnodes; i++) {
         const node *n = &g->nodes[i];
         if (n->op != OP_INPUT) continue;
         size_t e = 1;
@@ -552,7 +569,6 @@ static kiln_status run_small_block(kiln_graph *g) {
         for (const char *c = n->name; *c; c++)
             if (!isdigit((unsigned char)*c)) hsh = hsh * 33u + (unsigned char)*c;
         kiln_bind_input(g, n->name, blk_data[hsh % 16], e * sizeof(float));
-        slot++;
     }
     return kiln_eval_reference(g);
 }
@@ -775,6 +791,50 @@ int main(void) {
         kiln_graph_free(b1);
         eg_block_cache_free(bc);
         kiln_graph_free(og);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+
+    CASE_BEGIN("blocks_split_join");
+    {
+        /* a stack of identical marked blocks, rewritten block by block: the
+         * same values as the graph as built and as the whole-graph rewrite;
+         * the later layers reuse the first saturation */
+        srand(78);
+        for (int a = 0; a < 16; a++)
+            for (int i = 0; i < 4096; i++) blk_data[a][i] = (float)(rand() / (double)RAND_MAX - 0.5);
+        eg_limits lim = {10, 50000, 30, 1000, 2};
+        kiln_graph *g = stacked_blocks(5, 1), *plain = stacked_blocks(5, 0);
+        CHECK(kiln_graph_status(g) == KILN_OK && g->nblock_marks == 6, "%d marks: %s", g->nblock_marks,
+              kiln_graph_error(g));
+        for (int flags = EG_EXTRACT_ALL; flags <= EG_EXTRACT_PRIMITIVES; flags++) {
+            uint32_t hits = 0, misses = 0;
+            kiln_graph *bg = eg_optimize_blocks(g, rs, &lim, flags, &hits, &misses, err, sizeof err);
+            CHECK(bg != NULL, "flags %d: %s", flags, err);
+            if (!bg) continue;
+            CHECK(hits >= 3, "flags %d: %u blocks reused, %u saturated (want the last 3 of 5 layers reused)",
+                  flags, hits, misses);
+            int compounds = 0;
+            for (int32_t i = 0; i < bg->nnodes; i++) compounds += op_is_compound(bg->nodes[i].op);
+            CHECK(flags == EG_EXTRACT_ALL || compounds == 0, "primitive extraction kept %d compound nodes",
+                  compounds);
+            CHECK(bg->noutputs == 1 && strcmp(bg->outputs[0].name, "out") == 0, "outputs changed");
+            CHECK(run_small_block(plain) == KILN_OK && run_small_block(bg) == KILN_OK, "eval: %s / %s",
+                  kiln_graph_error(plain), kiln_graph_error(bg));
+            CHECK(outputs_agree(plain, "out", bg, "out", err, sizeof err), "flags %d: joined blocks differ: %s",
+                  flags, err);
+            kiln_graph_free(bg);
+        }
+        /* a graph without marks is one block: the same as the whole-graph rewrite */
+        uint32_t hits = 9, misses = 9;
+        kiln_graph *one = eg_optimize_blocks(plain, rs, &lim, EG_EXTRACT_PRIMITIVES, &hits, &misses, err, sizeof err);
+        CHECK(one && hits == 0 && misses == 1, "unmarked: %u hits %u misses: %s", hits, misses, one ? "" : err);
+        if (one) {
+            CHECK(run_small_block(one) == KILN_OK, "eval: %s", kiln_graph_error(one));
+            CHECK(outputs_agree(plain, "out", one, "out", err, sizeof err), "unmarked graph differs: %s", err);
+        }
+        kiln_graph_free(one);
+        kiln_graph_free(plain);
         kiln_graph_free(g);
     }
     CASE_END();

@@ -690,7 +690,15 @@ static void test_search_plan(void) {
     CHECK(kiln_program_search_finish(p) == KILN_OK, "finish: %s", kiln_graph_error(g));
     kiln_search_status ss;
     kiln_program_search_status(p, &ss);
-    CHECK(ss.searched >= 1, "the wide kernel was not searched (%d searched, %d skipped)", ss.searched, ss.skipped);
+    /* the final recompile's reserve grows with the load per core
+     * (exec.c recompile_estimate): on a machine so busy that it takes most
+     * of the 2 s, searching nothing is keeping the budget, not a failure */
+    if (ss.reserve_s < 0.5 * budget)
+        CHECK(ss.searched >= 1, "the wide kernel was not searched (%d searched, %d skipped, %.2f s reserved)",
+              ss.searched, ss.skipped, ss.reserve_s);
+    else
+        printf("note: %.2f s of the %.1f s budget reserved for the recompile (a loaded machine): %d searched\n",
+               ss.reserve_s, budget, ss.searched);
     CHECK(ss.skipped >= NL - 2, "the narrow kernels were not passed over: %d skipped", ss.skipped);
     CHECK(ss.spent_s <= budget + 3.0, "the search took %.2f s of a %.1f s budget", ss.spent_s, budget);
     CHECK(kiln_run(p) == KILN_OK, "run after the search: %s", kiln_graph_error(g));
@@ -713,6 +721,81 @@ out:
     CASE_END();
 }
 
+
+/* a plan that could measure nothing (a budget the recompile reserve takes
+ * whole, as on a very busy machine) records nothing as kept, so the next run
+ * searches again; one that searched records what it passed over */
+static int db_records(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "sched=")) n++;
+    fclose(f);
+    return n;
+}
+
+static void test_search_starved(void) {
+    CASE_BEGIN("search_starved_records_nothing");
+    const int64_t m = 64, k = 256, n = 512;
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 256");
+    kiln_tensor w = kiln_input(g, "w", KILN_Q4_0, "512, 256");
+    kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+    float *wf = rand_f32(n * k, 91u), *xv = rand_f32(m * k, 92u);
+    size_t wb = kiln_dtype_bytes(KILN_Q4_0, n * k);
+    void *wq = malloc(wb);
+    quant_quantize(KILN_Q4_0, wf, wq, n * k);
+    kiln_bind_input(g, "w", wq, wb);
+    kiln_bind_dim(g, "m", m);
+    kiln_bind_input(g, "x", xv, (size_t)(m * k) * sizeof(float));
+    char dir[] = "/tmp/kiln-starved-XXXXXX", path[64];
+    const char *old = getenv("KILN_TUNEDB");
+    char *saved = old ? strdup(old) : NULL;
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        goto out;
+    }
+    snprintf(path, sizeof path, "%s/t.db", dir);
+    setenv("KILN_TUNEDB", path, 1);
+    for (int round = 0; round < 2; round++) {
+        kiln_compile_options o = kiln_compile_defaults();
+        o.threads = 1;
+        kiln_status st;
+        kiln_program *p = kiln_compile(g, &o, &st);
+        CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+        if (!p) break;
+        int nk = kiln_program_kernel_count(p);
+        double *wt = calloc(2 * (size_t)nk + 2, sizeof *wt);
+        for (int i = 0; i < nk; i++) wt[2 * i] = wt[2 * i + 1] = 1.0;
+        /* round 0: a budget no search fits in; round 1: a real one */
+        CHECK(kiln_program_search(p, round == 0 ? 1e-6 : 5.0, wt, 0.0) == KILN_OK, "plan refused");
+        CHECK(kiln_run(p) == KILN_OK, "search run: %s", kiln_graph_error(g));
+        CHECK(kiln_program_search_finish(p) == KILN_OK, "finish: %s", kiln_graph_error(g));
+        kiln_search_status ss;
+        kiln_program_search_status(p, &ss);
+        if (round == 0)
+            CHECK(ss.searched == 0 && db_records(path) == 0, "a starved search left %d records (%d searched)",
+                  db_records(path), ss.searched);
+        else
+            CHECK(ss.searched == 0 || db_records(path) >= 1, "a search of %d kernels left no record", ss.searched);
+        free(wt);
+        kiln_program_free(p);
+    }
+    remove(path);
+    rmdir(dir);
+out:
+    if (saved) setenv("KILN_TUNEDB", saved, 1);
+    else unsetenv("KILN_TUNEDB");
+    free(saved);
+    free(wf);
+    free(xv);
+    free(wq);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 int main(void) {
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
     setenv("KILN_TUNEDB", db_path, 1);
@@ -726,6 +809,7 @@ int main(void) {
     test_corrupt_db();
     test_concurrent_tuners();
     test_search_plan();
+    test_search_starved();
     unlink(db_path);
     char side[300];
     snprintf(side, sizeof side, "%s.lock", db_path);

@@ -266,6 +266,91 @@ int main(void) {
     }
     CASE_END();
 
+    CASE_BEGIN("masked_key_blocks_are_skipped");
+    {
+        /* one query at position 100 with a window of 4 sees keys 97..100:
+         * the key blocks wholly outside the window ([0, 96), KILN_STREAM_KB
+         * = 32) must not be read at all. Their keys and values are NaN in
+         * the compiled run (a block computed and weighted 0 would give NaN)
+         * and zeros in the reference; the results must agree. A fully
+         * causal case with every key visible must still read them all. */
+        acase c = {"decode_window", 1, 100, 2, 1, 8, 8, 4, 0.35, KILN_F32};
+        for (int j = 0; j < 8192; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
+        for (int j = 0; j < 96 * 8; j++) K[j] = V[j] = 0;
+        kiln_graph *g = attention_graph(&c);
+        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+        CHECK(kiln_read_output(g, "out", ref, sizeof(float) * 16) == KILN_OK, "reading the reference");
+        for (int j = 0; j < 96 * 8; j++) K[j] = V[j] = NAN;
+        kiln_program *p = kiln_compile(g, NULL, NULL);
+        CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+        CHECK(p && strstr(kiln_program_source(p), "kmconst") != NULL, "no skip test in the stream kernel");
+        CHECK(kiln_read_output(g, "out", got, sizeof(float) * 16) == KILN_OK, "reading the output");
+        for (int i = 0; i < 16; i++)
+            CHECK(fabs((double)ref[i] - got[i]) <= 2e-5 * (1 + fabs((double)ref[i])), "element %d: %.9g vs %.9g", i,
+                  (double)ref[i], (double)got[i]);
+        kiln_program_free(p);
+        kiln_graph_free(g);
+
+        c.window = 0; /* causal only: every key is visible, the NaN keys reach the output */
+        g = attention_graph(&c);
+        p = kiln_compile(g, NULL, NULL);
+        CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+        CHECK(kiln_read_output(g, "out", got, sizeof(float) * 16) == KILN_OK, "reading the output");
+        CHECK(isnan(got[0]), "causal attention over NaN keys gave %.9g, not NaN", (double)got[0]);
+        kiln_program_free(p);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+
+    CASE_BEGIN("both_forms_pick_per_run");
+    {
+        /* stream = 2: one program with both forms; a decode run (2 query
+         * rows) takes the streaming one, a short prefill (80 rows over 40
+         * keys) the materialised one (src/runtime/stream_select.c). Which
+         * ran shows in keys outside the window being NaN: the stream kernel
+         * never reads them, the materialised softmax weighs them 0 and gets
+         * NaN. The results otherwise agree with the reference. */
+        acase c = {"decode_window", 1, 100, 2, 1, 8, 8, 4, 0.35, KILN_F32};
+        for (int j = 0; j < 8192; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
+        for (int j = 0; j < 64 * 8; j++) K[j] = V[j] = 0;
+        kiln_graph *g = attention_graph(&c);
+        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+        CHECK(kiln_read_output(g, "out", ref, sizeof(float) * 16) == KILN_OK, "reading the reference");
+        for (int j = 0; j < 64 * 8; j++) K[j] = V[j] = NAN;
+        kiln_compile_options o = kiln_compile_defaults();
+        o.stream = 2;
+        kiln_program *p = kiln_compile(g, &o, NULL);
+        CHECK(p && strstr(kiln_program_source(p), "kacc") == NULL, "the main program is not the materialised form");
+        CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+        CHECK(kiln_read_output(g, "out", got, sizeof(float) * 16) == KILN_OK, "reading the output");
+        for (int i = 0; i < 16; i++)
+            CHECK(fabs((double)ref[i] - got[i]) <= 2e-5 * (1 + fabs((double)ref[i])), "decode element %d: %.9g vs %.9g",
+                  i, (double)ref[i], (double)got[i]);
+        /* the same program, a prefill of 40 rows at position 0: materialised.
+         * Keys 0..31 NaN: row 39 (keys 36..39 visible) is NaN only if the
+         * masked keys were read */
+        for (int j = 0; j < 40 * 8; j++) K[j] = V[j] = j < 32 * 8 ? NAN : frand(-1, 1);
+        kiln_bind_dim(g, "seq", 40);
+        kiln_bind_dim(g, "pos", 0);
+        kiln_bind_input(g, "q", Q, sizeof(float) * 40 * 2 * 8);
+        kiln_bind_input(g, "k", K, sizeof(float) * 40 * 8);
+        kiln_bind_input(g, "v", V, sizeof(float) * 40 * 8);
+        CHECK(kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+        CHECK(kiln_read_output(g, "out", got, sizeof(float) * 40 * 16) == KILN_OK, "reading the output");
+        CHECK(isnan(got[39 * 16]), "the last row of a short prefill over NaN keys gave %.9g: not the materialised form",
+              (double)got[39 * 16]);
+        for (int j = 0; j < 64 * 8; j++) K[j] = V[j] = frand(-1, 1);
+        kiln_status rs = kiln_eval_reference(g);
+        CHECK(rs == KILN_OK && kiln_read_output(g, "out", ref, sizeof(float) * 40 * 16) == KILN_OK, "reference");
+        CHECK(kiln_run(p) == KILN_OK && kiln_read_output(g, "out", got, sizeof(float) * 40 * 16) == KILN_OK, "run");
+        for (int i = 0; i < 40 * 16; i++)
+            CHECK(fabs((double)ref[i] - got[i]) <= 2e-5 * (1 + fabs((double)ref[i])),
+                  "prefill element %d: %.9g vs %.9g", i, (double)ref[i], (double)got[i]);
+        kiln_program_free(p);
+        kiln_graph_free(g);
+    }
+    CASE_END();
+
     CASE_BEGIN("off_by_default");
     {
         unsetenv("KILN_STREAM");

@@ -1,0 +1,76 @@
+/* release.c — when a weight's 8-row interleaved copy (rp=1, runtime/repack.h)
+ * replaces the weight for every kernel of the program, so that the weight's
+ * own pages may go (DESIGN.md section 6: "a repacked layout the search
+ * chose replaces the original once nothing reads the original, so resident
+ * weights stay close to the file's size").
+ *
+ * B's copy replaces B when, for every kernel that reads B:
+ *   - it is a contraction the CPU family emits (cg_contract_emittable) with
+ *     B as its weight operand, not as A, and no other load of B (a fused
+ *     epilogue, a stage);
+ *   - its decode schedule reads the copy (family dot-i8-rp) and its prefill
+ *     schedule is a packed or AMX int8 one (sched/family.h), whose packer reads the
+ *     copy where there is one (cg_i8_copy_source: q8_0, q4_k);
+ *   - neither bucket still waits for a search (whose candidates may read B);
+ * and the copy holds every row of B (whole groups of 8). Generic kernels
+ * (an embedding's gather, a tied output read as a table) read B itself, so
+ * such a weight is never released.
+ *
+ * Invariant: this only says the program's own code no longer reads B; the
+ * owner's hook (kiln_graph_on_weight_release) must keep B readable, since a
+ * later search, rebinding or the reference interpreter may read it.
+ */
+#include "release.h"
+
+#include "program.h"
+#include "emit_contract.h"
+#include "emit_gemm_i8.h"
+#include "family.h"
+
+static int loads(const sch_program *p, int32_t id, int32_t buf) {
+    if (id < 0) return 0;
+    const lx *x = &p->lx[id];
+    if (x->kind == LX_LOAD && x->buf == buf) return 1;
+    return loads(p, x->a, buf) || loads(p, x->b, buf);
+}
+
+static int kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b) {
+    if (K->src_buf == b && (K->kind == SCH_K_QUANTIZE || K->kind == SCH_K_COPY)) return 1;
+    if (K->contract && (K->contract->a_buf == b || K->contract->b_buf == b)) return 1;
+    if (loads(p, K->expr, b)) return 1;
+    for (int32_t i = 0; i < K->nstages; i++)
+        if (loads(p, K->stages[i].expr, b)) return 1;
+    return 0;
+}
+
+/* the kernel reads B only as a contraction's weight, through the copy in
+ * both buckets */
+static int reads_copy_only(const sch_program *p, const sch_kernel *K, int32_t b, cg_isa isa) {
+    const sch_contract *c = K->contract;
+    if (K->kind != SCH_K_REDUCE || !c || c->b_buf != b || c->a_buf == b || !cg_contract_emittable(p, K, isa)) return 0;
+    for (int32_t i = 0; i < K->nstages; i++)
+        if (loads(p, K->stages[i].expr, b)) return 0;
+    kiln_dtype t = p->bufs[b].dtype;
+    const sch_contract_sched *big = &c->sched[1];
+    int packs_copy = cg_i8_copy_source(t) && (sch_family_is(big, SCH_FAM_PACKED_I8, t) || sch_family_is(big, SCH_FAM_AMX_I8, t));
+    return sch_family_is(&c->sched[0], SCH_FAM_DOT_I8_RP, t) && packs_copy;
+}
+
+/* a search still to come for kernel k's bucket (exec.c's rule at a launch) */
+static int pending(const kiln_program *prog, int32_t k, int bucket) {
+    if (prog->tune.has_pend && prog->tune.has_pend[2 * k + bucket]) return 1; /* a winner not yet emitted */
+    return prog->tune.tuned && prog->tune.budget > prog->tune.spent && !prog->tune.tuned[2 * k + bucket];
+}
+
+int rt_copy_replaces(const kiln_program *prog, int32_t b, int copy_whole) {
+    const sch_program *p = &prog->plan.sp;
+    if (!copy_whole || !cg_i8_copy_source(p->bufs[b].dtype)) return 0;
+    int readers = 0;
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        const sch_kernel *K = &p->kernels[k];
+        if (!kernel_reads(p, K, b)) continue;
+        if (!reads_copy_only(p, K, b, prog->plan.isa) || pending(prog, k, 0) || pending(prog, k, 1)) return 0;
+        readers++;
+    }
+    return readers > 0;
+}

@@ -1,0 +1,211 @@
+/* test_release.c — a weight whose 8-row interleaved copy (rp=1) replaces it
+ * for every kernel is handed back to its owner (kiln_graph_on_weight_release,
+ * src/runtime/release.c), and the program then really reads only the copy:
+ * decode and prefill (whose int8 packer reads the copy, emit_gemm_i8.c's
+ * kcx_<dt>) give the reference's result after the test overwrites the
+ * weight's own bytes. The first launch, even a prefill, makes the copy. Weights that something else reads (a gather of the same
+ * table), or whose format the packer cannot read from the copy (q6_k), are
+ * never released. gguf_release keeps a file's bytes readable and the same.
+ * K = 2560 spans two K-blocks of the copy (SCH_REPACK_KBLOCK = 2048).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gguf.h"
+#include "kiln.h"
+#include "kiln_compile.h"
+#include "kiln_gguf.h"
+#include "weights.h"
+
+static int cpu_flag(const char *name) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[4096];
+    int found = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) {
+            char pat[64];
+            snprintf(pat, sizeof pat, " %s", name);
+            const char *p = strstr(line, pat);
+            found = p && (p[strlen(pat)] == ' ' || p[strlen(pat)] == '\n');
+            break;
+        }
+    if (f) fclose(f);
+    return found;
+}
+
+typedef struct released {
+    int calls;
+    const void *data;
+    size_t bytes;
+} released;
+
+static void on_release(void *ctx, const void *data, size_t bytes) {
+    released *r = ctx;
+    r->calls++;
+    r->data = data;
+    r->bytes = bytes;
+}
+
+enum { K = 2560, N = 48 };
+
+/* the reference's y at m rows of x (bound as "x"), into a new buffer */
+static float *reference(kiln_graph *g, int64_t m, float *x) {
+    kiln_bind_dim(g, "m", m);
+    kiln_bind_input(g, "x", x, (size_t)(m * K) * sizeof(float));
+    CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float *y = calloc((size_t)(m * N), sizeof *y);
+    kiln_read_output(g, "y", y, (size_t)(m * N) * sizeof *y);
+    return y;
+}
+
+/* p run at m rows of x: within 3% of the largest reference output (the
+ * int8 forms' approximation; a wrong layout or scale errs by the outputs'
+ * own size) */
+static void run_close(kiln_program *p, kiln_graph *g, int64_t m, float *x, const float *ref, const char *what) {
+    kiln_bind_dim(g, "m", m);
+    kiln_bind_input(g, "x", x, (size_t)(m * K) * sizeof(float));
+    CHECK(kiln_run(p) == KILN_OK, "%s: %s", what, kiln_graph_error(g));
+    float *y = calloc((size_t)(m * N), sizeof *y);
+    kiln_read_output(g, "y", y, (size_t)(m * N) * sizeof *y);
+    double big = 0, worst = 0;
+    for (int64_t i = 0; i < m * N; i++) big = fmax(big, fabs(ref[i]));
+    for (int64_t i = 0; i < m * N; i++) worst = fmax(worst, fabs(ref[i] - y[i]));
+    CHECK(big > 0 && worst <= 0.03 * big, "%s: worst error %g of outputs up to %g", what, worst, big);
+    free(y);
+}
+
+/* y = x w^T, w (N, K) of dtype t; tied: the same table also gathered */
+static kiln_graph *linear_graph(kiln_dtype t, int tied) {
+    kiln_graph *g = kiln_graph_new();
+    char shape[32];
+    snprintf(shape, sizeof shape, "m, %d", K);
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, shape);
+    snprintf(shape, sizeof shape, "%d, %d", N, K);
+    kiln_tensor w = kiln_input(g, "w", t, shape);
+    kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+    if (tied) kiln_output(g, kiln_embedding(g, w, kiln_input(g, "ids", KILN_I32, "2")), "e");
+    return g;
+}
+
+static void test_released(kiln_dtype t) {
+    char name[64];
+    snprintf(name, sizeof name, "release_%s_copy_replaces_weight", kiln_dtype_name(t));
+    CASE_BEGIN(name);
+    kiln_graph *g = linear_graph(t, 0);
+    float *wf = rand_f32(N * K, -1, 1), *x1 = rand_f32(K, -1, 1), *x37 = rand_f32(37 * K, -1, 1);
+    size_t wbytes;
+    uint8_t *wb = make_weights(t, wf, N * K, &wbytes), *keep = malloc(wbytes);
+    memcpy(keep, wb, wbytes);
+    kiln_bind_weight(g, "w", wb, wbytes);
+    released r = {0, NULL, 0};
+    kiln_graph_on_weight_release(g, on_release, &r);
+    float *ref1 = reference(g, 1, x1), *ref37 = reference(g, 37, x37);
+    kiln_compile_options o = kiln_compile_defaults();
+    o.threads = 2;
+    o.contract_sched_small = "mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1";
+    o.contract_sched_large = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
+    kiln_program *p = kiln_compile(g, &o, NULL);
+    CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+    if (p) {
+        /* the first launch, a prefill, makes the decode copy and packs from it */
+        run_close(p, g, 37, x37, ref37, "prefill making the copy");
+        CHECK(r.calls == 1 && r.data == wb && r.bytes == wbytes, "release calls %d (data %p of %p, %zu of %zu bytes)",
+              r.calls, r.data, (void *)wb, r.bytes, wbytes);
+        run_close(p, g, 1, x1, ref1, "decode");
+        /* the owner's bytes now unread by the program: garbage must not matter
+         * (the q8_0 and q4_k scales stay finite: 0x3c3c is f16 1.06) */
+        memset(wb, 0x3c, wbytes);
+        run_close(p, g, 1, x1, ref1, "decode after the release");
+        run_close(p, g, 37, x37, ref37, "prefill after the release (packed from the copy)");
+        run_close(p, g, 37, x37, ref37, "prefill again");
+        CHECK(r.calls == 1, "released %d times", r.calls);
+    }
+    memcpy(wb, keep, wbytes);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+    free(wf), free(x1), free(x37), free(wb), free(keep), free(ref1), free(ref37);
+    CASE_END();
+}
+
+/* a table also gathered, a q6_k weight, no hook: never released (and right) */
+static void test_kept(void) {
+    CASE_BEGIN("release_kept_when_read_elsewhere");
+    for (int c = 0; c < 2; c++) {
+        kiln_dtype t = c == 0 ? KILN_Q8_0 : KILN_Q6_K;
+        kiln_graph *g = linear_graph(t, c == 0);
+        float *wf = rand_f32(N * K, -1, 1), *x1 = rand_f32(K, -1, 1);
+        size_t wbytes;
+        void *wb = make_weights(t, wf, N * K, &wbytes);
+        int32_t ids[2] = {3, 40};
+        kiln_bind_weight(g, "w", wb, wbytes);
+        if (c == 0) kiln_bind_input(g, "ids", ids, sizeof ids);
+        released r = {0, NULL, 0};
+        kiln_graph_on_weight_release(g, on_release, &r);
+        float *ref1 = reference(g, 1, x1);
+        kiln_compile_options o = kiln_compile_defaults();
+        o.contract_sched_small = "mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1";
+        o.contract_sched_large = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
+        kiln_program *p = kiln_compile(g, &o, NULL);
+        CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+        if (p) {
+            run_close(p, g, 1, x1, ref1, c == 0 ? "tied decode" : "q6_k decode");
+            run_close(p, g, 1, x1, ref1, c == 0 ? "tied decode again" : "q6_k decode again");
+        }
+        CHECK(r.calls == 0, "%s: released %d times", c == 0 ? "a gathered table" : "q6_k", r.calls);
+        kiln_program_free(p);
+        kiln_graph_free(g);
+        free(wf), free(x1), free(wb), free(ref1);
+    }
+    CASE_END();
+}
+
+/* gguf_release on a file read into memory: the tensor's bytes read back the
+ * same after its pages were given back (now a mapping of the file) */
+static void test_gguf_release(void) {
+    CASE_BEGIN("release_gguf_pages_stay_readable");
+    char path[] = "/tmp/kiln_test_release_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd >= 0) close(fd);
+    const int64_t n = 3 << 20; /* 12 MiB of f32: read into the 2 MiB-aligned buffer */
+    float *v = rand_f32(n, -1, 1);
+    kiln_gguf_writer *w = kiln_gguf_writer_new();
+    int64_t dims[1] = {n};
+    CHECK(kiln_gguf_writer_add_tensor_f32(w, "t", KILN_F32, 1, dims, v) == KILN_OK, "%s", kiln_gguf_writer_error(w));
+    CHECK(kiln_gguf_writer_write(w, path) == KILN_OK, "%s", kiln_gguf_writer_error(w));
+    kiln_gguf_writer_free(w);
+    gguf_file *f = NULL;
+    char err[256];
+    CHECK(gguf_open(path, GGUF_OPEN_READ, &f, err, sizeof err) == KILN_OK, "%s", err);
+    const gguf_tensor *t = f ? gguf_tensor_at(f, 0) : NULL;
+    CHECK(t && t->bytes == (uint64_t)n * 4, "the tensor");
+    if (t) {
+        CHECK(memcmp(t->data, v, (size_t)t->bytes) == 0, "read");
+        gguf_release(f, t->data, (size_t)t->bytes);
+        CHECK(memcmp(t->data, v, (size_t)t->bytes) == 0, "the bytes changed after gguf_release");
+        gguf_release(f, t->data, (size_t)t->bytes); /* twice: harmless */
+        gguf_release(f, t->data, 16); /* no whole page: nothing happens */
+        CHECK(memcmp(t->data, v, (size_t)t->bytes) == 0, "the bytes changed after a second release");
+    }
+    gguf_close(f);
+    unlink(path);
+    free(v);
+    CASE_END();
+}
+
+int main(void) {
+    setenv("KILN_TUNE", "0", 1);
+    test_gguf_release();
+    if (!cpu_flag("avx512_vnni")) {
+        printf("PASS release_skipped_without_avx512_vnni\n");
+        return check_exit();
+    }
+    test_released(KILN_Q8_0);
+    test_released(KILN_Q4_K);
+    test_kept();
+    return check_exit();
+}
