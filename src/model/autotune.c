@@ -7,7 +7,9 @@
  *  1. warm-up, untimed: one decode step and a short prefill build the weight
  *     copies the schedules read (as kiln run does before its prompt);
  *  2. profile with the schedules the program has (the DB's, else the
- *     defaults): a prefill of `prompt` tokens, then two decode steps;
+ *     defaults): a prefill of `prompt` tokens (fewer in proportion for
+ *     weights past 1 GB, at least 32), then two decode steps; steps 1-2
+ *     count against the budget;
  *  3. the plan: kernel k's weight in the workload is its decode time x the
  *     tokens generated plus its prefill time x (the prompt / the profiled
  *     prompt), the workload being llama-bench's default one (a 512-token
@@ -70,6 +72,14 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
     }
     if (!(o.budget_s > 0)) return KILN_OK; /* no budget: nothing searched, nothing recorded */
     int n = o.prompt;
+    /* a prefill reads every weight: for weights past 1 GB, fewer rows in
+     * proportion (at least 32), so that profiling an 8B model does not take
+     * the budget (256 rows of the 4 GB q4_k one: minutes on 2 cores) */
+    uint64_t file_bytes = 0;
+    if (model_gguf(m) && gguf_bytes(model_gguf(m), &file_bytes) && file_bytes > UINT64_C(1000000000)) {
+        double scaled = (double)n * 1e9 / (double)file_bytes;
+        n = scaled < 32 ? 32 : (int)scaled;
+    }
     if (n > model_n_ctx(m) - 3) n = (int)model_n_ctx(m) - 3;
     if (n < 5) n = 5; /* the prefill bucket starts above 4 rows */
     if (model_n_ctx(m) < n + 3) {
