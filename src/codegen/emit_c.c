@@ -72,6 +72,9 @@ typedef struct emitter {
     const cg_options *opt;
     const sch_generic_sched *gs; /* the schedule of the kernel being emitted (NULL: default) */
     int keep_stage;              /* the stage whose values also go to the row buffer krow (-1: none) */
+    sym_id vguard[KILN_MAX_DIMS]; /* vector path: the predicates of the GUARDs enclosing the
+                                     expression being emitted (its loads are masked by them) */
+    int nvguard;
 } emitter;
 
 #define OUT(...) sch_appendf(&e->pr.s, &e->pr.len, &e->pr.cap, __VA_ARGS__)
@@ -119,10 +122,25 @@ static int64_t load_step(const sch_program *p, sym_id off, sym_id var) {
     return -1;
 }
 
+/* a GUARD predicate the vector path evaluates per lane: ANDs of conditions
+ * free of var (the same for every lane) and of LT(a, b) whose b - a moves
+ * by +1 or -1 per step of var (a padding or concatenation boundary along
+ * the vectorised loop), so the lanes where it holds are one run computed
+ * from the first lane's value */
+static int vec_pred_ok(const sch_program *p, sym_id s, sym_id var) {
+    sym_pool *sp = p->g->syms;
+    const sym_node *n = sym_get(sp, s);
+    if (n->kind == SYM_AND) return vec_pred_ok(p, n->a, var) && vec_pred_ok(p, n->b, var);
+    int64_t c;
+    if (!sym_uses_var(sp, s, var)) return 1; /* the same for every lane */
+    return n->kind == SYM_LT && sym_is_const(sp, sym_step(sp, sym_sub(sp, n->b, n->a), var), &c) && (c == 1 || c == -1);
+}
+
 /* an f32 expression the vector path can evaluate W lanes at a time along
  * `var`: f32 ops marked OPF_VEC in ops.def (ADD/MUL/LT/EXP2/RECIP/SQRT, as
  * emit_vec_expr spells them) over constants, stage values and f32 loads
- * contiguous or broadcast along var */
+ * contiguous or broadcast along var, under GUARDs whose predicates
+ * vec_pred_ok takes (their loads masked) */
 static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
     const lx *x = &p->lx[id];
     if (x->dtype != KILN_F32) return 0;
@@ -133,8 +151,55 @@ static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
     case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var);
     case LX_BINARY:
         return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var) && vec_expr_ok(p, x->b, var);
+    case LX_GUARD: return vec_pred_ok(p, x->s, var) && vec_expr_ok(p, x->a, var);
     default: return 0;
     }
+}
+
+/* the lane mask of predicate s (vec_pred_ok) at the first lane's var: per
+ * condition with d = b - a there, lanes l where d + l >= 1 (step +1) or
+ * d - l >= 1 (step -1); kvm16 gives a __mmask16, kvm8 an __m256i */
+static void emit_vec_pred(emitter *e, sym_id s, sym_id var, int w512) {
+    sym_pool *sp = e->pr.p->g->syms;
+    const sym_node *n = sym_get(sp, s);
+    if (n->kind == SYM_AND) {
+        sym_id a = n->a, b = n->b;
+        OUT(w512 ? "(" : "_mm256_and_si256(");
+        emit_vec_pred(e, a, var, w512);
+        OUT(w512 ? " & " : ", ");
+        emit_vec_pred(e, b, var, w512);
+        OUT(")");
+        return;
+    }
+    if (!sym_uses_var(sp, s, var)) { /* every lane or none */
+        OUT(w512 ? "kvm16(0, (" : "kvm8(0, (");
+        out_sym(e, s);
+        OUT(") ? %d : 0)", w512 ? 16 : 8);
+        return;
+    }
+    sym_id d = sym_sub(sp, n->b, n->a);
+    int64_t c = 0;
+    sym_is_const(sp, sym_step(sp, d, var), &c);
+    OUT(w512 ? "kvm16(" : "kvm8(");
+    if (c == 1) {
+        OUT("1 - (");
+        out_sym(e, d);
+        OUT("), %d)", w512 ? 16 : 8);
+    } else {
+        OUT("0, ");
+        out_sym(e, d);
+        OUT(")");
+    }
+}
+
+/* the mask of every enclosing guard (vguard), ANDed */
+static void emit_vec_mask(emitter *e, sym_id var, int w512) {
+    for (int i = 0; i < e->nvguard; i++) {
+        if (i + 1 < e->nvguard) OUT(w512 ? "(" : "_mm256_and_si256(");
+        emit_vec_pred(e, e->vguard[i], var, w512);
+        if (i + 1 < e->nvguard) OUT(w512 ? " & " : ", ");
+    }
+    for (int i = 0; i + 1 < e->nvguard; i++) OUT(")");
 }
 
 /* lanes of the vector paths for the kernel being emitted under its schedule
@@ -167,9 +232,46 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
     case LX_CONST: OUT("%s_set1_ps(", pre); emit_const(e, KILN_F32, x->value); OUT(")"); return;
     case LX_STAGE: OUT("%s_set1_ps(s%d)", pre, x->stage); return;
     case LX_LOAD:
+        if (e->nvguard) { /* masked: lanes outside the guards read nothing */
+            int contiguous = load_step(e->pr.p, x->s, var) == 1;
+            if (w512 && contiguous) {
+                OUT("_mm512_maskz_loadu_ps(");
+                emit_vec_mask(e, var, w512);
+                OUT(", &b%d[", x->buf);
+            } else if (contiguous) {
+                OUT("_mm256_maskload_ps(&b%d[", x->buf);
+            } else {
+                OUT("%s_set1_ps(", pre);
+                if (w512) emit_vec_mask(e, var, w512);
+                else {
+                    OUT("_mm256_movemask_ps(_mm256_castsi256_ps(");
+                    emit_vec_mask(e, var, w512);
+                    OUT("))");
+                }
+                OUT(" ? b%d[", x->buf);
+            }
+            out_sym(e, x->s);
+            if (w512 && contiguous) OUT("])");
+            else if (contiguous) {
+                OUT("], ");
+                emit_vec_mask(e, var, w512);
+                OUT(")");
+            } else OUT("] : 0.0f)");
+            return;
+        }
         OUT(load_step(e->pr.p, x->s, var) == 1 ? "%s_loadu_ps(&b%d[" : "%s_set1_ps(b%d[", pre, x->buf);
         out_sym(e, x->s);
         OUT(load_step(e->pr.p, x->s, var) == 1 ? "])" : "])");
+        return;
+    case LX_GUARD: /* zero outside the predicate's lanes; loads inside masked */
+        KILN_ASSERT(e->nvguard < KILN_MAX_DIMS);
+        OUT(w512 ? "_mm512_maskz_mov_ps(" : "_mm256_and_ps(_mm256_castsi256_ps(");
+        emit_vec_pred(e, x->s, var, w512);
+        OUT(w512 ? ", " : "), ");
+        e->vguard[e->nvguard++] = x->s;
+        emit_vec_expr(e, x->a, w512, var);
+        e->nvguard--;
+        OUT(")");
         return;
     case LX_UNARY:
         emit_vec_unary(e, x->op, w512);
@@ -568,7 +670,16 @@ static const char *vec_prelude =
     "#define KEXP2_POLY(P, F, f) P(P(P(P(P(P(P(F(1.525273380405984e-05f), f, F(1.5403530393381608e-04f)), f, "
     "F(1.3333558146428443e-03f)), f, F(9.618129107628477e-03f)), f, F(5.550410866482158e-02f)), f, "
     "F(2.402265069591007e-01f)), f, F(6.931471805599453e-01f)), f, F(1.0f))\n"
+    "KI __m256i kvm8(int64_t lo, int64_t hi) {\n"
+    "  const __m256i l = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);\n"
+    "  lo = lo < 0 ? 0 : lo > 8 ? 8 : lo; hi = hi < 0 ? 0 : hi > 8 ? 8 : hi;\n"
+    "  return _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), l), _mm256_cmpgt_epi32(l, _mm256_set1_epi32((int)lo - 1)));\n"
+    "}\n"
     "#ifdef __AVX512F__\n"
+    "KI __mmask16 kvm16(int64_t lo, int64_t hi) {\n"
+    "  lo = lo < 0 ? 0 : lo > 16 ? 16 : lo; hi = hi < 0 ? 0 : hi > 16 ? 16 : hi;\n"
+    "  return lo < hi ? (__mmask16)((0xFFFFu >> (16 - hi)) & (0xFFFFu << lo)) : (__mmask16)0;\n"
+    "}\n"
     "KI __m512 kfma16(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }\n"
     "KI __m512 kexp2_16(__m512 x) {\n"
     "  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-160.0f)), _mm512_set1_ps(160.0f));\n"
