@@ -282,7 +282,12 @@ static void decode_all(srv_engine *e) {
         return;
     }
     if (nb == 0) return;
+    int first = !model_batch_compiled(e->batch);
+    double t0 = srv_now();
     kiln_status st = model_batch_decode(e->batch, nb, e->rslot, e->rtok, e->rpos, e->blogits);
+    if (first && model_batch_compiled(e->batch))
+        fprintf(stderr, "kiln serve: batched decoding: %d slots in one call (program compiled in %.1f s)\n", nb,
+                srv_now() - t0);
     for (int b = 0; b < nb; b++) {
         slot *s = &e->slots[e->rslot[b]];
         if (st != KILN_OK) {
