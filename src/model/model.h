@@ -91,6 +91,9 @@ struct kiln_program *model_compile_graph(const model *m, kiln_graph *g, kiln_sta
  * writes nb * n_vocab logits, row-major. Errors leave the caches' earlier
  * rows as they were; the message is in model_batch_error. */
 typedef struct model_batch model_batch;
+/* rows per program call: the contraction schedules' decode bucket
+ * (SCH_SMALL_M in src/sched/loop.h), see model_batch.c */
+#define MODEL_BATCH_MAX_ROWS 4
 model_batch *model_batch_new(model *m, int n_slots);
 void model_batch_free(model_batch *b);
 model_kv *model_batch_kv(model_batch *b, int slot);

@@ -16,6 +16,12 @@
  *  - Every call binds nb, kv_len = max(pos) + 1 and the three row inputs;
  *    rows are checked (slots distinct and in range, positions inside the
  *    context, ids inside the vocabulary) before anything runs.
+ *  - A call runs at most MODEL_BATCH_MAX_ROWS rows (more go in several
+ *    calls), so the contractions stay in the decode bucket whose schedules
+ *    the single-sequence decode uses: a row's sums are then made in the same
+ *    order whatever the other rows (tests/py/test_serve_batch.py checks it
+ *    bit for bit), while the larger-M bucket's packed forms block K and
+ *    could round a row differently with the batch's size.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,14 +116,12 @@ static kiln_status batch_build(model_batch *b) {
     return KILN_OK;
 }
 
-/* the rows' checks; sets *kv_len to max(pos) + 1 */
-static kiln_status check_rows(model_batch *b, int nb, const int32_t *slots, const int32_t *tokens, const int32_t *pos,
-                              int64_t *kv_len) {
+/* the rows' checks */
+static kiln_status check_rows(model_batch *b, int nb, const int32_t *slots, const int32_t *tokens, const int32_t *pos) {
     if (nb < 1 || nb > b->n_slots || !slots || !tokens || !pos)
         return kiln_fail(b->err, sizeof b->err, KILN_ERR_RANGE, "batched decode: %d rows for %d slots", nb, b->n_slots);
     memset(b->seen, 0, (size_t)b->n_slots * sizeof *b->seen);
     int64_t n_ctx = model_n_ctx(b->m), n_vocab = model_n_vocab(b->m);
-    *kv_len = 1;
     for (int r = 0; r < nb; r++) {
         if (slots[r] < 0 || slots[r] >= b->n_slots || b->seen[slots[r]]++)
             return kiln_fail(b->err, sizeof b->err, KILN_ERR_RANGE, "batched decode: row %d's slot %d is out of range or repeated",
@@ -128,21 +132,18 @@ static kiln_status check_rows(model_batch *b, int nb, const int32_t *slots, cons
         if (tokens[r] < 0 || tokens[r] >= n_vocab)
             return kiln_fail(b->err, sizeof b->err, KILN_ERR_RANGE, "batched decode: row %d's token %d is outside [0, %lld)", r,
                              tokens[r], (long long)n_vocab);
-        if (pos[r] + 1 > *kv_len) *kv_len = pos[r] + 1;
     }
     return KILN_OK;
 }
 
-kiln_status model_batch_decode(model_batch *b, int nb, const int32_t *slots, const int32_t *tokens, const int32_t *pos,
-                               float *logits_out) {
-    if (!b) return KILN_ERR_INVALID;
-    b->err[0] = 0;
-    int64_t kv_len;
-    kiln_status s = check_rows(b, nb, slots, tokens, pos, &kv_len);
-    if (s) return s;
-    if (!logits_out) return kiln_fail(b->err, sizeof b->err, KILN_ERR_INVALID, "batched decode: no logits buffer");
-    if (!b->g && (s = batch_build(b))) return s;
+/* one call of the program for rows that were checked */
+static kiln_status run_rows(model_batch *b, int nb, const int32_t *slots, const int32_t *tokens, const int32_t *pos,
+                            float *logits_out) {
+    int64_t kv_len = 1;
+    for (int r = 0; r < nb; r++)
+        if (pos[r] + 1 > kv_len) kv_len = pos[r] + 1;
     kiln_graph *g = b->g;
+    kiln_status s;
     size_t rowb = (size_t)nb * sizeof(int32_t);
     s = kiln_bind_dim(g, ARCH_ROWS_SYM, nb);
     if (!s) s = kiln_bind_dim(g, ARCH_KV_SYM, kv_len);
@@ -152,5 +153,21 @@ kiln_status model_batch_decode(model_batch *b, int nb, const int32_t *slots, con
     if (!s) s = b->prog ? kiln_run(b->prog) : kiln_eval_reference(g);
     if (!s) s = kiln_read_output(g, "logits", logits_out, (size_t)nb * (size_t)model_n_vocab(b->m) * sizeof(float));
     if (s) kiln_fail(b->err, sizeof b->err, s, "batched decode: %s", kiln_graph_error(g));
+    return s;
+}
+
+kiln_status model_batch_decode(model_batch *b, int nb, const int32_t *slots, const int32_t *tokens, const int32_t *pos,
+                               float *logits_out) {
+    if (!b) return KILN_ERR_INVALID;
+    b->err[0] = 0;
+    kiln_status s = check_rows(b, nb, slots, tokens, pos);
+    if (s) return s;
+    if (!logits_out) return kiln_fail(b->err, sizeof b->err, KILN_ERR_INVALID, "batched decode: no logits buffer");
+    if (!b->g && (s = batch_build(b))) return s;
+    size_t nv = (size_t)model_n_vocab(b->m);
+    for (int r0 = 0; r0 < nb && !s; r0 += MODEL_BATCH_MAX_ROWS) {
+        int n = nb - r0 < MODEL_BATCH_MAX_ROWS ? nb - r0 : MODEL_BATCH_MAX_ROWS;
+        s = run_rows(b, n, slots + r0, tokens + r0, pos + r0, logits_out + (size_t)r0 * nv);
+    }
     return s;
 }

@@ -7,8 +7,9 @@ linear rope scaling through rope_freqs; qwen2: q/k/v biases), compiled and
 under the reference interpreter:
   - a slot's prefill through its view gives exactly the logits of the
     model's own cache (the view is the same program on other memory);
-  - several decode steps of rows in slot order 3, 0, 2 (slot 1 idle, the
-    sequences at different lengths): each row's batched logits equal the
+  - several decode steps of 6 rows of 8 slots in the order 3, 0, 2, 7, 5, 6
+    (slots 1 and 4 idle, the sequences at different lengths; more than
+    MODEL_BATCH_MAX_ROWS, so two program calls): each row's batched logits equal the
     logits of the same token decoded alone by the single-sequence program
     on a second handle holding the same sequences (compiled: bit for bit,
     which is what makes a client's greedy text independent of the other
@@ -99,8 +100,8 @@ def check_model(arch, path, interpreter):
     try:
         nv = L.kiln_llm_n_vocab(a)
         rng = np.random.default_rng(5)
-        assert L.kiln_llm_slots(a, 4) == kc.OK and L.kiln_llm_slots(ref, 4) == kc.OK
-        lens = [5, 2, 9, 3]
+        assert L.kiln_llm_slots(a, 8) == kc.OK and L.kiln_llm_slots(ref, 8) == kc.OK
+        lens = [5, 2, 9, 3, 4, 7, 1, 6]
         prompts = [i32(rng.integers(0, nv, n)) for n in lens]
         last = {}
         for s, pr in enumerate(prompts):
@@ -110,8 +111,8 @@ def check_model(arch, path, interpreter):
             assert L.kiln_llm_decode(ref, ip(pr), len(pr), 0, fp(lo)) == kc.OK  # the model's own cache
             assert np.array_equal(la, lr) and np.array_equal(la, lo), "%s: slot %d prefill differs" % (arch, s)
             last[s] = la
-        rows = [3, 0, 2]  # slot 1 idle
-        pos = {s: lens[s] for s in range(4)}
+        rows = [3, 0, 2, 7, 5, 6]  # slots 1 and 4 idle; 6 rows: two program calls
+        pos = {s: lens[s] for s in range(8)}
         worst = 0.0
         for step in range(6):
             toks = i32([int(np.argmax(last[s])) for s in rows])
