@@ -8,8 +8,8 @@
 #   MODEL=path.gguf THREADS=4 PARALLEL=4 TOKENS=64 REPS=3 sh bench/serve.sh
 #
 # The peer: $LLAMA_SERVER, else bench/.peers/llama.cpp/bin/llama-server
-# (bench/install_llamacpp.sh builds llama.cpp's tools; llama-server is built
-# with its server target: cmake --build ... --target llama-server). Without
+# (WITH_SERVER=1 sh bench/install_llamacpp.sh builds it with llama.cpp's
+# other tools). Without
 # it only kiln's rows are printed. Both servers read the weights into memory
 # (llama-server --no-mmap), have PARALLEL slots of CTX tokens each
 # (llama-server's -c is the total it splits between slots), and the same
