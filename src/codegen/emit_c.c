@@ -75,6 +75,8 @@ typedef struct emitter {
     sym_id vguard[KILN_MAX_DIMS]; /* vector path: the predicates of the GUARDs enclosing the
                                      expression being emitted (its loads are masked by them) */
     int nvguard;
+    int tail;                    /* vector path: lanes past `kt` (the row's remaining length) are
+                                    masked off: loads masked, stores masked (emit_vec_outer) */
 } emitter;
 
 #define OUT(...) sch_appendf(&e->pr.s, &e->pr.len, &e->pr.cap, __VA_ARGS__)
@@ -194,12 +196,14 @@ static void emit_vec_pred(emitter *e, sym_id s, sym_id var, int w512) {
 
 /* the mask of every enclosing guard (vguard), ANDed */
 static void emit_vec_mask(emitter *e, sym_id var, int w512) {
+    if (e->tail) OUT(w512 ? "(ktm & " : "_mm256_and_si256(ktm, ");
     for (int i = 0; i < e->nvguard; i++) {
         if (i + 1 < e->nvguard) OUT(w512 ? "(" : "_mm256_and_si256(");
         emit_vec_pred(e, e->vguard[i], var, w512);
         if (i + 1 < e->nvguard) OUT(w512 ? " & " : ", ");
     }
     for (int i = 0; i + 1 < e->nvguard; i++) OUT(")");
+    if (e->tail) OUT(")");
 }
 
 /* lanes of the vector paths for the kernel being emitted under its schedule
@@ -257,6 +261,12 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
                 emit_vec_mask(e, var, w512);
                 OUT(")");
             } else OUT("] : 0.0f)");
+            return;
+        }
+        if (e->tail && load_step(e->pr.p, x->s, var) == 1) { /* the row's last lanes: read no further */
+            OUT(w512 ? "_mm512_maskz_loadu_ps(ktm, &b%d[" : "_mm256_maskload_ps(&b%d[", x->buf);
+            out_sym(e, x->s);
+            OUT(w512 ? "])" : "], ktm)");
             return;
         }
         OUT(load_step(e->pr.p, x->s, var) == 1 ? "%s_loadu_ps(&b%d[" : "%s_set1_ps(b%d[", pre, x->buf);
@@ -403,6 +413,124 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
     OUT("  }\n");
     indent(e, ind);
     OUT("  %s = (float)acc; }\n", res);
+}
+
+/* ---- a reduction vectorised across its output points ------------------
+ * A REDUCE kernel whose reduction the vector path cannot take along r (a
+ * depthwise convolution or a pool's window: r short and its loads strided
+ * along it; Relu as a MAX over a stacked pair, r = 2) but whose operand it
+ * can evaluate along the last loop variable, stored contiguously along it,
+ * computes W output points at a time: each lane its own accumulator
+ * running over r in order. SUM accumulates each lane in double in r's
+ * order, MAX keeps the first NaN's lane NaN, so every lane is what the
+ * scalar loop computes for its point, bit for bit. Rows end in one masked
+ * step (ktm: the lanes still in the row), no scalar tail. */
+
+/* the kernel takes that path: nothing the path cannot print, and the inner
+ * (along r) path, when it applies, only where r is too short to fill vectors */
+static int vec_outer_ok(const sch_program *p, const sch_kernel *k) {
+    if (k->kind != SCH_K_REDUCE || k->ndim == 0 || k->nstages > 0) return 0;
+    if (k->red_op != OP_SUM && k->red_op != OP_MAX) return 0;
+    if (p->bufs[k->out_buf].dtype != KILN_F32 || p->lx[k->expr].dtype != KILN_F32) return 0;
+    sym_id lv = k->var[k->ndim - 1];
+    if (load_step(p, k->store_off, lv) != 1 || !vec_expr_ok(p, k->expr, lv)) return 0;
+    int64_t rn;
+    if (vec_expr_ok(p, k->expr, k->rvar) && !(sym_is_const(p->g->syms, k->rdim, &rn) && rn < 64)) return 0;
+    return 1;
+}
+
+/* U blocks of W lanes from i<n-1> on: accumulate over r, then store (masked
+ * by ktm when e->tail) */
+static void emit_vec_outer_step(emitter *e, const sch_kernel *k, int U, int ind) {
+    int w512 = vec_lanes(e) == 16, W = w512 ? 16 : 8, n = k->ndim, is_sum = k->red_op == OP_SUM;
+    const char *pre = w512 ? "_mm512" : "_mm256", *vt = w512 ? "__m512" : "__m256";
+    sym_id lv = k->var[n - 1];
+    char rn[32];
+    sch_rvar_name(e->pr.p, k->rvar, rn, sizeof rn);
+    indent(e, ind);
+    OUT("{ const int64_t iu = i%d;\n", n - 1);
+    for (int u = 0; u < U; u++) {
+        indent(e, ind);
+        if (is_sum) OUT("  %s lo%d = %s_setzero_pd(), hi%d = lo%d;\n", w512 ? "__m512d" : "__m256d", u, pre, u, u);
+        else if (w512) OUT("  __m512 va%d = _mm512_set1_ps(-INFINITY); __mmask16 nan%d = 0;\n", u, u);
+        else OUT("  __m256 va%d = _mm256_set1_ps(-INFINITY), nan%d = _mm256_setzero_ps();\n", u, u);
+    }
+    indent(e, ind);
+    OUT("  const int64_t rn = ");
+    out_sym(e, k->rdim);
+    OUT(";\n");
+    indent(e, ind);
+    OUT("  for (int64_t %s = 0; %s < rn; %s++) {\n", rn, rn, rn);
+    for (int u = 0; u < U; u++) {
+        indent(e, ind);
+        OUT("    { const int64_t i%d = iu + %d;\n", n - 1, u * W);
+        indent(e, ind);
+        OUT("      const %s x = ", vt);
+        emit_vec_expr(e, k->expr, w512, lv);
+        OUT(";\n");
+        indent(e, ind);
+        if (is_sum && w512)
+            OUT("      lo%d = _mm512_add_pd(lo%d, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));\n"
+                "%*s      hi%d = _mm512_add_pd(hi%d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd("
+                "_mm512_castps_pd(x), 1)))); }\n",
+                u, u, ind, "", u, u);
+        else if (is_sum)
+            OUT("      lo%d = _mm256_add_pd(lo%d, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));\n"
+                "%*s      hi%d = _mm256_add_pd(hi%d, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))); }\n",
+                u, u, ind, "", u, u);
+        else if (w512)
+            OUT("      nan%d |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q); va%d = _mm512_max_ps(x, va%d); }\n", u, u, u);
+        else
+            OUT("      nan%d = _mm256_or_ps(nan%d, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); va%d = _mm256_max_ps(x, va%d); }\n",
+                u, u, u, u);
+    }
+    indent(e, ind);
+    OUT("  }\n");
+    for (int u = 0; u < U; u++) {
+        indent(e, ind);
+        OUT("  { const int64_t i%d = iu + %d;\n", n - 1, u * W);
+        indent(e, ind);
+        if (is_sum && w512)
+            OUT("    const __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo%d)), "
+                "_mm512_cvtpd_ps(hi%d), 1);\n", u, u);
+        else if (is_sum)
+            OUT("    const __m256 y = _mm256_set_m128(_mm256_cvtpd_ps(hi%d), _mm256_cvtpd_ps(lo%d));\n", u, u);
+        else if (w512)
+            OUT("    const __m512 y = _mm512_mask_blend_ps(nan%d, va%d, _mm512_set1_ps(NAN));\n", u, u);
+        else
+            OUT("    const __m256 y = _mm256_blendv_ps(va%d, _mm256_set1_ps(NAN), nan%d);\n", u, u);
+        indent(e, ind);
+        if (e->tail && w512) OUT("    _mm512_mask_storeu_ps(&out[");
+        else if (e->tail) OUT("    _mm256_maskstore_ps(&out[");
+        else OUT("    %s_storeu_ps(&out[", pre);
+        out_sym(e, k->store_off);
+        if (e->tail && w512) OUT("], ktm, y); }\n");
+        else if (e->tail) OUT("], ktm, y); }\n");
+        else OUT("], y); }\n");
+    }
+    indent(e, ind);
+    OUT("}\n");
+}
+
+/* one row [jlo, jhi): U blocks per step (the schedule's nacc, default 1),
+ * then single blocks, then the last lanes masked */
+static void emit_vec_outer_row(emitter *e, const sch_kernel *k) {
+    int w512 = vec_lanes(e) == 16, W = w512 ? 16 : 8, n = k->ndim;
+    int U = e->gs && e->gs->nacc > 1 ? e->gs->nacc : 1;
+    OUT("    int64_t i%d = jlo;\n", n - 1);
+    if (U > 1) {
+        OUT("    for (; i%d + %d <= jhi; i%d += %d)\n", n - 1, U * W, n - 1, U * W);
+        emit_vec_outer_step(e, k, U, 6);
+    }
+    OUT("    for (; i%d + %d <= jhi; i%d += %d)\n", n - 1, W, n - 1, W);
+    emit_vec_outer_step(e, k, 1, 6);
+    OUT("    if (i%d < jhi) {\n", n - 1);
+    if (w512) OUT("      const __mmask16 ktm = kvm16(0, jhi - i%d);\n", n - 1);
+    else OUT("      const __m256i ktm = kvm8(0, jhi - i%d);\n", n - 1);
+    e->tail = 1;
+    emit_vec_outer_step(e, k, 1, 6);
+    e->tail = 0;
+    OUT("    }\n");
 }
 
 /* ---- kernels ----------------------------------------------------------- */
@@ -632,6 +760,8 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
         OUT("    }\n");
     } else if (vec_map) {
         emit_vec_map_row(e, k);
+    } else if (vec_lanes(e) && vec_outer_ok(p, k)) {
+        emit_vec_outer_row(e, k);
     } else if (k->ndim == 0) {
         emit_point(e, k, 4);
     } else {
@@ -746,7 +876,8 @@ void cg_emit_c_generic_append(const sch_program *p, int32_t kid, const cg_option
 void cg_generic_vec_info(const sch_program *p, int32_t kid, int *map_vec, int *red_vec) {
     const sch_kernel *k = &p->kernels[kid];
     *map_vec = vec_map_ok(p, k);
-    int r = k->kind == SCH_K_REDUCE && p->lx[k->expr].dtype == KILN_F32 && vec_expr_ok(p, k->expr, k->rvar);
+    int r = k->kind == SCH_K_REDUCE && p->lx[k->expr].dtype == KILN_F32 &&
+            (vec_expr_ok(p, k->expr, k->rvar) || vec_outer_ok(p, k));
     for (int32_t i = 0; i < k->nstages; i++) {
         const sch_stage *st = &k->stages[i];
         if (p->lx[st->expr].dtype == KILN_F32 && vec_expr_ok(p, st->expr, st->rvar)) r = 1;
