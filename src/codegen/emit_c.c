@@ -124,6 +124,15 @@ static int64_t load_step(const sch_program *p, sym_id off, sym_id var) {
     return -1;
 }
 
+/* the constant step of a load's offset along var, or 0 when it is not a
+ * constant in [2, 64] (a strided read: a stride-2 window along the output
+ * columns), which only the path across output points gathers */
+static int64_t gather_step(const sch_program *p, sym_id off, sym_id var) {
+    int64_t c;
+    if (sym_is_const(p->g->syms, sym_step(p->g->syms, off, var), &c) && c >= 2 && c <= 64) return c;
+    return 0;
+}
+
 /* a GUARD predicate the vector path evaluates per lane: ANDs of conditions
  * free of var (the same for every lane) and of LT(a, b) whose b - a moves
  * by +1 or -1 per step of var (a padding or concatenation boundary along
@@ -143,20 +152,25 @@ static int vec_pred_ok(const sch_program *p, sym_id s, sym_id var) {
  * emit_vec_expr spells them) over constants, stage values and f32 loads
  * contiguous or broadcast along var, under GUARDs whose predicates
  * vec_pred_ok takes (their loads masked) */
-static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
+static int vec_expr_ok_g(const sch_program *p, int32_t id, sym_id var, int gather) {
     const lx *x = &p->lx[id];
     if (x->dtype != KILN_F32) return 0;
     switch (x->kind) {
     case LX_CONST:
     case LX_STAGE: return 1;
-    case LX_LOAD: return p->bufs[x->buf].dtype == KILN_F32 && load_step(p, x->s, var) >= 0;
-    case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var);
+    case LX_LOAD:
+        return p->bufs[x->buf].dtype == KILN_F32 &&
+               (load_step(p, x->s, var) >= 0 || (gather && gather_step(p, x->s, var) > 0));
+    case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather);
     case LX_BINARY:
-        return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var) && vec_expr_ok(p, x->b, var);
-    case LX_GUARD: return vec_pred_ok(p, x->s, var) && vec_expr_ok(p, x->a, var);
+        return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather) &&
+               vec_expr_ok_g(p, x->b, var, gather);
+    case LX_GUARD: return vec_pred_ok(p, x->s, var) && vec_expr_ok_g(p, x->a, var, gather);
     default: return 0;
     }
 }
+
+static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) { return vec_expr_ok_g(p, id, var, 0); }
 
 /* the lane mask of predicate s (vec_pred_ok) at the first lane's var: per
  * condition with d = b - a there, lanes l where d + l >= 1 (step +1) or
@@ -196,6 +210,10 @@ static void emit_vec_pred(emitter *e, sym_id s, sym_id var, int w512) {
 
 /* the mask of every enclosing guard (vguard), ANDed */
 static void emit_vec_mask(emitter *e, sym_id var, int w512) {
+    if (e->tail && !e->nvguard) {
+        OUT("ktm");
+        return;
+    }
     if (e->tail) OUT(w512 ? "(ktm & " : "_mm256_and_si256(ktm, ");
     for (int i = 0; i < e->nvguard; i++) {
         if (i + 1 < e->nvguard) OUT(w512 ? "(" : "_mm256_and_si256(");
@@ -236,6 +254,34 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
     case LX_CONST: OUT("%s_set1_ps(", pre); emit_const(e, KILN_F32, x->value); OUT(")"); return;
     case LX_STAGE: OUT("%s_set1_ps(s%d)", pre, x->stage); return;
     case LX_LOAD:
+        if (gather_step(e->pr.p, x->s, var) > 0) { /* strided (vec_expr_ok_g): gathered, masked lanes read nothing */
+            int64_t st = gather_step(e->pr.p, x->s, var);
+            int masked = e->nvguard || e->tail;
+            if (masked && w512) {
+                OUT("_mm512_mask_i32gather_ps(_mm512_setzero_ps(), ");
+                emit_vec_mask(e, var, w512);
+                OUT(", ");
+            } else if (w512) OUT("_mm512_i32gather_ps(");
+            else if (masked) OUT("_mm256_mask_i32gather_ps(_mm256_setzero_ps(), &b%d[", x->buf);
+            else OUT("_mm256_i32gather_ps(&b%d[", x->buf);
+            if (!w512) {
+                out_sym(e, x->s);
+                OUT("], ");
+            }
+            OUT("%s_setr_epi32(", w512 ? "_mm512" : "_mm256");
+            for (int l = 0; l < (w512 ? 16 : 8); l++) OUT("%s%lld", l ? ", " : "", (long long)(st * l));
+            OUT(")");
+            if (w512) {
+                OUT(", &b%d[", x->buf);
+                out_sym(e, x->s);
+                OUT("], 4)");
+            } else if (masked) {
+                OUT(", _mm256_castsi256_ps(");
+                emit_vec_mask(e, var, w512);
+                OUT("), 4)");
+            } else OUT(", 4)");
+            return;
+        }
         if (e->nvguard) { /* masked: lanes outside the guards read nothing */
             int contiguous = load_step(e->pr.p, x->s, var) == 1;
             if (w512 && contiguous) {
@@ -419,7 +465,8 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
  * A REDUCE kernel whose reduction the vector path cannot take along r (a
  * depthwise convolution or a pool's window: r short and its loads strided
  * along it; Relu as a MAX over a stacked pair, r = 2) but whose operand it
- * can evaluate along the last loop variable, stored contiguously along it,
+ * can evaluate along the last loop variable, stored contiguously along it
+ * (here loads strided along it too, as gathers: a stride-2 window),
  * computes W output points at a time: each lane its own accumulator
  * running over r in order. SUM accumulates each lane in double in r's
  * order, MAX keeps the first NaN's lane NaN, so every lane is what the
@@ -433,7 +480,7 @@ static int vec_outer_ok(const sch_program *p, const sch_kernel *k) {
     if (k->red_op != OP_SUM && k->red_op != OP_MAX) return 0;
     if (p->bufs[k->out_buf].dtype != KILN_F32 || p->lx[k->expr].dtype != KILN_F32) return 0;
     sym_id lv = k->var[k->ndim - 1];
-    if (load_step(p, k->store_off, lv) != 1 || !vec_expr_ok(p, k->expr, lv)) return 0;
+    if (load_step(p, k->store_off, lv) != 1 || !vec_expr_ok_g(p, k->expr, lv, 1)) return 0;
     int64_t rn;
     if (vec_expr_ok(p, k->expr, k->rvar) && !(sym_is_const(p->g->syms, k->rdim, &rn) && rn < 64)) return 0;
     return 1;
