@@ -257,6 +257,15 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
         if (gather_step(e->pr.p, x->s, var) > 0) { /* strided (vec_expr_ok_g): gathered, masked lanes read nothing */
             int64_t st = gather_step(e->pr.p, x->s, var);
             int masked = e->nvguard || e->tail;
+            if (st == 2) { /* two (masked) loads and a permute: kld2_* read only the lanes' elements */
+                OUT(w512 ? "kld2_16(&b%d[" : "kld2_8(&b%d[", x->buf);
+                out_sym(e, x->s);
+                OUT("], ");
+                if (masked) emit_vec_mask(e, var, w512);
+                else OUT(w512 ? "(__mmask16)0xFFFF" : "_mm256_set1_epi32(-1)");
+                OUT(")");
+                return;
+            }
             if (masked && w512) {
                 OUT("_mm512_mask_i32gather_ps(_mm512_setzero_ps(), ");
                 emit_vec_mask(e, var, w512);
@@ -284,12 +293,12 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
         }
         if (e->nvguard) { /* masked: lanes outside the guards read nothing */
             int contiguous = load_step(e->pr.p, x->s, var) == 1;
-            if (w512 && contiguous) {
-                OUT("_mm512_maskz_loadu_ps(");
+            if (w512 && contiguous) { /* kmld*: no load at all when every lane is masked (kld2_16) */
+                OUT("kmld16(");
                 emit_vec_mask(e, var, w512);
                 OUT(", &b%d[", x->buf);
             } else if (contiguous) {
-                OUT("_mm256_maskload_ps(&b%d[", x->buf);
+                OUT("kmld8(&b%d[", x->buf);
             } else {
                 OUT("%s_set1_ps(", pre);
                 if (w512) emit_vec_mask(e, var, w512);
@@ -858,6 +867,16 @@ static const char *vec_prelude =
     "  return lo < hi ? (__mmask16)((0xFFFFu >> (16 - hi)) & (0xFFFFu << lo)) : (__mmask16)0;\n"
     "}\n"
     "KI __m512 kfma16(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }\n"
+    "KI __m512 kmld16(__mmask16 m, const float *p) { return m ? _mm512_maskz_loadu_ps(m, p) : _mm512_setzero_ps(); }\n"
+    "KI __mmask16 kspread8(unsigned x) {\n"
+    "  x &= 0xFFu; x = (x | (x << 4)) & 0x0F0Fu; x = (x | (x << 2)) & 0x3333u; x = (x | (x << 1)) & 0x5555u;\n"
+    "  return (__mmask16)x;\n"
+    "}\n"
+    "KI __m512 kld2_16(const float *p, __mmask16 m) {\n"
+    "  if (!m) return _mm512_setzero_ps(); /* a masked load far outside the buffer takes a fault-suppression assist */\n"
+    "  const __m512 a = _mm512_maskz_loadu_ps(kspread8(m), p), b = _mm512_maskz_loadu_ps(kspread8((unsigned)m >> 8), p + 16);\n"
+    "  return _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);\n"
+    "}\n"
     "KI __m512 kexp2_16(__m512 x) {\n"
     "  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-160.0f)), _mm512_set1_ps(160.0f));\n"
     "  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
@@ -868,6 +887,15 @@ static const char *vec_prelude =
     "}\n"
     "#endif\n"
     "KI __m256 kfma8(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }\n"
+    "KI __m256 kmld8(const float *p, __m256i m) { return _mm256_testz_si256(m, m) ? _mm256_setzero_ps() : _mm256_maskload_ps(p, m); }\n"
+    "KI __m256 kld2_8(const float *p, __m256i m) {\n"
+    "  if (_mm256_testz_si256(m, m)) return _mm256_setzero_ps();\n"
+    "  const __m256i even = _mm256_setr_epi32(-1, 0, -1, 0, -1, 0, -1, 0);\n"
+    "  const __m256i ma = _mm256_and_si256(even, _mm256_permutevar8x32_epi32(m, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));\n"
+    "  const __m256i mb = _mm256_and_si256(even, _mm256_permutevar8x32_epi32(m, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));\n"
+    "  const __m256 a = _mm256_maskload_ps(p, ma), b = _mm256_maskload_ps(p + 8, mb);\n"
+    "  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));\n"
+    "}\n"
     "KI __m256 kexp2_8(__m256 x) {\n"
     "  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-160.0f)), _mm256_set1_ps(160.0f));\n"
     "  const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
