@@ -132,7 +132,7 @@ double ek_bitsd(int64_t b) {
 }
 
 int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
-    double r;
+    double r = 0;
     if (op < 0 || op >= OP_COUNT) return 0; /* EG_OP_VIEW */
     if (t == KILN_F32) {
         switch ((op_kind)op) {
