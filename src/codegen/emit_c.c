@@ -124,6 +124,15 @@ static int64_t load_step(const sch_program *p, sym_id off, sym_id var) {
     return -1;
 }
 
+/* the constant step of a load's offset along var, or 0 when it is not a
+ * constant in [2, 64] (a strided read: a stride-2 window along the output
+ * columns), which only the path across output points gathers */
+static int64_t gather_step(const sch_program *p, sym_id off, sym_id var) {
+    int64_t c;
+    if (sym_is_const(p->g->syms, sym_step(p->g->syms, off, var), &c) && c >= 2 && c <= 64) return c;
+    return 0;
+}
+
 /* a GUARD predicate the vector path evaluates per lane: ANDs of conditions
  * free of var (the same for every lane) and of LT(a, b) whose b - a moves
  * by +1 or -1 per step of var (a padding or concatenation boundary along
@@ -143,20 +152,25 @@ static int vec_pred_ok(const sch_program *p, sym_id s, sym_id var) {
  * emit_vec_expr spells them) over constants, stage values and f32 loads
  * contiguous or broadcast along var, under GUARDs whose predicates
  * vec_pred_ok takes (their loads masked) */
-static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
+static int vec_expr_ok_g(const sch_program *p, int32_t id, sym_id var, int gather) {
     const lx *x = &p->lx[id];
     if (x->dtype != KILN_F32) return 0;
     switch (x->kind) {
     case LX_CONST:
     case LX_STAGE: return 1;
-    case LX_LOAD: return p->bufs[x->buf].dtype == KILN_F32 && load_step(p, x->s, var) >= 0;
-    case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var);
+    case LX_LOAD:
+        return p->bufs[x->buf].dtype == KILN_F32 &&
+               (load_step(p, x->s, var) >= 0 || (gather && gather_step(p, x->s, var) > 0));
+    case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather);
     case LX_BINARY:
-        return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var) && vec_expr_ok(p, x->b, var);
-    case LX_GUARD: return vec_pred_ok(p, x->s, var) && vec_expr_ok(p, x->a, var);
+        return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather) &&
+               vec_expr_ok_g(p, x->b, var, gather);
+    case LX_GUARD: return vec_pred_ok(p, x->s, var) && vec_expr_ok_g(p, x->a, var, gather);
     default: return 0;
     }
 }
+
+static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) { return vec_expr_ok_g(p, id, var, 0); }
 
 /* the lane mask of predicate s (vec_pred_ok) at the first lane's var: per
  * condition with d = b - a there, lanes l where d + l >= 1 (step +1) or
@@ -196,6 +210,10 @@ static void emit_vec_pred(emitter *e, sym_id s, sym_id var, int w512) {
 
 /* the mask of every enclosing guard (vguard), ANDed */
 static void emit_vec_mask(emitter *e, sym_id var, int w512) {
+    if (e->tail && !e->nvguard) {
+        OUT("ktm");
+        return;
+    }
     if (e->tail) OUT(w512 ? "(ktm & " : "_mm256_and_si256(ktm, ");
     for (int i = 0; i < e->nvguard; i++) {
         if (i + 1 < e->nvguard) OUT(w512 ? "(" : "_mm256_and_si256(");
@@ -236,14 +254,51 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
     case LX_CONST: OUT("%s_set1_ps(", pre); emit_const(e, KILN_F32, x->value); OUT(")"); return;
     case LX_STAGE: OUT("%s_set1_ps(s%d)", pre, x->stage); return;
     case LX_LOAD:
+        if (gather_step(e->pr.p, x->s, var) > 0) { /* strided (vec_expr_ok_g): gathered, masked lanes read nothing */
+            int64_t st = gather_step(e->pr.p, x->s, var);
+            int masked = e->nvguard || e->tail;
+            if (st == 2) { /* two (masked) loads and a permute: kld2_* read only the lanes' elements */
+                OUT(w512 ? "kld2_16(&b%d[" : "kld2_8(&b%d[", x->buf);
+                out_sym(e, x->s);
+                OUT("], ");
+                if (masked) emit_vec_mask(e, var, w512);
+                else OUT(w512 ? "(__mmask16)0xFFFF" : "_mm256_set1_epi32(-1)");
+                OUT(")");
+                return;
+            }
+            if (masked && w512) {
+                OUT("_mm512_mask_i32gather_ps(_mm512_setzero_ps(), ");
+                emit_vec_mask(e, var, w512);
+                OUT(", ");
+            } else if (w512) OUT("_mm512_i32gather_ps(");
+            else if (masked) OUT("_mm256_mask_i32gather_ps(_mm256_setzero_ps(), &b%d[", x->buf);
+            else OUT("_mm256_i32gather_ps(&b%d[", x->buf);
+            if (!w512) {
+                out_sym(e, x->s);
+                OUT("], ");
+            }
+            OUT("%s_setr_epi32(", w512 ? "_mm512" : "_mm256");
+            for (int l = 0; l < (w512 ? 16 : 8); l++) OUT("%s%lld", l ? ", " : "", (long long)(st * l));
+            OUT(")");
+            if (w512) {
+                OUT(", &b%d[", x->buf);
+                out_sym(e, x->s);
+                OUT("], 4)");
+            } else if (masked) {
+                OUT(", _mm256_castsi256_ps(");
+                emit_vec_mask(e, var, w512);
+                OUT("), 4)");
+            } else OUT(", 4)");
+            return;
+        }
         if (e->nvguard) { /* masked: lanes outside the guards read nothing */
             int contiguous = load_step(e->pr.p, x->s, var) == 1;
-            if (w512 && contiguous) {
-                OUT("_mm512_maskz_loadu_ps(");
+            if (w512 && contiguous) { /* kmld*: no load at all when every lane is masked (kld2_16) */
+                OUT("kmld16(");
                 emit_vec_mask(e, var, w512);
                 OUT(", &b%d[", x->buf);
             } else if (contiguous) {
-                OUT("_mm256_maskload_ps(&b%d[", x->buf);
+                OUT("kmld8(&b%d[", x->buf);
             } else {
                 OUT("%s_set1_ps(", pre);
                 if (w512) emit_vec_mask(e, var, w512);
@@ -419,7 +474,8 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
  * A REDUCE kernel whose reduction the vector path cannot take along r (a
  * depthwise convolution or a pool's window: r short and its loads strided
  * along it; Relu as a MAX over a stacked pair, r = 2) but whose operand it
- * can evaluate along the last loop variable, stored contiguously along it,
+ * can evaluate along the last loop variable, stored contiguously along it
+ * (here loads strided along it too, as gathers: a stride-2 window),
  * computes W output points at a time: each lane its own accumulator
  * running over r in order. SUM accumulates each lane in double in r's
  * order, MAX keeps the first NaN's lane NaN, so every lane is what the
@@ -433,7 +489,7 @@ static int vec_outer_ok(const sch_program *p, const sch_kernel *k) {
     if (k->red_op != OP_SUM && k->red_op != OP_MAX) return 0;
     if (p->bufs[k->out_buf].dtype != KILN_F32 || p->lx[k->expr].dtype != KILN_F32) return 0;
     sym_id lv = k->var[k->ndim - 1];
-    if (load_step(p, k->store_off, lv) != 1 || !vec_expr_ok(p, k->expr, lv)) return 0;
+    if (load_step(p, k->store_off, lv) != 1 || !vec_expr_ok_g(p, k->expr, lv, 1)) return 0;
     int64_t rn;
     if (vec_expr_ok(p, k->expr, k->rvar) && !(sym_is_const(p->g->syms, k->rdim, &rn) && rn < 64)) return 0;
     return 1;
@@ -811,6 +867,16 @@ static const char *vec_prelude =
     "  return lo < hi ? (__mmask16)((0xFFFFu >> (16 - hi)) & (0xFFFFu << lo)) : (__mmask16)0;\n"
     "}\n"
     "KI __m512 kfma16(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }\n"
+    "KI __m512 kmld16(__mmask16 m, const float *p) { return m ? _mm512_maskz_loadu_ps(m, p) : _mm512_setzero_ps(); }\n"
+    "KI __mmask16 kspread8(unsigned x) {\n"
+    "  x &= 0xFFu; x = (x | (x << 4)) & 0x0F0Fu; x = (x | (x << 2)) & 0x3333u; x = (x | (x << 1)) & 0x5555u;\n"
+    "  return (__mmask16)x;\n"
+    "}\n"
+    "KI __m512 kld2_16(const float *p, __mmask16 m) {\n"
+    "  if (!m) return _mm512_setzero_ps(); /* a masked load far outside the buffer takes a fault-suppression assist */\n"
+    "  const __m512 a = _mm512_maskz_loadu_ps(kspread8(m), p), b = _mm512_maskz_loadu_ps(kspread8((unsigned)m >> 8), p + 16);\n"
+    "  return _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);\n"
+    "}\n"
     "KI __m512 kexp2_16(__m512 x) {\n"
     "  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-160.0f)), _mm512_set1_ps(160.0f));\n"
     "  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
@@ -821,6 +887,15 @@ static const char *vec_prelude =
     "}\n"
     "#endif\n"
     "KI __m256 kfma8(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }\n"
+    "KI __m256 kmld8(const float *p, __m256i m) { return _mm256_testz_si256(m, m) ? _mm256_setzero_ps() : _mm256_maskload_ps(p, m); }\n"
+    "KI __m256 kld2_8(const float *p, __m256i m) {\n"
+    "  if (_mm256_testz_si256(m, m)) return _mm256_setzero_ps();\n"
+    "  const __m256i even = _mm256_setr_epi32(-1, 0, -1, 0, -1, 0, -1, 0);\n"
+    "  const __m256i ma = _mm256_and_si256(even, _mm256_permutevar8x32_epi32(m, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));\n"
+    "  const __m256i mb = _mm256_and_si256(even, _mm256_permutevar8x32_epi32(m, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));\n"
+    "  const __m256 a = _mm256_maskload_ps(p, ma), b = _mm256_maskload_ps(p + 8, mb);\n"
+    "  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));\n"
+    "}\n"
     "KI __m256 kexp2_8(__m256 x) {\n"
     "  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-160.0f)), _mm256_set1_ps(160.0f));\n"
     "  const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
