@@ -838,9 +838,17 @@ static void test_search_more(void) {
         CHECK(reopened >= 1, "nothing reopened after %d searches", s1.searched);
         CHECK(kiln_run(p) == KILN_OK, "second pass: %s", kiln_graph_error(g));
         kiln_program_search_status(p, &s2);
-        CHECK(s2.searched == s1.searched + 1, "second pass searched %d kernels (first %d)", s2.searched, s1.searched);
-        CHECK(s2.measurements > s1.measurements, "second pass measured nothing new (%d then %d)", s1.measurements,
-              s2.measurements);
+        /* the recompile's reserve grows with the load per core: on a machine
+         * so busy that it takes most of the 10 s, the pass searches nothing */
+        if (s2.reserve_s < 5.0) {
+            CHECK(s2.searched == s1.searched + 1, "second pass searched %d kernels (first %d)", s2.searched,
+                  s1.searched);
+            CHECK(s2.measurements > s1.measurements, "second pass measured nothing new (%d then %d)",
+                  s1.measurements, s2.measurements);
+        } else {
+            printf("note: %.2f s of the second pass's 10 s reserved for the recompile (a loaded machine)\n",
+                   s2.reserve_s);
+        }
         CHECK(s2.spent_s <= s1.spent_s + 10.0 + 3.0, "second pass took %.2f s of 10", s2.spent_s - s1.spent_s);
     } else {
         printf("note: the first pass searched nothing (%.2f s reserved): a loaded machine\n", s1.reserve_s);
