@@ -16,7 +16,9 @@
  *     prompt, 128 generated); a kernel group under 2% of a decode step or of
  *     a prefill keeps its schedule (kiln_program_search);
  *  4. the searches: a prefill and a decode step run again, and each kernel
- *     searches at its first launch within its share of what is left;
+ *     searches at its first launch within its share of what is left; then,
+ *     while time is left, the heaviest groups search again from the rank
+ *     where they stopped (kiln_program_search_more);
  *  5. the recompile with the winners (kiln_program_search_finish).
  * A model built with all_logits (kiln perplexity) gets these steps twice:
  * as kiln run's model (2/3 of the budget), then with prefills that output
@@ -34,6 +36,12 @@
 #include "autotune.h"
 #include "base.h"
 #include "kiln_compile.h"
+
+/* later passes (step 4b): at most this many, each worth at least a few
+ * candidates' compile, check and timing, over the heaviest groups */
+#define AUTOTUNE_MAX_PASSES 3
+#define AUTOTUNE_MIN_PASS_S 3.0
+#define AUTOTUNE_PASS_GROUPS 4
 
 model_tune_options model_tune_defaults(void) {
     model_tune_options o;
@@ -140,6 +148,23 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         s = fail(m, err, cap, "searching decode schedules");
         kiln_program_search_finish(p);
         goto done;
+    }
+    /* 4b: time left (each search stops at the candidates its share paid
+     * for, and a share is an estimate): the heaviest groups search again
+     * from the rank where they stopped, seeded with their winners, for what
+     * is left after the runs that carry them (a prefill and a decode step,
+     * as profiled) */
+    double runs_s = 0;
+    for (int32_t k = 0; k < nk; k++) runs_s += pre[k] + dec[k] / 2;
+    for (int pass = 0; pass < AUTOTUNE_MAX_PASSES; pass++) {
+        double more = o.budget_s - (kiln_now_s() - t_start) - runs_s;
+        if (more < AUTOTUNE_MIN_PASS_S || kiln_program_search_more(p, more, AUTOTUNE_PASS_GROUPS) == 0) break;
+        phase(&o, "searching again with the time left (the heaviest kernels, their next candidates)");
+        if (model_forward(m, toks, 1, n, logits) || model_forward_rows(m, toks, n, 0, from, logits)) {
+            s = fail(m, err, cap, "searching again");
+            kiln_program_search_finish(p);
+            goto done;
+        }
     }
     /* 5: the program with the winners */
     phase(&o, "compiling the program with the winners");

@@ -83,8 +83,10 @@ typedef struct rt_tuner {
     uint8_t *kept;            /* per slot: the plan passed it over (recorded as kept, tried 0) */
     uint8_t *unmeasured;      /* per slot: its schedule is a "kept" record: a search may try it */
     uint8_t *has_pend;
+    int32_t *rank_next;       /* per slot, searched by this plan: the rank its next pass starts at (0: none left) */
     double reserve_s;
     int plan_searched, plan_skipped, plan_pending;
+    int plan_short;           /* groups passed over because their share could not pay for a search */
     double plan_best_speedup;
     kiln_search_progress_fn progress; /* called after each search under a plan (NULL: none) */
     void *progress_ctx;

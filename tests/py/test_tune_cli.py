@@ -328,13 +328,17 @@ def case_tune_model():
     again = {key(r): r["best_s"] for r in json.loads(out)}
     kept = [k for k in first if again.get(k) == first[k]]
     assert kept, (first, again)
-    # --retune: those are searched again and replaced by new measurements
+    # --retune: the measured ones are searched again and replaced by new
+    # measurements (kept ones may stay kept: a share too small to pay for a
+    # search passes its group over rather than overrun the budget)
     rc, out, err = kiln(["-m", path, "--budget", "5s", "-t", "1", "--retune", "--json"], db, timeout=600)
     assert rc == 0, (rc, err)
     retuned = {key(r): r["best_s"] for r in json.loads(out)}
     assert set(again) <= set(retuned), (retuned, again)
-    changed = [k for k in kept if retuned[k] != again[k]]
-    assert len(changed) >= len(kept) // 2, (kept, changed)
+    measured = [k for k in kept if first[k] > 0]
+    assert measured, (first, again)
+    changed = [k for k in measured if retuned[k] != again[k]]
+    assert len(changed) >= (len(measured) + 1) // 2, (measured, changed)
 
 
 suite.case("show_empty_db", case_show_empty)
