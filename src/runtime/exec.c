@@ -169,6 +169,8 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     }
     if (o.profile && host_code(p)) rt_profile_alloc(p, 1);
     p->plan.compiling = 0;
+    p->forms.force = -1; /* no form forced, none measured: the cost model picks (stream_select.c) */
+    memset(p->forms.choice, 0xff, sizeof p->forms.choice);
     p->alt = rt_stream_compile_alt(g, &o, be->name);
     return p;
 }

@@ -99,6 +99,14 @@ struct kiln_program {
     rt_tuner tune;
     void *dev; /* the backend's own state (cpu_run.c's rt_cpu_state, gpu_exec.c's rt_gpu_program) */
     struct kiln_program *alt; /* option stream 2: the streaming form, run for its buckets (stream_select.c) */
+    /* the attention form per bucket (KILN_FORM_*), measured: -1 none (the
+     * cost model picks), 0 materialised, 1 streaming; t: [bucket][form]
+     * seconds; loaded from the tuning DB at the first pick (stream_select.c) */
+    struct {
+        int loaded, force;
+        int8_t choice[KILN_FORM_BUCKETS];
+        double t[KILN_FORM_BUCKETS][2];
+    } forms;
 };
 
 /* ---- between the parts (run.c, exec.c, cpu_run.c, profile.c) ---- */

@@ -14,7 +14,8 @@ compiled code) against numpy:
     implicit outputs;
   - a channel shuffle feeding a depthwise convolution, Relu and a stride-1
     max pool (the shuffle copied once; reductions vectorised across output
-    points), Relu and a max pool over NaN and inf;
+    points), Relu and a max pool over NaN and inf, LRN read by a max pool
+    (computed once, not per window cell);
   - errors: a Resize mode, an Einsum equation and ConvTranspose attributes
     kiln does not cover are load errors naming them.
 """
@@ -209,6 +210,31 @@ def relu_nan():
     check_both(model(helper.make_node("Relu", ["x"], ["y"]), [("x", x)]), {"x": x}, np.maximum(x, 0))
 
 
+def lrn_maxpool():
+    """LRN (a chain of LOG2/EXP2/RECIP per element) read by a 3x3 max pool
+    of stride 1: each element sits in up to 9 windows, so the chain gets a
+    buffer of its own (pack.c's window force) instead of being recomputed
+    per window cell; both kiln paths against numpy"""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 8, 11, 13)).astype(np.float32)
+    nodes = [helper.make_node("LRN", ["x"], ["l"], size=5, alpha=1e-4, beta=0.75, bias=1.0),
+             helper.make_node("MaxPool", ["l"], ["y"], kernel_shape=[3, 3])]
+    data = graph_model(nodes, [("x", x)])
+    sq = np.pad(x.astype(np.float64) ** 2, [(0, 0), (2, 2), (0, 0), (0, 0)])
+    l = x / (1.0 + 1e-4 / 5 * sum(sq[:, i:i + 8] for i in range(5))) ** 0.75
+    want = np.max(np.stack([l[:, :, i:i + 9, j:j + 11] for i in range(3) for j in range(3)]), axis=0)
+    check_both(data, {"x": x}, want)
+    m = kr.Model(data=data)
+    try:
+        m.compiled({"x": x})
+        kernels = m.kernels()
+    finally:
+        m.close()
+    heads = [k.split("\n")[:4] for k in kernels.split("kernel ")[1:]]
+    pool = [h for h in heads if "MAX)" in h[0]]
+    assert pool and all("EXP2" not in " ".join(h) for h in pool), "LRN recomputed per window:\n" + kernels[:3000]
+
+
 def maxpool_nan():
     """a stride-1 max pool over NaN, inf and ordinary values: a lane whose
     window holds a NaN is NaN, the others the max"""
@@ -248,6 +274,7 @@ for spec in [((1, 4, 5, 5), (4, 3, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 1),
 for eq, shapes in EINSUMS:
     suite.case("onnx einsum %s" % eq, einsum_case, eq, shapes, isolate=True)
 suite.case("onnx channel shuffle -> depthwise conv -> relu -> max pool", shuffle_depthwise, isolate=True)
+suite.case("onnx LRN -> max pool: LRN computed once", lrn_maxpool, isolate=True)
 suite.case("onnx relu over NaN and inf", relu_nan, isolate=True)
 suite.case("onnx max pool stride 1 over NaN and inf", maxpool_nan, isolate=True)
 suite.case("onnx resize/einsum/conv_transpose errors named", errors, isolate=True)

@@ -319,6 +319,18 @@ def case_tune_model():
     # a kernel the plan passed over or did not reach, recorded with tried 0
     assert all((r["tried"] >= 1 and r["best_s"] > 0) or (r["tried"] == 0 and r["best_s"] == 0) for r in recs), recs
     assert any(r["tried"] >= 1 for r in recs), recs
+    # the attention forms, timed after the search: short prompts and decode,
+    # each the faster of the two with the runner-up's time beside it
+    forms = {r["bucket"].split(",")[0]: r for r in recs if r["key"].startswith("attn-form-")}
+    assert set(forms) >= {"short", "decode"}, (sorted(forms), err)
+    for r in forms.values():
+        assert r["schedule"] in ("streaming", "materialised"), r
+        assert 0 < r["best_s"] <= r["base_s"], r
+    env = dict(ENV, KILN_TUNEDB=db)
+    p = subprocess.run([KILN, "explain", "-m", path, "--kernels", "-t", "1"], env=env, capture_output=True, timeout=300)
+    text = p.stdout.decode("utf-8", "replace")
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert text.count("(measured, tuning DB)") >= 2, text[text.find("attention forms"):][:2000]
     # tuned again: this machine's records are used as they are (a bucket the
     # first budget did not reach may be searched now)
     rc, out, err = kiln(["-m", path, "--budget", "5s", "-t", "1", "--json"], db, timeout=600)
