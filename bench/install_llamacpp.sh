@@ -9,7 +9,8 @@
 # llama-completion, CPU only, tuned for this CPU (GGML_NATIVE), Release, no
 # network code (no CURL/OpenSSL), static so the binaries do not depend on the
 # build tree; llama-perplexity for bench/accuracy.sh. llama-cli pulls in the
-# whole server; set WITH_CLI=1 to build it.
+# whole server; set WITH_CLI=1 to build it. WITH_SERVER=1 also builds
+# llama-server (bench/serve.sh's peer; plain HTTP, no web UI).
 #
 # AMX: on where the CPU has it (the amx_int8 flag in /proc/cpuinfo), so kiln is
 # measured against llama.cpp's best working build there. The pinned llama.cpp
@@ -34,7 +35,7 @@
 # prints the version. Rebuild with FORCE=1.
 #
 # Environment: LLAMA_CPP_PYTHON_VERSION (the pin), JOBS (default: nproc),
-# WITH_CLI=1, FORCE=1, LLAMA_AMX=0|1 (default: 1 where the CPU has AMX),
+# WITH_CLI=1, WITH_SERVER=1, FORCE=1, LLAMA_AMX=0|1 (default: 1 where the CPU has AMX),
 # LLAMA_PEER_DIR (where it lands).
 set -eu
 
@@ -42,6 +43,7 @@ PIN=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 here=$(cd "$(dirname "$0")/.." && pwd)
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 WITH_CLI=${WITH_CLI:-0}
+WITH_SERVER=${WITH_SERVER:-0}
 cpu_amx=0
 grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && cpu_amx=1
 LLAMA_AMX=${LLAMA_AMX:-$cpu_amx}
@@ -60,6 +62,9 @@ fi
 peer=${LLAMA_PEER_DIR:-$default_peer}
 targets="llama-bench llama-simple llama-tokenize llama-completion llama-perplexity"
 [ "$WITH_CLI" = 1 ] && targets="$targets llama-cli"
+[ "$WITH_SERVER" = 1 ] && targets="$targets llama-server"
+server_on=OFF
+if [ "$WITH_CLI" = 1 ] || [ "$WITH_SERVER" = 1 ]; then server_on=ON; fi
 
 die() { echo "install_llamacpp.sh: $*" >&2; exit 1; }
 
@@ -157,7 +162,7 @@ GIT_CEILING_DIRECTORIES="$peer" cmake -S "$peer/src" -B "$peer/build" \
     -DCMAKE_C_FLAGS="$xflags" -DCMAKE_CXX_FLAGS="$xflags" \
     -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON \
-    -DLLAMA_BUILD_SERVER="$([ "$WITH_CLI" = 1 ] && echo ON || echo OFF)" -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_SERVER="$server_on" -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_BUILD_COMMIT="$commit" -DLLAMA_BUILD_NUMBER=0 \
     >"$peer/cmake-configure.log" 2>&1 || { tail -n 30 "$peer/cmake-configure.log" >&2; die "cmake configure failed (log: $peer/cmake-configure.log)"; }

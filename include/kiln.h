@@ -232,6 +232,14 @@ KILN_API kiln_tensor kiln_rope(kiln_graph *g, kiln_tensor x, kiln_sym pos, doubl
  * keys with q_position - key_position < window; result (seq, hq, d) */
 KILN_API kiln_tensor kiln_attention(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v,
                            kiln_sym q_pos, double scale, int64_t window);
+/* batched decoding, one query row per sequence: x (rows, heads, head_dim) with
+ * row b at position pos[b] (pos: i32 (rows)); otherwise kiln_rope */
+KILN_API kiln_tensor kiln_rope_rows(kiln_graph *g, kiln_tensor x, kiln_tensor pos, double freq_base, kiln_rope_mode mode);
+/* q (rows, hq, d); k and v (slots, kv_len, hkv, d), the caches of every
+ * sequence; row b attends to the keys 0 .. pos[b] of sequence slot[b] (slot,
+ * pos: i32 (rows)); window as kiln_attention; result (rows, hq, d) */
+KILN_API kiln_tensor kiln_attention_rows(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor slot,
+                                kiln_tensor pos, double scale, int64_t window);
 KILN_API kiln_tensor kiln_argmax(kiln_graph *g, kiln_tensor x, int axis);  /* i32, axis removed, first max */
 KILN_API kiln_tensor kiln_cumsum(kiln_graph *g, kiln_tensor x, int axis);
 KILN_API kiln_tensor kiln_concat(kiln_graph *g, kiln_tensor a, kiln_tensor b, int axis);

@@ -110,6 +110,19 @@ KILN_API char *kiln_program_kernels(const kiln_program *p);
  * stream kernels of the streaming form when the program has one as its
  * alternative (malloc'd; caller frees) */
 KILN_API char *kiln_program_forms(const kiln_program *p);
+/* the attention form as a measured choice. Buckets: a short prompt (more
+ * than a few rows, fewer than 1024 keys), a long one, decode (a few rows)
+ * over fewer than 1024 keys, decode over more. kiln_program_form_force runs
+ * every later kiln_run in one form (0 materialised, 1 streaming; -1: the
+ * choice per bucket again); it returns 0 when the program has no
+ * alternative form. kiln_program_form_record stores the two forms' seconds
+ * for a bucket in the tuning DB (key "attn-form-<hash of the stream
+ * kernels' shapes>", bucket "<name>,t=<threads>", schedule "streaming" or
+ * "materialised") and uses the faster from then on; a bucket with no
+ * record keeps the cost model's pick. */
+enum { KILN_FORM_SHORT, KILN_FORM_LONG, KILN_FORM_DECODE, KILN_FORM_DECODE_LONG, KILN_FORM_BUCKETS };
+KILN_API int kiln_program_form_force(kiln_program *p, int form);
+KILN_API kiln_status kiln_program_form_record(kiln_program *p, int bucket, double materialised_s, double streaming_s);
 /* the generated C source (owned by the program) */
 KILN_API const char *kiln_program_source(const kiln_program *p);
 /* path of the loaded shared object (owned by the program) */
@@ -195,6 +208,12 @@ typedef struct kiln_search_status {
 } kiln_search_status;
 KILN_API kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share);
 KILN_API kiln_status kiln_program_search_finish(kiln_program *p);
+/* a later pass of a plan's search (before kiln_program_search_finish), with
+ * budget_s seconds more: the max_groups heaviest kernel groups this plan
+ * searched whose ranked space has candidates left search again at their
+ * next launch, seeded with their winner, from the rank where they stopped.
+ * Returns the slots reopened (0: nothing left to search; the budget stays). */
+KILN_API int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups);
 /* fn(ctx, status) after each kernel search under a plan, on the calling thread */
 typedef void (*kiln_search_progress_fn)(void *ctx, const kiln_search_status *st);
 KILN_API void kiln_program_search_progress(kiln_program *p, kiln_search_progress_fn fn, void *ctx);

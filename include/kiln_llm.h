@@ -108,6 +108,19 @@ KILN_API kiln_status kiln_llm_decode(kiln_llm *m, const int32_t *tokens, int n, 
 /* forget the KV cache (and any generation in progress) */
 KILN_API void kiln_llm_reset(kiln_llm *m);
 
+/* Several sequences (what kiln serve's slots do): kiln_llm_slots gives the
+ * model n_slots more caches, views of one buffer per layer (calling it again
+ * replaces them, empty). kiln_llm_decode_slot is kiln_llm_decode on slot
+ * slot's cache; kiln_llm_decode_batch runs one token for each of nb rows in
+ * one batched pass (compiled at its first call): row r is token tokens[r] at
+ * position pos[r] of slot slots[r] (distinct slots, each holding 0 .. pos[r]-1)
+ * and its logits are logits[r * n_vocab ..]. Out-of-range rows are
+ * KILN_ERR_RANGE before anything runs. */
+KILN_API kiln_status kiln_llm_slots(kiln_llm *m, int n_slots);
+KILN_API kiln_status kiln_llm_decode_slot(kiln_llm *m, int slot, const int32_t *tokens, int n, int pos, float *logits);
+KILN_API kiln_status kiln_llm_decode_batch(kiln_llm *m, int nb, const int32_t *slots, const int32_t *tokens,
+                                           const int32_t *pos, float *logits);
+
 /* ---- sampling -------------------------------------------------------------- */
 
 typedef struct kiln_gen_params {

@@ -235,10 +235,17 @@ static int cmd_graph(int argc, char **argv) {
 
 static int cmd_explain(int argc, char **argv) {
     const char *name = NULL, *model_path = NULL;
-    int show_graph = 0, show_egraph = 0, show_opt = 0, json = 0, show_kernels = 0, show_source = 0;
+    int show_graph = 0, show_egraph = 0, show_opt = 0, json = 0, show_kernels = 0, show_source = 0, threads = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--example") == 0) {
+        if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            char *end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || !end || *end || v < 1 || v > 1024)
+                return usage_error("explain: %s needs a thread count from 1 to 1024", a);
+            threads = (int)v;
+            i++;
+        } else if (strcmp(a, "--example") == 0) {
             if (i + 1 >= argc) return usage_error("explain: %s needs a name", a);
             name = argv[++i];
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
@@ -258,13 +265,15 @@ static int cmd_explain(int argc, char **argv) {
             show_source = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             printf("usage: kiln explain (--example NAME | -m MODEL.gguf) [--graph] [--egraph] [--optimized] [--json]\n"
-                   "                    [--kernels] [--source]\n"
+                   "                    [--kernels] [--source] [-t N]\n"
                    "  --graph      the graph as built\n"
                    "  --egraph     the e-graph run: classes, nodes, iterations, time, stop reason, rule firings\n"
                    "  --optimized  the graph extracted after saturation\n"
                    "  --json       the e-graph report as JSON\n"
                    "  --kernels    the compiled kernels: inputs, outputs, fused ops, loop nests\n"
                    "  --source     the generated C\n"
+                   "  -t N         compile for N threads (default: every core): the schedules and the\n"
+                   "               attention forms measured for that thread count\n"
                    "with no selection, --egraph is shown\n");
             return 0;
         } else {
@@ -309,6 +318,7 @@ static int cmd_explain(int argc, char **argv) {
     if (show_kernels || show_source) {
         kiln_status st = KILN_OK;
         kiln_compile_options co = kiln_compile_defaults();
+        if (threads > 0) co.threads = threads;
         if (model_path && co.stream < 0) co.stream = 2; /* as a model is compiled: both attention forms */
         kiln_program *p = kiln_compile(g, &co, &st);
         if (!p) {

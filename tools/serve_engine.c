@@ -1,21 +1,24 @@
 /* serve_engine.c — kiln serve's slots: one thread runs the one loaded,
  * compiled model for every request.
  *
- * Each slot has its own KV cache (model_kv: the same compiled program, the
- * cache buffers bound per call) and remembers the tokens it holds, so a
- * request that starts with what its slot already holds (a conversation's
- * next turn) prefills only the rest. Requests beyond the slots wait in a
- * bounded queue; past it, submit refuses (the HTTP side answers 503). The
- * loop gives every busy slot one step in turn (its prefill, or one decode
- * step), so concurrent requests progress together; a slot whose client went
- * away is freed at its next step.
+ * Each slot has its own KV cache, a view of one buffer per layer that holds
+ * every slot's (model_batch, src/model/model_batch.c), and remembers the
+ * tokens it holds, so a request that starts with what its slot already holds
+ * (a conversation's next turn) prefills only the rest. Requests beyond the
+ * slots wait in a bounded queue; past it, submit refuses (the HTTP side
+ * answers 503).
  *
- * Not done: batching. Each step runs the model for one sequence; the graph
- * (src/model/arch.c) has scalar symbols seq and pos and one cache per
- * binding, so decoding several slots in one pass needs a batch dimension with
- * a position per row (rope, cache rows and the causal bound per sequence)
- * and the cache written per sequence. Until then the slots share the
- * machine's time: total tokens/s stays that of one stream.
+ * Each turn of the loop gives every busy slot one step: a slot whose client
+ * went away is freed; a new request is prefilled by the model's own program
+ * on its slot's view; then each slot samples its next token from its logits.
+ * The tokens of every slot still decoding then go through the model in one
+ * call: the batched-decode program (arch_build_batch: one row per decoding
+ * slot, with its position and slot; idle slots are not rows, so not
+ * computed), compiled the first time two slots decode together, or the
+ * model's own program when only one slot decodes. Both compute a row the
+ * same way whatever the other rows (tests/py/test_serve_batch.py checks the
+ * texts and the logits), so a client's greedy text does not depend on who
+ * else is served.
  *
  * Invariants: only this thread touches the model; a request's results are
  * written under its mutex and broadcast; every request the engine took is
@@ -33,7 +36,7 @@
 #include "serve.h"
 
 typedef struct slot {
-    model_kv *kv;      /* NULL: the model's own cache */
+    model_kv *kv;      /* a view of the batch's caches (model_batch_kv) */
     int32_t *cache;    /* tokens whose keys and values the cache holds */
     int n_cache;
     srv_request *r;    /* running, or NULL */
@@ -42,6 +45,8 @@ typedef struct slot {
     int32_t *counts;   /* per vocabulary id: times generated (penalties) */
     int32_t *gen;      /* generated ids */
     int prefilled;
+    int32_t next;      /* want: the sampled token the next forward pass runs */
+    int want;
     float *logits;
 } slot;
 
@@ -51,6 +56,9 @@ struct srv_engine {
     int64_t n_ctx, n_vocab;
     slot *slots;
     int n_slots;
+    model_batch *batch;  /* the slots' caches and the batched program */
+    int32_t *rslot, *rtok, *rpos; /* a batched call's rows */
+    float *blogits;      /* its logits (n_slots * n_vocab) */
     srv_request **queue;
     int qhead, qn, qcap;
     pthread_mutex_t mu;
@@ -249,7 +257,47 @@ static void slot_step(srv_engine *e, slot *s) {
         slot_finish(e, s, "length", NULL);
         return;
     }
-    if (slot_forward(e, s, &id, 1)) slot_finish(e, s, "error", model_error(e->m));
+    s->next = id; /* run by decode_all with the other slots' tokens */
+    s->want = 1;
+}
+
+/* one forward pass for the token of every slot that wants one: the model's
+ * own program for a single slot, else one batched call */
+static void decode_all(srv_engine *e) {
+    int nb = 0;
+    slot *one = NULL;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (!s->want) continue;
+        s->want = 0;
+        if (!s->r) continue;
+        e->rslot[nb] = i;
+        e->rtok[nb] = s->next;
+        e->rpos[nb] = s->n_cache;
+        nb++;
+        one = s;
+    }
+    if (nb == 1) {
+        if (slot_forward(e, one, &one->next, 1)) slot_finish(e, one, "error", model_error(e->m));
+        return;
+    }
+    if (nb == 0) return;
+    int first = !model_batch_compiled(e->batch);
+    double t0 = srv_now();
+    kiln_status st = model_batch_decode(e->batch, nb, e->rslot, e->rtok, e->rpos, e->blogits);
+    if (first && model_batch_compiled(e->batch))
+        fprintf(stderr, "kiln serve: batched decoding: %d slots in one call (program compiled in %.1f s)\n", nb,
+                srv_now() - t0);
+    for (int b = 0; b < nb; b++) {
+        slot *s = &e->slots[e->rslot[b]];
+        if (st != KILN_OK) {
+            s->n_cache = 0; /* what the cache holds is no longer known */
+            slot_finish(e, s, "error", model_batch_error(e->batch));
+            continue;
+        }
+        memcpy(s->logits, e->blogits + (size_t)b * (size_t)e->n_vocab, (size_t)e->n_vocab * sizeof *s->logits);
+        s->cache[s->n_cache++] = s->next;
+    }
 }
 
 /* ---- the loop ---- */
@@ -297,6 +345,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&e->mu);
         for (int i = 0; i < e->n_slots; i++)
             if (e->slots[i].r) slot_step(e, &e->slots[i]);
+        decode_all(e);
         pthread_mutex_lock(&e->mu);
     }
     pthread_mutex_unlock(&e->mu);
@@ -313,9 +362,14 @@ srv_engine *srv_engine_start(model *m, const tokenizer *tk, const srv_engine_opt
     e->qcap = o->queue > 0 ? o->queue : 1;
     e->queue = kiln_xcalloc((size_t)e->qcap, sizeof *e->queue);
     e->slots = kiln_xcalloc((size_t)e->n_slots, sizeof *e->slots);
+    e->batch = model_batch_new(m, e->n_slots);
+    e->rslot = kiln_xmalloc((size_t)e->n_slots * sizeof *e->rslot);
+    e->rtok = kiln_xmalloc((size_t)e->n_slots * sizeof *e->rtok);
+    e->rpos = kiln_xmalloc((size_t)e->n_slots * sizeof *e->rpos);
+    e->blogits = kiln_xmalloc((size_t)e->n_slots * (size_t)e->n_vocab * sizeof *e->blogits);
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
-        s->kv = i ? model_kv_new(m) : NULL;
+        s->kv = model_batch_kv(e->batch, i);
         s->cache = kiln_xmalloc((size_t)e->n_ctx * sizeof *s->cache);
         s->gen = kiln_xmalloc((size_t)e->n_ctx * sizeof *s->gen);
         s->counts = kiln_xcalloc((size_t)e->n_vocab, sizeof *s->counts);
@@ -355,17 +409,22 @@ void srv_engine_stop(srv_engine *e) {
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->r) slot_finish(e, s, "error", "the server is shutting down");
-        model_kv_free(s->kv);
         free(s->cache);
         free(s->gen);
         free(s->counts);
         free(s->logits);
     }
-    model_kv_use(e->m, NULL);
+    model_kv_use(e->m, NULL); /* before the views' buffers go */
+    model_batch_free(e->batch);
+    e->batch = NULL;
 }
 
 void srv_engine_free(srv_engine *e) {
     if (!e) return;
+    free(e->rslot);
+    free(e->rtok);
+    free(e->rpos);
+    free(e->blogits);
     free(e->slots);
     free(e->queue);
     pthread_mutex_destroy(&e->mu);

@@ -75,6 +75,8 @@ typedef struct emitter {
     sym_id vguard[KILN_MAX_DIMS]; /* vector path: the predicates of the GUARDs enclosing the
                                      expression being emitted (its loads are masked by them) */
     int nvguard;
+    int tail;                    /* vector path: lanes past `kt` (the row's remaining length) are
+                                    masked off: loads masked, stores masked (emit_vec_outer) */
 } emitter;
 
 #define OUT(...) sch_appendf(&e->pr.s, &e->pr.len, &e->pr.cap, __VA_ARGS__)
@@ -122,6 +124,15 @@ static int64_t load_step(const sch_program *p, sym_id off, sym_id var) {
     return -1;
 }
 
+/* the constant step of a load's offset along var, or 0 when it is not a
+ * constant in [2, 64] (a strided read: a stride-2 window along the output
+ * columns), which only the path across output points gathers */
+static int64_t gather_step(const sch_program *p, sym_id off, sym_id var) {
+    int64_t c;
+    if (sym_is_const(p->g->syms, sym_step(p->g->syms, off, var), &c) && c >= 2 && c <= 64) return c;
+    return 0;
+}
+
 /* a GUARD predicate the vector path evaluates per lane: ANDs of conditions
  * free of var (the same for every lane) and of LT(a, b) whose b - a moves
  * by +1 or -1 per step of var (a padding or concatenation boundary along
@@ -141,20 +152,25 @@ static int vec_pred_ok(const sch_program *p, sym_id s, sym_id var) {
  * emit_vec_expr spells them) over constants, stage values and f32 loads
  * contiguous or broadcast along var, under GUARDs whose predicates
  * vec_pred_ok takes (their loads masked) */
-static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) {
+static int vec_expr_ok_g(const sch_program *p, int32_t id, sym_id var, int gather) {
     const lx *x = &p->lx[id];
     if (x->dtype != KILN_F32) return 0;
     switch (x->kind) {
     case LX_CONST:
     case LX_STAGE: return 1;
-    case LX_LOAD: return p->bufs[x->buf].dtype == KILN_F32 && load_step(p, x->s, var) >= 0;
-    case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var);
+    case LX_LOAD:
+        return p->bufs[x->buf].dtype == KILN_F32 &&
+               (load_step(p, x->s, var) >= 0 || (gather && gather_step(p, x->s, var) > 0));
+    case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather);
     case LX_BINARY:
-        return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok(p, x->a, var) && vec_expr_ok(p, x->b, var);
-    case LX_GUARD: return vec_pred_ok(p, x->s, var) && vec_expr_ok(p, x->a, var);
+        return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather) &&
+               vec_expr_ok_g(p, x->b, var, gather);
+    case LX_GUARD: return vec_pred_ok(p, x->s, var) && vec_expr_ok_g(p, x->a, var, gather);
     default: return 0;
     }
 }
+
+static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) { return vec_expr_ok_g(p, id, var, 0); }
 
 /* the lane mask of predicate s (vec_pred_ok) at the first lane's var: per
  * condition with d = b - a there, lanes l where d + l >= 1 (step +1) or
@@ -194,12 +210,18 @@ static void emit_vec_pred(emitter *e, sym_id s, sym_id var, int w512) {
 
 /* the mask of every enclosing guard (vguard), ANDed */
 static void emit_vec_mask(emitter *e, sym_id var, int w512) {
+    if (e->tail && !e->nvguard) {
+        OUT("ktm");
+        return;
+    }
+    if (e->tail) OUT(w512 ? "(ktm & " : "_mm256_and_si256(ktm, ");
     for (int i = 0; i < e->nvguard; i++) {
         if (i + 1 < e->nvguard) OUT(w512 ? "(" : "_mm256_and_si256(");
         emit_vec_pred(e, e->vguard[i], var, w512);
         if (i + 1 < e->nvguard) OUT(w512 ? " & " : ", ");
     }
     for (int i = 0; i + 1 < e->nvguard; i++) OUT(")");
+    if (e->tail) OUT(")");
 }
 
 /* lanes of the vector paths for the kernel being emitted under its schedule
@@ -232,14 +254,51 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
     case LX_CONST: OUT("%s_set1_ps(", pre); emit_const(e, KILN_F32, x->value); OUT(")"); return;
     case LX_STAGE: OUT("%s_set1_ps(s%d)", pre, x->stage); return;
     case LX_LOAD:
+        if (gather_step(e->pr.p, x->s, var) > 0) { /* strided (vec_expr_ok_g): gathered, masked lanes read nothing */
+            int64_t st = gather_step(e->pr.p, x->s, var);
+            int masked = e->nvguard || e->tail;
+            if (st == 2) { /* two (masked) loads and a permute: kld2_* read only the lanes' elements */
+                OUT(w512 ? "kld2_16(&b%d[" : "kld2_8(&b%d[", x->buf);
+                out_sym(e, x->s);
+                OUT("], ");
+                if (masked) emit_vec_mask(e, var, w512);
+                else OUT(w512 ? "(__mmask16)0xFFFF" : "_mm256_set1_epi32(-1)");
+                OUT(")");
+                return;
+            }
+            if (masked && w512) {
+                OUT("_mm512_mask_i32gather_ps(_mm512_setzero_ps(), ");
+                emit_vec_mask(e, var, w512);
+                OUT(", ");
+            } else if (w512) OUT("_mm512_i32gather_ps(");
+            else if (masked) OUT("_mm256_mask_i32gather_ps(_mm256_setzero_ps(), &b%d[", x->buf);
+            else OUT("_mm256_i32gather_ps(&b%d[", x->buf);
+            if (!w512) {
+                out_sym(e, x->s);
+                OUT("], ");
+            }
+            OUT("%s_setr_epi32(", w512 ? "_mm512" : "_mm256");
+            for (int l = 0; l < (w512 ? 16 : 8); l++) OUT("%s%lld", l ? ", " : "", (long long)(st * l));
+            OUT(")");
+            if (w512) {
+                OUT(", &b%d[", x->buf);
+                out_sym(e, x->s);
+                OUT("], 4)");
+            } else if (masked) {
+                OUT(", _mm256_castsi256_ps(");
+                emit_vec_mask(e, var, w512);
+                OUT("), 4)");
+            } else OUT(", 4)");
+            return;
+        }
         if (e->nvguard) { /* masked: lanes outside the guards read nothing */
             int contiguous = load_step(e->pr.p, x->s, var) == 1;
-            if (w512 && contiguous) {
-                OUT("_mm512_maskz_loadu_ps(");
+            if (w512 && contiguous) { /* kmld*: no load at all when every lane is masked (kld2_16) */
+                OUT("kmld16(");
                 emit_vec_mask(e, var, w512);
                 OUT(", &b%d[", x->buf);
             } else if (contiguous) {
-                OUT("_mm256_maskload_ps(&b%d[", x->buf);
+                OUT("kmld8(&b%d[", x->buf);
             } else {
                 OUT("%s_set1_ps(", pre);
                 if (w512) emit_vec_mask(e, var, w512);
@@ -257,6 +316,12 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
                 emit_vec_mask(e, var, w512);
                 OUT(")");
             } else OUT("] : 0.0f)");
+            return;
+        }
+        if (e->tail && load_step(e->pr.p, x->s, var) == 1) { /* the row's last lanes: read no further */
+            OUT(w512 ? "_mm512_maskz_loadu_ps(ktm, &b%d[" : "_mm256_maskload_ps(&b%d[", x->buf);
+            out_sym(e, x->s);
+            OUT(w512 ? "])" : "], ktm)");
             return;
         }
         OUT(load_step(e->pr.p, x->s, var) == 1 ? "%s_loadu_ps(&b%d[" : "%s_set1_ps(b%d[", pre, x->buf);
@@ -403,6 +468,125 @@ static void emit_vec_reduce(emitter *e, op_kind red_op, sym_id rdim, sym_id rvar
     OUT("  }\n");
     indent(e, ind);
     OUT("  %s = (float)acc; }\n", res);
+}
+
+/* ---- a reduction vectorised across its output points ------------------
+ * A REDUCE kernel whose reduction the vector path cannot take along r (a
+ * depthwise convolution or a pool's window: r short and its loads strided
+ * along it; Relu as a MAX over a stacked pair, r = 2) but whose operand it
+ * can evaluate along the last loop variable, stored contiguously along it
+ * (here loads strided along it too, as gathers: a stride-2 window),
+ * computes W output points at a time: each lane its own accumulator
+ * running over r in order. SUM accumulates each lane in double in r's
+ * order, MAX keeps the first NaN's lane NaN, so every lane is what the
+ * scalar loop computes for its point, bit for bit. Rows end in one masked
+ * step (ktm: the lanes still in the row), no scalar tail. */
+
+/* the kernel takes that path: nothing the path cannot print, and the inner
+ * (along r) path, when it applies, only where r is too short to fill vectors */
+static int vec_outer_ok(const sch_program *p, const sch_kernel *k) {
+    if (k->kind != SCH_K_REDUCE || k->ndim == 0 || k->nstages > 0) return 0;
+    if (k->red_op != OP_SUM && k->red_op != OP_MAX) return 0;
+    if (p->bufs[k->out_buf].dtype != KILN_F32 || p->lx[k->expr].dtype != KILN_F32) return 0;
+    sym_id lv = k->var[k->ndim - 1];
+    if (load_step(p, k->store_off, lv) != 1 || !vec_expr_ok_g(p, k->expr, lv, 1)) return 0;
+    int64_t rn;
+    if (vec_expr_ok(p, k->expr, k->rvar) && !(sym_is_const(p->g->syms, k->rdim, &rn) && rn < 64)) return 0;
+    return 1;
+}
+
+/* U blocks of W lanes from i<n-1> on: accumulate over r, then store (masked
+ * by ktm when e->tail) */
+static void emit_vec_outer_step(emitter *e, const sch_kernel *k, int U, int ind) {
+    int w512 = vec_lanes(e) == 16, W = w512 ? 16 : 8, n = k->ndim, is_sum = k->red_op == OP_SUM;
+    const char *pre = w512 ? "_mm512" : "_mm256", *vt = w512 ? "__m512" : "__m256";
+    sym_id lv = k->var[n - 1];
+    char rn[32];
+    sch_rvar_name(e->pr.p, k->rvar, rn, sizeof rn);
+    indent(e, ind);
+    OUT("{ const int64_t iu = i%d;\n", n - 1);
+    for (int u = 0; u < U; u++) {
+        indent(e, ind);
+        if (is_sum) OUT("  %s lo%d = %s_setzero_pd(), hi%d = lo%d;\n", w512 ? "__m512d" : "__m256d", u, pre, u, u);
+        else if (w512) OUT("  __m512 va%d = _mm512_set1_ps(-INFINITY); __mmask16 nan%d = 0;\n", u, u);
+        else OUT("  __m256 va%d = _mm256_set1_ps(-INFINITY), nan%d = _mm256_setzero_ps();\n", u, u);
+    }
+    indent(e, ind);
+    OUT("  const int64_t rn = ");
+    out_sym(e, k->rdim);
+    OUT(";\n");
+    indent(e, ind);
+    OUT("  for (int64_t %s = 0; %s < rn; %s++) {\n", rn, rn, rn);
+    for (int u = 0; u < U; u++) {
+        indent(e, ind);
+        OUT("    { const int64_t i%d = iu + %d;\n", n - 1, u * W);
+        indent(e, ind);
+        OUT("      const %s x = ", vt);
+        emit_vec_expr(e, k->expr, w512, lv);
+        OUT(";\n");
+        indent(e, ind);
+        if (is_sum && w512)
+            OUT("      lo%d = _mm512_add_pd(lo%d, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));\n"
+                "%*s      hi%d = _mm512_add_pd(hi%d, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd("
+                "_mm512_castps_pd(x), 1)))); }\n",
+                u, u, ind, "", u, u);
+        else if (is_sum)
+            OUT("      lo%d = _mm256_add_pd(lo%d, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));\n"
+                "%*s      hi%d = _mm256_add_pd(hi%d, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))); }\n",
+                u, u, ind, "", u, u);
+        else if (w512)
+            OUT("      nan%d |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q); va%d = _mm512_max_ps(x, va%d); }\n", u, u, u);
+        else
+            OUT("      nan%d = _mm256_or_ps(nan%d, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); va%d = _mm256_max_ps(x, va%d); }\n",
+                u, u, u, u);
+    }
+    indent(e, ind);
+    OUT("  }\n");
+    for (int u = 0; u < U; u++) {
+        indent(e, ind);
+        OUT("  { const int64_t i%d = iu + %d;\n", n - 1, u * W);
+        indent(e, ind);
+        if (is_sum && w512)
+            OUT("    const __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo%d)), "
+                "_mm512_cvtpd_ps(hi%d), 1);\n", u, u);
+        else if (is_sum)
+            OUT("    const __m256 y = _mm256_set_m128(_mm256_cvtpd_ps(hi%d), _mm256_cvtpd_ps(lo%d));\n", u, u);
+        else if (w512)
+            OUT("    const __m512 y = _mm512_mask_blend_ps(nan%d, va%d, _mm512_set1_ps(NAN));\n", u, u);
+        else
+            OUT("    const __m256 y = _mm256_blendv_ps(va%d, _mm256_set1_ps(NAN), nan%d);\n", u, u);
+        indent(e, ind);
+        if (e->tail && w512) OUT("    _mm512_mask_storeu_ps(&out[");
+        else if (e->tail) OUT("    _mm256_maskstore_ps(&out[");
+        else OUT("    %s_storeu_ps(&out[", pre);
+        out_sym(e, k->store_off);
+        if (e->tail && w512) OUT("], ktm, y); }\n");
+        else if (e->tail) OUT("], ktm, y); }\n");
+        else OUT("], y); }\n");
+    }
+    indent(e, ind);
+    OUT("}\n");
+}
+
+/* one row [jlo, jhi): U blocks per step (the schedule's nacc, default 1),
+ * then single blocks, then the last lanes masked */
+static void emit_vec_outer_row(emitter *e, const sch_kernel *k) {
+    int w512 = vec_lanes(e) == 16, W = w512 ? 16 : 8, n = k->ndim;
+    int U = e->gs && e->gs->nacc > 1 ? e->gs->nacc : 1;
+    OUT("    int64_t i%d = jlo;\n", n - 1);
+    if (U > 1) {
+        OUT("    for (; i%d + %d <= jhi; i%d += %d)\n", n - 1, U * W, n - 1, U * W);
+        emit_vec_outer_step(e, k, U, 6);
+    }
+    OUT("    for (; i%d + %d <= jhi; i%d += %d)\n", n - 1, W, n - 1, W);
+    emit_vec_outer_step(e, k, 1, 6);
+    OUT("    if (i%d < jhi) {\n", n - 1);
+    if (w512) OUT("      const __mmask16 ktm = kvm16(0, jhi - i%d);\n", n - 1);
+    else OUT("      const __m256i ktm = kvm8(0, jhi - i%d);\n", n - 1);
+    e->tail = 1;
+    emit_vec_outer_step(e, k, 1, 6);
+    e->tail = 0;
+    OUT("    }\n");
 }
 
 /* ---- kernels ----------------------------------------------------------- */
@@ -632,6 +816,8 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
         OUT("    }\n");
     } else if (vec_map) {
         emit_vec_map_row(e, k);
+    } else if (vec_lanes(e) && vec_outer_ok(p, k)) {
+        emit_vec_outer_row(e, k);
     } else if (k->ndim == 0) {
         emit_point(e, k, 4);
     } else {
@@ -681,6 +867,16 @@ static const char *vec_prelude =
     "  return lo < hi ? (__mmask16)((0xFFFFu >> (16 - hi)) & (0xFFFFu << lo)) : (__mmask16)0;\n"
     "}\n"
     "KI __m512 kfma16(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }\n"
+    "KI __m512 kmld16(__mmask16 m, const float *p) { return m ? _mm512_maskz_loadu_ps(m, p) : _mm512_setzero_ps(); }\n"
+    "KI __mmask16 kspread8(unsigned x) {\n"
+    "  x &= 0xFFu; x = (x | (x << 4)) & 0x0F0Fu; x = (x | (x << 2)) & 0x3333u; x = (x | (x << 1)) & 0x5555u;\n"
+    "  return (__mmask16)x;\n"
+    "}\n"
+    "KI __m512 kld2_16(const float *p, __mmask16 m) {\n"
+    "  if (!m) return _mm512_setzero_ps(); /* a masked load far outside the buffer takes a fault-suppression assist */\n"
+    "  const __m512 a = _mm512_maskz_loadu_ps(kspread8(m), p), b = _mm512_maskz_loadu_ps(kspread8((unsigned)m >> 8), p + 16);\n"
+    "  return _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);\n"
+    "}\n"
     "KI __m512 kexp2_16(__m512 x) {\n"
     "  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-160.0f)), _mm512_set1_ps(160.0f));\n"
     "  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
@@ -691,6 +887,15 @@ static const char *vec_prelude =
     "}\n"
     "#endif\n"
     "KI __m256 kfma8(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }\n"
+    "KI __m256 kmld8(const float *p, __m256i m) { return _mm256_testz_si256(m, m) ? _mm256_setzero_ps() : _mm256_maskload_ps(p, m); }\n"
+    "KI __m256 kld2_8(const float *p, __m256i m) {\n"
+    "  if (_mm256_testz_si256(m, m)) return _mm256_setzero_ps();\n"
+    "  const __m256i even = _mm256_setr_epi32(-1, 0, -1, 0, -1, 0, -1, 0);\n"
+    "  const __m256i ma = _mm256_and_si256(even, _mm256_permutevar8x32_epi32(m, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));\n"
+    "  const __m256i mb = _mm256_and_si256(even, _mm256_permutevar8x32_epi32(m, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));\n"
+    "  const __m256 a = _mm256_maskload_ps(p, ma), b = _mm256_maskload_ps(p + 8, mb);\n"
+    "  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));\n"
+    "}\n"
     "KI __m256 kexp2_8(__m256 x) {\n"
     "  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-160.0f)), _mm256_set1_ps(160.0f));\n"
     "  const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
@@ -746,7 +951,8 @@ void cg_emit_c_generic_append(const sch_program *p, int32_t kid, const cg_option
 void cg_generic_vec_info(const sch_program *p, int32_t kid, int *map_vec, int *red_vec) {
     const sch_kernel *k = &p->kernels[kid];
     *map_vec = vec_map_ok(p, k);
-    int r = k->kind == SCH_K_REDUCE && p->lx[k->expr].dtype == KILN_F32 && vec_expr_ok(p, k->expr, k->rvar);
+    int r = k->kind == SCH_K_REDUCE && p->lx[k->expr].dtype == KILN_F32 &&
+            (vec_expr_ok(p, k->expr, k->rvar) || vec_outer_ok(p, k));
     for (int32_t i = 0; i < k->nstages; i++) {
         const sch_stage *st = &k->stages[i];
         if (p->lx[st->expr].dtype == KILN_F32 && vec_expr_ok(p, st->expr, st->rvar)) r = 1;

@@ -228,14 +228,14 @@ static kiln_tensor rmsnorm(bctx *b, kiln_tensor x, kiln_tensor w) {
 
 /* rope with linear position scaling and/or per-pair frequency divisors
  * (rope_freqs), from primitives: kiln_rope takes neither. angle(p, j) =
- * (p / scale) * base^(-2j/d) / ff[j]; the rotation is kiln_rope's. */
-static kiln_tensor rope_ext(kiln_graph *g, kiln_tensor x, kiln_sym pos, double base, kiln_rope_mode mode, double scale,
+ * (p / scale) * base^(-2j/d) / ff[j] for the positions p (seq) in f32; the
+ * rotation is kiln_rope's. */
+static kiln_tensor rope_ext(kiln_graph *g, kiln_tensor x, kiln_tensor p, double base, kiln_rope_mode mode, double scale,
                             kiln_tensor freqs) {
     kiln_sym seq = kiln_dim(g, x, 0), heads = kiln_dim(g, x, 1), d = kiln_dim(g, x, 2);
     int64_t dv = 0;
     kiln_sym_const_value(g, d, &dv);
-    kiln_sym half = kiln_sym_int(g, dv / 2), end = kiln_sym_add(g, pos, seq), zero = kiln_sym_int(g, 0);
-    kiln_tensor p = kiln_slice(g, kiln_iota(g, KILN_F32, 1, &end, 0), 0, pos, end, 1);
+    kiln_sym half = kiln_sym_int(g, dv / 2), zero = kiln_sym_int(g, 0);
     p = kiln_mul(g, p, kiln_const(g, 1.0 / scale, KILN_F32));
     kiln_tensor j = kiln_iota(g, KILN_F32, 1, &half, 0);
     kiln_tensor theta = kiln_exp2(g, kiln_mul(g, j, kiln_const(g, -2.0 * log2(base) / (double)dv, KILN_F32)));
@@ -263,27 +263,58 @@ static kiln_tensor rope_ext(kiln_graph *g, kiln_tensor x, kiln_sym pos, double b
     return kiln_reshape(g, st, 3, shape);
 }
 
-static kiln_tensor rope(bctx *b, kiln_tensor x, kiln_sym pos, int64_t il, kiln_tensor freqs) {
+/* the positions of the rows: a graph of one sequence has pos .. pos+seq-1
+ * (the symbol pos), a batch one position per row (the i32 input rowpos) */
+typedef struct rows_at {
+    kiln_sym pos;      /* one sequence */
+    kiln_tensor rowpos; /* batch: i32 (nb); KILN_NONE for one sequence */
+} rows_at;
+
+static kiln_tensor rope(bctx *b, kiln_tensor x, rows_at at, int64_t il, kiln_tensor freqs) {
     const arch_hparams *hp = b->hp;
+    kiln_graph *g = b->g;
     int swa = arch_layer_is_swa(hp, il);
     double base = swa ? hp->rope_base_swa : hp->rope_base;
     double scale = (swa && !hp->rope_scale_swa) ? 1.0 : hp->rope_scale;
-    if (scale == 1.0 && freqs == KILN_NONE) return kiln_rope(b->g, x, pos, base, hp->rope_mode);
-    return rope_ext(b->g, x, pos, base, hp->rope_mode, scale, freqs);
+    if (scale == 1.0 && freqs == KILN_NONE)
+        return at.rowpos != KILN_NONE ? kiln_rope_rows(g, x, at.rowpos, base, hp->rope_mode)
+                                      : kiln_rope(g, x, at.pos, base, hp->rope_mode);
+    kiln_tensor p;
+    if (at.rowpos != KILN_NONE) {
+        p = kiln_cast(g, at.rowpos, KILN_F32);
+    } else {
+        kiln_sym end = kiln_sym_add(g, at.pos, kiln_dim(g, x, 0));
+        p = kiln_slice(g, kiln_iota(g, KILN_F32, 1, &end, 0), 0, at.pos, end, 1);
+    }
+    return rope_ext(g, x, p, base, hp->rope_mode, scale, freqs);
 }
 
-kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int all_rows,
-                       char *err, size_t cap) {
+/* form: 0 the last row's logits, 1 the rows logits_from .. seq-1, 2 the
+ * batched-decode graph (arch.h) */
+static kiln_status build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int form,
+                         char *err, size_t cap) {
     if (err && cap) err[0] = 0;
+    const int batch = form == 2, all_rows = form == 1;
     if (kv_dtype != KILN_F32 && kv_dtype != KILN_F16)
         return kiln_fail(err, cap, KILN_ERR_INVALID, "arch_build: the cache must be f32 or f16");
     bctx b = {g, f, hp, err, cap, KILN_OK};
     const int64_t d = hp->n_embd, hq = hp->n_head, hkv = hp->n_head_kv, dk = hp->head_dim_k, dv = hp->head_dim_v;
 
-    kiln_sym seq = kiln_sym_var(g, "seq"), pos = kiln_sym_var(g, "pos");
-    (void)kiln_sym_var(g, ARCH_CTX_SYM); /* the cache's rows, named in the states' shapes below */
-    kiln_sym kv_len = kiln_sym_add(g, pos, seq), zero = kiln_sym_int(g, 0);
+    /* one sequence: seq rows at positions pos ..; a batch: nb rows, row b at
+     * position rowpos[b] of sequence rowslot[b], keys bounded by kv_len */
+    kiln_sym seq = kiln_sym_var(g, batch ? ARCH_ROWS_SYM : "seq");
+    kiln_sym pos = batch ? kiln_sym_int(g, 0) : kiln_sym_var(g, "pos");
+    kiln_sym n_ctx = kiln_sym_var(g, ARCH_CTX_SYM); /* the cache's rows, named in the states' shapes below */
+    kiln_sym kv_len = batch ? kiln_sym_var(g, ARCH_KV_SYM) : kiln_sym_add(g, pos, seq), zero = kiln_sym_int(g, 0);
     kiln_tensor tokens = kiln_input_dims(g, "tokens", KILN_I32, 1, &seq);
+    rows_at at = {pos, KILN_NONE};
+    kiln_tensor rowslot = KILN_NONE;
+    kiln_sym n_slots = zero;
+    if (batch) {
+        n_slots = kiln_sym_var(g, ARCH_SLOTS_SYM);
+        at.rowpos = kiln_input_dims(g, "rowpos", KILN_I32, 1, &seq);
+        rowslot = kiln_input_dims(g, "rowslot", KILN_I32, 1, &seq);
+    }
     kiln_tensor emb = weight(&b, "token_embd.weight", 2, hp->n_vocab, d, 1);
     kiln_tensor out_w = hp->tied_output ? emb : weight(&b, "output.weight", 2, hp->n_vocab, d, 1);
     kiln_tensor out_norm = weight(&b, "output_norm.weight", 1, d, 0, 1);
@@ -292,8 +323,16 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
 
     kiln_tensor x = as_f32(g, kiln_embedding(g, emb, tokens)); /* (seq, d) */
     if (hp->embd_scale != 1.0) x = kiln_mul(g, x, kiln_const(g, hp->embd_scale, KILN_F32));
-    /* cache rows written this call: pos .. pos+seq-1 */
-    kiln_tensor rows = kiln_slice(g, kiln_iota(g, KILN_I32, 1, &kv_len, 0), 0, pos, kv_len, 1);
+    /* cache rows written this call: pos .. pos+seq-1; a batch's row b writes
+     * row rowslot[b] * n_ctx + rowpos[b] of the slot-major cache */
+    kiln_tensor rows;
+    if (batch) {
+        kiln_sym c1 = kiln_sym_add(g, n_ctx, kiln_sym_int(g, 1));
+        kiln_tensor ctxv = kiln_slice(g, kiln_iota(g, KILN_I32, 1, &c1, 0), 0, n_ctx, c1, 1); /* (1): n_ctx */
+        rows = kiln_add(g, kiln_mul(g, rowslot, ctxv), at.rowpos);
+    } else {
+        rows = kiln_slice(g, kiln_iota(g, KILN_I32, 1, &kv_len, 0), 0, pos, kv_len, 1);
+    }
     char cshape[64], name[64];
 
     for (int64_t il = 0; il < hp->n_layer && !b.st; il++) {
@@ -328,14 +367,16 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
             q = rmsnorm(&b, q, qn);
             k = rmsnorm(&b, k, kn);
         }
-        q = rope(&b, q, pos, il, freqs);
-        k = rope(&b, k, pos, il, freqs);
+        q = rope(&b, q, at, il, freqs);
+        k = rope(&b, k, at, il, freqs);
 
-        /* the cache length is a symbol, so one compiled program serves every context length */
-        snprintf(cshape, sizeof cshape, "%s, %lld, %lld", ARCH_CTX_SYM, (long long)hkv, (long long)dk);
+        /* the cache length is a symbol, so one compiled program serves every
+         * context length; a batch's caches are every slot's, slot-major */
+        const char *crows = batch ? ARCH_SLOTS_SYM "*" ARCH_CTX_SYM : ARCH_CTX_SYM;
+        snprintf(cshape, sizeof cshape, "%s, %lld, %lld", crows, (long long)hkv, (long long)dk);
         snprintf(name, sizeof name, "cache.k.%lld", (long long)il);
         kiln_tensor kc = kiln_state(g, name, kv_dtype, cshape);
-        snprintf(cshape, sizeof cshape, "%s, %lld, %lld", ARCH_CTX_SYM, (long long)hkv, (long long)dv);
+        snprintf(cshape, sizeof cshape, "%s, %lld, %lld", crows, (long long)hkv, (long long)dv);
         snprintf(name, sizeof name, "cache.v.%lld", (long long)il);
         kiln_tensor vc = kiln_state(g, name, kv_dtype, cshape);
         if (kv_dtype != KILN_F32) {
@@ -344,10 +385,19 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
         }
         kc = kiln_scatter(g, kc, rows, k);
         vc = kiln_scatter(g, vc, rows, v);
-        kiln_tensor kk = as_f32(g, kiln_slice(g, kc, 0, zero, kv_len, 1));
-        kiln_tensor vv = as_f32(g, kiln_slice(g, vc, 0, zero, kv_len, 1));
         int64_t window = arch_layer_is_swa(hp, il) ? hp->sliding_window : 0;
-        kiln_tensor a = kiln_attention(g, q, kk, vv, pos, hp->attn_scale, window); /* (seq, hq, dv) */
+        kiln_tensor a;
+        if (batch) { /* every slot's keys 0 .. kv_len-1, each row masked to its own */
+            kiln_sym k4[4] = {n_slots, n_ctx, kiln_sym_int(g, hkv), kiln_sym_int(g, dk)};
+            kiln_sym v4[4] = {n_slots, n_ctx, kiln_sym_int(g, hkv), kiln_sym_int(g, dv)};
+            kiln_tensor kk = as_f32(g, kiln_slice(g, kiln_reshape(g, kc, 4, k4), 1, zero, kv_len, 1));
+            kiln_tensor vv = as_f32(g, kiln_slice(g, kiln_reshape(g, vc, 4, v4), 1, zero, kv_len, 1));
+            a = kiln_attention_rows(g, q, kk, vv, rowslot, at.rowpos, hp->attn_scale, window);
+        } else {
+            kiln_tensor kk = as_f32(g, kiln_slice(g, kc, 0, zero, kv_len, 1));
+            kiln_tensor vv = as_f32(g, kiln_slice(g, vc, 0, zero, kv_len, 1));
+            a = kiln_attention(g, q, kk, vv, pos, hp->attn_scale, window); /* (seq, hq, dv) */
+        }
         kiln_sym as[2] = {seq, kiln_sym_int(g, hq * dv)};
         kiln_tensor o = linear(g, kiln_reshape(g, a, 2, as), wo, KILN_NONE);
         if (hp->post_norms) o = rmsnorm(&b, o, post_attn);
@@ -365,8 +415,8 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     if (b.st) return b.st;
 
     kiln_graph_mark_block(g);
-    /* (1, d): the last row; all_rows: (seq - logits_from, d) */
-    kiln_sym from = all_rows ? kiln_sym_var(g, "logits_from") : kiln_sym_sub(g, seq, kiln_sym_int(g, 1));
+    /* (1, d): the last row; all_rows: (seq - logits_from, d); a batch: every row */
+    kiln_sym from = batch ? zero : all_rows ? kiln_sym_var(g, "logits_from") : kiln_sym_sub(g, seq, kiln_sym_int(g, 1));
     kiln_tensor last = kiln_slice(g, x, 0, from, seq, 1);
     last = rmsnorm(&b, last, out_norm);
     kiln_tensor logits = linear(g, last, out_w, KILN_NONE); /* (rows, vocab) */
@@ -375,4 +425,14 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     if (kiln_graph_status(g) != KILN_OK)
         return kiln_fail(err, cap, kiln_graph_status(g), "%s: building the graph failed: %s", hp->name, kiln_graph_error(g));
     return KILN_OK;
+}
+
+kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int all_rows,
+                       char *err, size_t cap) {
+    return build(g, f, hp, kv_dtype, all_rows ? 1 : 0, err, cap);
+}
+
+kiln_status arch_build_batch(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, char *err,
+                             size_t cap) {
+    return build(g, f, hp, kv_dtype, 2, err, cap);
 }

@@ -26,6 +26,23 @@
  *            bound per call (perplexity scores many rows of one pass).
  * Prefill (seq > 1) and decode (seq = 1) are the same graph with different
  * bindings; attention reads the updated cache rows 0 .. pos+seq-1.
+ *
+ * The batched-decode graph (arch_build_batch: kiln serve decoding several
+ * sequences in one pass) differs only where a row's sequence matters:
+ *   inputs   "tokens", "rowpos" and "rowslot", i32 (nb): row b is token
+ *            tokens[b] at position rowpos[b] of sequence (slot) rowslot[b];
+ *   states   "cache.k.L" (n_slots * n_ctx, n_kv_heads, head_dim_k), likewise
+ *            "cache.v.L": every slot's cache, slot-major, so slot s's
+ *            single-sequence cache is the view at row s * n_ctx (the
+ *            graph above runs on that view, no copy); row b is written at
+ *            rowslot[b] * n_ctx + rowpos[b];
+ *   symbols  "nb" (ARCH_ROWS_SYM), "n_slots" (ARCH_SLOTS_SYM), n_ctx, and
+ *            "kv_len" (ARCH_KV_SYM, bound per call to max(rowpos) + 1: the
+ *            keys every row's attention spans, each row masked to its own
+ *            0 .. rowpos[b], so the cost follows the longest sequence);
+ *   output   "logits" f32 (nb, vocab), every row's.
+ * Rope uses the same angle formula on the rows' positions, attention is
+ * kiln_attention_rows (src/nn/attention_rows.c).
  */
 #ifndef KILN_ARCH_H
 #define KILN_ARCH_H
@@ -67,6 +84,10 @@ typedef struct arch_hparams {
 
 /* the symbol of the cache's length (its rows) in the graph arch_build makes */
 #define ARCH_CTX_SYM "n_ctx"
+/* the batched-decode graph's symbols: rows, slots, keys spanned */
+#define ARCH_ROWS_SYM "nb"
+#define ARCH_SLOTS_SYM "n_slots"
+#define ARCH_KV_SYM "kv_len"
 
 const char *arch_kind_name(arch_kind k);
 
@@ -83,5 +104,8 @@ int arch_layer_is_swa(const arch_hparams *hp, int64_t il);
  * (see "output" above) instead of the last row's. */
 kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int all_rows,
                        char *err, size_t cap);
+/* build the batched-decode graph described above into the empty graph g */
+kiln_status arch_build_batch(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, char *err,
+                             size_t cap);
 
 #endif

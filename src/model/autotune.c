@@ -16,8 +16,13 @@
  *     prompt, 128 generated); a kernel group under 2% of a decode step or of
  *     a prefill keeps its schedule (kiln_program_search);
  *  4. the searches: a prefill and a decode step run again, and each kernel
- *     searches at its first launch within its share of what is left;
- *  5. the recompile with the winners (kiln_program_search_finish).
+ *     searches at its first launch within its share of what is left; then,
+ *     while time is left, the heaviest groups search again from the rank
+ *     where they stopped (kiln_program_search_more);
+ *  5. the recompile with the winners (kiln_program_search_finish);
+ *  6. a program compiled with both attention forms times each on a prefill
+ *     and decode steps after it (and on a long prompt when the time left
+ *     pays for it); the faster per bucket is recorded (measure_forms).
  * A model built with all_logits (kiln perplexity) gets these steps twice:
  * as kiln run's model (2/3 of the budget), then with prefills that output
  * their second half's logits (1/3), for the output head's many-row shape.
@@ -34,6 +39,12 @@
 #include "autotune.h"
 #include "base.h"
 #include "kiln_compile.h"
+
+/* later passes (step 4b): at most this many, each worth at least a few
+ * candidates' compile, check and timing, over the heaviest groups */
+#define AUTOTUNE_MAX_PASSES 3
+#define AUTOTUNE_MIN_PASS_S 3.0
+#define AUTOTUNE_PASS_GROUPS 4
 
 model_tune_options model_tune_defaults(void) {
     model_tune_options o;
@@ -53,6 +64,49 @@ static void phase(const model_tune_options *o, const char *what) {
 static kiln_status fail(model *m, char *err, size_t cap, const char *what) {
     snprintf(err, cap, "%s: %s", what, model_error(m));
     return KILN_ERR_INVALID;
+}
+
+/* seconds of the best of `reps` runs of a prefill of n rows from position
+ * pos (n = 1: a decode step) in the form forced; < 0 when a run failed */
+static double time_forward(model *m, const int32_t *toks, int n, int pos, int reps, float *logits) {
+    double best = -1;
+    for (int r = 0; r < reps; r++) {
+        double t = kiln_now_s();
+        if (model_forward(m, toks, n, pos, logits)) return -1;
+        t = kiln_now_s() - t;
+        if (best < 0 || t < best) best = t;
+    }
+    return best;
+}
+
+/* 6: the attention forms measured, for a program compiled with both: a
+ * prefill of n rows (a short prompt) in each form, then decode steps after
+ * it in each (both forms write the same cache); long prompts and decode over
+ * a long cache likewise (RT_STREAM_LONG in stream_select.c: 1024 keys) when
+ * the time left pays for two prefills of AUTOTUNE_LONG rows. The faster
+ * form per bucket goes to the tuning DB (kiln_program_form_record). */
+#define AUTOTUNE_LONG 2048
+static void measure_forms(model *m, kiln_program *p, int n, double prefill_s, double left, float *logits) {
+    if (n + 4 > AUTOTUNE_LONG || !kiln_program_form_force(p, 0)) return; /* one form only */
+    int32_t *toks = kiln_xmalloc(((size_t)AUTOTUNE_LONG + 1) * sizeof *toks);
+    for (int i = 0; i <= AUTOTUNE_LONG; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
+    int lens[2] = {n, AUTOTUNE_LONG};
+    int buckets[2][2] = {{KILN_FORM_SHORT, KILN_FORM_DECODE}, {KILN_FORM_LONG, KILN_FORM_DECODE_LONG}};
+    for (int l = 0; l < 2; l++) {
+        int len = lens[l];
+        /* a long prefill costs at least its rows' share of the profiled one, twice */
+        if (l == 1 && (model_n_ctx(m) < AUTOTUNE_LONG + 4 || 3.0 * prefill_s * AUTOTUNE_LONG / n > left)) break;
+        double pre[2], dec[2];
+        for (int f = 0; f < 2; f++) {
+            kiln_program_form_force(p, f);
+            pre[f] = time_forward(m, toks, len, 0, 1, logits);
+            dec[f] = time_forward(m, toks + len, 1, len, 3, logits);
+        }
+        if (pre[0] > 0 && pre[1] > 0) kiln_program_form_record(p, buckets[l][0], pre[0], pre[1]);
+        if (dec[0] > 0 && dec[1] > 0) kiln_program_form_record(p, buckets[l][1], dec[0], dec[1]);
+    }
+    kiln_program_form_force(p, -1);
+    free(toks);
 }
 
 /* one profile, plan and search; all_rows: the prefills output the logits of
@@ -123,7 +177,12 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         w[2 * k] = dec[k] / 2 * o.workload_gen;
         w[2 * k + 1] = pre[k] * o.workload_prompt / n;
     }
-    double left = o.budget_s - (kiln_now_s() - t_start);
+    /* step 6's short measurement is kept out of the search's time: a
+     * prefill and three decode steps in each form */
+    double forms_s = 0;
+    if (!all_rows && kiln_program_form_force(p, -1))
+        for (int32_t k = 0; k < nk; k++) forms_s += 2 * pre[k] + 3 * dec[k];
+    double left = o.budget_s - (kiln_now_s() - t_start) - forms_s;
     if ((s = kiln_program_search(p, left > 0 ? left : 0, w, o.min_share)) != KILN_OK) {
         snprintf(err, cap, "bad search options (budget %g s, min share %g)", o.budget_s, o.min_share);
         goto done;
@@ -141,9 +200,36 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         kiln_program_search_finish(p);
         goto done;
     }
+    /* 4b: time left (each search stops at the candidates its share paid
+     * for, and a share is an estimate): the heaviest groups search again
+     * from the rank where they stopped, seeded with their winners, for what
+     * is left after the runs that carry them (a prefill and a decode step,
+     * as profiled) */
+    double runs_s = 0;
+    for (int32_t k = 0; k < nk; k++) runs_s += pre[k] + dec[k] / 2;
+    for (int pass = 0; pass < AUTOTUNE_MAX_PASSES; pass++) {
+        double more = o.budget_s - (kiln_now_s() - t_start) - runs_s - forms_s;
+        if (more < AUTOTUNE_MIN_PASS_S || kiln_program_search_more(p, more, AUTOTUNE_PASS_GROUPS) == 0) break;
+        phase(&o, "searching again with the time left (the heaviest kernels, their next candidates)");
+        if (model_forward(m, toks, 1, n, logits) || model_forward_rows(m, toks, n, 0, from, logits)) {
+            s = fail(m, err, cap, "searching again");
+            kiln_program_search_finish(p);
+            goto done;
+        }
+    }
     /* 5: the program with the winners */
     phase(&o, "compiling the program with the winners");
-    if ((s = kiln_program_search_finish(p)) != KILN_OK) snprintf(err, cap, "%s", model_error(m));
+    if ((s = kiln_program_search_finish(p)) != KILN_OK) {
+        snprintf(err, cap, "%s", model_error(m));
+        goto done;
+    }
+    /* 6: which attention form serves which bucket, measured */
+    if (!all_rows) {
+        double pre_s = 0;
+        for (int32_t k = 0; k < nk; k++) pre_s += pre[k];
+        phase(&o, "timing the attention forms (materialised, streaming)");
+        measure_forms(m, p, n, pre_s, o.budget_s - (kiln_now_s() - t_start), logits);
+    }
 done:
     model_reset(m); /* the runs' cache rows are of no use to anyone */
     if (out) kiln_program_search_status(p, out);

@@ -133,6 +133,8 @@ void kiln_llm_free(kiln_llm *m) {
     free(m->logits);
     free(m->tail);
     tok_free(m->tok);
+    if (m->batch) model_kv_use(m->model, NULL); /* before the slots' buffers go */
+    model_batch_free(m->batch);
     model_free(m->model);
     free(m);
 }

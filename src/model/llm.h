@@ -23,6 +23,7 @@ struct kiln_sampler {
 
 struct kiln_llm {
     model *model;
+    model_batch *batch;     /* kiln_llm_slots' caches and batched program (llm_batch.c), or NULL */
     tokenizer *tok;         /* NULL when the file has no usable tokenizer (why: tok_err) */
     char tok_err[512];
     char err[1024];

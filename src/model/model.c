@@ -28,6 +28,7 @@ struct model {
     void **states; /* cache.k.L, cache.v.L for each layer, in that order */
     size_t *state_bytes;
     int64_t kv_rows; /* cache rows a forward pass may have written since the last model_reset */
+    model_options opt; /* as loaded (model_compile_graph compiles other graphs of the model the same way) */
     char err[512];
 };
 
@@ -51,17 +52,27 @@ void model_free(model *m) {
  * only its copy is read from go back (gguf_release keeps them readable) */
 static void release_weight(void *file, const void *data, size_t bytes) { gguf_release(file, data, bytes); }
 
-/* bind every weight input of the graph to its tensor's bytes */
-static void bind_weights(model *m) {
-    kiln_graph_on_weight_release(m->g, release_weight, m->file);
+/* bind every weight input of g (the model's graph or another one built
+ * from its file) to its tensor's bytes */
+void model_bind_weights(model *m, kiln_graph *g) {
+    kiln_graph_on_weight_release(g, release_weight, m->file);
     for (int64_t i = 0; i < gguf_tensor_count(m->file); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->file, i);
-        kiln_status s = kiln_bind_weight(m->g, t->name, t->data, (size_t)t->bytes);
+        kiln_status s = kiln_bind_weight(g, t->name, t->data, (size_t)t->bytes);
         if (s == KILN_OK) continue;
         /* tensors the architecture does not use (e.g. rope_freqs in a file
          * whose graph ignores it) are not inputs: skip them */
-        kiln_graph_clear_error(m->g);
+        kiln_graph_clear_error(g);
     }
+}
+
+struct kiln_program *model_compile_graph(const model *m, kiln_graph *g, kiln_status *s) {
+    kiln_compile_options co = kiln_compile_defaults();
+    co.threads = m->opt.threads;
+    co.search_budget = m->opt.search_budget;
+    if (m->opt.exact) co.exact = 1;
+    if (co.stream < 0) co.stream = 2; /* both attention forms, each run picks (src/runtime/stream_select.c) */
+    return kiln_compile(g, &co, s);
 }
 
 kiln_status model_load_ex(const char *path, const model_options *opt, model **out, char *err, size_t cap) {
@@ -85,13 +96,14 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
     m->n_ctx = o.n_ctx ? o.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (!o.n_ctx && o.n_ctx_min > m->n_ctx) m->n_ctx = o.n_ctx_min;
     m->kv_dtype = o.kv_dtype;
+    m->opt = o;
     m->all_logits = o.all_logits != 0;
     m->g = kiln_graph_new();
     if ((s = arch_build(m->g, m->file, &m->hp, m->kv_dtype, m->all_logits, err, cap))) {
         model_free(m);
         return s;
     }
-    bind_weights(m);
+    model_bind_weights(m, m->g);
     /* the cache's length is a symbol of the graph (one program for every
      * context length); its value goes with the states bound below, whose
      * bytes every run checks against it */
@@ -114,12 +126,7 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
         if (s) kiln_fail(err, cap, s, "model: binding %s: %s", name, kiln_graph_error(m->g));
     }
     if (!s && o.compiled) {
-        kiln_compile_options co = kiln_compile_defaults();
-        co.threads = o.threads;
-        co.search_budget = o.search_budget;
-        if (o.exact) co.exact = 1;
-        if (co.stream < 0) co.stream = 2; /* both attention forms, each run picks (src/runtime/stream_select.c) */
-        m->prog = kiln_compile(m->g, &co, &s);
+        m->prog = model_compile_graph(m, m->g, &s);
         if (!m->prog) {
             if (!s) s = KILN_ERR_INVALID;
             kiln_fail(err, cap, s, "model: compiling the %s graph failed: %s", m->hp.name, kiln_graph_error(m->g));
@@ -186,20 +193,34 @@ void model_reset(model *m) {
 
 struct model_kv {
     int n;
+    int owned; /* 0: a view into buffers someone else frees (model_kv_view) */
     void **bufs;
 };
 
 model_kv *model_kv_new(const model *m) {
     model_kv *kv = kiln_xcalloc(1, sizeof *kv);
     kv->n = m->nstates;
+    kv->owned = 1;
     kv->bufs = kiln_xcalloc((size_t)(kv->n ? kv->n : 1), sizeof *kv->bufs);
     for (int i = 0; i < kv->n; i++) kv->bufs[i] = kiln_xcalloc(m->state_bytes[i] ? m->state_bytes[i] : 1, 1);
     return kv;
 }
 
+model_kv *model_kv_view(const model *m, void *const *bufs) {
+    model_kv *kv = kiln_xcalloc(1, sizeof *kv);
+    kv->n = m->nstates;
+    kv->bufs = kiln_xcalloc((size_t)(kv->n ? kv->n : 1), sizeof *kv->bufs);
+    for (int i = 0; i < kv->n; i++) kv->bufs[i] = bufs[i];
+    return kv;
+}
+
+size_t model_state_bytes(const model *m, int i) { return i >= 0 && i < m->nstates ? m->state_bytes[i] : 0; }
+int model_n_states(const model *m) { return m->nstates; }
+const model_options *model_opts(const model *m) { return &m->opt; }
+
 void model_kv_free(model_kv *kv) {
     if (!kv) return;
-    for (int i = 0; i < kv->n; i++) free(kv->bufs[i]);
+    for (int i = 0; i < kv->n && kv->owned; i++) free(kv->bufs[i]);
     free(kv->bufs);
     free(kv);
 }

@@ -71,6 +71,36 @@ model_kv *model_kv_new(const model *m);
 void model_kv_free(model_kv *kv);
 kiln_status model_kv_use(model *m, model_kv *kv);
 size_t model_kv_bytes(const model *m); /* of one cache */
+/* a cache whose buffers (one per state, model_state_bytes(m, i) bytes each)
+ * are bufs[i], owned by the caller: model_kv_free frees only the handle */
+model_kv *model_kv_view(const model *m, void *const *bufs);
+int model_n_states(const model *m);             /* cache.k.L, cache.v.L for each layer, in that order */
+size_t model_state_bytes(const model *m, int i); /* of state i of one cache */
+const model_options *model_opts(const model *m);
+/* bind every weight input of g (a graph built from m's file) in place */
+void model_bind_weights(model *m, kiln_graph *g);
+/* compile g as m's own graph was compiled (threads, search, attention forms) */
+struct kiln_program *model_compile_graph(const model *m, kiln_graph *g, kiln_status *s);
+
+/* Batched decoding (model_batch.c): n_slots caches as views of one buffer
+ * per state (slot-major), and the batched-decode program of arch.h, built
+ * and compiled at the first model_batch_decode. model_batch_kv(b, s) is slot
+ * s's cache for model_kv_use / model_forward (its prefill); model_batch_decode
+ * runs one token for each of nb rows: row r is token tokens[r] at position
+ * pos[r] of slot slots[r] (distinct slots, each holding 0 .. pos[r]-1), and
+ * writes nb * n_vocab logits, row-major. Errors leave the caches' earlier
+ * rows as they were; the message is in model_batch_error. */
+typedef struct model_batch model_batch;
+/* rows per program call: the contraction schedules' decode bucket
+ * (SCH_SMALL_M in src/sched/loop.h), see model_batch.c */
+#define MODEL_BATCH_MAX_ROWS 4
+model_batch *model_batch_new(model *m, int n_slots);
+void model_batch_free(model_batch *b);
+model_kv *model_batch_kv(model_batch *b, int slot);
+kiln_status model_batch_decode(model_batch *b, int nb, const int32_t *slots, const int32_t *tokens, const int32_t *pos,
+                               float *logits_out);
+int model_batch_compiled(const model_batch *b); /* 1 once the batched program exists */
+const char *model_batch_error(const model_batch *b);
 
 const arch_hparams *model_hparams(const model *m);
 int64_t model_n_vocab(const model *m);

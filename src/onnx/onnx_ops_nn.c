@@ -162,6 +162,11 @@ static kiln_tensor conv_core(imp_ctx *c, kiln_tensor x, kiln_tensor w, kiln_tens
         imp_fail(c, KILN_ERR_UNSUPPORTED, "%s: grouped with %d spatial dims", op, k);
         return KILN_NONE;
     }
+    /* a reordering view of the input (ShuffleNet's channel shuffle: a
+     * reshape of a transpose) composed with the windows leaves div and mod
+     * in every read of the K-times re-read input: one copy first keeps the
+     * windows' index arithmetic affine (and vectorisable) */
+    if (!view_is_identity(&g->views[g->tensors[x].view], g->syms)) x = kiln_contiguous(g, x);
     kiln_tensor xw = windows(c, x, gm, 0); /* (N, C, o1, k1, ...) */
     int64_t K = Cg;
     for (int i = 0; i < k; i++) K *= gm->ker[i];

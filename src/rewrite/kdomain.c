@@ -132,7 +132,7 @@ double ek_bitsd(int64_t b) {
 }
 
 int ek_fold(int op, kiln_dtype t, int nargs, const double *a, double *out) {
-    double r;
+    double r = 0;
     if (op < 0 || op >= OP_COUNT) return 0; /* EG_OP_VIEW */
     if (t == KILN_F32) {
         switch ((op_kind)op) {
@@ -345,7 +345,7 @@ void ek_free(eg_kiln *ek) {
 
 enum {
     C_CONST, C_CONST_EQ, C_CONST_NE, C_NONCONST, C_FLOAT, C_SAME_SHAPE, C_UNMASKED, C_MASKED,
-    C_BROADCAST, C_SIZE1, C_AXIS_LT, C_FINITE, C_F32, C_AXIS_EQ, C_COUNT
+    C_BROADCAST, C_SIZE1, C_AXIS_LT, C_FINITE, C_F32, C_AXIS_EQ, C_AFFINE, C_COUNT
 };
 
 static const struct { const char *name, *sig; } cond_table[C_COUNT] = {
@@ -363,6 +363,7 @@ static const struct { const char *name, *sig; } cond_table[C_COUNT] = {
     [C_FINITE] = {"finite", "c"},          /* ?x is a known finite constant */
     [C_F32] = {"f32", "c"},                /* ?x is f32 */
     [C_AXIS_EQ] = {"axis_eq", "pn"},       /* axis ?k is N */
+    [C_AFFINE] = {"affine", "p"},          /* view ?v is one layer: its offsets are affine, no div/mod */
 };
 
 int ek_cond_lookup(const char *name, int *nargs, const char **sig) {
@@ -411,6 +412,7 @@ int ek_cond_eval(eg_kiln *ek, const eg_clause *c, const eg_subst *s) {
     case C_UNMASKED: return !ek_view_masked(ek, (uint32_t)s->pv[c->args[0]].arg);
     case C_MASKED: return ek_view_masked(ek, (uint32_t)s->pv[c->args[0]].arg);
     case C_BROADCAST: return view_broadcasts(ek, (uint32_t)s->pv[c->args[0]].arg);
+    case C_AFFINE: return ek->views[(uint32_t)s->pv[c->args[0]].arg].nlayers <= 1;
     case C_SIZE1: {
         int64_t ax = s->pv[c->args[1]].arg, v;
         return ax >= 0 && ax < a->ndim && sym_is_const(ek->syms, a->shape[ax], &v) && v == 1;

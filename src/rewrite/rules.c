@@ -76,8 +76,11 @@ const eg_rule_def eg_default_rules[] = {
      "as view-hoist-add, but fmod(0, 0) is NaN: no padding"},
     {"view-sink-add", "(VIEW[?v] (ADD ?a ?b))", "(ADD (VIEW[?v] ?a) (VIEW[?v] ?b))", "", "view-hoist-add reversed"},
     {"view-sink-mul", "(VIEW[?v] (MUL ?a ?b))", "(MUL (VIEW[?v] ?a) (VIEW[?v] ?b))", "", "view-hoist-mul reversed"},
-    {"contiguous-drop", "(CONTIGUOUS ?x)", "?x", "",
-     "a copy has its source's values; the cost model decides whether the copy pays"},
+    {"contiguous-drop", "(CONTIGUOUS (VIEW[?v] ?x))", "(VIEW[?v] ?x)", "affine ?v",
+     "a copy has its source's values; the cost model decides whether the copy pays. Only of a"
+     " one-layer view: a copy of a reshaped reordering (a channel shuffle) stays, so its readers"
+     " (a convolution's windows) index a dense buffer without div and mod; kernelize"
+     " materialises it"},
     {"view-compose", "(VIEW[?a] (VIEW[?b] ?x))", "@view_compose", "", "two views are one view (layers stacked)"},
 
     /* ---- reductions ---- */

@@ -169,6 +169,8 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     }
     if (o.profile && host_code(p)) rt_profile_alloc(p, 1);
     p->plan.compiling = 0;
+    p->forms.force = -1; /* no form forced, none measured: the cost model picks (stream_select.c) */
+    memset(p->forms.choice, 0xff, sizeof p->forms.choice);
     p->alt = rt_stream_compile_alt(g, &o, be->name);
     return p;
 }
@@ -178,6 +180,7 @@ static void free_tuner(rt_tuner *t) {
     free(t->plan_w);
     free(t->pend);
     free(t->has_pend);
+    free(t->rank_next);
     free(t->kept);
     free(t->unmeasured);
     free(t->tuned);
@@ -351,7 +354,7 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     }
     p->tune.budget = budget_s;
     p->tune.spent = 0;
-    p->tune.plan_searched = p->tune.plan_skipped = 0;
+    p->tune.plan_searched = p->tune.plan_skipped = p->tune.plan_short = 0;
     /* schedules a plan once kept without measuring are open to this search */
     for (int32_t k = 0; budget_s > 0 && k < p->plan.sp.nkernels; k++)
         for (int b = 0; b < 2; b++)
@@ -369,10 +372,56 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     p->tune.has_pend = kiln_xcalloc(n + 1, sizeof *p->tune.has_pend);
     free(p->tune.kept);
     p->tune.kept = kiln_xcalloc(n + 1, 1);
+    free(p->tune.rank_next);
+    p->tune.rank_next = kiln_xcalloc(n + 1, sizeof *p->tune.rank_next);
     for (size_t i = 0; i < n; i++) p->tune.plan_w[i] = weights[i] > 0 ? weights[i] : 0;
     p->tune.reserve_s = recompile_estimate(p);
     plan_skip_small(p, min_share);
     return KILN_OK;
+}
+
+/* the planned weight of every contraction slot with kernel k's key in
+ * bucket b (one search settles them all) */
+static double key_weight(const kiln_program *p, int32_t k, int b) {
+    double w = 0;
+    for (int32_t j = 0; j < p->plan.sp.nkernels; j++) {
+        const sch_contract *c = p->plan.sp.kernels[j].contract;
+        if (c && strcmp(c->key, p->plan.sp.kernels[k].contract->key) == 0) w += p->tune.plan_w[j * 2 + b];
+    }
+    return w;
+}
+
+int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups) {
+    if (!p || !host_code(p) || !p->tune.plan_w || !p->tune.rank_next || !(budget_s > 0) || max_groups <= 0) return 0;
+    int32_t nk = p->plan.sp.nkernels;
+    int reopened = 0;
+    for (int g = 0; g < max_groups; g++) {
+        /* the heaviest group this plan searched that has ranks left */
+        int32_t best_k = -1;
+        int best_b = 0;
+        double best_w = 0;
+        for (int32_t k = 0; k < nk; k++)
+            for (int b = 0; b < 2; b++) {
+                int s = k * 2 + b;
+                if (!p->tune.tuned[s] || !p->tune.has_pend[s] || p->tune.rank_next[s] <= 0) continue;
+                double w = key_weight(p, k, b);
+                if (w > best_w) best_k = k, best_b = b, best_w = w;
+            }
+        if (best_k < 0) break;
+        const char *key = p->plan.sp.kernels[best_k].contract->key;
+        for (int32_t j = 0; j < nk; j++) {
+            const sch_contract *c = p->plan.sp.kernels[j].contract;
+            int s = j * 2 + best_b;
+            if (!c || strcmp(c->key, key) != 0 || !p->tune.has_pend[s] || p->tune.rank_next[s] <= 0) continue;
+            p->tune.tuned[s] = 0; /* open to the search at its next launch, seeded with its winner */
+            p->tune.rank_next[s] = -p->tune.rank_next[s]; /* taken: not picked twice by this loop */
+            reopened++;
+        }
+    }
+    for (int32_t s = 0; s < nk * 2; s++)
+        if (p->tune.rank_next[s] < 0) p->tune.rank_next[s] = -p->tune.rank_next[s];
+    if (reopened) p->tune.budget = p->tune.spent + budget_s;
+    return reopened;
 }
 
 void kiln_program_search_progress(kiln_program *p, kiln_search_progress_fn fn, void *ctx) {
@@ -412,8 +461,10 @@ static void record_kept(kiln_program *p) {
 }
 
 /* 1 when a contraction slot the plan meant to search (weight above zero,
- * not passed over as small, not settled by the DB) is still unsearched */
+ * not passed over as small, not settled by the DB) is still unsearched, or
+ * a group was passed over because its share could not pay for a search */
 static int plan_starved(const kiln_program *p) {
+    if (p->tune.plan_short > 0) return 1; /* passed over for a share too small to search */
     for (int32_t k = 0; p->tune.plan_w && k < p->plan.sp.nkernels; k++) {
         const sch_kernel *K = &p->plan.sp.kernels[k];
         if (!K->contract || !cg_contract_emittable(&p->plan.sp, K, p->plan.isa)) continue;
@@ -455,6 +506,8 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
     }
     free(p->tune.plan_w);
     p->tune.plan_w = NULL;
+    free(p->tune.rank_next);
+    p->tune.rank_next = NULL;
     /* the search is over: later runs keep what it found, and search nothing */
     p->tune.budget = p->tune.spent;
     return s;
@@ -724,6 +777,25 @@ static double contract_group_weight(const kiln_program *p, int32_t k, int bucket
     return w;
 }
 
+/* every slot of kernel k's group (its key, this bucket's shape) settled
+ * unsearched, as the plan's small kernels are: kept, recorded as such */
+static void pass_over_group(kiln_program *p, int32_t k, int bucket, const char *bucket_text) {
+    const char *key = p->plan.sp.kernels[k].contract->key;
+    for (int32_t j = 0; j < p->plan.sp.nkernels; j++) {
+        const sch_kernel *J = &p->plan.sp.kernels[j];
+        if (!J->contract || strcmp(J->contract->key, key) != 0 || p->tune.tuned[j * 2 + bucket]) continue;
+        sch_contract_shape sj;
+        char bj[96];
+        if (!contract_shape(p, j, p->run.values, bucket, &sj)) continue;
+        sch_bucket_text(&sj, bj, sizeof bj);
+        if (strcmp(bj, bucket_text) != 0) continue;
+        p->tune.tuned[j * 2 + bucket] = 1;
+        p->tune.kept[j * 2 + bucket] = 1;
+        p->tune.plan_skipped++;
+    }
+    p->tune.plan_short++;
+}
+
 /* seconds a search of weight w may take out of left: its part of what is
  * left for searching (the final recompile kept aside) in proportion to the
  * weight of everything the plan has still to search; 0 when nothing is left */
@@ -774,6 +846,10 @@ kiln_status rt_tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_kern
     job.b_bytes = p->run.bytes[K->contract->b_buf];
     job.rp_bytes = rt_cpu_repacked_bytes(p, K->contract->b_buf);
     job.seed = p->tune.has_seed[k * 2 + bucket] ? &p->tune.seeds[k * 2 + bucket] : NULL;
+    if (p->tune.has_pend && p->tune.has_pend[k * 2 + bucket]) { /* a later pass: its last winner, then new ranks */
+        job.seed = &p->tune.pend[k * 2 + bucket];
+        job.rank_from = p->tune.rank_next ? p->tune.rank_next[k * 2 + bucket] : 0;
+    }
     /* without a plan one kernel shape may take an eighth of the whole budget
      * (at least 2 s): a model has a handful of distinct shapes, each worth
      * searching; with one, its share of what is left (plan_share) */
@@ -781,6 +857,10 @@ kiln_status rt_tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_kern
     if (p->tune.plan_w) {
         share = plan_share(p, contract_group_weight(p, k, bucket, bucket_text), left);
         if (share <= 0) return KILN_OK;
+        if (share < rt_tune_min_search_s()) { /* it would overrun its share: passed over, and out of the others' way */
+            pass_over_group(p, k, bucket, bucket_text);
+            return KILN_OK;
+        }
     }
     job.budget_s = left < share ? left : share;
     job.inject_wrong = p->tune.inject_wrong;
@@ -836,6 +916,7 @@ kiln_status rt_tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_kern
         sch_contract_sched_print(&res.winner, after, sizeof after);
         if (strcmp(before, after) != 0) p->tune.retune = 1;
         p->tune.tuned[j * 2 + bucket] = 1;
+        if (p->tune.rank_next) p->tune.rank_next[j * 2 + bucket] = res.rank_end < res.space ? res.rank_end : 0;
         if (p->tune.plan_w) {
             /* under a plan the code is recompiled once, at its end: until
              * then every kernel keeps the schedule its code was made for */

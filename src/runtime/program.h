@@ -83,8 +83,10 @@ typedef struct rt_tuner {
     uint8_t *kept;            /* per slot: the plan passed it over (recorded as kept, tried 0) */
     uint8_t *unmeasured;      /* per slot: its schedule is a "kept" record: a search may try it */
     uint8_t *has_pend;
+    int32_t *rank_next;       /* per slot, searched by this plan: the rank its next pass starts at (0: none left) */
     double reserve_s;
     int plan_searched, plan_skipped, plan_pending;
+    int plan_short;           /* groups passed over because their share could not pay for a search */
     double plan_best_speedup;
     kiln_search_progress_fn progress; /* called after each search under a plan (NULL: none) */
     void *progress_ctx;
@@ -97,6 +99,14 @@ struct kiln_program {
     rt_tuner tune;
     void *dev; /* the backend's own state (cpu_run.c's rt_cpu_state, gpu_exec.c's rt_gpu_program) */
     struct kiln_program *alt; /* option stream 2: the streaming form, run for its buckets (stream_select.c) */
+    /* the attention form per bucket (KILN_FORM_*), measured: -1 none (the
+     * cost model picks), 0 materialised, 1 streaming; t: [bucket][form]
+     * seconds; loaded from the tuning DB at the first pick (stream_select.c) */
+    struct {
+        int loaded, force;
+        int8_t choice[KILN_FORM_BUCKETS];
+        double t[KILN_FORM_BUCKETS][2];
+    } forms;
 };
 
 /* ---- between the parts (run.c, exec.c, cpu_run.c, profile.c) ---- */

@@ -30,13 +30,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+
 #include "base.h"
 #include "loop.h"
+#include "threadpool.h"
+#include "tunedb.h"
 #include "program.h"
 #include "rewrite.h"
 
 #define RT_STREAM_LONG 1024
 #define RT_STREAM_FEW 16
+#define KILN_STR_(x) #x
+#define KILN_STR(x) KILN_STR_(x)
 
 static int is_cpu(const char *backend) { return !backend || strcmp(backend, "cpu") == 0; }
 
@@ -67,7 +73,9 @@ kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o
     return alt;
 }
 
-int rt_stream_pick(kiln_program *alt, const kiln_graph *user) {
+/* the run's longest stream (keys) and its most rows, under user's bindings:
+ * 0 when a size does not evaluate */
+static int stream_extent(kiln_program *alt, const kiln_graph *user, int64_t *keys, int64_t *rows) {
     kiln_graph *work = alt->plan.g;
     if (work != user) eg_copy_bindings(user, work);
     const sch_program *sp = &alt->plan.sp;
@@ -78,7 +86,8 @@ int rt_stream_pick(kiln_program *alt, const kiln_graph *user) {
         values[v] = work->dim_values[v];
         bound[v] = work->dim_bound[v];
     }
-    int64_t keys = 0, rows = -1;
+    *keys = 0;
+    *rows = -1;
     int ok = 1;
     for (int32_t k = 0; k < sp->nkernels && ok; k++) {
         const sch_kernel *K = &sp->kernels[k];
@@ -88,12 +97,100 @@ int rt_stream_pick(kiln_program *alt, const kiln_graph *user) {
             ok = sym_eval(work->syms, K->dim[d], values, bound, &v, NULL) == 0;
             if (d < K->ndim - 1) r *= v;
         }
-        if (v > keys) keys = v;
-        if (rows < 0 || r > rows) rows = r;
+        if (v > *keys) *keys = v;
+        if (*rows < 0 || r > *rows) *rows = r;
     }
     free(values);
     free(bound);
-    return ok && rows >= 0 && (keys >= RT_STREAM_LONG || rows <= RT_STREAM_FEW);
+    return ok && *rows >= 0;
+}
+
+static int bucket_of(int64_t keys, int64_t rows) {
+    if (rows <= RT_STREAM_FEW) return keys >= RT_STREAM_LONG ? KILN_FORM_DECODE_LONG : KILN_FORM_DECODE;
+    return keys >= RT_STREAM_LONG ? KILN_FORM_LONG : KILN_FORM_SHORT;
+}
+
+static const char *const bucket_names[KILN_FORM_BUCKETS] = {"short", "long", "decode", "decode-long"};
+
+/* the records' key: the stream kernels' sizes that are constants (heads,
+ * head size, grouping) and dtypes, hashed: one model's attention shape */
+static void form_key(const kiln_program *alt, char *out, size_t cap) {
+    const sch_program *sp = &alt->plan.sp;
+    uint64_t h = 1469598103934665603ULL;
+    for (int32_t k = 0; k < sp->nkernels; k++) {
+        const sch_kernel *K = &sp->kernels[k];
+        if (K->kind != SCH_K_STREAM) continue;
+        for (int d = 0; d < K->ndim; d++) {
+            int64_t c = -1;
+            if (!sym_is_const(alt->plan.g->syms, K->dim[d], &c)) c = -1;
+            h = kiln_hash_mix(h, (uint64_t)c);
+        }
+        h = kiln_hash_mix(h, (uint64_t)sp->bufs[K->out_buf].dtype);
+    }
+    snprintf(out, cap, "attn-form-%016llx", (unsigned long long)h);
+}
+
+static void form_bucket_text(const kiln_program *p, int b, char *out, size_t cap) {
+    snprintf(out, cap, "%s,t=%d", bucket_names[b], rt_pool_threads(p->plan.pool));
+}
+
+/* this machine's records for p's buckets, read once */
+static void load_forms(kiln_program *p) {
+    p->forms.loaded = 1;
+    char *fp = kiln_device_fingerprint(), key[64], bucket[64];
+    form_key(p->alt, key, sizeof key);
+    for (int b = 0; fp && b < KILN_FORM_BUCKETS; b++) {
+        sch_tune_record r;
+        int exact = 0;
+        form_bucket_text(p, b, bucket, sizeof bucket);
+        if (!sch_tunedb_lookup(fp, key, bucket, &r, &exact) || !exact) continue;
+        int f = strcmp(r.schedule, "streaming") == 0 ? 1 : strcmp(r.schedule, "materialised") == 0 ? 0 : -1;
+        if (f < 0) continue; /* not a form this kiln knows: the cost model picks */
+        p->forms.choice[b] = (int8_t)f;
+        p->forms.t[b][f] = r.best_s;
+        p->forms.t[b][1 - f] = r.base_s;
+    }
+    free(fp);
+}
+
+int rt_stream_pick(kiln_program *p, const kiln_graph *user) {
+    if (p->forms.force >= 0) return p->forms.force;
+    int64_t keys, rows;
+    if (!stream_extent(p->alt, user, &keys, &rows)) return 0;
+    if (!p->forms.loaded) load_forms(p);
+    int b = bucket_of(keys, rows);
+    if (p->forms.choice[b] >= 0) return p->forms.choice[b];
+    return keys >= RT_STREAM_LONG || rows <= RT_STREAM_FEW;
+}
+
+int kiln_program_form_force(kiln_program *p, int form) {
+    if (!p || !p->alt || form < -1 || form > 1) return 0;
+    p->forms.force = form;
+    return 1;
+}
+
+kiln_status kiln_program_form_record(kiln_program *p, int bucket, double materialised_s, double streaming_s) {
+    if (!p || !p->alt || bucket < 0 || bucket >= KILN_FORM_BUCKETS || !(materialised_s > 0) || !(streaming_s > 0))
+        return KILN_ERR_INVALID;
+    if (!p->forms.loaded) load_forms(p);
+    int f = streaming_s < materialised_s;
+    p->forms.choice[bucket] = (int8_t)f;
+    p->forms.t[bucket][0] = materialised_s;
+    p->forms.t[bucket][1] = streaming_s;
+    char *fp = kiln_device_fingerprint(), key[64], bucket_text[64], err[512];
+    if (!fp) return KILN_ERR_IO;
+    form_key(p->alt, key, sizeof key);
+    form_bucket_text(p, bucket, bucket_text, sizeof bucket_text);
+    sch_tune_record r;
+    sch_tune_record_new(&r, fp, key, bucket_text);
+    snprintf(r.schedule, sizeof r.schedule, "%s", f ? "streaming" : "materialised");
+    r.best_s = f ? streaming_s : materialised_s;
+    r.base_s = f ? materialised_s : streaming_s;
+    r.tried = 2;
+    free(fp);
+    kiln_status s = sch_tunedb_store(&r, err, sizeof err);
+    if (s != KILN_OK) fprintf(stderr, "kiln: %s\n", err);
+    return s;
 }
 
 int rt_stream_kernelizes(kiln_graph *g) {
@@ -113,13 +210,27 @@ char *kiln_program_forms(const kiln_program *p) {
     int streams = has_stream_kernel(p);
     kiln_sb_puts(&b, "attention forms (src/runtime/stream_select.c):\n");
     if (p->alt) {
-        kiln_sb_printf(&b,
-                       "  short prompts (more than %d query rows over fewer than %d keys): materialised "
-                       "(score and value contractions around a softmax kernel); runner-up: streaming\n"
-                       "  decode (at most %d rows) and long prompts (at least %d keys): streaming "
-                       "(SOFTMAX_CONTRACT stream kernels, masked key blocks skipped); runner-up: materialised\n"
-                       "  chosen by the cost model's thresholds, not measured per run\n",
-                       RT_STREAM_FEW, RT_STREAM_LONG, RT_STREAM_FEW, RT_STREAM_LONG);
+        static const char *const what[KILN_FORM_BUCKETS] = {
+            "short prompts (more than " KILN_STR(RT_STREAM_FEW) " rows, fewer than " KILN_STR(RT_STREAM_LONG) " keys)",
+            "long prompts (at least " KILN_STR(RT_STREAM_LONG) " keys)",
+            "decode (at most " KILN_STR(RT_STREAM_FEW) " rows, fewer than " KILN_STR(RT_STREAM_LONG) " keys)",
+            "decode over at least " KILN_STR(RT_STREAM_LONG) " keys"};
+        static const char *const form[2] = {"materialised (score and value contractions around a softmax kernel)",
+                                            "streaming (SOFTMAX_CONTRACT stream kernels, masked key blocks skipped)"};
+        kiln_program *q = (kiln_program *)p;
+        if (!q->forms.loaded) load_forms(q);
+        for (int bk = 0; bk < KILN_FORM_BUCKETS; bk++) {
+            int f = q->forms.choice[bk];
+            if (f >= 0) {
+                kiln_sb_printf(&b, "  %s: %s, %.3f ms; runner-up: %s, %.3f ms (measured, tuning DB)\n", what[bk],
+                               form[f], q->forms.t[bk][f] * 1e3, f ? "materialised" : "streaming",
+                               q->forms.t[bk][1 - f] * 1e3);
+            } else {
+                f = bk != KILN_FORM_SHORT;
+                kiln_sb_printf(&b, "  %s: %s; runner-up: %s (the cost model's pick: no measurement yet)\n", what[bk],
+                               form[f], f ? "materialised" : "streaming");
+            }
+        }
         int n = 0;
         for (int32_t k = 0; k < p->alt->plan.sp.nkernels; k++) n += p->alt->plan.sp.kernels[k].kind == SCH_K_STREAM;
         kiln_sb_printf(&b, "  the streaming program: %d kernels, %d of them stream kernels\n",

@@ -20,8 +20,9 @@ int rt_stream_kernelizes(kiln_graph *g);
  * stream kernel, another backend, a profiled program, or its compilation
  * failed: g's status is then as before) */
 kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o, const char *backend);
-/* 1 when the run under user's bindings belongs to a shape bucket the
- * streaming program alt serves (decode, long prompts) */
-int rt_stream_pick(kiln_program *alt, const kiln_graph *user);
+/* 1 when the run under user's bindings is one p's streaming alternative
+ * (p->alt) serves: the form forced, else the bucket's measured choice from
+ * the tuning DB, else the cost model's (decode, long prompts) */
+int rt_stream_pick(kiln_program *p, const kiln_graph *user);
 
 #endif

@@ -54,6 +54,8 @@ static void learn_cand_cost(double seconds, int n) {
     cand_cost = 0.5 * cand_cost + 0.5 * c;
 }
 
+double rt_tune_min_search_s(void) { return 2 * cand_cost; }
+
 typedef struct launch_args {
     const rt_backend *be;
     rt_pool *pool;
@@ -619,8 +621,10 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
      * and timing (cand_cost, learnt from the rounds before) */
     int afford = job->inject_wrong ? first : (int)(job->budget_s / cand_cost) - 2;
     if (first > afford) first = afford > 1 ? afford : 1; /* the default and the cost model's first choice at least */
-    for (int i = 0; i < nspace && n < first + 2; i++)
-        if (!in_list(cands, n, &space[order[i]])) cands[n++] = space[order[i]];
+    int r = job->rank_from > 0 && job->rank_from < nspace ? job->rank_from : 0;
+    for (; r < nspace && n < first + 2; r++)
+        if (!in_list(cands, n, &space[order[r]])) cands[n++] = space[order[r]];
+    res->rank_end = r;
 
     double times[TUNE_MAX_CAND];
     rt_kernel_fn fns[TUNE_MAX_CAND];

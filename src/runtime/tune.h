@@ -25,6 +25,8 @@ typedef struct rt_tune_job {
     const sch_contract_sched *seed;  /* from another machine's record, or NULL */
     double budget_s;                 /* for this kernel */
     int round1;                      /* cost-model candidates in the first round (0: 8) */
+    int rank_from;                   /* round one's cost-model candidates start at this rank
+                                        (a later pass over the same slot: where the last ended) */
     int inject_wrong;                /* tests: candidate i-1 is treated as wrong (0: none) */
     int verbose;                     /* a line per rejected candidate (kiln_compile_options.tune_verbose) */
     int warm;                        /* decode candidates timed with B warm (kiln_compile_options.tune_warm) */
@@ -35,12 +37,18 @@ typedef struct rt_tune_result {
     double best_s, base_s, seconds;
     double full_s;       /* searched on slices (tune.c): the winner's one full-size run, else 0 */
     int tried, rejected, space, nmeasured;
+    int rank_end;        /* the rank after round one's last cost-model candidate (a later pass starts there) */
     double spearman;     /* cost model vs measured, over the first round */
     rt_kernel_fn fn;     /* the winner, inside mods[] */
     rt_module *mods[2];  /* candidates' modules: the caller frees them (after its last use of fn) */
 } rt_tune_result;
 
 kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *err, size_t errcap);
+
+/* the least a search costs: its first round's default and cost-model first
+ * choice compiled, checked and timed, at the cost per candidate this
+ * process learnt (a share below it would overrun, not search) */
+double rt_tune_min_search_s(void);
 
 /* the cost model's first choice for kernel `kernel` at shape sh, among the
  * schedules the micro-kernel family can emit for it: what a contraction

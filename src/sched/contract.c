@@ -294,6 +294,7 @@ int sch_contract_analyse(sch_program *p, uint8_t *force) {
         k += sch_contract_pack(p, k); /* a windowed operand: packed by a kernel before it (pack.c) */
         sch_coalesce_loops(p, k);
         forced += analyse_kernel(p, k, force);
+        forced += sch_window_force(p, k, force); /* a costly chain re-read through a window (pack.c) */
     }
     return forced;
 }

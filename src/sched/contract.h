@@ -24,6 +24,11 @@ int sch_contract_pack(sch_program *p, int32_t ki);
 /* pack.c: merge adjacent constant loops of contraction kernel ki that every
  * index expression reads only as u*V + v; returns how many were merged */
 int sch_coalesce_loops(sch_program *p, int32_t ki);
+/* pack.c: when generic reduction ki re-reads a fused elementwise chain with
+ * transcendental ops through a window (a max pool over LRN's output), mark
+ * the chain's node in force (it gets a buffer, computed once per element);
+ * returns 1 when it did */
+int sch_window_force(const sch_program *p, int32_t ki, uint8_t *force);
 /* bit d set when tree id reads kernel k's loop variable d anywhere */
 unsigned sch_lx_loop_mask(const sch_program *p, const sch_kernel *k, int32_t id);
 

@@ -187,9 +187,12 @@ static void decide_materialised(kiln_graph *g, const int32_t *needed, const uint
         case OP_IOTA: fixed = 0; break;
         case OP_CAST: if (kiln_dtype_is_block(m->dtype)) fixed = 1; break;
         case OP_SOFTMAX_CONTRACT: fixed = 1; break; /* a stream kernel of its own (stream.c) */
+        case OP_CONTIGUOUS: /* of a multi-layer view (rules.c, contiguous-drop): a buffer */
+            if (g->views[graph_tensor(g, m->src[0])->view].nlayers > 1) fixed = 1;
+            break;
         OP_UNARY_CASES
         case OP_ADD: case OP_MUL: case OP_MOD: case OP_LT: case OP_SUM: case OP_MAX: case OP_GATHER:
-        case OP_CONTIGUOUS: case OP_CONTRACT: case OP_SOFTMAX_ONLINE: break; /* decided by its uses below */
+        case OP_CONTRACT: case OP_SOFTMAX_ONLINE: break; /* decided by its uses below */
         }
         if (fixed < 0 && idx[i] && !is_out[i] && !force[i]) fixed = 0;
         if (fixed < 0) {

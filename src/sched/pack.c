@@ -33,6 +33,16 @@
  * each expression e is rewritten to e' = e[u := 0, v := w] and kept only if
  * e'[w := u*V + v] is e again (the sym pool's canonical forms).
  *
+ * Window force: a generic reduction (not a contraction) whose operand is a
+ * fused elementwise chain holding transcendental ops (EXP2, LOG2, SIN,
+ * SQRT, RECIP) and reading its buffers at least twice per element over the
+ * kernel's points and r (a max pool over LRN's output: 9 times for 3x3)
+ * gets that chain's node forced into a buffer: computed once per element,
+ * then read through the window. A row reduction reading each element once
+ * (softmax's sum of exp2), or a chain whose own node has a value per window
+ * cell or per product (a padded window's -inf mask, a contraction's MUL),
+ * is left fused.
+ *
  * Invariants: a pack is inserted right before its contraction, so kernels
  * stay in execution order; it computes exactly the values the operand tree
  * computed (the tree itself, its variables renamed); trees stay trees (the
@@ -297,4 +307,53 @@ int sch_coalesce_loops(sch_program *p, int32_t ki) {
         merged++; /* then d - 1 with the merged variable */
     }
     return merged;
+}
+
+/* ---- window force ---- */
+
+static int costly(const sch_program *p, int32_t id) {
+    if (id < 0) return 0;
+    const lx *x = &p->lx[id];
+    if (x->kind == LX_UNARY &&
+        (x->op == OP_EXP2 || x->op == OP_LOG2 || x->op == OP_SIN || x->op == OP_SQRT || x->op == OP_RECIP))
+        return 1;
+    return costly(p, x->a) || costly(p, x->b);
+}
+
+/* the most elements of any buffer the tree loads (0: none, or symbolic) and
+ * whether any load's offset uses r */
+static int64_t most_loaded(const sch_program *p, int32_t id, sym_id rvar, int *uses_r) {
+    if (id < 0) return 0;
+    const lx *x = &p->lx[id];
+    int64_t n = 0;
+    if (x->kind == LX_LOAD) {
+        if (!sym_is_const(p->g->syms, p->bufs[x->buf].numel, &n)) n = INT64_MAX;
+        if (x->s != SYM_NONE && sym_uses_var(p->g->syms, x->s, rvar)) *uses_r = 1;
+    }
+    int64_t a = most_loaded(p, x->a, rvar, uses_r), b = most_loaded(p, x->b, rvar, uses_r);
+    if (a > n) n = a;
+    return b > n ? b : n;
+}
+
+int sch_window_force(const sch_program *p, int32_t ki, uint8_t *force) {
+    const sch_kernel *k = &p->kernels[ki];
+    if (k->kind != SCH_K_REDUCE || k->contract || k->ndim == 0 || k->rvar == SYM_NONE) return 0;
+    int32_t id = k->expr;
+    if (!forcible(p, id) || force[p->lx[id].node] || !costly(p, id)) return 0;
+    int64_t rn, pts = extent_of(p, k, (1u << k->ndim) - 1u);
+    if (!sym_is_const(p->g->syms, k->rdim, &rn) || rn < 2 || pts == INT64_MAX || pts > INT64_MAX / rn) return 0;
+    int uses_r = 0;
+    int64_t most = most_loaded(p, id, k->rvar, &uses_r);
+    if (!uses_r || most <= 0 || most == INT64_MAX || most > pts * rn / 2) return 0;
+    /* and the chain's own node is that small too: not a value per window
+     * cell (a padded window's mask) or per product (a contraction's MUL) */
+    const node *m = graph_node(p->g, p->lx[id].node);
+    int64_t cells = 1, e;
+    for (int d = 0; d < m->ndim; d++) {
+        if (!sym_is_const(p->g->syms, m->shape[d], &e) || e > (pts * rn / 2) / (cells > 0 ? cells : 1)) return 0;
+        cells *= e;
+    }
+    if (cells > pts * rn / 2) return 0;
+    force[p->lx[id].node] = 1;
+    return 1;
 }

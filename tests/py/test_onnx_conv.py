@@ -12,6 +12,10 @@ compiled code) against numpy:
     conformance run cannot feed): matmul, batch matmul, inner and outer
     products, sums, transposes, diagonals with an ellipsis, three operands,
     implicit outputs;
+  - a channel shuffle feeding a depthwise convolution, Relu and a stride-1
+    max pool (the shuffle copied once; reductions vectorised across output
+    points), Relu and a max pool over NaN and inf, LRN read by a max pool
+    (computed once, not per window cell);
   - errors: a Resize mode, an Einsum equation and ConvTranspose attributes
     kiln does not cover are load errors naming them.
 """
@@ -73,6 +77,7 @@ CONVS = [  # x shape, w shape, strides, pads (begin..., end...), dilations, grou
     ((1, 6, 17), (8, 6, 3), [2], [1, 2], [1], 1),
     ((2, 8, 9, 11), (12, 4, 3, 3), [1, 2], [1, 0, 2, 1], [1, 1], 2),
     ((1, 6, 10, 10), (6, 1, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 6),
+    ((1, 6, 11, 37), (6, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 6),  # depthwise, stride 2: gathered, 19 = 16 + 3 lanes
     ((1, 5, 12, 12), (16, 5, 3, 3), [1, 1], [2, 2, 2, 2], [2, 2], 1),
     ((1, 4, 5, 6, 7), (8, 4, 2, 3, 3), [1, 2, 1], [0, 1, 1, 1, 0, 1], [1, 1, 2], 1),
     ((2, 16, 7, 7), (24, 16, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1),
@@ -143,6 +148,106 @@ def einsum_case(eq, shapes):
     check_both(model(node, list(zip(names, xs))), dict(zip(names, xs)), np.asarray(want))
 
 
+def graph_model(nodes, inputs, inits=()):
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info(n, F, list(a.shape)) for n, a in inputs],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(a, n) for n, a in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def np_maxpool3(x):
+    """MaxPool 3x3, stride 1, pads 1 (padding is -inf), NaN propagating"""
+    xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-np.inf)
+    h, w = x.shape[2:]
+    return np.max(np.stack([xp[:, :, i:i + h, j:j + w] for i in range(3) for j in range(3)]), axis=0)
+
+
+def shuffle_depthwise():
+    """ShuffleNet's unit: a channel shuffle (reshape, transpose, reshape)
+    feeding a depthwise convolution, Relu, a stride-1 max pool. The shuffle
+    is copied once (a CONTIGUOUS kernel), so the convolution reads a dense
+    buffer (no `% 37`, the row length, in its indices); the convolution,
+    Relu and pool are reductions the vector path takes across output points
+    (37 = 2 x 16 + 5 lanes: whole and masked steps). Both kiln paths
+    against numpy."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 12, 9, 37)).astype(np.float32)
+    w = rng.standard_normal((12, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32)
+    s1 = np.array([1, 3, 4, 9, 37], np.int64)
+    s2 = np.array([1, 12, 9, 37], np.int64)
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "s2"], ["sh"]),
+             helper.make_node("Conv", ["sh", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=12),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    data = graph_model(nodes, [("x", x)], [("s1", s1), ("s2", s2), ("w", w), ("b", b)])
+    sh = x.reshape(1, 3, 4, 9, 37).transpose(0, 2, 1, 3, 4).reshape(1, 12, 9, 37)
+    want = np_maxpool3(np.maximum(np_conv(sh, w, b, [1, 1], [1, 1, 1, 1], [1, 1], 12), 0))
+    check_both(data, {"x": x}, want)
+    m = kr.Model(data=data)
+    try:
+        m.compiled({"x": x})
+        kernels = m.kernels()
+    finally:
+        m.close()
+    assert "CONTIGUOUS" in kernels, "the shuffle is not copied:\n" + kernels[:3000]
+    conv = [k for k in kernels.split("kernel ") if "SUM" in k.split("\n")[0]]
+    assert conv and all("% 37)" not in k for k in conv), "the convolution reads the shuffle's view:\n" + kernels[:3000]
+
+
+def relu_nan():
+    """Relu (a MAX over x and 0, which the vector path takes across output
+    points: 21 = 16 + 5 lanes) over NaN, inf and ordinary values: NaN stays
+    NaN, as in the scalar loop"""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 3, 5, 21)).astype(np.float32)
+    x[0, 0, 2, 3] = np.nan
+    x[0, 1, 0, 20] = np.nan
+    x[0, 2, 4, 17] = np.inf
+    x[0, 2, 1, 0] = -np.inf
+    check_both(model(helper.make_node("Relu", ["x"], ["y"]), [("x", x)]), {"x": x}, np.maximum(x, 0))
+
+
+def lrn_maxpool():
+    """LRN (a chain of LOG2/EXP2/RECIP per element) read by a 3x3 max pool
+    of stride 1: each element sits in up to 9 windows, so the chain gets a
+    buffer of its own (pack.c's window force) instead of being recomputed
+    per window cell; both kiln paths against numpy"""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 8, 11, 13)).astype(np.float32)
+    nodes = [helper.make_node("LRN", ["x"], ["l"], size=5, alpha=1e-4, beta=0.75, bias=1.0),
+             helper.make_node("MaxPool", ["l"], ["y"], kernel_shape=[3, 3])]
+    data = graph_model(nodes, [("x", x)])
+    sq = np.pad(x.astype(np.float64) ** 2, [(0, 0), (2, 2), (0, 0), (0, 0)])
+    l = x / (1.0 + 1e-4 / 5 * sum(sq[:, i:i + 8] for i in range(5))) ** 0.75
+    want = np.max(np.stack([l[:, :, i:i + 9, j:j + 11] for i in range(3) for j in range(3)]), axis=0)
+    check_both(data, {"x": x}, want)
+    m = kr.Model(data=data)
+    try:
+        m.compiled({"x": x})
+        kernels = m.kernels()
+    finally:
+        m.close()
+    heads = [k.split("\n")[:4] for k in kernels.split("kernel ")[1:]]
+    pool = [h for h in heads if "MAX)" in h[0]]
+    assert pool and all("EXP2" not in " ".join(h) for h in pool), "LRN recomputed per window:\n" + kernels[:3000]
+
+
+def maxpool_nan():
+    """a stride-1 max pool over NaN, inf and ordinary values: a lane whose
+    window holds a NaN is NaN, the others the max"""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 3, 5, 21)).astype(np.float32)
+    x[0, 0, 2, 3] = np.nan
+    x[0, 1, 0, 20] = np.nan
+    x[0, 2, 4, 17] = np.inf
+    x[0, 2, 1, 0] = -np.inf
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x))
+
+
 def errors():
     x = np.zeros((1, 1, 4, 4), np.float32)
     cases = [
@@ -168,5 +273,9 @@ for spec in [((1, 4, 5, 5), (4, 3, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 1),
     suite.case("onnx conv_transpose x%s w%s s%s p%s op%s g%d" % spec, conv_transpose_case, *spec, isolate=True)
 for eq, shapes in EINSUMS:
     suite.case("onnx einsum %s" % eq, einsum_case, eq, shapes, isolate=True)
+suite.case("onnx channel shuffle -> depthwise conv -> relu -> max pool", shuffle_depthwise, isolate=True)
+suite.case("onnx LRN -> max pool: LRN computed once", lrn_maxpool, isolate=True)
+suite.case("onnx relu over NaN and inf", relu_nan, isolate=True)
+suite.case("onnx max pool stride 1 over NaN and inf", maxpool_nan, isolate=True)
 suite.case("onnx resize/einsum/conv_transpose errors named", errors, isolate=True)
 suite.finish()

@@ -214,6 +214,8 @@ def t_concurrent():
         for t in ts:
             t.join(240)
     assert got == lone, "concurrent %s\nlone %s" % (got, lone)
+    # the 4 decoded together through the batched program (tools/serve_engine.c)
+    assert any("batched decoding" in ln for ln in SRV.err), SRV.err[-5:]
 
 
 def t_stop_strings():

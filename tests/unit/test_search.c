@@ -796,6 +796,76 @@ out:
     CASE_END();
 }
 
+/* time left after a plan's searches: kiln_program_search_more reopens the
+ * groups it searched, each starting at the rank where it stopped (so more
+ * candidates are measured, not the same ones again), and the result still
+ * matches the reference; with no plan, or no budget, it reopens nothing */
+static void test_search_more(void) {
+    CASE_BEGIN("search_more_continues_where_it_stopped");
+    const int64_t m = 64, k = 256, n = 512;
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 256");
+    kiln_tensor w = kiln_input(g, "w", KILN_Q4_0, "512, 256");
+    kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+    float *wf = rand_f32(n * k, 93u), *xv = rand_f32(m * k, 94u);
+    size_t wb = kiln_dtype_bytes(KILN_Q4_0, n * k);
+    void *wq = malloc(wb);
+    quant_quantize(KILN_Q4_0, wf, wq, n * k);
+    kiln_bind_input(g, "w", wq, wb);
+    kiln_bind_dim(g, "m", m);
+    kiln_bind_input(g, "x", xv, (size_t)(m * k) * sizeof(float));
+    float *ref = malloc((size_t)(m * n) * sizeof *ref), *got = malloc((size_t)(m * n) * sizeof *got);
+    CHECK(kiln_eval_reference(g) == KILN_OK, "reference: %s", kiln_graph_error(g));
+    kiln_read_output(g, "y", ref, (size_t)(m * n) * sizeof *ref);
+    setenv("KILN_RETUNE", "1", 1);
+    kiln_compile_options o = kiln_compile_defaults();
+    o.threads = 1;
+    kiln_status st;
+    kiln_program *p = kiln_compile(g, &o, &st);
+    CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+    if (!p) goto out;
+    CHECK(kiln_program_search_more(p, 5.0, 4) == 0, "reopened kernels with no plan");
+    int nk = kiln_program_kernel_count(p);
+    double *wt = calloc(2 * (size_t)nk + 2, sizeof *wt);
+    for (int i = 0; i < nk; i++) wt[2 * i + 1] = 1.0; /* m = 64: the prefill bucket */
+    CHECK(kiln_program_search(p, 20.0, wt, 0.0) == KILN_OK, "plan refused");
+    CHECK(kiln_run(p) == KILN_OK, "search run: %s", kiln_graph_error(g));
+    kiln_search_status s1, s2;
+    kiln_program_search_status(p, &s1);
+    CHECK(kiln_program_search_more(p, 0, 4) == 0, "reopened kernels with no budget");
+    int reopened = kiln_program_search_more(p, 10.0, 4);
+    if (s1.searched >= 1) {
+        CHECK(reopened >= 1, "nothing reopened after %d searches", s1.searched);
+        CHECK(kiln_run(p) == KILN_OK, "second pass: %s", kiln_graph_error(g));
+        kiln_program_search_status(p, &s2);
+        CHECK(s2.searched == s1.searched + 1, "second pass searched %d kernels (first %d)", s2.searched, s1.searched);
+        CHECK(s2.measurements > s1.measurements, "second pass measured nothing new (%d then %d)", s1.measurements,
+              s2.measurements);
+        CHECK(s2.spent_s <= s1.spent_s + 10.0 + 3.0, "second pass took %.2f s of 10", s2.spent_s - s1.spent_s);
+    } else {
+        printf("note: the first pass searched nothing (%.2f s reserved): a loaded machine\n", s1.reserve_s);
+    }
+    CHECK(kiln_program_search_finish(p) == KILN_OK, "finish: %s", kiln_graph_error(g));
+    CHECK(kiln_program_search_more(p, 5.0, 4) == 0, "reopened kernels after the search ended");
+    CHECK(kiln_run(p) == KILN_OK, "run after the search: %s", kiln_graph_error(g));
+    kiln_read_output(g, "y", got, (size_t)(m * n) * sizeof *got);
+    double big = 0, worst = 0;
+    for (int64_t i = 0; i < m * n; i++) big = fabs(ref[i]) > big ? fabs(ref[i]) : big;
+    for (int64_t i = 0; i < m * n; i++) worst = fabs(ref[i] - got[i]) > worst ? fabs(ref[i] - got[i]) : worst;
+    CHECK(worst <= 1e-3 + 0.03 * big, "after two passes: error %g of %g", worst, big);
+    free(wt);
+    kiln_program_free(p);
+out:
+    unsetenv("KILN_RETUNE");
+    free(wf);
+    free(xv);
+    free(wq);
+    free(ref);
+    free(got);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 int main(void) {
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
     setenv("KILN_TUNEDB", db_path, 1);
@@ -810,6 +880,7 @@ int main(void) {
     test_concurrent_tuners();
     test_search_plan();
     test_search_starved();
+    test_search_more();
     unlink(db_path);
     char side[300];
     snprintf(side, sizeof side, "%s.lock", db_path);
