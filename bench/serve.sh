@@ -11,7 +11,7 @@
 # (WITH_SERVER=1 sh bench/install_llamacpp.sh builds it with llama.cpp's
 # other tools). Without
 # it only kiln's rows are printed. Both servers read the weights into memory
-# (llama-server --no-mmap), have PARALLEL slots of CTX tokens each
+# (llama-server --no-mmap, or --load-mode none where it has no --no-mmap), have PARALLEL slots of CTX tokens each
 # (llama-server's -c is the total it splits between slots), and the same
 # threads.
 set -eu
@@ -55,8 +55,12 @@ kpid=$!
 wait_up "$KPORT" "$kpid" "$out/kiln.log"
 have_peer=0
 if [ -x "$LLAMA_SERVER" ]; then
+    # weights read, not mapped: --no-mmap, which newer llama.cpp spells --load-mode none
+    nommap="--no-mmap"
+    "$LLAMA_SERVER" --help 2>&1 | grep -q -- "--no-mmap" || nommap="--load-mode none"
+    # shellcheck disable=SC2086
     "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$LPORT" -t "$THREADS" -tb "$THREADS" -np "$PARALLEL" \
-        -c $((CTX * PARALLEL)) --no-mmap -ngl 0 >"$out/llama.log" 2>&1 &
+        -c $((CTX * PARALLEL)) $nommap -ngl 0 >"$out/llama.log" 2>&1 &
     lpid=$!
     wait_up "$LPORT" "$lpid" "$out/llama.log"
     have_peer=1

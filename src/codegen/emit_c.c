@@ -152,6 +152,14 @@ static int vec_pred_ok(const sch_program *p, sym_id s, sym_id var) {
  * emit_vec_expr spells them) over constants, stage values and f32 loads
  * contiguous or broadcast along var, under GUARDs whose predicates
  * vec_pred_ok takes (their loads masked) */
+/* LOG2 of (a guard over a constant c): log2(c) where the guard holds,
+ * log2(0) = -inf elsewhere (a max pool's padding), one blend per vector */
+static int log2_mask_ok(const sch_program *p, int32_t id, sym_id var) {
+    const lx *g = &p->lx[id];
+    return g->kind == LX_GUARD && g->dtype == KILN_F32 && vec_pred_ok(p, g->s, var) &&
+           p->lx[g->a].kind == LX_CONST && p->lx[g->a].dtype == KILN_F32;
+}
+
 static int vec_expr_ok_g(const sch_program *p, int32_t id, sym_id var, int gather) {
     const lx *x = &p->lx[id];
     if (x->dtype != KILN_F32) return 0;
@@ -161,7 +169,9 @@ static int vec_expr_ok_g(const sch_program *p, int32_t id, sym_id var, int gathe
     case LX_LOAD:
         return p->bufs[x->buf].dtype == KILN_F32 &&
                (load_step(p, x->s, var) >= 0 || (gather && gather_step(p, x->s, var) > 0));
-    case LX_UNARY: return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather);
+    case LX_UNARY:
+        if (x->op == OP_LOG2) return log2_mask_ok(p, x->a, var);
+        return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather);
     case LX_BINARY:
         return (op_table[x->op].flags & OPF_VEC) && vec_expr_ok_g(p, x->a, var, gather) &&
                vec_expr_ok_g(p, x->b, var, gather);
@@ -339,6 +349,22 @@ static void emit_vec_expr(emitter *e, int32_t id, int w512, sym_id var) {
         OUT(")");
         return;
     case LX_UNARY:
+        if (x->op == OP_LOG2) { /* log2_mask_ok: log2f (the C spelling, ops.def) of the constant, or of 0, per lane */
+            const lx *g = &e->pr.p->lx[x->a];
+            OUT(w512 ? "_mm512_mask_blend_ps(" : "_mm256_blendv_ps(%s_set1_ps(log2f(0.0f)), %s_set1_ps(log2f(", pre, pre);
+            if (w512) {
+                emit_vec_pred(e, g->s, var, w512);
+                OUT(", _mm512_set1_ps(log2f(0.0f)), _mm512_set1_ps(log2f(");
+                emit_const(e, KILN_F32, e->pr.p->lx[g->a].value);
+                OUT(")))");
+            } else {
+                emit_const(e, KILN_F32, e->pr.p->lx[g->a].value);
+                OUT(")), _mm256_castsi256_ps(");
+                emit_vec_pred(e, g->s, var, w512);
+                OUT("))");
+            }
+            return;
+        }
         emit_vec_unary(e, x->op, w512);
         emit_vec_expr(e, x->a, w512, var);
         OUT(")");

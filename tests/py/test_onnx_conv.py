@@ -236,8 +236,9 @@ def lrn_maxpool():
 
 
 def maxpool_nan():
-    """a stride-1 max pool over NaN, inf and ordinary values: a lane whose
-    window holds a NaN is NaN, the others the max"""
+    """stride-1 and stride-2 max pools (-inf padding: LOG2 of the guard, one
+    blend per vector) over NaN, inf and ordinary values: a lane whose window
+    holds a NaN is NaN, the others the max"""
     rng = np.random.default_rng(12)
     x = rng.standard_normal((1, 3, 5, 21)).astype(np.float32)
     x[0, 0, 2, 3] = np.nan
@@ -246,6 +247,8 @@ def maxpool_nan():
     x[0, 2, 1, 0] = -np.inf
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x))
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
+    check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x)[:, :, ::2, ::2])
 
 
 def errors():
