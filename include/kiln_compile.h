@@ -209,10 +209,12 @@ typedef struct kiln_search_status {
 KILN_API kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share);
 KILN_API kiln_status kiln_program_search_finish(kiln_program *p);
 /* a later pass of a plan's search (before kiln_program_search_finish), with
- * budget_s seconds more: the max_groups heaviest kernel groups this plan
- * searched whose ranked space has candidates left search again at their
- * next launch, seeded with their winner, from the rank where they stopped.
- * Returns the slots reopened (0: nothing left to search; the budget stays). */
+ * budget_s seconds more: the heaviest kernel groups (at most max_groups, and
+ * as many as budget_s pays a few candidates each) that this plan searched
+ * with candidates left in their ranked space (seeded with their winner, from
+ * the rank where they stopped) or passed over because their share could not
+ * pay for a search, search at their next launch. Returns the slots reopened
+ * (0: nothing left to search; the budget stays). */
 KILN_API int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups);
 /* fn(ctx, status) after each kernel search under a plan, on the calling thread */
 typedef void (*kiln_search_progress_fn)(void *ctx, const kiln_search_status *st);

@@ -181,6 +181,7 @@ static void free_tuner(rt_tuner *t) {
     free(t->pend);
     free(t->has_pend);
     free(t->rank_next);
+    free(t->short_over);
     free(t->kept);
     free(t->unmeasured);
     free(t->tuned);
@@ -374,6 +375,8 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     p->tune.kept = kiln_xcalloc(n + 1, 1);
     free(p->tune.rank_next);
     p->tune.rank_next = kiln_xcalloc(n + 1, sizeof *p->tune.rank_next);
+    free(p->tune.short_over);
+    p->tune.short_over = kiln_xcalloc(n + 1, 1);
     for (size_t i = 0; i < n; i++) p->tune.plan_w[i] = weights[i] > 0 ? weights[i] : 0;
     p->tune.reserve_s = recompile_estimate(p);
     plan_skip_small(p, min_share);
@@ -391,19 +394,31 @@ static double key_weight(const kiln_program *p, int32_t k, int b) {
     return w;
 }
 
+/* slot s may be searched by a later pass: measured here with ranks left,
+ * or passed over for a share too small */
+static int search_again(const kiln_program *p, int s) {
+    return (p->tune.has_pend[s] && p->tune.rank_next[s] > 0) || p->tune.short_over[s];
+}
+
 int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups) {
     if (!p || !host_code(p) || !p->tune.plan_w || !p->tune.rank_next || !(budget_s > 0) || max_groups <= 0) return 0;
     int32_t nk = p->plan.sp.nkernels;
     int reopened = 0;
-    for (int g = 0; g < max_groups; g++) {
-        /* the heaviest group this plan searched that has ranks left */
+    /* as many groups as the time pays a few candidates each */
+    int groups = (int)(budget_s / (3 * rt_tune_min_search_s()));
+    if (groups > max_groups) groups = max_groups;
+    if (groups < 1) groups = 1;
+    uint8_t *taken = kiln_xcalloc((size_t)nk * 2 + 1, 1);
+    for (int g = 0; g < groups; g++) {
+        /* the heaviest group this plan searched that has ranks left, or
+         * passed over because its share could not pay for a search */
         int32_t best_k = -1;
         int best_b = 0;
         double best_w = 0;
         for (int32_t k = 0; k < nk; k++)
             for (int b = 0; b < 2; b++) {
                 int s = k * 2 + b;
-                if (!p->tune.tuned[s] || !p->tune.has_pend[s] || p->tune.rank_next[s] <= 0) continue;
+                if (!p->tune.tuned[s] || taken[s] || !search_again(p, s)) continue;
                 double w = key_weight(p, k, b);
                 if (w > best_w) best_k = k, best_b = b, best_w = w;
             }
@@ -412,14 +427,16 @@ int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups) {
         for (int32_t j = 0; j < nk; j++) {
             const sch_contract *c = p->plan.sp.kernels[j].contract;
             int s = j * 2 + best_b;
-            if (!c || strcmp(c->key, key) != 0 || !p->tune.has_pend[s] || p->tune.rank_next[s] <= 0) continue;
-            p->tune.tuned[s] = 0; /* open to the search at its next launch, seeded with its winner */
-            p->tune.rank_next[s] = -p->tune.rank_next[s]; /* taken: not picked twice by this loop */
+            if (!c || strcmp(c->key, key) != 0 || !p->tune.tuned[s] || !search_again(p, s)) continue;
+            /* open to the search at its next launch (seeded with its winner
+             * when it has one) */
+            if (p->tune.short_over[s]) p->tune.plan_skipped--;
+            p->tune.tuned[s] = p->tune.kept[s] = p->tune.short_over[s] = 0;
+            taken[s] = 1;
             reopened++;
         }
     }
-    for (int32_t s = 0; s < nk * 2; s++)
-        if (p->tune.rank_next[s] < 0) p->tune.rank_next[s] = -p->tune.rank_next[s];
+    free(taken);
     if (reopened) p->tune.budget = p->tune.spent + budget_s;
     return reopened;
 }
@@ -508,6 +525,8 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
     p->tune.plan_w = NULL;
     free(p->tune.rank_next);
     p->tune.rank_next = NULL;
+    free(p->tune.short_over);
+    p->tune.short_over = NULL;
     /* the search is over: later runs keep what it found, and search nothing */
     p->tune.budget = p->tune.spent;
     return s;
@@ -778,7 +797,9 @@ static double contract_group_weight(const kiln_program *p, int32_t k, int bucket
 }
 
 /* every slot of kernel k's group (its key, this bucket's shape) settled
- * unsearched, as the plan's small kernels are: kept, recorded as such */
+ * unsearched, as the plan's small kernels are: kept, recorded as such
+ * unless a later pass searches it; a slot this plan measured keeps its
+ * winner */
 static void pass_over_group(kiln_program *p, int32_t k, int bucket, const char *bucket_text) {
     const char *key = p->plan.sp.kernels[k].contract->key;
     for (int32_t j = 0; j < p->plan.sp.nkernels; j++) {
@@ -789,8 +810,11 @@ static void pass_over_group(kiln_program *p, int32_t k, int bucket, const char *
         if (!contract_shape(p, j, p->run.values, bucket, &sj)) continue;
         sch_bucket_text(&sj, bj, sizeof bj);
         if (strcmp(bj, bucket_text) != 0) continue;
-        p->tune.tuned[j * 2 + bucket] = 1;
-        p->tune.kept[j * 2 + bucket] = 1;
+        int sl = j * 2 + bucket;
+        p->tune.tuned[sl] = 1;
+        if (p->tune.has_pend[sl]) continue; /* a later pass's reopened group: its winner stands */
+        p->tune.kept[sl] = 1;
+        p->tune.short_over[sl] = 1; /* a later pass may search it (kiln_program_search_more) */
         p->tune.plan_skipped++;
     }
     p->tune.plan_short++;

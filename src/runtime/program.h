@@ -84,6 +84,7 @@ typedef struct rt_tuner {
     uint8_t *unmeasured;      /* per slot: its schedule is a "kept" record: a search may try it */
     uint8_t *has_pend;
     int32_t *rank_next;       /* per slot, searched by this plan: the rank its next pass starts at (0: none left) */
+    uint8_t *short_over;      /* per slot: passed over for a share too small to search (a later pass may) */
     double reserve_s;
     int plan_searched, plan_skipped, plan_pending;
     int plan_short;           /* groups passed over because their share could not pay for a search */
