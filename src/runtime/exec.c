@@ -778,21 +778,27 @@ void rt_tune_progress(const kiln_program *p) {
     p->tune.progress(p->tune.progress_ctx, &st);
 }
 
+/* 1 when kernel j is an unsettled slot of kernel k's group in this bucket:
+ * a contraction with k's key at the same shape (one search settles them) */
+static int in_open_group(const kiln_program *p, int32_t k, int32_t j, int bucket, const char *bucket_text) {
+    const sch_kernel *J = &p->plan.sp.kernels[j];
+    if (!J->contract || strcmp(J->contract->key, p->plan.sp.kernels[k].contract->key) != 0 ||
+        p->tune.tuned[j * 2 + bucket])
+        return 0;
+    sch_contract_shape sj;
+    char bj[96];
+    if (!contract_shape(p, j, p->run.values, bucket, &sj)) return 0;
+    sch_bucket_text(&sj, bj, sizeof bj);
+    return strcmp(bj, bucket_text) == 0;
+}
+
 /* the planned weight of kernel k's group in this bucket: every contraction
  * with its key and shape takes the winner of one search, so the search gets
  * the time of all of them */
 static double contract_group_weight(const kiln_program *p, int32_t k, int bucket, const char *bucket_text) {
-    const char *key = p->plan.sp.kernels[k].contract->key;
     double w = 0;
-    for (int32_t j = 0; j < p->plan.sp.nkernels; j++) {
-        const sch_kernel *J = &p->plan.sp.kernels[j];
-        if (!J->contract || strcmp(J->contract->key, key) != 0 || p->tune.tuned[j * 2 + bucket]) continue;
-        sch_contract_shape sj;
-        char bj[96];
-        if (!contract_shape(p, j, p->run.values, bucket, &sj)) continue;
-        sch_bucket_text(&sj, bj, sizeof bj);
-        if (strcmp(bj, bucket_text) == 0) w += p->tune.plan_w[j * 2 + bucket];
-    }
+    for (int32_t j = 0; j < p->plan.sp.nkernels; j++)
+        if (in_open_group(p, k, j, bucket, bucket_text)) w += p->tune.plan_w[j * 2 + bucket];
     return w;
 }
 
@@ -801,15 +807,8 @@ static double contract_group_weight(const kiln_program *p, int32_t k, int bucket
  * unless a later pass searches it; a slot this plan measured keeps its
  * winner */
 static void pass_over_group(kiln_program *p, int32_t k, int bucket, const char *bucket_text) {
-    const char *key = p->plan.sp.kernels[k].contract->key;
     for (int32_t j = 0; j < p->plan.sp.nkernels; j++) {
-        const sch_kernel *J = &p->plan.sp.kernels[j];
-        if (!J->contract || strcmp(J->contract->key, key) != 0 || p->tune.tuned[j * 2 + bucket]) continue;
-        sch_contract_shape sj;
-        char bj[96];
-        if (!contract_shape(p, j, p->run.values, bucket, &sj)) continue;
-        sch_bucket_text(&sj, bj, sizeof bj);
-        if (strcmp(bj, bucket_text) != 0) continue;
+        if (!in_open_group(p, k, j, bucket, bucket_text)) continue;
         int sl = j * 2 + bucket;
         p->tune.tuned[sl] = 1;
         if (p->tune.has_pend[sl]) continue; /* a later pass's reopened group: its winner stands */

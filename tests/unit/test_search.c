@@ -803,17 +803,8 @@ out:
 static void test_search_more(void) {
     CASE_BEGIN("search_more_continues_where_it_stopped");
     const int64_t m = 64, k = 256, n = 512;
-    kiln_graph *g = kiln_graph_new();
-    kiln_tensor x = kiln_input(g, "x", KILN_F32, "m, 256");
-    kiln_tensor w = kiln_input(g, "w", KILN_Q4_0, "512, 256");
-    kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
-    float *wf = rand_f32(n * k, 93u), *xv = rand_f32(m * k, 94u);
-    size_t wb = kiln_dtype_bytes(KILN_Q4_0, n * k);
-    void *wq = malloc(wb);
-    quant_quantize(KILN_Q4_0, wf, wq, n * k);
-    kiln_bind_input(g, "w", wq, wb);
-    kiln_bind_dim(g, "m", m);
-    kiln_bind_input(g, "x", xv, (size_t)(m * k) * sizeof(float));
+    layer L = make_layer(m, n, k, 93u);
+    kiln_graph *g = L.g;
     float *ref = malloc((size_t)(m * n) * sizeof *ref), *got = malloc((size_t)(m * n) * sizeof *got);
     CHECK(kiln_eval_reference(g) == KILN_OK, "reference: %s", kiln_graph_error(g));
     kiln_read_output(g, "y", ref, (size_t)(m * n) * sizeof *ref);
@@ -865,12 +856,9 @@ static void test_search_more(void) {
     kiln_program_free(p);
 out:
     unsetenv("KILN_RETUNE");
-    free(wf);
-    free(xv);
-    free(wq);
     free(ref);
     free(got);
-    kiln_graph_free(g);
+    free_layer(&L);
     CASE_END();
 }
 
