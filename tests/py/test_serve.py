@@ -214,7 +214,12 @@ def t_concurrent():
         for t in ts:
             t.join(240)
     assert got == lone, "concurrent %s\nlone %s" % (got, lone)
-    # the 4 decoded together through the batched program (tools/serve_engine.c)
+    # the 4 decoded together through the batched program (tools/serve_engine.c);
+    # the server's stderr is read by a thread: give its line time to arrive
+    for _ in range(100):
+        if any("batched decoding" in ln for ln in SRV.err):
+            break
+        time.sleep(0.1)
     assert any("batched decoding" in ln for ln in SRV.err), SRV.err[-5:]
 
 
