@@ -76,8 +76,13 @@ void srv_engine_stop(srv_engine *e);
 void srv_engine_free(srv_engine *e);
 /* 0 queued; -1 the queue is full (the caller answers 503) */
 int srv_engine_submit(srv_engine *e, srv_request *r);
-/* slots busy, requests waiting (for /health and logs) */
-void srv_engine_load(srv_engine *e, int *busy, int *waiting);
+/* what the engine is doing, for /health and logs */
+typedef struct srv_load {
+    int busy, waiting;     /* slots running a request; requests queued for one */
+    long long batched_calls; /* forward passes that decoded two or more slots in one call */
+    long long batched_rows;  /* the rows (slot tokens) those passes decoded */
+} srv_load;
+void srv_engine_load(srv_engine *e, srv_load *out);
 
 /* the server's fixed facts, for the API side */
 typedef struct srv_info {

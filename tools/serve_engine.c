@@ -65,6 +65,7 @@ struct srv_engine {
     pthread_cond_t cv;
     pthread_t th;
     int stop, busy;
+    long long batched_calls, batched_rows; /* under mu */
 };
 
 double srv_now(void) {
@@ -285,6 +286,12 @@ static void decode_all(srv_engine *e) {
     int first = !model_batch_compiled(e->batch);
     double t0 = srv_now();
     kiln_status st = model_batch_decode(e->batch, nb, e->rslot, e->rtok, e->rpos, e->blogits);
+    if (st == KILN_OK) {
+        pthread_mutex_lock(&e->mu);
+        e->batched_calls++;
+        e->batched_rows += nb;
+        pthread_mutex_unlock(&e->mu);
+    }
     if (first && model_batch_compiled(e->batch))
         fprintf(stderr, "kiln serve: batched decoding: %d slots in one call (program compiled in %.1f s)\n", nb,
                 srv_now() - t0);
@@ -447,10 +454,12 @@ int srv_engine_submit(srv_engine *e, srv_request *r) {
     return full ? -1 : 0;
 }
 
-void srv_engine_load(srv_engine *e, int *busy, int *waiting) {
+void srv_engine_load(srv_engine *e, srv_load *out) {
     pthread_mutex_lock(&e->mu);
-    *busy = e->busy;
-    *waiting = e->qn;
+    out->busy = e->busy;
+    out->waiting = e->qn;
+    out->batched_calls = e->batched_calls;
+    out->batched_rows = e->batched_rows;
     pthread_mutex_unlock(&e->mu);
 }
 

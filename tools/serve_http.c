@@ -240,10 +240,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return respond_error(c, 413, msg);
         }
         if (k->route == ROUTE_HEALTH) {
-            int busy, waiting;
-            srv_engine_load(h->engine, &busy, &waiting);
-            char *b = kiln_xmalloc(128);
-            snprintf(b, 128, "{\"status\":\"ok\",\"slots_processing\":%d,\"requests_waiting\":%d}", busy, waiting);
+            srv_load ld;
+            srv_engine_load(h->engine, &ld);
+            char *b = kiln_xmalloc(256);
+            snprintf(b, 256,
+                     "{\"status\":\"ok\",\"slots_processing\":%d,\"requests_waiting\":%d,"
+                     "\"batched_calls\":%lld,\"batched_rows\":%lld}",
+                     ld.busy, ld.waiting, ld.batched_calls, ld.batched_rows);
             return respond(c, MHD_HTTP_OK, b);
         }
         if (k->route == ROUTE_MODELS) return respond(c, MHD_HTTP_OK, srv_api_models_json(h->info));
