@@ -16,6 +16,8 @@ compiled code) against numpy:
     max pool (the shuffle copied once; reductions vectorised across output
     points), Relu and a max pool over NaN and inf, LRN read by a max pool
     (computed once, not per window cell);
+  - padded max and average pools (1-3-D, strides, asymmetric pads, ceil
+    mode): one reduction reading a load-time table of the window cells;
   - errors: a Resize mode, an Einsum equation and ConvTranspose attributes
     kiln does not cover are load errors naming them.
 """
@@ -236,8 +238,8 @@ def lrn_maxpool():
 
 
 def maxpool_nan():
-    """stride-1 and stride-2 max pools (-inf padding: LOG2 of the guard, one
-    blend per vector) over NaN, inf and ordinary values: a lane whose window
+    """stride-1 and stride-2 max pools (-inf padding: a load-time table
+    added per window cell) over NaN, inf and ordinary values: a lane whose window
     holds a NaN is NaN, the others the max"""
     rng = np.random.default_rng(12)
     x = rng.standard_normal((1, 3, 5, 21)).astype(np.float32)
@@ -249,6 +251,60 @@ def maxpool_nan():
     check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x))
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
     check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x)[:, :, ::2, ::2])
+
+
+def np_pool(x, ker, strides, pads, is_max, ceil=False):
+    """ONNX's MaxPool / AveragePool (count_include_pad=0) by definition:
+    each output point over the window's input cells only"""
+    k = x.ndim - 2
+    ins = x.shape[2:]
+    outs = []
+    for i in range(k):
+        room = ins[i] + pads[i] + pads[i + k] - ker[i]
+        o = (-(-room // strides[i]) if ceil else room // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= ins[i] + pads[i]:
+            o -= 1
+        outs.append(o)
+    y = np.zeros(x.shape[:2] + tuple(outs))
+    for o in np.ndindex(*outs):
+        lo = [o[i] * strides[i] - pads[i] for i in range(k)]
+        sl = tuple(slice(max(lo[i], 0), min(lo[i] + ker[i], ins[i])) for i in range(k))
+        win = x[(slice(None), slice(None)) + sl].reshape(x.shape[0], x.shape[1], -1).astype(np.float64)
+        y[(slice(None), slice(None)) + o] = win.max(axis=2) if is_max else win.mean(axis=2)
+    return y
+
+
+POOLS = [  # x shape, kernel, strides, pads (begin..., end...), ceil_mode
+    ((1, 3, 17), [3], [2], [1, 1], 0),
+    ((2, 5, 9, 20), [3, 3], [1, 1], [1, 1, 1, 1], 0),
+    ((1, 4, 11, 19), [3, 2], [2, 2], [0, 1, 2, 0], 0),
+    ((1, 3, 13, 13), [3, 3], [2, 2], [0, 0, 0, 0], 1),  # ceil mode: the last window reaches past the input
+    ((1, 2, 5, 6, 7), [3, 3, 2], [1, 2, 2], [1, 1, 0, 1, 0, 1], 0),
+]
+
+
+def pool_case(xs, ker, strides, pads, ceil, op):
+    """a padded MaxPool or AveragePool (count_include_pad=0): one reduction
+    per output point reading the input and a load-time table of the window
+    cells (0 / -inf to add, or 1 / the window's input cells to multiply),
+    no per-run mask or count kernel; both kiln paths against numpy"""
+    rng = np.random.default_rng(len(xs) * 7 + sum(ker))
+    x = rng.standard_normal(xs).astype(np.float32)
+    if op == "MaxPool":
+        x.flat[3] = -np.inf  # padding must not win over an input cell of -inf... nor lose to it
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=ker, strides=strides, pads=pads, ceil_mode=ceil)
+    data = model(node, [("x", x)])
+    check_both(data, {"x": x}, np_pool(x, ker, strides, pads, op == "MaxPool", bool(ceil)))
+    m = kr.Model(data=data)
+    try:
+        m.compiled({"x": x})
+        kernels = m.kernels()
+    finally:
+        m.close()
+    heads = [k.split("\n")[0] for k in kernels.split("kernel ")[1:]]
+    red = [h for h in heads if "reduce" in h]
+    assert len(red) == 1 and not any(w in kernels for w in ("LOG2", "RECIP", "sum over")), \
+        "the pool is not one reduction over the input and a table:\n" + kernels[:3000]
 
 
 def errors():
@@ -280,5 +336,10 @@ suite.case("onnx channel shuffle -> depthwise conv -> relu -> max pool", shuffle
 suite.case("onnx LRN -> max pool: LRN computed once", lrn_maxpool, isolate=True)
 suite.case("onnx relu over NaN and inf", relu_nan, isolate=True)
 suite.case("onnx max pool stride 1 over NaN and inf", maxpool_nan, isolate=True)
+for spec in POOLS:
+    # (AveragePool in ceil mode: ONNX's reference spreads the extra padding
+    # over both ends, which np_pool does not; ONNX's node cases cover it)
+    for op in ("MaxPool", "AveragePool") if not spec[4] else ("MaxPool",):
+        suite.case("onnx %s x%s k%s s%s p%s ceil%d" % ((op,) + spec), pool_case, *spec, op, isolate=True)
 suite.case("onnx resize/einsum/conv_transpose errors named", errors, isolate=True)
 suite.finish()
