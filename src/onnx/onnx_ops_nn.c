@@ -595,11 +595,32 @@ static int lrn(imp_ctx *c, const ox_node *n) {
     double alpha = imp_attr_f(n, "alpha", 1e-4), beta = imp_attr_f(n, "beta", 0.75), bias = imp_attr_f(n, "bias", 1.0);
     kiln_graph *g = c->g;
     int64_t before = (size - 1) / 2, after = size - 1 - before;
+    if (size > 64) return imp_fail(c, KILN_ERR_UNSUPPORTED, "LRN: size %lld (at most 64)", (long long)size);
+    kiln_sym C = kiln_dim(g, x, 1);
     kiln_tensor sq = kiln_pad(g, kiln_mul(g, x, x), 1, kiln_sym_int(g, before), kiln_sym_int(g, after));
-    kiln_tensor w = kiln_window(g, sq, 1, size, 1, 1); /* (N, C, size, ...) */
-    kiln_tensor s = kiln_sum(g, w, 2);
+    /* the sum over the channel window as `size` shifted slices added: one
+     * elementwise kernel, vectorised along the spatial axes (a window view
+     * on the channel axis made a reduction with div/mod indices per element) */
+    kiln_tensor s = KILN_NONE;
+    for (int64_t j = 0; j < size; j++) {
+        kiln_tensor t = kiln_slice(g, sq, 1, kiln_sym_int(g, j), kiln_sym_add(g, C, kiln_sym_int(g, j)), 1);
+        s = s == KILN_NONE ? t : kiln_add(g, s, t);
+    }
     kiln_tensor base = nn_shift(g, nn_scale(g, s, alpha / (double)size), bias);
-    kiln_tensor den = kiln_exp2(g, nn_scale(g, kiln_log2(g, base), beta)); /* base > 0 */
+    kiln_tensor den = KILN_NONE;
+    double q = beta * 4.0;
+    if (q == floor(q) && q >= 1.0 && q <= 16.0) {
+        /* base^beta with beta in quarters (0.75, the usual): products of
+         * base, sqrt(base) and sqrt(sqrt(base)), which vectorise, instead
+         * of exp2(beta log2 base) */
+        int qi = (int)q;
+        kiln_tensor r2 = kiln_sqrt(g, base);
+        if (qi & 1) den = kiln_sqrt(g, r2);
+        if (qi & 2) den = den == KILN_NONE ? r2 : kiln_mul(g, den, r2);
+        for (int i = 0; i < qi / 4; i++) den = den == KILN_NONE ? base : kiln_mul(g, den, base);
+    } else {
+        den = kiln_exp2(g, nn_scale(g, kiln_log2(g, base), beta)); /* base > 0 */
+    }
     return imp_set(c, n, 0, kiln_div(g, x, den), imp_in_dtype(c, n, 0));
 }
 

@@ -16,6 +16,7 @@ compiled code) against numpy:
     max pool (the shuffle copied once; reductions vectorised across output
     points), Relu and a max pool over NaN and inf, LRN read by a max pool
     (computed once, not per window cell);
+  - LRN of odd and even sizes, beta in quarters and not: no reduction;
   - padded max and average pools (1-3-D, strides, asymmetric pads, ceil
     mode): one reduction reading a load-time table of the window cells;
   - errors: a Resize mode, an Einsum equation and ConvTranspose attributes
@@ -237,6 +238,28 @@ def lrn_maxpool():
     assert pool and all("EXP2" not in " ".join(h) for h in pool), "LRN recomputed per window:\n" + kernels[:3000]
 
 
+def lrn_case(size, beta, c):
+    """LRN as `size` shifted channel slices added (one vectorised
+    elementwise kernel, no reduction over a channel window); beta in
+    quarters through SQRT, others through EXP2/LOG2; an even size pads one
+    more channel after than before; both kiln paths against numpy"""
+    rng = np.random.default_rng(size * 10 + c)
+    x = rng.standard_normal((2, c, 5, 19)).astype(np.float32)
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=3e-2, beta=beta, bias=1.5)
+    lo = (size - 1) // 2
+    sq = np.pad(x.astype(np.float64) ** 2, [(0, 0), (lo, size - 1 - lo), (0, 0), (0, 0)])
+    want = x / (1.5 + 3e-2 / size * sum(sq[:, i:i + c] for i in range(size))) ** beta
+    data = model(node, [("x", x)])
+    check_both(data, {"x": x}, want)
+    m = kr.Model(data=data)
+    try:
+        m.compiled({"x": x})
+        kernels = m.kernels()
+    finally:
+        m.close()
+    assert "reduce" not in kernels and "sum over" not in kernels, "LRN sums through a reduction:\n" + kernels[:3000]
+
+
 def maxpool_nan():
     """stride-1 and stride-2 max pools (-inf padding: a load-time table
     added per window cell) over NaN, inf and ordinary values: a lane whose window
@@ -341,5 +364,7 @@ for spec in POOLS:
     # over both ends, which np_pool does not; ONNX's node cases cover it)
     for op in ("MaxPool", "AveragePool") if not spec[4] else ("MaxPool",):
         suite.case("onnx %s x%s k%s s%s p%s ceil%d" % ((op,) + spec), pool_case, *spec, op, isolate=True)
+for size, beta, c in [(5, 0.75, 8), (4, 1.25, 7), (3, 0.6, 6), (1, 2.0, 3)]:
+    suite.case("onnx LRN size %d beta %g channels %d" % (size, beta, c), lrn_case, size, beta, c, isolate=True)
 suite.case("onnx resize/einsum/conv_transpose errors named", errors, isolate=True)
 suite.finish()
