@@ -23,7 +23,10 @@ compiled code) against numpy:
     kiln does not cover are load errors naming them.
 """
 import os
+import re
+import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -35,6 +38,7 @@ import kiln_onnx_run as kr  # noqa: E402
 from kiln_ctypes import Suite  # noqa: E402
 
 suite = Suite("test_onnx_conv")
+KILN_BIN = os.environ.get("KILN_BIN") or os.path.join(kr.REPO, "build", "kiln")
 F = TensorProto.FLOAT
 
 
@@ -273,7 +277,20 @@ def maxpool_nan():
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x))
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
-    check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x)[:, :, ::2, ::2])
+    data = model(node, [("x", x)])
+    check_both(data, {"x": x}, np_maxpool3(x)[:, :, ::2, ::2])
+    # the stride-2 window's padding guard moves by 2 per output column: the
+    # vector path's lane mask divides by that step (emit_c.c, vec_pred_ok)
+    # rather than leaving the pool to the scalar loop
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "pool.onnx")
+        with open(f, "wb") as fh:
+            fh.write(data)
+        src = subprocess.run([KILN_BIN, "explain", "-m", f, "--source"], capture_output=True, text=True, timeout=300)
+    assert src.returncode == 0, src.stderr
+    if "kvm8(" in src.stdout:  # a vector ISA (AVX2 or AVX-512)
+        assert re.search(r"kvm(16|8)\(\(2LL - .*\) / 2LL, (16|8)\)", src.stdout), \
+            "the stride-2 pool is not vectorised:\n" + src.stdout[-4000:]
 
 
 def np_pool(x, ker, strides, pads, is_max, ceil=False):
