@@ -766,7 +766,7 @@ static void emit_reuse_row(emitter *e, const sch_kernel *k, int32_t y) {
  * non-temporal, after a scalar head up to 64-byte alignment. The schedule's
  * unroll U > 1 stores U vectors per step (each evaluated in its own block
  * with the loop variable rebound to its first lane), then single vectors,
- * then the scalar tail. */
+ * then the last lanes as one masked vector. */
 static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
     int w512 = vec_lanes(e) == 16;
     int W = w512 ? 16 : 8;
@@ -803,9 +803,18 @@ static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
     OUT("], ");
     emit_vec_expr(e, k->expr, w512, lv);
     OUT(");\n");
-    OUT("    for (; i%d < jhi; i%d++) {\n", n - 1, n - 1);
-    emit_point(e, k, 6);
-    OUT("    }\n");
+    /* the row's last lanes as one masked step (a row of 14 or 7, a
+     * convolution pack's at 14x14 and 7x7, was all scalar): loads and the
+     * store masked by ktm, so nothing past jhi is read or written */
+    OUT("    if (i%d < jhi) {\n", n - 1);
+    if (w512) OUT("      const __mmask16 ktm = kvm16(0, jhi - i%d);\n      _mm512_mask_storeu_ps(&out[", n - 1);
+    else OUT("      const __m256i ktm = kvm8(0, jhi - i%d);\n      _mm256_maskstore_ps(&out[", n - 1);
+    out_sym(e, k->store_off);
+    OUT("], ktm, ");
+    e->tail = 1;
+    emit_vec_expr(e, k->expr, w512, lv);
+    e->tail = 0;
+    OUT(");\n    }\n");
 }
 
 static void collect_kernel_bufs(const sch_program *p, const sch_kernel *k, uint8_t *used) {
