@@ -19,6 +19,7 @@ compiled code) against numpy:
   - LRN of odd and even sizes, beta in quarters and not: no reduction;
   - padded max and average pools (1-3-D, strides, asymmetric pads, ceil
     mode): one reduction reading a load-time table of the window cells;
+  - kiln bench's first-run search on an ONNX model, recorded in the DB;
   - errors: a Resize mode, an Einsum equation and ConvTranspose attributes
     kiln does not cover are load errors naming them.
 """
@@ -347,6 +348,29 @@ def pool_case(xs, ker, strides, pads, ceil, op):
         "the pool is not one reduction over the input and a table:\n" + kernels[:3000]
 
 
+def first_run_search():
+    """kiln bench on an ONNX model new to the tuning DB searches its kernels'
+    schedules first (KILN_TUNE seconds, as kiln run does for GGUF) and
+    records them in the DB"""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "conv.onnx")
+        with open(f, "wb") as fh:
+            fh.write(graph_model(nodes, [("x", x)], [("w", w)]))
+        db = os.path.join(d, "tune.db")
+        env = dict(os.environ, KILN_TUNE="5", KILN_TUNEDB=db)
+        r = subprocess.run([KILN_BIN, "bench", "-m", f, "-t", "1", "-r", "1"], capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        m = re.search(r"searched (\d+) kernels, (\d+) candidates", r.stderr)
+        assert m and int(m.group(1)) >= 1 and int(m.group(2)) >= 1, "no search:\n" + r.stderr
+        assert os.path.exists(db) and os.path.getsize(db) > 0, "nothing recorded:\n" + r.stderr
+
+
 def errors():
     x = np.zeros((1, 1, 4, 4), np.float32)
     cases = [
@@ -383,5 +407,6 @@ for spec in POOLS:
         suite.case("onnx %s x%s k%s s%s p%s ceil%d" % ((op,) + spec), pool_case, *spec, op, isolate=True)
 for size, beta, c in [(5, 0.75, 8), (4, 1.25, 7), (3, 0.6, 6), (1, 2.0, 3)]:
     suite.case("onnx LRN size %d beta %g channels %d" % (size, beta, c), lrn_case, size, beta, c, isolate=True)
+suite.case("onnx kiln bench: the first-run search records", first_run_search, isolate=True)
 suite.case("onnx resize/einsum/conv_transpose errors named", errors, isolate=True)
 suite.finish()
