@@ -10,7 +10,7 @@
  *     epilogue, a stage);
  *   - its decode schedule reads the copy (family dot-i8-rp) and its prefill
  *     schedule is a packed or AMX int8 one (sched/family.h), whose packer reads the
- *     copy where there is one (cg_i8_copy_source: q8_0, q4_k), unless its M
+ *     copy where there is one (cg_i8_copy_source: q8_0, q5_0, q4_k), unless its M
  *     is a constant of at most SCH_SMALL_M (an output head computing only the
  *     last row's logits), so that the prefill schedule never runs;
  *   - no bucket that runs still waits for a search (whose candidates may read B);

@@ -2,7 +2,7 @@
  * for every kernel is handed back to its owner (kiln_graph_on_weight_release,
  * src/runtime/release.c), and the program then really reads only the copy:
  * decode and prefill (whose int8 packer reads the copy, emit_gemm_i8.c's
- * kcx_<dt>) give the reference's result after the test overwrites the
+ * kcx_<dt>: q8_0, q5_0, q4_k) give the reference's result after the test overwrites the
  * weight's own bytes. The first launch, even a prefill, makes the copy. A
  * table also gathered (a tied embedding) is released too, and the program
  * then reads only the gathered rows of it: right with every other row
@@ -266,6 +266,7 @@ int main(void) {
         return check_exit();
     }
     test_released(KILN_Q8_0);
+    test_released(KILN_Q5_0);
     test_released(KILN_Q4_K);
     test_tied_released();
     test_kept();
