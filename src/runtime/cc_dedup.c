@@ -290,3 +290,10 @@ char *rt_cc_dedup(const char *src, int *distinct, int *kernels) {
     free(keep.names);
     return out;
 }
+
+size_t rt_cc_unit_bytes(const char *src) {
+    char *tu = rt_cc_dedup(src, NULL, NULL);
+    size_t n = strlen(tu ? tu : src);
+    free(tu);
+    return n;
+}

@@ -7,5 +7,8 @@
  * (malloc'd), or NULL when no body is shared; *distinct and *kernels (may be
  * NULL) get the counts of distinct bodies and of kernels */
 char *rt_cc_dedup(const char *src, int *distinct, int *kernels);
+/* the bytes of the unit the C compiler is given for src: the deduplicated
+ * text's, else src's (what a program's build costs scales with) */
+size_t rt_cc_unit_bytes(const char *src);
 
 #endif

@@ -235,12 +235,15 @@ static void trim_cache(const char *dir, const char *sopath) {
     if (now) rt_cache_trim(dir, limit, sopath);
 }
 
-/* wall seconds a program's build takes per byte of emitted C (deduplicated
- * and split as cpu_compile builds it): first a guess measured on a 2-core
- * AMD EPYC Zen 4 at -O2 (gemma3-270m's tuned 3.1 MB program in 4.6 s on one
- * core after deduplication: 1.5 us/byte), then learnt from this process's
- * real compiles of programs (a cache hit teaches nothing) */
-static double cc_rate = 1.5e-6;
+/* wall seconds a program's build takes per byte of the unit the compiler is
+ * given (the deduplicated text, cc_dedup.c; split as cpu_compile builds
+ * it): first a guess measured on a 2-core AMD EPYC Zen 4 at -O2, quiet
+ * (CC_RATE_GUESS), then learnt from this process's real compiles of
+ * programs (a cache hit teaches nothing) */
+/* gemma3-270m's 0.58 MB unit (4.9 MB of C): 6.1 s of one core at -O2,
+ * about 3.2 s on 2 cores in parts */
+#define CC_RATE_GUESS 5.5e-6
+static double cc_rate = CC_RATE_GUESS;
 static int cc_rate_learnt; /* a real compile of this process set cc_rate */
 
 double rt_cc_seconds_per_byte(void) { return cc_rate; }
@@ -253,7 +256,9 @@ static const char *base_flags = "-O2 -shared -fPIC -fwrapv -ffp-contract=off -fn
 
 /* src (written at cpath) compiled into tmpso, its errors into errpath;
  * system()'s status (0: built) */
-static int cc_build(const char *src, const char *cpath, const char *cflags, const char *tmpso, const char *errpath) {
+/* *unit_len: the bytes of the unit compiled (the deduplicated text, or src) */
+static int cc_build(const char *src, const char *cpath, const char *cflags, const char *tmpso, const char *errpath,
+                    size_t *unit_len_out) {
     const char *cc = rt_cc();
     char qc[1200], qtmp[1200], qerr[1200], cmd[5000];
     shell_quote(qc, sizeof qc, cpath);
@@ -275,7 +280,7 @@ static int cc_build(const char *src, const char *cpath, const char *cflags, cons
     char *tu = rt_cc_dedup(src, NULL, NULL);
     const char *unit = tu ? tu : src;
     size_t unit_len = strlen(unit);
-    (void)unit_len;
+    *unit_len_out = unit_len;
     if (tu) {
         char upath[1100], qu[1200], ucmd[5000];
         snprintf(upath, sizeof upath, "%s.%ld.dedup.c", cpath, (long)getpid());
@@ -286,7 +291,10 @@ static int cc_build(const char *src, const char *cpath, const char *cflags, cons
         else if (write_file_atomic(upath, unit, unit_len) == 0) st = system(ucmd);
         remove(upath);
     }
-    if (st != 0) st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
+    if (st != 0) {
+        *unit_len_out = strlen(src);
+        st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
+    }
     free(tu);
     rt_compile_stage("cc", units, units);
     return st;
@@ -339,15 +347,17 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     snprintf(tmpso, sizeof tmpso, "%s.tmp.%ld.so", sopath, (long)getpid());
     snprintf(errpath, sizeof errpath, "%s.err.%ld", sopath, (long)getpid());
     double t_cc = kiln_now_s();
-    int st = cc_build(src, cpath, cflags, tmpso, errpath);
+    size_t unit_len = 0;
+    int st = cc_build(src, cpath, cflags, tmpso, errpath, &unit_len);
     t_cc = kiln_now_s() - t_cc;
     /* wall seconds per emitted byte of a whole program, for estimates
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
      * kernels with nothing to share, ~10x the seconds per byte, and teach
      * nothing about a program's recompile */
-    if (st == 0 && strlen(src) >= ((size_t)256 << 10)) {
+    if (st == 0 && strlen(src) >= ((size_t)256 << 10) && unit_len > 0) {
         /* the first real compile replaces the guess; later ones average */
-        cc_rate = cc_rate_learnt ? 0.5 * cc_rate + 0.5 * t_cc / (double)strlen(src) : t_cc / (double)strlen(src);
+        double rate = t_cc / (double)unit_len;
+        cc_rate = cc_rate_learnt ? 0.5 * cc_rate + 0.5 * rate : rate;
         cc_rate_learnt = 1;
     }
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {

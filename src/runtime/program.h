@@ -76,7 +76,9 @@ typedef struct rt_tuner {
     /* a search plan (kiln_program_search): where the budget goes. plan_w per
      * slot: seconds the kernel takes in the planned workload (NULL: no plan,
      * every kernel shape may take an eighth); reserve_s: the final recompile
-     * with the winners, kept out of the search's share; searched/skipped:
+     * with the winners, kept out of the search's share (estimated from
+     * unit_bytes: the program's source as the compiler will see it, its
+     * layers' copies of a kernel once, cc_dedup.c); searched/skipped:
      * kernel slots settled by the plan */
     double *plan_w;
     sch_contract_sched *pend; /* per slot: a winner the plan applies when it ends */
@@ -86,6 +88,7 @@ typedef struct rt_tuner {
     int32_t *rank_next;       /* per slot, searched by this plan: the rank its next pass starts at (0: none left) */
     uint8_t *short_over;      /* per slot: passed over for a share too small to search (a later pass may) */
     double reserve_s;
+    size_t unit_bytes;
     int plan_searched, plan_skipped, plan_pending;
     int plan_short;           /* groups passed over because their share could not pay for a search */
     double plan_best_speedup;

@@ -179,6 +179,16 @@ static void case_dedup(void) {
     free(tu);
     free(src);
     CHECK(rt_cc_dedup("int main(void) { return 0; }\n", NULL, NULL) == NULL, "a source without kernels was rewritten");
+    /* what the recompile estimate reads (exec.c): the unit's bytes, the
+     * source's where nothing is shared */
+    src = layers_source();
+    tu = rt_cc_dedup(src, NULL, NULL);
+    CHECK(tu && rt_cc_unit_bytes(src) == strlen(tu) && strlen(tu) < strlen(src), "unit bytes %zu, unit %zu, source %zu",
+          rt_cc_unit_bytes(src), tu ? strlen(tu) : 0, strlen(src));
+    CHECK(rt_cc_unit_bytes("int main(void) { return 0; }\n") == strlen("int main(void) { return 0; }\n"),
+          "a source without kernels: unit bytes %zu", rt_cc_unit_bytes("int main(void) { return 0; }\n"));
+    free(tu);
+    free(src);
     CASE_END();
 }
 
