@@ -532,8 +532,8 @@ void gguf_close(gguf_file *f) {
  * and stay readable with the same bytes: read into memory, they are
  * replaced by a private mapping of the same part of the file (the buffer
  * is 2 MiB-aligned and holds the file from offset 0, so page-aligned
- * addresses are page-aligned offsets, read back one page per fault);
- * mapped, they are dropped and come back from the file when read. The pages at the range's ends that hold
+ * addresses are page-aligned offsets); mapped, they are dropped and come
+ * back from the file when read. The pages at the range's ends that hold
  * other bytes too are kept. Any failure leaves the memory as it was. */
 void gguf_release(gguf_file *f, const void *p, size_t n) {
     const uint8_t *base = f ? f->base : NULL, *at = p;
@@ -548,18 +548,8 @@ void gguf_release(gguf_file *f, const void *p, size_t n) {
         return;
     }
     if (!f->owned_map || f->fd < 0 || (uintptr_t)f->owned % page != 0) return;
-    off_t off = (off_t)(lo - (uintptr_t)f->owned);
-    void *m = mmap((void *)lo, hi - lo, PROT_READ, MAP_PRIVATE | MAP_FIXED, f->fd, off);
-    if (m == MAP_FAILED) return; /* the pages stay as they were (mmap with MAP_FIXED fails before it unmaps) */
-    /* what is read again is a gather's few rows (a tied embedding, release.c):
-     * one page per fault, not the 64 KiB the kernel maps around a fault from
-     * the page cache (gemma3-270m's 262,144-row table came back whole after
-     * 4000 random token ids), so no read-ahead and the range's clean cached
-     * pages dropped (pages others have mapped stay) */
-#ifdef MADV_RANDOM
-    (void)madvise(m, hi - lo, MADV_RANDOM);
-#endif
-    (void)posix_fadvise(f->fd, off, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+    void *m = mmap((void *)lo, hi - lo, PROT_READ, MAP_PRIVATE | MAP_FIXED, f->fd, (off_t)(lo - (uintptr_t)f->owned));
+    (void)m; /* MAP_FAILED: the pages stay as they were (mmap with MAP_FIXED fails before it unmaps) */
 }
 
 uint32_t gguf_version(const gguf_file *f) { return f->version; }
