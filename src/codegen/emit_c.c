@@ -135,16 +135,18 @@ static int64_t gather_step(const sch_program *p, sym_id off, sym_id var) {
 
 /* a GUARD predicate the vector path evaluates per lane: ANDs of conditions
  * free of var (the same for every lane) and of LT(a, b) whose b - a moves
- * by +1 or -1 per step of var (a padding or concatenation boundary along
- * the vectorised loop), so the lanes where it holds are one run computed
- * from the first lane's value */
+ * by a constant c, 1 <= |c| <= 64, per step of var (a padding or
+ * concatenation boundary along the vectorised loop; |c| > 1 where a
+ * strided window reads it), so the lanes where it holds are one run (the
+ * condition is monotone in the lane) computed from the first lane's value */
 static int vec_pred_ok(const sch_program *p, sym_id s, sym_id var) {
     sym_pool *sp = p->g->syms;
     const sym_node *n = sym_get(sp, s);
     if (n->kind == SYM_AND) return vec_pred_ok(p, n->a, var) && vec_pred_ok(p, n->b, var);
     int64_t c;
     if (!sym_uses_var(sp, s, var)) return 1; /* the same for every lane */
-    return n->kind == SYM_LT && sym_is_const(sp, sym_step(sp, sym_sub(sp, n->b, n->a), var), &c) && (c == 1 || c == -1);
+    return n->kind == SYM_LT && sym_is_const(sp, sym_step(sp, sym_sub(sp, n->b, n->a), var), &c) && c != 0 && c >= -64 &&
+           c <= 64;
 }
 
 /* an f32 expression the vector path can evaluate W lanes at a time along
@@ -183,8 +185,8 @@ static int vec_expr_ok_g(const sch_program *p, int32_t id, sym_id var, int gathe
 static int vec_expr_ok(const sch_program *p, int32_t id, sym_id var) { return vec_expr_ok_g(p, id, var, 0); }
 
 /* the lane mask of predicate s (vec_pred_ok) at the first lane's var: per
- * condition with d = b - a there, lanes l where d + l >= 1 (step +1) or
- * d - l >= 1 (step -1); kvm16 gives a __mmask16, kvm8 an __m256i */
+ * condition with d = b - a there and step c, lanes l where d + c l >= 1;
+ * kvm16 gives a __mmask16, kvm8 an __m256i */
 static void emit_vec_pred(emitter *e, sym_id s, sym_id var, int w512) {
     sym_pool *sp = e->pr.p->g->syms;
     const sym_node *n = sym_get(sp, s);
@@ -211,10 +213,18 @@ static void emit_vec_pred(emitter *e, sym_id s, sym_id var, int w512) {
         OUT("1 - (");
         out_sym(e, d);
         OUT("), %d)", w512 ? 16 : 8);
-    } else {
+    } else if (c == -1) {
         OUT("0, ");
         out_sym(e, d);
         OUT(")");
+    } else if (c > 0) { /* lanes l >= ceil((1 - d) / c): C's division truncates, and kvm clamps a negative lo to 0 */
+        OUT("(%lldLL - (", (long long)c);
+        out_sym(e, d);
+        OUT(")) / %lldLL, %d)", (long long)c, w512 ? 16 : 8);
+    } else { /* lanes l < floor((d - 1) / |c|) + 1, the same way */
+        OUT("0, ((");
+        out_sym(e, d);
+        OUT(") + %lldLL) / %lldLL)", (long long)(-c - 1), (long long)-c);
     }
 }
 
@@ -756,7 +766,7 @@ static void emit_reuse_row(emitter *e, const sch_kernel *k, int32_t y) {
  * non-temporal, after a scalar head up to 64-byte alignment. The schedule's
  * unroll U > 1 stores U vectors per step (each evaluated in its own block
  * with the loop variable rebound to its first lane), then single vectors,
- * then the scalar tail. */
+ * then the last lanes as one masked vector. */
 static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
     int w512 = vec_lanes(e) == 16;
     int W = w512 ? 16 : 8;
@@ -793,9 +803,18 @@ static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
     OUT("], ");
     emit_vec_expr(e, k->expr, w512, lv);
     OUT(");\n");
-    OUT("    for (; i%d < jhi; i%d++) {\n", n - 1, n - 1);
-    emit_point(e, k, 6);
-    OUT("    }\n");
+    /* the row's last lanes as one masked step (a row of 14 or 7, a
+     * convolution pack's at 14x14 and 7x7, was all scalar): loads and the
+     * store masked by ktm, so nothing past jhi is read or written */
+    OUT("    if (i%d < jhi) {\n", n - 1);
+    if (w512) OUT("      const __mmask16 ktm = kvm16(0, jhi - i%d);\n      _mm512_mask_storeu_ps(&out[", n - 1);
+    else OUT("      const __m256i ktm = kvm8(0, jhi - i%d);\n      _mm256_maskstore_ps(&out[", n - 1);
+    out_sym(e, k->store_off);
+    OUT("], ktm, ");
+    e->tail = 1;
+    emit_vec_expr(e, k->expr, w512, lv);
+    e->tail = 0;
+    OUT(");\n    }\n");
 }
 
 static void collect_kernel_bufs(const sch_program *p, const sch_kernel *k, uint8_t *used) {

@@ -8,11 +8,13 @@
  * im2col copy); a convolution is then one SUM(MUL(expand, expand)), the form
  * kiln's contraction recognition takes (src/sched/pack.c materialises the
  * windowed operand for the micro-kernels). A pool is one reduction over its
- * window's cells (window axes moved last and merged). Max pooling pads with
- * -inf by adding log2 of a mask (kiln_pad adds zeros; the mask is 1 over
- * the input, so log2 is 0 there and -inf over padding); average pooling
- * divides by the count of the cells each window covers, computed the same
- * way; neither builds a mask when no window reaches padding.
+ * window's cells (window axes moved last and merged). Where a window reaches
+ * padding, a table over (output position, cell) made at load time says
+ * what each cell counts for: max pooling adds it (0 over the input, -inf
+ * over padding, where kiln_pad's value is 0), average pooling without
+ * count_include_pad multiplies by it (1 / the window's input cells, 0 over
+ * padding); so the pool stays one reduction with plain loads, which the
+ * CPU vectorises across output points, and nothing is recomputed per run.
  *
  * Invariants: sizes that windows need (kernel sizes, strides, the spatial
  * dims) must be constants; anything else is an error naming the operator.
@@ -344,6 +346,52 @@ static int conv_transpose(imp_ctx *c, const ox_node *n) {
     return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
 }
 
+/* the pools' table over (o..., cells), cells in flat_windows' order: per
+ * output position and window cell, for max 0 over an input cell and -inf
+ * over padding; for average 1 / (the window's input cells) over an input
+ * cell and 0 over padding (NaN where a window covers no input cell, as
+ * 0 / 0 was). A cell is an input cell when its coordinate
+ * o * stride - pb + kk * dil lies in [0, in) along every axis. */
+static kiln_tensor cell_table(imp_ctx *c, const geom *gm, int is_max, kiln_dtype dt) {
+    int k = gm->k;
+    int64_t dims[MAXS + 1], pts = 1, cells = 1;
+    for (int i = 0; i < k; i++) {
+        dims[1 + i] = gm->out[i];
+        pts *= gm->out[i];
+        cells *= gm->ker[i];
+    }
+    dims[0] = cells;
+    ox_tensor *t = imp_new_const(c, OX_FLOAT, k + 1, dims);
+    if (!t) return KILN_NONE;
+    float *v = (float *)t->data;
+    for (int64_t p = 0; p < pts; p++) {
+        int64_t count = 0;
+        for (int64_t q = 0; q < cells; q++) {
+            int64_t pr = p, qr = q, ok = 1;
+            for (int i = k - 1; i >= 0; i--) {
+                int64_t o = pr % gm->out[i], kk = qr % gm->ker[i];
+                pr /= gm->out[i];
+                qr /= gm->ker[i];
+                int64_t at = o * gm->stride[i] - gm->pb[i] + kk * gm->dil[i];
+                ok &= at >= 0 && at < gm->in[i];
+            }
+            v[q * pts + p] = (float)ok; /* 1 / 0 for now */
+            count += ok;
+        }
+        for (int64_t q = 0; q < cells; q++) {
+            float *e = &v[q * pts + p];
+            if (is_max) *e = *e != 0.0f ? 0.0f : -INFINITY;
+            else *e = count ? *e / (float)count : NAN;
+        }
+    }
+    int perm[MAXS + 1];
+    for (int i = 0; i < k; i++) perm[i] = 1 + i;
+    perm[k] = 0;
+    kiln_tensor r = imp_tensor_of(c, t);
+    if (r != KILN_NONE) r = kiln_permute(c->g, r, perm);
+    return dt != KILN_F32 && r != KILN_NONE ? kiln_cast(c->g, r, dt) : r;
+}
+
 static int pool(imp_ctx *c, const ox_node *n) {
     kiln_tensor x = imp_in(c, n, 0);
     if (!imp_check(c, x)) return 0;
@@ -369,29 +417,24 @@ static int pool(imp_ctx *c, const ox_node *n) {
     int padded = 0; /* a window may cover padding (explicit or ceil mode) */
     for (int i = 0; i < k; i++) padded |= gm.pb[i] || gm.pe[i] || gm.extra[i];
     kiln_tensor xw = flat_windows(c, windows(c, x, &gm, 1), k); /* (N, C, o..., cells) */
-    kiln_tensor mw = KILN_NONE; /* 1 over input cells, 0 over padding */
-    if (padded) {
-        kiln_sym dims[KILN_MAX_DIMS];
-        for (int d = 0; d < r; d++) dims[d] = kiln_dim(g, x, d);
-        kiln_tensor ones = kiln_full(g, 1.0, kiln_tensor_dtype(g, x), r, dims);
-        mw = flat_windows(c, windows(c, ones, &gm, 1), k);
-    }
+    int per_cell = padded && (is_max || !imp_attr_i(n, "count_include_pad", 0));
     kiln_tensor y;
-    if (is_max) {
-        /* padding is -inf: log2 of the mask is 0 over input cells (x + 0
-         * is x, exact) and -inf over padding (whose x is 0) */
-        if (padded) xw = kiln_add(g, xw, kiln_log2(g, mw));
+    if (per_cell) {
+        /* max: padding is -inf (x + 0 is x, exact; the padding's x is 0);
+         * average over input cells only (ONNX's reference without
+         * count_include_pad): each cell times 1 / the window's input
+         * cells. Both a load-time table (o..., cells), read in place */
+        kiln_tensor t = cell_table(c, &gm, is_max, kiln_tensor_dtype(g, x));
+        if (t == KILN_NONE) return 0;
+        y = is_max ? kiln_max(g, kiln_add(g, xw, t), -1) : kiln_sum(g, kiln_mul(g, xw, t), -1);
+    } else if (is_max) {
         y = kiln_max(g, xw, -1);
     } else {
-        /* ONNX's reference: with count_include_pad every cell of the window
-         * counts (explicit and ceil-mode padding), else only input cells */
-        y = kiln_sum(g, xw, -1);
-        if (padded && !imp_attr_i(n, "count_include_pad", 0)) y = kiln_div(g, y, kiln_sum(g, mw, -1));
-        else {
-            double cells = 1;
-            for (int i = 0; i < k; i++) cells *= (double)gm.ker[i];
-            y = nn_scale(g, y, 1.0 / cells);
-        }
+        /* with count_include_pad every cell of the window counts (explicit
+         * and ceil-mode padding) */
+        double cells = 1;
+        for (int i = 0; i < k; i++) cells *= (double)gm.ker[i];
+        y = nn_scale(g, kiln_sum(g, xw, -1), 1.0 / cells);
     }
     return imp_set(c, n, 0, y, imp_in_dtype(c, n, 0));
 }
@@ -552,11 +595,32 @@ static int lrn(imp_ctx *c, const ox_node *n) {
     double alpha = imp_attr_f(n, "alpha", 1e-4), beta = imp_attr_f(n, "beta", 0.75), bias = imp_attr_f(n, "bias", 1.0);
     kiln_graph *g = c->g;
     int64_t before = (size - 1) / 2, after = size - 1 - before;
+    if (size > 64) return imp_fail(c, KILN_ERR_UNSUPPORTED, "LRN: size %lld (at most 64)", (long long)size);
+    kiln_sym C = kiln_dim(g, x, 1);
     kiln_tensor sq = kiln_pad(g, kiln_mul(g, x, x), 1, kiln_sym_int(g, before), kiln_sym_int(g, after));
-    kiln_tensor w = kiln_window(g, sq, 1, size, 1, 1); /* (N, C, size, ...) */
-    kiln_tensor s = kiln_sum(g, w, 2);
+    /* the sum over the channel window as `size` shifted slices added: one
+     * elementwise kernel, vectorised along the spatial axes (a window view
+     * on the channel axis made a reduction with div/mod indices per element) */
+    kiln_tensor s = KILN_NONE;
+    for (int64_t j = 0; j < size; j++) {
+        kiln_tensor t = kiln_slice(g, sq, 1, kiln_sym_int(g, j), kiln_sym_add(g, C, kiln_sym_int(g, j)), 1);
+        s = s == KILN_NONE ? t : kiln_add(g, s, t);
+    }
     kiln_tensor base = nn_shift(g, nn_scale(g, s, alpha / (double)size), bias);
-    kiln_tensor den = kiln_exp2(g, nn_scale(g, kiln_log2(g, base), beta)); /* base > 0 */
+    kiln_tensor den = KILN_NONE;
+    double q = beta * 4.0;
+    if (q == floor(q) && q >= 1.0 && q <= 16.0) {
+        /* base^beta with beta in quarters (0.75, the usual): products of
+         * base, sqrt(base) and sqrt(sqrt(base)), which vectorise, instead
+         * of exp2(beta log2 base) */
+        int qi = (int)q;
+        kiln_tensor r2 = kiln_sqrt(g, base);
+        if (qi & 1) den = kiln_sqrt(g, r2);
+        if (qi & 2) den = den == KILN_NONE ? r2 : kiln_mul(g, den, r2);
+        for (int i = 0; i < qi / 4; i++) den = den == KILN_NONE ? base : kiln_mul(g, den, base);
+    } else {
+        den = kiln_exp2(g, nn_scale(g, kiln_log2(g, base), beta)); /* base > 0 */
+    }
     return imp_set(c, n, 0, kiln_div(g, x, den), imp_in_dtype(c, n, 0));
 }
 

@@ -16,11 +16,18 @@ compiled code) against numpy:
     max pool (the shuffle copied once; reductions vectorised across output
     points), Relu and a max pool over NaN and inf, LRN read by a max pool
     (computed once, not per window cell);
+  - LRN of odd and even sizes, beta in quarters and not: no reduction;
+  - padded max and average pools (1-3-D, strides, asymmetric pads, ceil
+    mode): one reduction reading a load-time table of the window cells;
+  - kiln bench's first-run search on an ONNX model, recorded in the DB;
   - errors: a Resize mode, an Einsum equation and ConvTranspose attributes
     kiln does not cover are load errors naming them.
 """
 import os
+import re
+import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -32,6 +39,7 @@ import kiln_onnx_run as kr  # noqa: E402
 from kiln_ctypes import Suite  # noqa: E402
 
 suite = Suite("test_onnx_conv")
+KILN_BIN = os.environ.get("KILN_BIN") or os.path.join(kr.REPO, "build", "kiln")
 F = TensorProto.FLOAT
 
 
@@ -235,9 +243,31 @@ def lrn_maxpool():
     assert pool and all("EXP2" not in " ".join(h) for h in pool), "LRN recomputed per window:\n" + kernels[:3000]
 
 
+def lrn_case(size, beta, c):
+    """LRN as `size` shifted channel slices added (one vectorised
+    elementwise kernel, no reduction over a channel window); beta in
+    quarters through SQRT, others through EXP2/LOG2; an even size pads one
+    more channel after than before; both kiln paths against numpy"""
+    rng = np.random.default_rng(size * 10 + c)
+    x = rng.standard_normal((2, c, 5, 19)).astype(np.float32)
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=3e-2, beta=beta, bias=1.5)
+    lo = (size - 1) // 2
+    sq = np.pad(x.astype(np.float64) ** 2, [(0, 0), (lo, size - 1 - lo), (0, 0), (0, 0)])
+    want = x / (1.5 + 3e-2 / size * sum(sq[:, i:i + c] for i in range(size))) ** beta
+    data = model(node, [("x", x)])
+    check_both(data, {"x": x}, want)
+    m = kr.Model(data=data)
+    try:
+        m.compiled({"x": x})
+        kernels = m.kernels()
+    finally:
+        m.close()
+    assert "reduce" not in kernels and "sum over" not in kernels, "LRN sums through a reduction:\n" + kernels[:3000]
+
+
 def maxpool_nan():
-    """stride-1 and stride-2 max pools (-inf padding: LOG2 of the guard, one
-    blend per vector) over NaN, inf and ordinary values: a lane whose window
+    """stride-1 and stride-2 max pools (-inf padding: a load-time table
+    added per window cell) over NaN, inf and ordinary values: a lane whose window
     holds a NaN is NaN, the others the max"""
     rng = np.random.default_rng(12)
     x = rng.standard_normal((1, 3, 5, 21)).astype(np.float32)
@@ -248,7 +278,97 @@ def maxpool_nan():
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x))
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
-    check_both(model(node, [("x", x)]), {"x": x}, np_maxpool3(x)[:, :, ::2, ::2])
+    data = model(node, [("x", x)])
+    check_both(data, {"x": x}, np_maxpool3(x)[:, :, ::2, ::2])
+    # the stride-2 window's padding guard moves by 2 per output column: the
+    # vector path's lane mask divides by that step (emit_c.c, vec_pred_ok)
+    # rather than leaving the pool to the scalar loop
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "pool.onnx")
+        with open(f, "wb") as fh:
+            fh.write(data)
+        src = subprocess.run([KILN_BIN, "explain", "-m", f, "--source"], capture_output=True, text=True, timeout=300)
+    assert src.returncode == 0, src.stderr
+    if "kvm8(" in src.stdout:  # a vector ISA (AVX2 or AVX-512)
+        assert re.search(r"kvm(16|8)\(\(2LL - .*\) / 2LL, (16|8)\)", src.stdout), \
+            "the stride-2 pool is not vectorised:\n" + src.stdout[-4000:]
+
+
+def np_pool(x, ker, strides, pads, is_max, ceil=False):
+    """ONNX's MaxPool / AveragePool (count_include_pad=0) by definition:
+    each output point over the window's input cells only"""
+    k = x.ndim - 2
+    ins = x.shape[2:]
+    outs = []
+    for i in range(k):
+        room = ins[i] + pads[i] + pads[i + k] - ker[i]
+        o = (-(-room // strides[i]) if ceil else room // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= ins[i] + pads[i]:
+            o -= 1
+        outs.append(o)
+    y = np.zeros(x.shape[:2] + tuple(outs))
+    for o in np.ndindex(*outs):
+        lo = [o[i] * strides[i] - pads[i] for i in range(k)]
+        sl = tuple(slice(max(lo[i], 0), min(lo[i] + ker[i], ins[i])) for i in range(k))
+        win = x[(slice(None), slice(None)) + sl].reshape(x.shape[0], x.shape[1], -1).astype(np.float64)
+        y[(slice(None), slice(None)) + o] = win.max(axis=2) if is_max else win.mean(axis=2)
+    return y
+
+
+POOLS = [  # x shape, kernel, strides, pads (begin..., end...), ceil_mode
+    ((1, 3, 17), [3], [2], [1, 1], 0),
+    ((2, 5, 9, 20), [3, 3], [1, 1], [1, 1, 1, 1], 0),
+    ((1, 4, 11, 19), [3, 2], [2, 2], [0, 1, 2, 0], 0),
+    ((1, 3, 13, 13), [3, 3], [2, 2], [0, 0, 0, 0], 1),  # ceil mode: the last window reaches past the input
+    ((1, 2, 5, 6, 7), [3, 3, 2], [1, 2, 2], [1, 1, 0, 1, 0, 1], 0),
+]
+
+
+def pool_case(xs, ker, strides, pads, ceil, op):
+    """a padded MaxPool or AveragePool (count_include_pad=0): one reduction
+    per output point reading the input and a load-time table of the window
+    cells (0 / -inf to add, or 1 / the window's input cells to multiply),
+    no per-run mask or count kernel; both kiln paths against numpy"""
+    rng = np.random.default_rng(len(xs) * 7 + sum(ker))
+    x = rng.standard_normal(xs).astype(np.float32)
+    if op == "MaxPool":
+        x.flat[3] = -np.inf  # padding must not win over an input cell of -inf... nor lose to it
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=ker, strides=strides, pads=pads, ceil_mode=ceil)
+    data = model(node, [("x", x)])
+    check_both(data, {"x": x}, np_pool(x, ker, strides, pads, op == "MaxPool", bool(ceil)))
+    m = kr.Model(data=data)
+    try:
+        m.compiled({"x": x})
+        kernels = m.kernels()
+    finally:
+        m.close()
+    heads = [k.split("\n")[0] for k in kernels.split("kernel ")[1:]]
+    red = [h for h in heads if "reduce" in h]
+    assert len(red) == 1 and not any(w in kernels for w in ("LOG2", "RECIP", "sum over")), \
+        "the pool is not one reduction over the input and a table:\n" + kernels[:3000]
+
+
+def first_run_search():
+    """kiln bench on an ONNX model new to the tuning DB searches its kernels'
+    schedules first (KILN_TUNE seconds, as kiln run does for GGUF) and
+    records them in the DB"""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "conv.onnx")
+        with open(f, "wb") as fh:
+            fh.write(graph_model(nodes, [("x", x)], [("w", w)]))
+        db = os.path.join(d, "tune.db")
+        env = dict(os.environ, KILN_TUNE="5", KILN_TUNEDB=db)
+        r = subprocess.run([KILN_BIN, "bench", "-m", f, "-t", "1", "-r", "1"], capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        m = re.search(r"searched (\d+) kernels, (\d+) candidates", r.stderr)
+        assert m and int(m.group(1)) >= 1 and int(m.group(2)) >= 1, "no search:\n" + r.stderr
+        assert os.path.exists(db) and os.path.getsize(db) > 0, "nothing recorded:\n" + r.stderr
 
 
 def errors():
@@ -280,5 +400,13 @@ suite.case("onnx channel shuffle -> depthwise conv -> relu -> max pool", shuffle
 suite.case("onnx LRN -> max pool: LRN computed once", lrn_maxpool, isolate=True)
 suite.case("onnx relu over NaN and inf", relu_nan, isolate=True)
 suite.case("onnx max pool stride 1 over NaN and inf", maxpool_nan, isolate=True)
+for spec in POOLS:
+    # (AveragePool in ceil mode: ONNX's reference spreads the extra padding
+    # over both ends, which np_pool does not; ONNX's node cases cover it)
+    for op in ("MaxPool", "AveragePool") if not spec[4] else ("MaxPool",):
+        suite.case("onnx %s x%s k%s s%s p%s ceil%d" % ((op,) + spec), pool_case, *spec, op, isolate=True)
+for size, beta, c in [(5, 0.75, 8), (4, 1.25, 7), (3, 0.6, 6), (1, 2.0, 3)]:
+    suite.case("onnx LRN size %d beta %g channels %d" % (size, beta, c), lrn_case, size, beta, c, isolate=True)
+suite.case("onnx kiln bench: the first-run search records", first_run_search, isolate=True)
 suite.case("onnx resize/einsum/conv_transpose errors named", errors, isolate=True)
 suite.finish()
