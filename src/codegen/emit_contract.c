@@ -292,9 +292,15 @@ static void dot_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int
             if (!(*i8_done & 1)) cg_emit_i8_prelude(s, len, cap);
             *i8_done |= 1;
             if (!dup) cg_emit_i8_tile(t, sc, s, len, cap);
-            /* rp=1: the tile of the repacked copy, beside the one above for
-             * the strips the copy does not cover */
-            if (sch_family_is(sc, SCH_FAM_DOT_I8_RP, t) && !rdup) cg_emit_i8_rp_tile(t, sc, s, len, cap);
+            /* rp=1: the tiles of the repacked copy for 1 to CG_RP_ROWS rows of
+             * A (dot_schedule takes a decode's rows that many at a time),
+             * beside the one above for the strips the copy does not cover */
+            if (sch_family_is(sc, SCH_FAM_DOT_I8_RP, t) && !rdup)
+                for (int r = 1; r <= CG_RP_ROWS; r++) {
+                    sch_contract_sched rs = *sc;
+                    rs.mr = r;
+                    cg_emit_i8_rp_tile(t, &rs, s, len, cap);
+                }
             continue;
         }
         if (!sch_family_is(sc, SCH_FAM_DOT_F32, t)) continue;
@@ -341,6 +347,35 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
     const sch_family *f = sch_family_of(sc);
     KILN_ASSERT(f != NULL);
     family_emit[f->id].schedule(p, k, sc, s, len, cap);
+}
+
+/* q1, s1, l1, u1: the rr (<= CG_RP_ROWS) quantised rows of A from row
+ * `row` on, each from K offset `k0`, as the rp tiles take them */
+static void emit_rp_rows(const char *row, const char *k0, char **s, size_t *len, size_t *cap) {
+    OUT("              const int8_t *q1[%d] = {0}; const float *s1[%d] = {0}; const __m256i *l1[%d] = {0};"
+        " const int32_t *u1[%d] = {0};\n", CG_RP_ROWS, CG_RP_ROWS, CG_RP_ROWS, CG_RP_ROWS);
+    OUT("              for (int i = 0; i < rr; i++) { const int64_t mi_ = %s + i;\n", row);
+    OUT("                q1[i] = qa + mi_ * K + %s; s1[i] = qs + mi_ * qch + %s / 32; l1[i] = ql8 + mi_ * qch + %s / 32;"
+        " u1[i] = qsum + mi_ * qch + %s / 32; }\n", k0, k0, k0, k0);
+}
+
+/* the call of the rr-row rp tile on (q1, s1, l1, u1, rest); RPB in rest
+ * stands for the copy's bytes per 32 of K */
+static void emit_rp_call(kiln_dtype t, const sch_contract_sched *sc, const char *rest, char **s, size_t *len,
+                         size_t *cap) {
+    char rb[16], args[160];
+    snprintf(rb, sizeof rb, "%d", cg_i8_rp_bytes32(t));
+    const char *at = strstr(rest, "RPB");
+    if (at) snprintf(args, sizeof args, "%.*s%s%s", (int)(at - rest), rest, rb, at + 3);
+    else snprintf(args, sizeof args, "%s", rest);
+    for (int r = CG_RP_ROWS; r >= 1; r--) {
+        sch_contract_sched rs = *sc;
+        rs.mr = r;
+        char rn[64];
+        cg_i8_rp_tile_name(t, &rs, rn, sizeof rn);
+        if (r > 1) OUT("if (rr == %d) %s(q1, s1, l1, u1, %s);\n              else ", r, rn, args);
+        else OUT("%s(q1, s1, l1, u1, %s);\n", rn, args);
+    }
 }
 
 /* the dot form's loops (dot-f32, dot-i8, dot-i8-rp) */
@@ -413,13 +448,14 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
         OUT(";\n              wo[j] = bo; if (bo %% %d != 0) fast = 0;\n            }\n", be);
         OUT("            const int64_t rg = wo[0] / (8 * K);\n");
         OUT("            if (!fast || wo[0] %% (8 * K) != 0 || wo[1] - wo[0] != K || wo[7] - wo[0] != 7 * K || rg >= rpg) continue;\n");
-        OUT("            for (int64_t mi = 0; mi < M; mi++) {\n");
-        OUT("              const int8_t *qr[1] = {qa + mi * K + kb0}; const float *sr[1] = {qs + mi * qch + kb0 / 32};\n");
-        OUT("              const __m256i *lr[1] = {ql8 + mi * qch + kb0 / 32}; const int32_t *ur[1] = {qsum + mi * qch + kb0 / 32};\n");
-        OUT("              float t8[8];\n");
-        OUT("              %s(qr, sr, lr, ur, rpw + (kb0 / 32 * rpg + rg * %d) * %d, %d, t8);\n", rn, rpkb / 32,
-            cg_i8_rp_bytes32(t), rpkb / 32);
-        OUT("              for (int j = 0; j < 8; j++) rpacc[mi * rpw8 + nn - n0 + j] += t8[j];\n");
+        OUT("            for (int64_t mi = 0; mi < M; mi += %d) {\n", CG_RP_ROWS);
+        OUT("              const int64_t rr = M - mi < %d ? M - mi : %d;\n", CG_RP_ROWS, CG_RP_ROWS);
+        emit_rp_rows("mi", "kb0", s, len, cap);
+        OUT("              float t8[%d];\n              ", 8 * CG_RP_ROWS);
+        char pass[96];
+        snprintf(pass, sizeof pass, "rpw + (kb0 / 32 * rpg + rg * %d) * %d, %d, t8", rpkb / 32, cg_i8_rp_bytes32(t), rpkb / 32);
+        emit_rp_call(t, sc, pass, s, len, cap);
+        OUT("              for (int i = 0; i < rr; i++) for (int j = 0; j < 8; j++) rpacc[(mi + i) * rpw8 + nn - n0 + j] += t8[8 * i + j];\n");
         OUT("            }\n");
         OUT("          }\n");
         OUT("      }\n");
@@ -444,6 +480,26 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
         OUT("          const int rpok = rpw && fast && nn + 8 <= n1 && wo[0] %% (8 * K) == 0 && wo[1] - wo[0] == K &&"
             " wo[7] - wo[0] == 7 * K && rg < rpg;\n");
     }
+    if (rp) {
+        /* the copy's group: the decode's rows CG_RP_ROWS at a time, each 8
+         * B rows read once for all of them (K from rpk1 on, plus the passes'
+         * sums; rpk1 = 0: all of K) */
+        OUT("          if (rpok && qready) {\n");
+        OUT("            for (int64_t mm = m0; mm < m1; mm += %d) {\n", CG_RP_ROWS);
+        OUT("              const int64_t rr = m1 - mm < %d ? m1 - mm : %d;\n", CG_RP_ROWS, CG_RP_ROWS);
+        emit_rp_rows("mm", "rpk1", s, len, cap);
+        OUT("              float r8[%d];\n              ", 8 * CG_RP_ROWS);
+        emit_rp_call(t, sc, "rpw + (rpk1 / 32 * rpg + rg * (qch - rpk1 / 32)) * RPB, qch - rpk1 / 32, r8", s, len, cap);
+        OUT("              for (int i = 0; i < rr; i++) {\n");
+        if (c->mdim >= 0) OUT("                const int64_t i%d = mm + i;\n", c->mdim);
+        OUT("                for (int j = 0; j < 8; j++) {\n");
+        OUT("                  const int64_t i%d = nn + j;\n", c->ndim);
+        OUT("                  float v = r8[8 * i + j];\n");
+        OUT("                  if (rpacc) v += rpacc[(mm + i) * rpw8 + nn - n0 + j];\n");
+        OUT("                  out[");
+        out_sym(p, k->store_off, s, len, cap);
+        OUT("] = v;\n                }\n              }\n            }\n            continue;\n          }\n");
+    }
     OUT("          for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     OUT("            const float *ar[%d];\n", mr);
     OUT("            for (int i = 0; i < %d; i++) {\n", mr);
@@ -461,21 +517,7 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
         OUT("              for (int i = 0; i < %d; i++) { const int64_t mi = mm + i < m1 ? mm + i : m1 - 1;\n", mr);
         OUT("                qr[i] = qa + mi * K; sr[i] = qs + mi * qch; lr[i] = ql8 + mi * qch; ur[i] = qsum + mi * qch;\n");
         OUT("                pr[i] = qp ? qp + mi * pst : NULL; }\n");
-        if (rp) {
-            char rn[64];
-            cg_i8_rp_tile_name(t, sc, rn, sizeof rn);
-            /* K from rpk1 on, plus the passes' sums (rpk1 = 0: all of K) */
-            OUT("              if (rpok) {\n");
-            OUT("                const int8_t *q1[1] = {qr[0] + rpk1}; const float *s1[1] = {sr[0] + rpk1 / 32};\n");
-            OUT("                const __m256i *l1[1] = {lr[0] + rpk1 / 32}; const int32_t *u1[1] = {ur[0] + rpk1 / 32};\n");
-            OUT("                %s(q1, s1, l1, u1, rpw + (rpk1 / 32 * rpg + rg * (qch - rpk1 / 32)) * %d, qch - rpk1 / 32, res);\n",
-                rn, cg_i8_rp_bytes32(t));
-            OUT("                if (rpacc) for (int j = 0; j < 8; j++) res[j] += rpacc[(mm < m1 ? mm : m1 - 1) * rpw8 + nn - n0 + j];\n");
-            OUT("              } else ");
-        } else {
-            OUT("              ");
-        }
-        OUT("%s(qr, sr, lr, ur, pr, wr, qch, res);\n            }\n", tn);
+        OUT("              %s(qr, sr, lr, ur, pr, wr, qch, res);\n            }\n", tn);
     } else {
         OUT("            if (fast) kct_%s_%dx%d_p%d(ar, wr, K / 32, K %% 32, res);\n", dtype_table[t].name, mr, nr, sc->pf);
     }

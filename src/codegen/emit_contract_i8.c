@@ -529,49 +529,75 @@ int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : t == KIL
  * sub-block's dot products times the rows' 6-bit scales summed as int32
  * over the block, and the minimum term as the rows' mins times A's
  * sub-block sums; then d x A's scale and dmin x A's scale into f32. A is
- * quantised per 256 (cg_i8_group): one scale per block, sa[c]. */
+ * quantised per 256 (cg_i8_group): one scale per block, sa[c].
+ * mr rows of A (1-4) share each step's load and nibble masks; a row's
+ * integer sums are exact whatever their order (one or two dpbusd chains
+ * per sub-block), and its two f32 steps per block are the same
+ * instructions in the same order for every mr, so row i's result is bit
+ * for bit the 1-row tile's. */
 static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
+    const int mr = sc->mr, two = mr <= 2; /* two dpbusd chains per sub-block and row (latency) when few rows */
     emit_rp_signature(name, s, len, cap);
     OUT("  (void)l8;\n");
     OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
-    OUT("  __m256 c0 = _mm256_setzero_ps();\n");
+    for (int i = 0; i < mr; i++) OUT("  __m256 c%d = _mm256_setzero_ps();\n", i);
     OUT("  for (int64_t c = 0; c < nch; c += 8, g += 1184) {\n");
-    OUT("    const int8_t *x = qa[0] + 32 * c; const int32_t *z = qsum[0] + c;\n");
     int ahead = 1184 * ((sc->pf + 7) / 8);
     if (sc->pf > 0) emit_rp_prefetch3(ahead, s, len, cap);
-    /* the minimum term: sum over sub-blocks j of min[j][r] * sum(A's sub-block j) */
-    OUT("    __m256i ms = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + 96))),"
-        " _mm256_set1_epi32(z[0]));\n");
-    for (int j = 1; j < 8; j++)
-        OUT("    ms = _mm256_add_epi32(ms, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d))),"
-            " _mm256_set1_epi32(z[%d])));\n", 96 + 8 * j, j);
-    OUT("    __m256i is = _mm256_setzero_si256();\n");
+    for (int i = 0; i < mr; i++) {
+        OUT("    const int8_t *x%d = qa[%d] + 32 * c; const int32_t *z%d = qsum[%d] + c;\n", i, i, i, i);
+        /* the minimum term: sum over sub-blocks j of min[j][r] * sum(A's sub-block j) */
+        OUT("    __m256i ms%d = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + 96))),"
+            " _mm256_set1_epi32(z%d[0]));\n", i, i);
+        for (int j = 1; j < 8; j++)
+            OUT("    ms%d = _mm256_add_epi32(ms%d, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d))),"
+                " _mm256_set1_epi32(z%d[%d])));\n", i, i, 96 + 8 * j, i, j);
+        OUT("    __m256i is%d = _mm256_setzero_si256();\n", i);
+    }
     for (int p = 0; p < 4; p++) {
         const int q0 = 160 + 256 * p;
-        OUT("    { __m256i pl = _mm256_setzero_si256(), ql = pl, ph = pl, qh = pl;\n");
+        OUT("    {\n");
+        for (int i = 0; i < mr; i++) {
+            OUT("      __m256i pl%d = _mm256_setzero_si256(), ph%d = pl%d;\n", i, i, i);
+            if (two) OUT("      __m256i ql%d = pl%d, qh%d = pl%d;\n", i, i, i, i);
+        }
         if (sc->pf > 0)
             for (int l = 0; l < 4; l++) OUT("      _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead + q0 + 64 * l);
         for (int t = 0; t < 8; t++) {
             OUT("      { const __m256i y = _mm256_loadu_si256((const __m256i *)(g + %d));\n", q0 + 32 * t);
-            OUT("        %s = _mm256_dpbusd_epi32(%s, _mm256_and_si256(y, m4), _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d)));\n",
-                t % 2 ? "ql" : "pl", t % 2 ? "ql" : "pl", 64 * p + 4 * t);
-            OUT("        %s = _mm256_dpbusd_epi32(%s, _mm256_and_si256(_mm256_srli_epi16(y, 4), m4),"
-                " _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d))); }\n", t % 2 ? "qh" : "ph", t % 2 ? "qh" : "ph",
-                64 * p + 32 + 4 * t);
+            OUT("        const __m256i lo = _mm256_and_si256(y, m4), hi = _mm256_and_si256(_mm256_srli_epi16(y, 4), m4);\n");
+            for (int i = 0; i < mr; i++) {
+                const char *cl = two && t % 2 ? "ql" : "pl", *ch = two && t % 2 ? "qh" : "ph";
+                OUT("        %s%d = _mm256_dpbusd_epi32(%s%d, lo, _mm256_broadcastd_epi32(_mm_loadu_si32(x%d + %d)));\n", cl, i,
+                    cl, i, i, 64 * p + 4 * t);
+                OUT("        %s%d = _mm256_dpbusd_epi32(%s%d, hi, _mm256_broadcastd_epi32(_mm_loadu_si32(x%d + %d)));\n", ch, i,
+                    ch, i, i, 64 * p + 32 + 4 * t);
+            }
+            OUT("      }\n");
         }
-        for (int h = 0; h < 2; h++)
-            OUT("      is = _mm256_add_epi32(is, _mm256_mullo_epi32(_mm256_add_epi32(%s, %s),"
-                " _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d)))));\n", h ? "ph" : "pl", h ? "qh" : "ql",
-                32 + 8 * (2 * p + h));
+        for (int i = 0; i < mr; i++)
+            for (int h = 0; h < 2; h++) {
+                const char *a0 = h ? "ph" : "pl", *a1 = h ? "qh" : "ql";
+                if (two)
+                    OUT("      is%d = _mm256_add_epi32(is%d, _mm256_mullo_epi32(_mm256_add_epi32(%s%d, %s%d),"
+                        " _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d)))));\n", i, i, a0, i, a1, i,
+                        32 + 8 * (2 * p + h));
+                else
+                    OUT("      is%d = _mm256_add_epi32(is%d, _mm256_mullo_epi32(%s%d,"
+                        " _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d)))));\n", i, i, a0, i,
+                        32 + 8 * (2 * p + h));
+            }
         OUT("    }\n");
     }
-    OUT("    const __m256 xs = _mm256_set1_ps(sa[0][c]);\n");
     OUT("    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)),"
         " dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));\n");
-    OUT("    c0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, xs), c0);\n");
-    OUT("    c0 = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, xs), c0);\n");
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const __m256 xs = _mm256_set1_ps(sa[%d][c]);\n", i);
+        OUT("      c%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is%d), _mm256_mul_ps(d, xs), c%d);\n", i, i, i);
+        OUT("      c%d = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms%d), _mm256_mul_ps(dm, xs), c%d); }\n", i, i, i);
+    }
     OUT("  }\n");
-    OUT("  _mm256_storeu_ps(res, c0);\n");
+    for (int i = 0; i < mr; i++) OUT("  _mm256_storeu_ps(res + %d, c%d);\n", 8 * i, i);
     OUT("}\n\n");
 }
 
@@ -584,53 +610,67 @@ static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, cha
  * lane per row; per 16-value sub-block the dot products less 32 x A's
  * 16-value sum (the zero point; from A's 4-value lane sums l8) times the
  * rows' int8 scales, summed as int32 over the block; then d x A's scale.
- * A is quantised per 256 (cg_i8_group): one scale per block, sa[c]. */
+ * A is quantised per 256 (cg_i8_group): one scale per block, sa[c].
+ * mr rows of A (1-4) share each step's weights; a row's integer sums are
+ * exact in any order and its f32 step per block is the 1-row tile's, so
+ * row i's result is bit for bit the 1-row tile's. */
 static void emit_q6k_rp_tile(const sch_contract_sched *sc, const char *name, char **s, size_t *len, size_t *cap) {
     static const char *hshift[4] = {"_mm256_slli_epi16(hb, 4)", "_mm256_slli_epi16(hb, 2)", "hb", "_mm256_srli_epi16(hb, 2)"};
+    const int mr = sc->mr;
     emit_rp_signature(name, s, len, cap);
     OUT("  (void)qsum;\n");
     OUT("  const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);\n");
-    OUT("  __m256 c0 = _mm256_setzero_ps();\n");
+    for (int i = 0; i < mr; i++) OUT("  __m256 c%d = _mm256_setzero_ps();\n", i);
     OUT("  for (int64_t c = 0; c < nch; c += 8, g += 1680) {\n");
-    OUT("    const int8_t *x = qa[0] + 32 * c; const __m256i *l = l8[0] + c;\n");
+    for (int i = 0; i < mr; i++)
+        OUT("    const int8_t *x%d = qa[%d] + 32 * c; const __m256i *l%d = l8[%d] + c; __m256i is%d = _mm256_setzero_si256();\n",
+            i, i, i, i, i);
     int ahead = 1680 * ((sc->pf + 7) / 8);
     if (sc->pf > 0) emit_rp_prefetch3(ahead, s, len, cap);
-    OUT("    __m256i is = _mm256_setzero_si256();\n");
     for (int p = 0; p < 4; p++) {
         /* quad Q = p / 2 at 144 + 768 Q: per step t its high bits and pair
          * 2Q's nibbles (64 bytes), then pair 2Q+1's nibbles per step */
         const int qb = 144 + 768 * (p / 2), k = 2 * (p % 2);
         const int q0 = p % 2 ? qb + 512 : qb + 32, qs = p % 2 ? 32 : 64, h0 = qb;
-        OUT("    { __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;\n");
+        OUT("    {\n");
+        for (int i = 0; i < mr; i++) OUT("      __m256i a0_%d = _mm256_setzero_si256(), a1_%d = a0_%d, b0_%d = a0_%d, b1_%d = a0_%d;\n",
+                                         i, i, i, i, i, i, i);
         if (sc->pf > 0)
             for (int ln = 0; ln < (p % 2 ? 4 : 8); ln++) /* the lines the pair reads first */
                 OUT("      _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead + (p % 2 ? qb + 512 : qb) + 64 * ln);
         for (int t = 0; t < 8; t++) {
             OUT("      { const __m256i y = _mm256_loadu_si256((const __m256i *)(g + %d)), hb = _mm256_loadu_si256((const __m256i *)(g + %d));\n",
                 q0 + qs * t, h0 + 64 * t);
-            OUT("        %s = _mm256_dpbusd_epi32(%s, _mm256_or_si256(_mm256_and_si256(y, m4), _mm256_and_si256(%s, m30)),"
-                " _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d)));\n", t < 4 ? "a0" : "a1", t < 4 ? "a0" : "a1", hshift[k],
-                64 * p + 4 * t);
-            OUT("        %s = _mm256_dpbusd_epi32(%s, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y, 4), m4),"
-                " _mm256_and_si256(%s, m30)), _mm256_broadcastd_epi32(_mm_loadu_si32(x + %d))); }\n", t < 4 ? "b0" : "b1",
-                t < 4 ? "b0" : "b1", hshift[k + 1], 64 * p + 32 + 4 * t);
+            OUT("        const __m256i wl = _mm256_or_si256(_mm256_and_si256(y, m4), _mm256_and_si256(%s, m30));\n", hshift[k]);
+            OUT("        const __m256i wh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y, 4), m4), _mm256_and_si256(%s, m30));\n",
+                hshift[k + 1]);
+            for (int i = 0; i < mr; i++) {
+                OUT("        %s_%d = _mm256_dpbusd_epi32(%s_%d, wl, _mm256_broadcastd_epi32(_mm_loadu_si32(x%d + %d)));\n",
+                    t < 4 ? "a0" : "a1", i, t < 4 ? "a0" : "a1", i, i, 64 * p + 4 * t);
+                OUT("        %s_%d = _mm256_dpbusd_epi32(%s_%d, wh, _mm256_broadcastd_epi32(_mm_loadu_si32(x%d + %d)));\n",
+                    t < 4 ? "b0" : "b1", i, t < 4 ? "b0" : "b1", i, i, 64 * p + 32 + 4 * t);
+            }
+            OUT("      }\n");
         }
-        for (int h = 0; h < 2; h++) {
-            /* chunk 2p + h: its two 16-value sums of A, times 32, in every lane */
-            OUT("      { __m256i u = _mm256_hadd_epi32(l[%d], l[%d]); u = _mm256_slli_epi32(_mm256_hadd_epi32(u, u), 5);\n",
-                2 * p + h, 2 * p + h);
-            OUT("        is = _mm256_add_epi32(is, _mm256_mullo_epi32(_mm256_sub_epi32(%s0, _mm256_permute2x128_si256(u, u, 0x00)),"
-                " _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d)))));\n", h ? "b" : "a", 16 + 8 * (4 * p + 2 * h));
-            OUT("        is = _mm256_add_epi32(is, _mm256_mullo_epi32(_mm256_sub_epi32(%s1, _mm256_permute2x128_si256(u, u, 0x11)),"
-                " _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d))))); }\n", h ? "b" : "a",
-                16 + 8 * (4 * p + 2 * h + 1));
-        }
+        for (int i = 0; i < mr; i++)
+            for (int h = 0; h < 2; h++) {
+                /* chunk 2p + h: its two 16-value sums of A, times 32, in every lane */
+                OUT("      { __m256i u = _mm256_hadd_epi32(l%d[%d], l%d[%d]); u = _mm256_slli_epi32(_mm256_hadd_epi32(u, u), 5);\n",
+                    i, 2 * p + h, i, 2 * p + h);
+                OUT("        is%d = _mm256_add_epi32(is%d, _mm256_mullo_epi32(_mm256_sub_epi32(%s0_%d, _mm256_permute2x128_si256(u, u, 0x00)),"
+                    " _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d)))));\n", i, i, h ? "b" : "a", i,
+                    16 + 8 * (4 * p + 2 * h));
+                OUT("        is%d = _mm256_add_epi32(is%d, _mm256_mullo_epi32(_mm256_sub_epi32(%s1_%d, _mm256_permute2x128_si256(u, u, 0x11)),"
+                    " _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(g + %d))))); }\n", i, i, h ? "b" : "a", i,
+                    16 + 8 * (4 * p + 2 * h + 1));
+            }
         OUT("    }\n");
     }
-    OUT("    c0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is),"
-        " _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)), _mm256_set1_ps(sa[0][c])), c0);\n");
+    OUT("    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));\n");
+    for (int i = 0; i < mr; i++)
+        OUT("    c%d = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is%d), _mm256_mul_ps(d, _mm256_set1_ps(sa[%d][c])), c%d);\n", i, i, i, i);
     OUT("  }\n");
-    OUT("  _mm256_storeu_ps(res, c0);\n");
+    for (int i = 0; i < mr; i++) OUT("  _mm256_storeu_ps(res + %d, c%d);\n", 8 * i, i);
     OUT("}\n\n");
 }
 

@@ -27,7 +27,10 @@ void cg_emit_i8_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_
 void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap);
 
 /* the tile for (t, sc) with sc->rp: B read from its 8-row interleaved copy
- * (sched/repack_layout.h), and its name */
+ * (sched/repack_layout.h), and its name; sc->mr (1 to CG_RP_ROWS) rows of
+ * A, each row's result bit for bit the 1-row tile's (the decode rows of a
+ * batched program share each weight group's reads) */
+#define CG_RP_ROWS 4 /* the decode bucket's M (sched/loop.h: SCH_SMALL_M) */
 void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap);
 void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap);
 /* bytes of the copy per 32 elements of K of a group of 8 rows */

@@ -83,21 +83,33 @@ static double time_forward(model *m, const int32_t *toks, int n, int pos, int re
  * prefill of n rows (a short prompt) in each form, then decode steps after
  * it in each (both forms write the same cache); long prompts and decode over
  * a long cache likewise (RT_STREAM_LONG in stream_select.c: 1024 keys) when
- * the time left pays for two prefills of AUTOTUNE_LONG rows. The faster
- * form per bucket goes to the tuning DB (kiln_program_form_record). */
+ * the time left pays for them: each form's long prefill is estimated at
+ * AUTOTUNE_LONG_GROWTH times its short one scaled by the rows (attention
+ * grows faster than the rows: gemma3-270m's 2048-row prefill took 1.9x
+ * its 256-row one times 8 on a loaded 2-core AMD EPYC), and the second
+ * form is not started when the first one's run has left too little time.
+ * The faster form per bucket goes to the tuning DB (kiln_program_form_record). */
 #define AUTOTUNE_LONG 2048
-static void measure_forms(model *m, kiln_program *p, int n, double prefill_s, double left, float *logits) {
+#define AUTOTUNE_LONG_GROWTH 2.5
+static void measure_forms(model *m, kiln_program *p, int n, double left, float *logits) {
     if (n + 4 > AUTOTUNE_LONG || !kiln_program_form_force(p, 0)) return; /* one form only */
+    double t0 = kiln_now_s();
     int32_t *toks = kiln_xmalloc(((size_t)AUTOTUNE_LONG + 1) * sizeof *toks);
     for (int i = 0; i <= AUTOTUNE_LONG; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
     int lens[2] = {n, AUTOTUNE_LONG};
     int buckets[2][2] = {{KILN_FORM_SHORT, KILN_FORM_DECODE}, {KILN_FORM_LONG, KILN_FORM_DECODE_LONG}};
+    double pre[2] = {0, 0}, dec[2] = {0, 0};
     for (int l = 0; l < 2; l++) {
         int len = lens[l];
-        /* a long prefill costs at least its rows' share of the profiled one, twice */
-        if (l == 1 && (model_n_ctx(m) < AUTOTUNE_LONG + 4 || 3.0 * prefill_s * AUTOTUNE_LONG / n > left)) break;
-        double pre[2], dec[2];
+        double scale = AUTOTUNE_LONG_GROWTH * AUTOTUNE_LONG / n, est[2] = {pre[0] * scale, pre[1] * scale};
+        if (l == 1 && (model_n_ctx(m) < AUTOTUNE_LONG + 4 || !(pre[0] > 0 && pre[1] > 0) ||
+                       est[0] + est[1] + 3 * (dec[0] + dec[1]) > left - (kiln_now_s() - t0)))
+            break;
         for (int f = 0; f < 2; f++) {
+            if (l == 1 && f == 1 && est[1] > left - (kiln_now_s() - t0)) {
+                pre[1] = dec[1] = -1; /* the first form's run took the time: no record */
+                break;
+            }
             kiln_program_form_force(p, f);
             pre[f] = time_forward(m, toks, len, 0, 1, logits);
             dec[f] = time_forward(m, toks + len, 1, len, 3, logits);
@@ -225,10 +237,8 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
     }
     /* 6: which attention form serves which bucket, measured */
     if (!all_rows) {
-        double pre_s = 0;
-        for (int32_t k = 0; k < nk; k++) pre_s += pre[k];
         phase(&o, "timing the attention forms (materialised, streaming)");
-        measure_forms(m, p, n, pre_s, o.budget_s - (kiln_now_s() - t_start), logits);
+        measure_forms(m, p, n, o.budget_s - (kiln_now_s() - t_start), logits);
     }
 done:
     model_reset(m); /* the runs' cache rows are of no use to anyone */

@@ -21,7 +21,10 @@
  *    the single-sequence decode uses: a row's sums are then made in the same
  *    order whatever the other rows (tests/py/test_serve_batch.py checks it
  *    bit for bit), while the larger-M bucket's packed forms block K and
- *    could round a row differently with the batch's size.
+ *    could round a row differently with the batch's size. The decode
+ *    schedules' int8 tiles on the repacked weights take all of a call's
+ *    rows at once (src/codegen/emit_contract.c), so a weight group is read
+ *    and unpacked once per step, not once per row, each row summed as alone.
  */
 #include <stdio.h>
 #include <stdlib.h>

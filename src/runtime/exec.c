@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kiln_compile.h"
@@ -287,6 +288,27 @@ int kiln_program_untuned(const kiln_program *p) {
     return n;
 }
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* how much slower than alone a process of this priority runs now: the wall
+ * time of 30 ms of this thread's CPU work over that CPU time. Neighbours
+ * at the same priority take their share of it; niced ones (helpers,
+ * builds under `nice`) little, though they count in the load average
+ * (a loaded 2-core AMD EPYC at load 7-8, the rest niced: gemma3-270m's
+ * recompile took 5.7 s, against 3.2 s quiet and 4x by the load) */
+static double measured_stretch(void) {
+    double w0 = kiln_now_s(), c0 = thread_cpu_s();
+    volatile uint64_t x = 1;
+    while (thread_cpu_s() - c0 < 0.03 && kiln_now_s() - w0 < 0.3)
+        for (int i = 0; i < 20000; i++) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    double cpu = thread_cpu_s() - c0, wall = kiln_now_s() - w0;
+    return cpu > 0 ? wall / cpu : 4;
+}
+
 /* the recompile of the whole program with new schedules: the bytes of the
  * unit the compiler is given (the layers' copies of a kernel once,
  * cc_dedup.c; measured once per plan) at the build's rate (cc_split.h);
@@ -296,15 +318,18 @@ static double recompile_estimate(const kiln_program *p) {
     size_t len = p->tune.unit_bytes ? p->tune.unit_bytes : p->plan.source ? strlen(p->plan.source) : 0;
     /* a machine busier than its cores stretches a compile by about the load
      * per core (a tiny program measured 0.55 s estimated against 6.4 s real
-     * at load 11.6 on 2 cores); overestimating only shortens the search. A
-     * rate this process learnt from a real compile holds the load already
-     * (gemma-3-270m at load 10.8: 16 s real, 29 s when stretched again) */
+     * at load 11.6 on 2 cores), or by less when the plan measured less
+     * (measured_stretch: niced neighbours); overestimating only shortens
+     * the search. A rate this process learnt from a real compile holds the
+     * load already (gemma-3-270m at load 10.8: 16 s real, 29 s when
+     * stretched again) */
     double load = 0, stretch = 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     FILE *f = rt_cc_rate_learnt() ? NULL : fopen("/proc/loadavg", "r");
     if (f) {
         if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
         fclose(f);
+        if (p->tune.stretch >= 1 && p->tune.stretch < stretch) stretch = p->tune.stretch;
     }
     /* at most 4x: past that no budget holds, and a short one would search nothing */
     if (stretch > 4) stretch = 4;
@@ -383,6 +408,8 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     for (size_t i = 0; i < n; i++) p->tune.plan_w[i] = weights[i] > 0 ? weights[i] : 0;
     /* gemma3-270m: 4.9 MB of C, a 0.58 MB unit, 0.2 s to find it */
     p->tune.unit_bytes = p->plan.source ? rt_cc_unit_bytes(p->plan.source) : 0;
+    p->tune.stretch = rt_cc_rate_learnt() ? 1 : measured_stretch();
+    if (p->tune.stretch < 1) p->tune.stretch = 1;
     p->tune.reserve_s = recompile_estimate(p);
     plan_skip_small(p, min_share);
     return KILN_OK;
@@ -409,10 +436,13 @@ int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups) {
     if (!p || !host_code(p) || !p->tune.plan_w || !p->tune.rank_next || !(budget_s > 0) || max_groups <= 0) return 0;
     int32_t nk = p->plan.sp.nkernels;
     int reopened = 0;
-    /* as many groups as the time pays a few candidates each */
-    int groups = (int)(budget_s / (3 * rt_tune_min_search_s()));
+    /* as many groups as the time pays a few candidates each, the final
+     * recompile kept aside (plan_share would give a reopened group nothing
+     * of a pass the reserve takes whole: the pass's runs would be wasted) */
+    double avail = budget_s - recompile_estimate(p);
+    int groups = (int)(avail / (3 * rt_tune_min_search_s()));
+    if (groups < 1) return 0;
     if (groups > max_groups) groups = max_groups;
-    if (groups < 1) groups = 1;
     uint8_t *taken = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     for (int g = 0; g < groups; g++) {
         /* the heaviest group this plan searched that has ranks left, or
@@ -522,8 +552,10 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
         s = rt_cpu_emit_and_load(p, err, sizeof err);
         p->tune.spent += kiln_now_s() - t;
         if (p->plan.opt.tune_verbose)
-            fprintf(stderr, "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s)\n",
-                    kiln_now_s() - t, est);
+            fprintf(stderr,
+                    "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s; a %zu-byte unit, "
+                    "the machine measured %.1fx slower than alone)\n",
+                    kiln_now_s() - t, est, p->tune.unit_bytes, p->tune.stretch);
         if (s != KILN_OK) graph_run_error(p->plan.g, s, "kiln: recompiling with the tuned schedules: %s", err);
     }
     free(p->tune.plan_w);

@@ -89,6 +89,7 @@ typedef struct rt_tuner {
     uint8_t *short_over;      /* per slot: passed over for a share too small to search (a later pass may) */
     double reserve_s;
     size_t unit_bytes;
+    double stretch;           /* measured at the plan: the machine's slowdown for this process (>= 1) */
     int plan_searched, plan_skipped, plan_pending;
     int plan_short;           /* groups passed over because their share could not pay for a search */
     double plan_best_speedup;

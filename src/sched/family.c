@@ -10,7 +10,10 @@
  *    accumulators (int32 sums, A's lane sums and scales in the remaining
  *    registers); B of a block format with an int8 layout (DT_INT8).
  *  - rp=1 (emit_contract_i8.c, sched/repack_layout.h): the copy interleaves 8
- *    rows of B, read by 1 x 8 tiles.
+ *    rows of B, read by tiles of 8 B rows for 1 to 4 rows of A (all of a
+ *    decode's M, taken 4 at a time: the schedule's mr stays 1, the rows a
+ *    tile takes are the M of the call, and each row's result is the 1-row
+ *    tile's bit for bit).
  *  - packed form (emit_gemm.c, emit_gemm_bf16.c): strips of 16, 32, 48 or 64
  *    lanes, mr*(nr/16) accumulators + nr/16 strip registers + a broadcast
  *    <= 32 zmm, mr <= SCH_PACKED_MAX_MR; K blocks kc a multiple of 32 (block
@@ -120,7 +123,8 @@ const sch_family sch_families[SCH_FAM_COUNT] = {
     [SCH_FAM_DOT_I8_RP] = {SCH_FAM_DOT_I8_RP, "dot-i8-rp", SCH_FORM_DOT, SCH_ARITH_I8, 1, 0, SCH_NEED_VNNI,
                            SCH_FAM_SMALL_M, CONTIG | SCH_B_WEIGHT, 1, dt_int8, dot_i8_rp_ok, sch_space_dot,
                            sch_cost_dot, NULL, 0,
-        "decode of a bound weight: the int8 1 x 8 tiles on a copy of B repacked once (8 rows interleaved)"},
+        "decode of a bound weight: int8 tiles of 8 B rows x all M <= 4 rows on a copy of B repacked once (8 rows "
+        "interleaved)"},
     [SCH_FAM_PACKED_F32] = {SCH_FAM_PACKED_F32, "packed-f32", SCH_FORM_PACKED, SCH_ARITH_F32, 0, 0, 0, SCH_FAM_LARGE_M,
                             BOTH, 0, dt_weight, packed_f32_ok, sch_space_packed, sch_cost_packed, NULL, 0,
         "B dequantised into strips of nr in {16,32,48,64} lanes, mr x nr outer-product tiles, kc K per panel,"

@@ -27,6 +27,16 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(_HERE))
 LIB_PATH = os.environ.get("KILN_LIB") or os.path.join(REPO, "build", "libkiln.so")
 
+# a test file run alone gets the environment tests/run.sh gives the suite
+# (its comments say why): poisoned outputs, no first-run search, the fixed
+# f32 default schedules (compiled results held to f32 tolerances), and a
+# tuning DB of its own, never the user's
+for _name, _value in (("KILN_POISON_RESULTS", "1"), ("KILN_TUNE", "0"), ("KILN_FIXED_DEFAULTS", "1")):
+    os.environ.setdefault(_name, _value)
+if "KILN_TUNEDB" not in os.environ:
+    import tempfile
+    os.environ["KILN_TUNEDB"] = os.path.join(tempfile.mkdtemp(prefix="kiln_tests_db_"), "tune.db")
+
 MAX_DIMS = 8
 NONE = -1
 

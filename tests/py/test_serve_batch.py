@@ -7,7 +7,8 @@ linear rope scaling through rope_freqs; qwen2: q/k/v biases), compiled and
 under the reference interpreter:
   - a slot's prefill through its view gives exactly the logits of the
     model's own cache (the view is the same program on other memory);
-  - several decode steps of 6 rows of 8 slots in the order 3, 0, 2, 7, 5, 6
+  - (with the cost model's schedules: int8 decode tiles on the repacked
+    q8_0 weights, 1 to 4 rows of A per tile) several decode steps of 6 rows of 8 slots in the order 3, 0, 2, 7, 5, 6
     (slots 1 and 4 idle, the sequences at different lengths; more than
     MODEL_BATCH_MAX_ROWS, so two program calls): each row's batched logits equal the
     logits of the same token decoded alone by the single-sequence program
@@ -34,6 +35,11 @@ import tiny_llm  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="kiln_serve_batch_")
 os.environ.setdefault("XDG_CACHE_HOME", "/tmp/kiln-test-cache-%d" % os.getuid())
+# the cost model's schedules, not tests/run.sh's fixed f32 defaults: the
+# decode contractions then take the int8 tiles on the repacked weights,
+# whose 2-4-row form the batched program runs (the check is bit for bit
+# against the single program, so the arithmetic's own error does not matter)
+os.environ["KILN_FIXED_DEFAULTS"] = "0"
 suite = kc.Suite("test_serve_batch")
 
 _vp, _cp, _i, _i32, _st = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int32, ctypes.c_int

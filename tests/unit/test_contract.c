@@ -766,11 +766,42 @@ static void test_causal_attention_bf16(void) {
     CASE_END();
 }
 
+/* a decode's rows are independent: y of 4 rows of x (the rp tiles' 4-row
+ * form, each group of B read once for the 4) equals, bit for bit, each
+ * row's y computed alone at m = 1 (the 1-row tile), so a client's text in a
+ * batched server step does not depend on the other clients */
+static void check_rows_alone(kiln_graph *g, int64_t K, int64_t N) {
+    float *x4 = rand_f32(4 * K, -1, 1), *y4 = malloc((size_t)(4 * N) * sizeof *y4), *y1 = malloc((size_t)N * sizeof *y1);
+    kiln_bind_dim(g, "m", 4);
+    kiln_bind_input(g, "x", x4, (size_t)(4 * K) * sizeof(float));
+    kiln_status st;
+    kiln_program *p = kiln_compile(g, NULL, &st);
+    int ok = p && kiln_run(p) == KILN_OK;
+    CHECK(ok, "m=4: %s", kiln_graph_error(g));
+    if (ok) kiln_read_output(g, "y", y4, (size_t)(4 * N) * sizeof *y4);
+    for (int64_t r = 0; ok && r < 4; r++) {
+        kiln_bind_dim(g, "m", 1);
+        kiln_bind_input(g, "x", x4 + r * K, (size_t)K * sizeof(float));
+        ok = kiln_run(p) == KILN_OK;
+        CHECK(ok, "m=1, row %lld: %s", (long long)r, kiln_graph_error(g));
+        if (!ok) break;
+        kiln_read_output(g, "y", y1, (size_t)N * sizeof *y1);
+        CHECK(memcmp(y1, y4 + r * N, (size_t)N * sizeof *y1) == 0, "row %lld of 4 differs from the row alone",
+              (long long)r);
+    }
+    kiln_program_free(p);
+    free(x4);
+    free(y4);
+    free(y1);
+}
+
 /* the decode tiles on B's repacked copy (rp=1, sched/repack_layout.h): q4_0,
  * q5_0, q8_0, q4_k and q6_k weights bound with kiln_bind_weight, K of 17
  * blocks (k-quants: 3), N = 37 (four
- * whole 8-row groups and a partial one read from B itself), M = 1..3, one
- * item or items of 16 rows, 1 and 2 threads, within the int8 bound.
+ * whole 8-row groups and a partial one read from B itself), M = 1..4 (the
+ * tiles of 1 to 4 rows), one item or items of 16 rows, 1 and 2 threads,
+ * within the int8 bound, and each of 4 rows bit for bit its result alone
+ * (check_rows_alone).
  * The copy is observed, not assumed: after the program has run, B's
  * memory is overwritten without a new bind (which kiln_bind_weight's
  * contract forbids), and the rows of the whole groups still give the old
@@ -810,8 +841,11 @@ static void test_int8_repack(void) {
             memcpy(wmem, wb, wbytes);
             CHECK(kiln_bind_weight(g, "w", wmem, wbytes) == KILN_OK, "%s", kiln_graph_error(g));
             char tile[32];
-            snprintf(tile, sizeof tile, "kcr_%s_1x8_p", kiln_dtype_name(t));
-            for (int64_t M = 1; M <= 3; M++) check_int8_at(g, M, K, N, wf, grp, tile);
+            for (int64_t M = 1; M <= 4; M++) {
+                snprintf(tile, sizeof tile, "kcr_%s_%lldx8_p", kiln_dtype_name(t), (long long)M);
+                check_int8_at(g, M, K, N, wf, grp, tile);
+            }
+            check_rows_alone(g, K, N);
             /* one program, three bindings of the same memory */
             float *xb = rand_f32(2 * K, -1, 1), *y1 = malloc(yn * sizeof *y1), *y2 = malloc(yn * sizeof *y2);
             float *ref = malloc(yn * sizeof *ref);
