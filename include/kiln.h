@@ -259,10 +259,13 @@ KILN_API kiln_status kiln_bind_input(kiln_graph *g, const char *name, void *data
  * either kind) drops them; to change the contents, bind it again. */
 KILN_API kiln_status kiln_bind_weight(kiln_graph *g, const char *name, const void *data, size_t bytes);
 /* The owner of weights bound with kiln_bind_weight may let kiln say when a
- * compiled program no longer reads a weight's bytes itself (every kernel
+ * compiled program no longer reads a weight's bytes as a whole (every kernel
  * reading it reads a copy it made, e.g. the 8-row interleave of a decode
- * schedule): fn(ctx, data, bytes) is then called once per binding, with the
- * binding's own data and bytes. The hook may release the memory behind
+ * schedule, or gathers the rows its indices name, as a tied embedding
+ * table): fn(ctx, data, bytes) is then called once per binding, with the
+ * binding's own data and bytes, or, when the copy gives the weight back as
+ * it is made, on consecutive parts of them, in order, that together are the
+ * binding's bytes (each page-aligned at its end but the last). The hook may release the memory behind
  * them (give the pages back) but must keep them readable with the same
  * contents: a later search, the reference interpreter or a new schedule may
  * still read them (slowly). NULL fn: never called (the default). */

@@ -93,6 +93,7 @@ static const char *gi_prelude =
  * B's 8-row interleaved copy (sched/repack_layout.h) instead of B: the
  * row's 4-byte lanes of the chunk are 32 bytes apart in its group's record,
  * gathered; q8_0's bytes are stored + 128 (flipped back to kci's int8),
+ * q5_0's fifth bits are gathered back from the record's 8 step masks,
  * q4_k's scales and minimums are unpacked in the record */
 static void emit_copy_reader(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     const int kbc = SCH_REPACK_KBLOCK / 32; /* 32-element chunks per K-block of the copy */
@@ -105,6 +106,15 @@ static void emit_copy_reader(kiln_dtype t, char **s, size_t *len, size_t *cap) {
         OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - c0)) * 272;\n");
         OUT("  *w = _mm256_xor_si256(_mm256_i32gather_epi32((const int *)(o + 16 + 4 * r), idx, 1), _mm256_set1_epi8((char)0x80));\n");
         OUT("  *ws = _mm256_set1_ps(kci_h(o + 2 * r)); *wm = 0.0f;\n}\n");
+    } else if (t == KILN_Q5_0) { /* 176-byte records: d, the fifth bits' masks, the nibble lanes */
+        OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - c0)) * 176;\n");
+        OUT("  const __m128i q = _mm_i32gather_epi32((const int *)(o + 48 + 4 * r), _mm_setr_epi32(0, 32, 64, 96), 1);\n");
+        OUT("  uint32_t qh = 0;\n");
+        OUT("  for (int st = 0; st < 8; st++) { uint32_t m; memcpy(&m, o + 16 + 4 * st, 4); qh |= (m >> (4 * r) & 15u) << (4 * st); }\n");
+        OUT("  const __m128i m4 = _mm_set1_epi8(15);\n");
+        OUT("  const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));\n");
+        OUT("  *w = _mm256_or_si256(nib, _mm256_and_si256(_mm256_movm_epi8((__mmask32)qh), _mm256_set1_epi8(16)));\n");
+        OUT("  *ws = _mm256_set1_ps(kci_h(o + 2 * r)); *wm = 0.0f;\n}\n");
     } else { /* q4_k: 1184-byte records of 256 elements (8 chunks) */
         OUT("  const int sb = (int)(c %% 8);\n");
         OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - sb - c0)) * 148;\n");
@@ -116,7 +126,7 @@ static void emit_copy_reader(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     }
 }
 
-int cg_i8_copy_source(kiln_dtype t) { return t == KILN_Q8_0 || t == KILN_Q4_K; }
+int cg_i8_copy_source(kiln_dtype t) { return t == KILN_Q8_0 || t == KILN_Q5_0 || t == KILN_Q4_K; }
 
 static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     const char *tag = gi_tag(t);

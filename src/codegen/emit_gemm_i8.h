@@ -47,7 +47,7 @@ int cg_i8_zero(kiln_dtype t);
 int cg_i8_kb(kiln_dtype t);
 const char *cg_i8_tag(kiln_dtype t);
 /* 1 when the packer kgb_<dt> reads B's rows from its 8-row interleaved copy
- * (rp=1's, sched/repack_layout.h) where the kernel has one (q8_0, q4_k):
+ * (rp=1's, sched/repack_layout.h) where the kernel has one (q8_0, q5_0, q4_k):
  * then every kernel reading such a B, prefill included, may leave B itself
  * unread, and the runtime lets the weight's pages go (cpu_run.c) */
 int cg_i8_copy_source(kiln_dtype t);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "config.h"
 #include "kiln_compile.h"
 
 struct model {
@@ -27,13 +28,14 @@ struct model {
     int nstates;
     void **states; /* cache.k.L, cache.v.L for each layer, in that order */
     size_t *state_bytes;
+    int ubatch;      /* rows per forward pass (model_forward_rows); <= 0: all at once */
     int64_t kv_rows; /* cache rows a forward pass may have written since the last model_reset */
     model_options opt; /* as loaded (model_compile_graph compiles other graphs of the model the same way) */
     char err[512];
 };
 
 model_options model_default_options(void) {
-    model_options o = {0, KILN_F32, 0, 0, 0, 0.0, 0, 0, 0};
+    model_options o = {0, KILN_F32, 0, 0, 0, 0.0, 0, 0, 0, 0};
     return o;
 }
 
@@ -98,6 +100,12 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
     m->kv_dtype = o.kv_dtype;
     m->opt = o;
     m->all_logits = o.all_logits != 0;
+    if (o.n_ubatch) m->ubatch = o.n_ubatch;
+    else {
+        kiln_env env;
+        kiln_env_read(&env);
+        m->ubatch = env.host.ubatch;
+    }
     m->g = kiln_graph_new();
     if ((s = arch_build(m->g, m->file, &m->hp, m->kv_dtype, m->all_logits, err, cap))) {
         model_free(m);
@@ -151,6 +159,20 @@ kiln_status model_forward(model *m, const int32_t *tokens, int n, int pos, float
     return model_forward_rows(m, tokens, n, pos, n - 1, logits_out);
 }
 
+/* one pass of the graph over n rows at pos (the caller checked them) */
+static kiln_status forward_pass(model *m, const int32_t *tokens, int n, int pos, int from, float *logits_out) {
+    if ((int64_t)pos + n > m->kv_rows) m->kv_rows = (int64_t)pos + n;
+    kiln_status s = kiln_bind_dim(m->g, "seq", n);
+    if (!s) s = kiln_bind_dim(m->g, "pos", pos);
+    if (!s && m->all_logits) s = kiln_bind_dim(m->g, "logits_from", from);
+    if (!s) s = kiln_bind_input(m->g, "tokens", (void *)(uintptr_t)tokens, (size_t)n * sizeof(int32_t));
+    if (!s) s = model_eval(m);
+    if (!s)
+        s = kiln_read_output(m->g, "logits", logits_out, (size_t)(n - from) * (size_t)m->hp.n_vocab * sizeof(float));
+    if (s) kiln_fail(m->err, sizeof m->err, s, "model_forward: %s", kiln_graph_error(m->g));
+    return s;
+}
+
 kiln_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos, int from, float *logits_out) {
     if (!m) return KILN_ERR_INVALID;
     m->err[0] = 0;
@@ -166,15 +188,26 @@ kiln_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos, 
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
             return kiln_fail(m->err, sizeof m->err, KILN_ERR_RANGE, "model_forward: token %d (id %d) is outside [0, %lld)",
                          i, tokens[i], (long long)m->hp.n_vocab);
-    if ((int64_t)pos + n > m->kv_rows) m->kv_rows = (int64_t)pos + n;
-    kiln_status s = kiln_bind_dim(m->g, "seq", n);
-    if (!s) s = kiln_bind_dim(m->g, "pos", pos);
-    if (!s && m->all_logits) s = kiln_bind_dim(m->g, "logits_from", from);
-    if (!s) s = kiln_bind_input(m->g, "tokens", (void *)(uintptr_t)tokens, (size_t)n * sizeof(int32_t));
-    if (!s) s = model_eval(m);
-    if (!s)
-        s = kiln_read_output(m->g, "logits", logits_out, (size_t)(n - from) * (size_t)m->hp.n_vocab * sizeof(float));
-    if (s) kiln_fail(m->err, sizeof m->err, s, "model_forward: %s", kiln_graph_error(m->g));
+    if (m->ubatch <= 0 || n <= m->ubatch) return forward_pass(m, tokens, n, pos, from, logits_out);
+    /* a long prompt in passes of ubatch rows, each at its own position
+     * against the cache the earlier ones wrote: the intermediates (an
+     * attention's scores: rows x heads x keys) are sized by the pass, not
+     * by the prompt. A pass before `from` gives its last row's logits to
+     * a scratch row; the others their rows from `from` on, in place. */
+    float *scratch = NULL;
+    kiln_status s = KILN_OK;
+    for (int start = 0; start < n && !s; start += m->ubatch) {
+        int c = n - start < m->ubatch ? n - start : m->ubatch;
+        if (start + c <= from) {
+            if (!scratch) scratch = kiln_xmalloc((size_t)m->hp.n_vocab * sizeof *scratch);
+            s = forward_pass(m, tokens + start, c, pos + start, c - 1, scratch);
+        } else {
+            int f = from > start ? from - start : 0;
+            s = forward_pass(m, tokens + start, c, pos + start, f,
+                             logits_out + (size_t)(start + f - from) * (size_t)m->hp.n_vocab);
+        }
+    }
+    free(scratch);
     return s;
 }
 

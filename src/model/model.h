@@ -40,6 +40,9 @@ typedef struct model_options {
     int exact;            /* compiled: kiln's exact evaluation (kiln_compile_options.exact) */
     int64_t n_ctx_min;    /* with n_ctx 0: at least this many rows (the default when it holds
                              them); any length shares the compiled code (a graph symbol) */
+    int n_ubatch;         /* prompt rows per forward pass (a longer prompt runs in passes of this
+                             many, as llama.cpp's ubatch): the intermediates grow with it, not
+                             with the prompt; 0 = KILN_UBATCH (default 512), < 0: all at once */
 } model_options;
 
 model_options model_default_options(void);

@@ -133,6 +133,24 @@ static const input_binding *weight_binding(const kiln_program *p, int32_t b) {
     return bind->constant ? bind : NULL;
 }
 
+/* rt_repack_x8_ex's consumed: the owner's hook on part of the weight */
+static void give_back(void *ctx, const void *part, size_t n) {
+    const kiln_graph *u = ctx;
+    u->weight_release(u->weight_release_ctx, part, n);
+}
+
+/* B released (its owner told): its pack copy, if the prefill made one
+ * first, goes too */
+static void mark_released(kiln_program *p, int32_t b) {
+    rt_cpu_state *cs = cpu_state(p);
+    cs->repacked[b].released = 1;
+    rt_repacked *pk = &cs->packed[b];
+    if (!pk->data) return;
+    rt_arena_release(&cs->rp_arena, pk->data);
+    memset(pk, 0, sizeof *pk);
+    cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
+}
+
 /* B's repacked copy for kernel k's decode schedules (rp=1), kept while B
  * stays bound to the same weight (kiln_bind_weight: the same pointer and
  * binding); dropped when B is bound as a plain input, whose contents may
@@ -150,13 +168,20 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
     memset(r, 0, sizeof *r);
     cs->bufs[p->plan.sp.nbufs + 1 + b] = NULL;
     if (!bind) return;
-    r->data = rt_repack_x8(B->dtype, bind->data, p->run.bytes[b], rn, &cs->rp_arena); /* NULL: not repackable, or no memory */
+    /* a copy that will replace B (release.c) gives B's pages back as it
+     * reads them for the last time, so B and its copy are never both whole
+     * in memory */
+    const kiln_graph *u = p->plan.user;
+    int replaces = u->weight_release && rt_copy_replaces(p, b, rt_repack_x8_whole(B->dtype, p->run.bytes[b], rn));
+    r->data = rt_repack_x8_ex(B->dtype, bind->data, p->run.bytes[b], rn, &cs->rp_arena, replaces ? give_back : NULL,
+                              (void *)u); /* NULL: not repackable, or no memory */
     r->src = bind->data;
     r->gen = bind->gen;
     r->k = rn;
     r->bytes = r->data ? rt_repack_x8_size(B->dtype, p->run.bytes[b], rn) : 0;
     r->checked = -1;
     cs->bufs[p->plan.sp.nbufs + 1 + b] = r->data;
+    if (r->data && replaces) mark_released(p, b);
 }
 
 /* when B's copy replaces B for every kernel (release.c), the weight's owner
@@ -177,13 +202,7 @@ static void release_if_replaced(kiln_program *p, int32_t b) {
         r->checked_budget = p->tune.budget;
         return;
     }
-    r->released = 1;
-    rt_repacked *pk = &cs->packed[b]; /* the prefill's pack copy, if it came first, goes too */
-    if (pk->data) {
-        rt_arena_release(&cs->rp_arena, pk->data);
-        memset(pk, 0, sizeof *pk);
-        cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
-    }
+    mark_released(p, b);
     u->weight_release(u->weight_release_ctx, bind->data, bind->bytes);
 }
 

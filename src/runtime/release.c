@@ -10,11 +10,16 @@
  *     epilogue, a stage);
  *   - its decode schedule reads the copy (family dot-i8-rp) and its prefill
  *     schedule is a packed or AMX int8 one (sched/family.h), whose packer reads the
- *     copy where there is one (cg_i8_copy_source: q8_0, q4_k);
- *   - neither bucket still waits for a search (whose candidates may read B);
- * and the copy holds every row of B (whole groups of 8). Generic kernels
- * (an embedding's gather, a tied output read as a table) read B itself, so
- * such a weight is never released.
+ *     copy where there is one (cg_i8_copy_source: q8_0, q5_0, q4_k), unless its M
+ *     is a constant of at most SCH_SMALL_M (an output head computing only the
+ *     last row's logits), so that the prefill schedule never runs;
+ *   - no bucket that runs still waits for a search (whose candidates may read B);
+ * and the copy holds every row of B (whole groups of 8). Other kernels may
+ * read B only as a gather's table (an embedding tied to the output head):
+ * every load of B sits in the body of a LET (sched/loop.c's GATHER) and
+ * its index uses that LET's variable, so a pass reads the rows its token
+ * ids name, a few pages, and the rest of B's pages stay out of memory.
+ * Any other generic read of B (a dense one) keeps B.
  *
  * Invariant: this only says the program's own code no longer reads B; the
  * owner's hook (kiln_graph_on_weight_release) must keep B readable, since a
@@ -43,8 +48,34 @@ static int kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b) {
     return 0;
 }
 
+/* every load of buf in tree id is a gather's: inside the body of a LET
+ * whose variable (the innermost one, var) its index uses */
+static int gathered_only(const sch_program *p, int32_t id, int32_t buf, sym_id var, int in_let) {
+    if (id < 0) return 1;
+    const lx *x = &p->lx[id];
+    if (x->kind == LX_LOAD && x->buf == buf) return in_let && sym_uses_var(p->g->syms, x->s, var);
+    if (x->kind == LX_LET) return gathered_only(p, x->a, buf, var, in_let) && gathered_only(p, x->b, buf, x->s, 1);
+    return gathered_only(p, x->a, buf, var, in_let) && gathered_only(p, x->b, buf, var, in_let);
+}
+
+/* a generic kernel that reads B only as a gather's table */
+static int gathers_only(const sch_program *p, const sch_kernel *K, int32_t b) {
+    if (K->contract || K->src_buf == b || !gathered_only(p, K->expr, b, 0, 0)) return 0;
+    for (int32_t i = 0; i < K->nstages; i++)
+        if (!gathered_only(p, K->stages[i].expr, b, 0, 0)) return 0;
+    return 1;
+}
+
+/* whether the contraction's larger-M bucket can run: not when its M is a
+ * constant of at most SCH_SMALL_M (an output head's one row of logits) */
+static int big_runs(const sch_program *p, const sch_kernel *K) {
+    int64_t m;
+    if (K->contract->mdim < 0) return 0; /* M = 1 */
+    return !(sym_is_const(p->g->syms, K->dim[K->contract->mdim], &m) && m <= SCH_SMALL_M);
+}
+
 /* the kernel reads B only as a contraction's weight, through the copy in
- * both buckets */
+ * every bucket that runs */
 static int reads_copy_only(const sch_program *p, const sch_kernel *K, int32_t b, cg_isa isa) {
     const sch_contract *c = K->contract;
     if (K->kind != SCH_K_REDUCE || !c || c->b_buf != b || c->a_buf == b || !cg_contract_emittable(p, K, isa)) return 0;
@@ -53,7 +84,7 @@ static int reads_copy_only(const sch_program *p, const sch_kernel *K, int32_t b,
     kiln_dtype t = p->bufs[b].dtype;
     const sch_contract_sched *big = &c->sched[1];
     int packs_copy = cg_i8_copy_source(t) && (sch_family_is(big, SCH_FAM_PACKED_I8, t) || sch_family_is(big, SCH_FAM_AMX_I8, t));
-    return sch_family_is(&c->sched[0], SCH_FAM_DOT_I8_RP, t) && packs_copy;
+    return sch_family_is(&c->sched[0], SCH_FAM_DOT_I8_RP, t) && (packs_copy || !big_runs(p, K));
 }
 
 /* a search still to come for kernel k's bucket (exec.c's rule at a launch) */
@@ -68,8 +99,9 @@ int rt_copy_replaces(const kiln_program *prog, int32_t b, int copy_whole) {
     int readers = 0;
     for (int32_t k = 0; k < p->nkernels; k++) {
         const sch_kernel *K = &p->kernels[k];
-        if (!kernel_reads(p, K, b)) continue;
-        if (!reads_copy_only(p, K, b, prog->plan.isa) || pending(prog, k, 0) || pending(prog, k, 1)) return 0;
+        if (!kernel_reads(p, K, b) || gathers_only(p, K, b)) continue;
+        if (!reads_copy_only(p, K, b, prog->plan.isa) || pending(prog, k, 0) || (big_runs(p, K) && pending(prog, k, 1)))
+            return 0;
         readers++;
     }
     return readers > 0;

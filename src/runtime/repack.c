@@ -115,6 +115,25 @@ static void record_q8_0(const uint8_t *const *blk, uint8_t *o) {
 }
 
 void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a) {
+    return rt_repack_x8_ex(t, src, bytes, k, a, NULL, NULL);
+}
+
+/* the source's first `upto` bytes are read for the last time: tell the
+ * caller about [*told, upto), its end rounded down to a 4 KiB-aligned
+ * address unless it is the end, and at most every 2 MiB */
+static void tell_consumed(const uint8_t *in, size_t *told, size_t upto, size_t bytes, rt_consumed_fn consumed,
+                          void *ctx) {
+    size_t end = upto;
+    if (end < bytes) {
+        end = (size_t)(((uintptr_t)(in + end) & ~(uintptr_t)4095) - (uintptr_t)in);
+        if (end < *told + ((size_t)2 << 20)) return;
+    }
+    if (end > *told) consumed(ctx, in + *told, end - *told);
+    *told = end;
+}
+
+void *rt_repack_x8_ex(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a, rt_consumed_fn consumed,
+                      void *ctx) {
     size_t size = rt_repack_x8_size(t, bytes, k);
     if (size == 0 || !src) return NULL;
     void *out = rt_arena_alloc(a, size);
@@ -126,8 +145,9 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_ar
     const uint8_t *in = src;
     uint8_t *o = (uint8_t *)out + SCH_REPACK_HEADER;
     const int64_t per = SCH_REPACK_KBLOCK / block_elems(t); /* blocks of the format per K-block */
+    size_t told = 0;
     for (int64_t c0 = 0; c0 < nch; c0 += per)
-        for (int64_t g = 0; g < groups; g++)
+        for (int64_t g = 0; g < groups; g++) {
             for (int64_t c = c0; c < nch && c < c0 + per; c++, o += rec) {
                 const uint8_t *blk[8];
                 for (int r = 0; r < 8; r++) blk[r] = in + (g * 8 + r) * row + c * bb;
@@ -136,6 +156,10 @@ void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_ar
                 else if (t == KILN_Q8_0) record_q8_0(blk, o);
                 else record_q4_q5(blk, o, t == KILN_Q5_0);
             }
+            /* the last K-block's pass reads each group's rows for the last time */
+            if (consumed && c0 + per >= nch) tell_consumed(in, &told, (size_t)((g + 1) * 8 * row), bytes, consumed, ctx);
+        }
+    if (consumed) tell_consumed(in, &told, bytes, bytes, consumed, ctx);
     return out;
 }
 

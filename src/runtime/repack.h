@@ -37,6 +37,15 @@ int rt_repack_x8_whole(kiln_dtype t, size_t bytes, int64_t k);
  * when not repackable or out of memory */
 typedef struct rt_arena rt_arena;
 void *rt_repack_x8(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a);
+/* the same, telling consumed(ctx, part, n) about the source's bytes it
+ * will not read again, in order, as it goes (parts end on 4 KiB-aligned
+ * addresses but the last; together they are [src, src + bytes) when the
+ * copy is made, none when it is not): the caller may give those pages back
+ * before the copy is whole, so the weight and its copy are not resident at
+ * once (a 262,144-row output head: 170 MiB each) */
+typedef void (*rt_consumed_fn)(void *ctx, const void *part, size_t n);
+void *rt_repack_x8_ex(kiln_dtype t, const void *src, size_t bytes, int64_t k, rt_arena *a, rt_consumed_fn consumed,
+                      void *ctx);
 
 /* Memory for the copies: chunks of at least 32 MiB, 2 MiB-aligned and
  * hinted to the kernel's 2 MiB pages, cut into 64-byte-aligned pieces in

@@ -37,6 +37,7 @@
 #include "dtype.h"
 #include "quant.h"
 #include "emit_contract.h"
+#include "probe.h"
 #include "search.h"
 #include "tune.h"
 #include "tunedb.h"
@@ -156,6 +157,20 @@ static void **tune_bufs(const sch_program *sp, void *const *from) {
     return bufs;
 }
 
+/* a B of 4 or more times the last-level cache streams from memory at every
+ * run whatever a flush does: the run before leaves only its last part
+ * cached, evicted before the next run reaches it. Such a B is not flushed
+ * (gemma3-270m's 179 MB output head and its 179 MB repacked copy: the
+ * flushes cost more than the 9 ms runs they came before) */
+static int streams_from_memory(const rt_tune_job *job) {
+    static size_t half_llc; /* rt_read_sizes' cache size: half the last-level cache */
+    if (!half_llc) {
+        size_t dram;
+        rt_read_sizes(&dram, &half_llc);
+    }
+    return job->b_bytes >= 8 * half_llc;
+}
+
 static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_kernel_fn fn,
                              const sch_contract_sched *s) {
     /* the reference check just ran it: pages are mapped */
@@ -165,7 +180,7 @@ static double time_candidate(const launch_args *la, const rt_tune_job *job, rt_k
     /* anything past L1 counts: gemma3-270m's 0.9 MB layer matrices were
      * tuned warm (1 MiB was the line) and ran at 53% of the bandwidth in
      * decode, where a prefetch distance the warm runs could not see helped */
-    int cold = job->bucket == 0 && job->b_bytes >= ((size_t)64 << 10) && !job->warm;
+    int cold = job->bucket == 0 && job->b_bytes >= ((size_t)64 << 10) && !job->warm && !streams_from_memory(job);
     for (int r = 0; r < 5 && (r < 2 || spent < 0.03); r++) {
         if (cold) flush_b(la, job);
         double t0 = kiln_now_s();

@@ -9,6 +9,9 @@ vocabulary (tests/py/tiny_llm.py):
   - kiln_llm_decode: a prefill's last logits equal a prefill of one token
     less followed by one decode step; a bad id is KILN_ERR_RANGE with a
     message, and the cache is unharmed (the same logits after);
+  - a prompt longer than KILN_UBATCH runs in passes of that many rows
+    (model_forward_rows): the same last logits as one pass, compiled and
+    interpreted, and the next decode step after it agrees too;
   - kiln_llm_chat_apply renders the gemma turns; a chat generation gives
     `kiln run --chat`'s text; an unknown template name is an error;
   - the progress callback sees "load" then "ready";
@@ -182,6 +185,40 @@ def t_tokens_and_decode():
         L.kiln_llm_free(m)
 
 
+def prompt_logits(ubatch, interpreter):
+    """the last logits of PROMPT's prefill and of one decode step after it,
+    loaded with KILN_UBATCH=ubatch (read at load)"""
+    os.environ["KILN_UBATCH"] = str(ubatch)
+    try:
+        st, m, err = load(interpreter=interpreter)
+    finally:
+        os.environ.pop("KILN_UBATCH")
+    assert st == kc.OK, err
+    try:
+        b = PROMPT.encode()
+        n = L.kiln_llm_tokenize(m, b, len(b), 1, 0, None, 0)
+        buf = (_i32 * n)()
+        assert L.kiln_llm_tokenize(m, b, len(b), 1, 0, buf, n) == n and n > 6, n
+        nv = L.kiln_llm_n_vocab(m)
+        fp = ctypes.POINTER(ctypes.c_float)
+        a, c = np.zeros(nv, np.float32), np.zeros(nv, np.float32)
+        assert L.kiln_llm_decode(m, buf, n, 0, a.ctypes.data_as(fp)) == kc.OK, L.kiln_llm_error(m)
+        assert L.kiln_llm_decode(m, ids_array([int(np.argmax(a))]), 1, n, c.ctypes.data_as(fp)) == kc.OK
+        return a, c
+    finally:
+        L.kiln_llm_free(m)
+
+
+def t_ubatch():
+    for interp in (True, False):
+        whole, whole_next = prompt_logits(0, interp)
+        for ub in (2, 3):
+            a, c = prompt_logits(ub, interp)
+            what = "%s, passes of %d rows" % ("interpreter" if interp else "compiled", ub)
+            kc.assert_close(a, whole, rtol=1e-4, atol=1e-4, what=what)
+            kc.assert_close(c, whole_next, rtol=1e-4, atol=1e-4, what=what + ", the next step")
+
+
 class ChatMsg(ctypes.Structure):
     _fields_ = [("role", _cp), ("content", _cp)]
 
@@ -252,6 +289,7 @@ def t_errors():
 suite.case("example_c_matches_kiln_run", t_example_matches_cli)
 suite.case("generate_interpreter_matches_kiln_run", t_generate_interpreter)
 suite.case("tokens_decode_sampler", t_tokens_and_decode)
+suite.case("prompt_in_ubatch_passes", t_ubatch)
 suite.case("chat_template", t_chat)
 suite.case("progress_callback", t_progress)
 suite.case("errors", t_errors, isolate=True)

@@ -13,7 +13,9 @@ What is checked:
     of n_ctx tokens, the first replaced by BOS, rows n_ctx/2 .. n_ctx-2
     scored against the next token), with --exact (compiled), through the
     reference interpreter, with -b smaller than a chunk (several passes per
-    chunk), for a llama and a gemma3 (tied output, sliding window) model;
+    chunk), with KILN_UBATCH=3 (model_forward_rows splits each pass into
+    passes of 3 rows, the scored rows' logits gathered across them), for a
+    llama and a gemma3 (tied output, sliding window) model;
   - chunking on a hand-worked example: 21 tokens, -c 8 -> 2 chunks, rows
     4, 5, 6 of each scored (6 tokens), the second chunk's token 8 replaced by
     BOS (the value differs from the one without the substitution);
@@ -221,6 +223,14 @@ def t_ppl(path, extra, n_ctx=16):
     for c in range(n_chunk):
         close(j["running"][c], running[c], 1e-4, "running PPL of chunk %d" % (c + 1))
     assert j["add_bos"] is True
+
+
+def t_ppl_ubatch(path, extra):
+    ENV["KILN_UBATCH"] = "3"
+    try:
+        t_ppl(path, extra)
+    finally:
+        ENV.pop("KILN_UBATCH")
 
 
 def t_text_output():
@@ -478,6 +488,8 @@ suite.case("ppl_llama_exact", t_ppl, LLAMA, ["--exact"])
 suite.case("ppl_llama_interp", t_ppl, LLAMA, ["--interp", "--chunks", 3])
 suite.case("ppl_llama_batches", t_ppl, LLAMA, ["--exact", "-b", 5])
 suite.case("ppl_gemma3_exact", t_ppl, GEMMA, ["--exact"])
+suite.case("ppl_gemma3_ubatch", t_ppl_ubatch, GEMMA, ["--exact"])
+suite.case("ppl_llama_interp_ubatch", t_ppl_ubatch, LLAMA, ["--interp", "--chunks", 2])
 suite.case("ppl_llama_default", t_ppl, LLAMA, ["-t", 1])
 suite.case("text_output", t_text_output)
 suite.case("chunking_hand_worked", t_chunking_hand_worked)

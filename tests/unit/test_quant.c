@@ -620,6 +620,51 @@ static void test_repack_x8_kquant(kiln_dtype t) {
     CASE_END();
 }
 
+/* rt_repack_x8_ex tells the source's bytes as read for the last time: in
+ * order, contiguous, covering the whole source, every part but the last
+ * ending on a 4 KiB-aligned address, several for a source of some MiB,
+ * none for a source it does not copy; the copy is rt_repack_x8's, with K
+ * of one K-block (the parts come as the rows go) and of three */
+typedef struct parts {
+    const uint8_t *next, *end;
+    int n, bad;
+} parts;
+
+static void on_part(void *ctx, const void *part, size_t n) {
+    parts *p = ctx;
+    if (part != p->next || n == 0) p->bad = 1;
+    p->next = (const uint8_t *)part + n;
+    if (p->next != p->end && (uintptr_t)p->next % 4096 != 0) p->bad = 1;
+    p->n++;
+}
+
+static void test_repack_x8_consumed(void) {
+    CASE_BEGIN("repack_x8_tells_consumed_parts");
+    const int64_t Ks[2] = {640, 3 * SCH_REPACK_KBLOCK};
+    for (int i = 0; i < 2; i++) {
+        int64_t K = Ks[i], rows = (int64_t)(12 << 20) / (K / 32 * 34) / 8 * 8; /* about 12 MiB of q8_0 */
+        size_t bytes = (size_t)(rows * (K / 32) * 34);
+        uint8_t *src = NULL;
+        CHECK(posix_memalign((void **)&src, 4096, bytes) == 0, "alloc");
+        for (size_t j = 0; j < bytes; j++) src[j] = (uint8_t)(j * 2654435761u >> 13);
+        for (int64_t r = 0; r < rows * (K / 32); r++) memset(src + r * 34, 0x3c, 2); /* finite scales */
+        rt_arena arena = {0};
+        parts pt = {src, src + bytes, 0, 0};
+        uint8_t *a = rt_repack_x8(KILN_Q8_0, src, bytes, K, &arena);
+        uint8_t *b = rt_repack_x8_ex(KILN_Q8_0, src, bytes, K, &arena, on_part, &pt);
+        size_t size = rt_repack_x8_size(KILN_Q8_0, bytes, K);
+        CHECK(a && b && memcmp(a, b, size) == 0, "K %lld: the copy differs from rt_repack_x8's", (long long)K);
+        CHECK(!pt.bad && pt.next == src + bytes && pt.n >= 4, "K %lld: %d parts, bad %d, end %td of %zu", (long long)K,
+              pt.n, pt.bad, pt.next - src, bytes);
+        parts none = {src, src + bytes, 0, 0};
+        CHECK(rt_repack_x8_ex(KILN_Q8_0, src, bytes, K + 16, &arena, on_part, &none) == NULL && none.n == 0,
+              "a source it does not copy told %d parts", none.n);
+        rt_arena_free(&arena);
+        free(src);
+    }
+    CASE_END();
+}
+
 /* the copies' arena: pieces 64-byte aligned, disjoint and writable, cut in
  * order from 2 MiB-aligned chunks; a chunk goes with its last piece, and a
  * piece bigger than a chunk gets a chunk of its own */
@@ -693,5 +738,6 @@ int main(void) {
     test_repack_x8_kquant(KILN_Q4_K);
     test_repack_x8_kquant(KILN_Q6_K);
     test_repack_arena();
+    test_repack_x8_consumed();
     return check_exit();
 }

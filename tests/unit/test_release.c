@@ -2,8 +2,11 @@
  * for every kernel is handed back to its owner (kiln_graph_on_weight_release,
  * src/runtime/release.c), and the program then really reads only the copy:
  * decode and prefill (whose int8 packer reads the copy, emit_gemm_i8.c's
- * kcx_<dt>) give the reference's result after the test overwrites the
- * weight's own bytes. The first launch, even a prefill, makes the copy. Weights that something else reads (a gather of the same
+ * kcx_<dt>: q8_0, q5_0, q4_k) give the reference's result after the test overwrites the
+ * weight's own bytes. The first launch, even a prefill, makes the copy. A
+ * table also gathered (a tied embedding) is released too, and the program
+ * then reads only the gathered rows of it: right with every other row
+ * overwritten. Weights that something else reads whole (a sum over the
  * table), or whose format the packer cannot read from the copy (q6_k), are
  * never released. gguf_release keeps a file's bytes readable and the same.
  * K = 2560 spans two K-blocks of the copy (SCH_REPACK_KBLOCK = 2048).
@@ -78,7 +81,8 @@ static void run_close(kiln_program *p, kiln_graph *g, int64_t m, float *x, const
     free(y);
 }
 
-/* y = x w^T, w (N, K) of dtype t; tied: the same table also gathered */
+/* y = x w^T, w (N, K) of dtype t; tied 1: the same table also gathered
+ * (e: rows ids of w); 2: also summed whole (s) */
 static kiln_graph *linear_graph(kiln_dtype t, int tied) {
     kiln_graph *g = kiln_graph_new();
     char shape[32];
@@ -88,7 +92,63 @@ static kiln_graph *linear_graph(kiln_dtype t, int tied) {
     kiln_tensor w = kiln_input(g, "w", t, shape);
     kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
     if (tied) kiln_output(g, kiln_embedding(g, w, kiln_input(g, "ids", KILN_I32, "2")), "e");
+    if (tied == 2) kiln_output(g, kiln_sum(g, kiln_cast(g, w, KILN_F32), 1), "s");
     return g;
+}
+
+/* e (2 rows of K) from p's last run equals the reference's */
+static void gathered_right(kiln_graph *g, const float *ref, const char *what) {
+    float *e = calloc(2 * K, sizeof *e);
+    CHECK(kiln_read_output(g, "e", e, 2 * K * sizeof *e) == KILN_OK, "%s: %s", what, kiln_graph_error(g));
+    double worst = 0;
+    for (int i = 0; i < 2 * K; i++) worst = fmax(worst, fabs(e[i] - ref[i]));
+    CHECK(worst <= 1e-6, "%s: gathered rows differ by %g", what, worst);
+    free(e);
+}
+
+/* a tied table (gathered and contracted): released once the copy is made,
+ * and then read only at the rows the ids name */
+static void test_tied_released(void) {
+    CASE_BEGIN("release_tied_table_reads_only_gathered_rows");
+    kiln_graph *g = linear_graph(KILN_Q8_0, 1);
+    float *wf = rand_f32(N * K, -1, 1), *x1 = rand_f32(K, -1, 1), *x37 = rand_f32(37 * K, -1, 1);
+    size_t wbytes;
+    uint8_t *wb = make_weights(KILN_Q8_0, wf, N * K, &wbytes), *keep = malloc(wbytes);
+    memcpy(keep, wb, wbytes);
+    int32_t ids[2] = {3, 40};
+    kiln_bind_weight(g, "w", wb, wbytes);
+    kiln_bind_input(g, "ids", ids, sizeof ids);
+    released r = {0, NULL, 0};
+    kiln_graph_on_weight_release(g, on_release, &r);
+    float *ref1 = reference(g, 1, x1), *eref = calloc(2 * K, sizeof *eref);
+    kiln_read_output(g, "e", eref, 2 * K * sizeof *eref);
+    float *ref37 = reference(g, 37, x37);
+    kiln_compile_options o = kiln_compile_defaults();
+    o.threads = 2;
+    o.contract_sched_small = "mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1";
+    o.contract_sched_large = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
+    kiln_program *p = kiln_compile(g, &o, NULL);
+    CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+    if (p) {
+        run_close(p, g, 1, x1, ref1, "tied decode");
+        CHECK(r.calls == 1 && r.data == wb && r.bytes == wbytes, "release calls %d (data %p of %p, %zu of %zu bytes)",
+              r.calls, r.data, (void *)wb, r.bytes, wbytes);
+        /* every row but the gathered ones overwritten: the contraction reads
+         * the copy, the gather only rows 3 and 40 */
+        size_t row = wbytes / N;
+        for (int i = 0; i < N; i++)
+            if (i != ids[0] && i != ids[1]) memset(wb + (size_t)i * row, 0x3c, row);
+        run_close(p, g, 1, x1, ref1, "tied decode after the release");
+        gathered_right(g, eref, "decode");
+        run_close(p, g, 37, x37, ref37, "tied prefill after the release");
+        gathered_right(g, eref, "prefill");
+        CHECK(r.calls == 1, "released %d times", r.calls);
+    }
+    memcpy(wb, keep, wbytes);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+    free(wf), free(x1), free(x37), free(wb), free(keep), free(ref1), free(ref37), free(eref);
+    CASE_END();
 }
 
 static void test_released(kiln_dtype t) {
@@ -131,12 +191,13 @@ static void test_released(kiln_dtype t) {
     CASE_END();
 }
 
-/* a table also gathered, a q6_k weight, no hook: never released (and right) */
+/* a table also summed whole (and gathered), a q6_k weight: never released
+ * (and right) */
 static void test_kept(void) {
     CASE_BEGIN("release_kept_when_read_elsewhere");
     for (int c = 0; c < 2; c++) {
         kiln_dtype t = c == 0 ? KILN_Q8_0 : KILN_Q6_K;
-        kiln_graph *g = linear_graph(t, c == 0);
+        kiln_graph *g = linear_graph(t, c == 0 ? 2 : 0);
         float *wf = rand_f32(N * K, -1, 1), *x1 = rand_f32(K, -1, 1);
         size_t wbytes;
         void *wb = make_weights(t, wf, N * K, &wbytes);
@@ -155,7 +216,7 @@ static void test_kept(void) {
             run_close(p, g, 1, x1, ref1, c == 0 ? "tied decode" : "q6_k decode");
             run_close(p, g, 1, x1, ref1, c == 0 ? "tied decode again" : "q6_k decode again");
         }
-        CHECK(r.calls == 0, "%s: released %d times", c == 0 ? "a gathered table" : "q6_k", r.calls);
+        CHECK(r.calls == 0, "%s: released %d times", c == 0 ? "a table also summed" : "q6_k", r.calls);
         kiln_program_free(p);
         kiln_graph_free(g);
         free(wf), free(x1), free(wb), free(ref1);
@@ -205,7 +266,9 @@ int main(void) {
         return check_exit();
     }
     test_released(KILN_Q8_0);
+    test_released(KILN_Q5_0);
     test_released(KILN_Q4_K);
+    test_tied_released();
     test_kept();
     return check_exit();
 }
