@@ -299,7 +299,8 @@ static double thread_cpu_s(void) {
  * at the same priority take their share of it; niced ones (helpers,
  * builds under `nice`) little, though they count in the load average
  * (a loaded 2-core AMD EPYC at load 7-8, the rest niced: gemma3-270m's
- * recompile took 5.7 s, against 3.2 s quiet and 4x by the load) */
+ * recompile took 5.7 s, where the load would have stretched its estimate
+ * 4x) */
 static double measured_stretch(void) {
     double w0 = kiln_now_s(), c0 = thread_cpu_s();
     volatile uint64_t x = 1;
@@ -311,9 +312,12 @@ static double measured_stretch(void) {
 
 /* the recompile of the whole program with new schedules: the bytes of the
  * unit the compiler is given (the layers' copies of a kernel once,
- * cc_dedup.c; measured once per plan) at the build's rate (cc_split.h);
- * tuned forms are longer than the defaults (gemma3-270m's program grew from
- * 2.0 to 3.1 MB of C after its first search) */
+ * cc_dedup.c; measured once per plan) at the build's rate (cc_split.h),
+ * with a tenth more for the tuned forms (longer than the defaults) and a
+ * quarter second. gemma3-270m at 1dabe50, quiet 2-core AMD EPYC: a
+ * 956,525-byte unit, 5.3 s at the guessed rate; the recompiles with the
+ * winners took 5.24 and 5.27 s (the estimate with 1.5x then, 9.3 and
+ * 11.7 s, left 4-6 s of a 30 s budget unused) */
 static double recompile_estimate(const kiln_program *p) {
     size_t len = p->tune.unit_bytes ? p->tune.unit_bytes : p->plan.source ? strlen(p->plan.source) : 0;
     /* a machine busier than its cores stretches a compile by about the load
@@ -333,7 +337,7 @@ static double recompile_estimate(const kiln_program *p) {
     }
     /* at most 4x: past that no budget holds, and a short one would search nothing */
     if (stretch > 4) stretch = 4;
-    return stretch * (1.5 * rt_cc_seconds_per_byte() * (double)len + 0.25);
+    return stretch * (1.1 * rt_cc_seconds_per_byte() * (double)len + 0.25);
 }
 
 /* settle, unsearched, every kernel whose group (same key: one search
