@@ -440,12 +440,14 @@ int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups) {
     if (!p || !host_code(p) || !p->tune.plan_w || !p->tune.rank_next || !(budget_s > 0) || max_groups <= 0) return 0;
     int32_t nk = p->plan.sp.nkernels;
     int reopened = 0;
-    /* as many groups as the time pays a few candidates each, the final
-     * recompile kept aside (plan_share would give a reopened group nothing
-     * of a pass the reserve takes whole: the pass's runs would be wasted) */
+    /* as many groups as the time pays a few candidates each, at least one
+     * when it pays one search's minimum, the final recompile kept aside
+     * (plan_share would give a reopened group nothing of a pass the reserve
+     * takes whole: the pass's runs would be wasted) */
     double avail = budget_s - recompile_estimate(p);
+    if (avail < rt_tune_min_search_s()) return 0;
     int groups = (int)(avail / (3 * rt_tune_min_search_s()));
-    if (groups < 1) return 0;
+    if (groups < 1) groups = 1;
     if (groups > max_groups) groups = max_groups;
     uint8_t *taken = kiln_xcalloc((size_t)nk * 2 + 1, 1);
     for (int g = 0; g < groups; g++) {
