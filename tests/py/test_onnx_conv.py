@@ -61,6 +61,16 @@ def check_both(data, feeds, want, tol=1e-4):
         m.close()
 
 
+def compiled_kernels(data, feeds):
+    """the kernels kiln compiled for the model (its `kernels()` text), after one compiled run"""
+    m = kr.Model(data=data)
+    try:
+        m.compiled(feeds)
+        return m.kernels()
+    finally:
+        m.close()
+
+
 def np_conv(x, w, b, strides, pads, dils, group):
     """ONNX Conv by definition: every output point a dot product"""
     k = x.ndim - 2
@@ -100,12 +110,7 @@ def conv_case(xs, ws, strides, pads, dils, group):
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=strides, pads=pads, dilations=dils, group=group)
     data = model(node, [("x", x)], [("w", w), ("b", b)])
     check_both(data, {"x": x}, np_conv(x, w, b, strides, pads, dils, group))
-    m = kr.Model(data=data)
-    try:
-        m.compiled({"x": x})
-        kernels = m.kernels()
-    finally:
-        m.close()
+    kernels = compiled_kernels(data, {"x": x})
     if ws[0] // group >= 4:  # reuse: the packed operand feeds a contraction
         assert "contraction" in kernels, "no contraction in:\n" + kernels[:2000]
 
@@ -194,12 +199,7 @@ def shuffle_depthwise():
     sh = x.reshape(1, 3, 4, 9, 37).transpose(0, 2, 1, 3, 4).reshape(1, 12, 9, 37)
     want = np_maxpool3(np.maximum(np_conv(sh, w, b, [1, 1], [1, 1, 1, 1], [1, 1], 12), 0))
     check_both(data, {"x": x}, want)
-    m = kr.Model(data=data)
-    try:
-        m.compiled({"x": x})
-        kernels = m.kernels()
-    finally:
-        m.close()
+    kernels = compiled_kernels(data, {"x": x})
     assert "CONTIGUOUS" in kernels, "the shuffle is not copied:\n" + kernels[:3000]
     conv = [k for k in kernels.split("kernel ") if "SUM" in k.split("\n")[0]]
     assert conv and all("% 37)" not in k for k in conv), "the convolution reads the shuffle's view:\n" + kernels[:3000]
@@ -232,12 +232,7 @@ def lrn_maxpool():
     l = x / (1.0 + 1e-4 / 5 * sum(sq[:, i:i + 8] for i in range(5))) ** 0.75
     want = np.max(np.stack([l[:, :, i:i + 9, j:j + 11] for i in range(3) for j in range(3)]), axis=0)
     check_both(data, {"x": x}, want)
-    m = kr.Model(data=data)
-    try:
-        m.compiled({"x": x})
-        kernels = m.kernels()
-    finally:
-        m.close()
+    kernels = compiled_kernels(data, {"x": x})
     heads = [k.split("\n")[:4] for k in kernels.split("kernel ")[1:]]
     pool = [h for h in heads if "MAX)" in h[0]]
     assert pool and all("EXP2" not in " ".join(h) for h in pool), "LRN recomputed per window:\n" + kernels[:3000]
@@ -256,12 +251,7 @@ def lrn_case(size, beta, c):
     want = x / (1.5 + 3e-2 / size * sum(sq[:, i:i + c] for i in range(size))) ** beta
     data = model(node, [("x", x)])
     check_both(data, {"x": x}, want)
-    m = kr.Model(data=data)
-    try:
-        m.compiled({"x": x})
-        kernels = m.kernels()
-    finally:
-        m.close()
+    kernels = compiled_kernels(data, {"x": x})
     assert "reduce" not in kernels and "sum over" not in kernels, "LRN sums through a reduction:\n" + kernels[:3000]
 
 
@@ -336,12 +326,7 @@ def pool_case(xs, ker, strides, pads, ceil, op):
     node = helper.make_node(op, ["x"], ["y"], kernel_shape=ker, strides=strides, pads=pads, ceil_mode=ceil)
     data = model(node, [("x", x)])
     check_both(data, {"x": x}, np_pool(x, ker, strides, pads, op == "MaxPool", bool(ceil)))
-    m = kr.Model(data=data)
-    try:
-        m.compiled({"x": x})
-        kernels = m.kernels()
-    finally:
-        m.close()
+    kernels = compiled_kernels(data, {"x": x})
     heads = [k.split("\n")[0] for k in kernels.split("kernel ")[1:]]
     red = [h for h in heads if "reduce" in h]
     assert len(red) == 1 and not any(w in kernels for w in ("LOG2", "RECIP", "sum over")), \

@@ -97,6 +97,16 @@ static kiln_graph *linear_graph(kiln_dtype t, int tied) {
 }
 
 /* e (2 rows of K) from p's last run equals the reference's */
+/* g compiled with the int8 schedules whose copy replaces a weight: the
+ * repacked decode tile and the packed int8 prefill (threads 0: the default) */
+static kiln_program *compile_i8(kiln_graph *g, int threads) {
+    kiln_compile_options o = kiln_compile_defaults();
+    if (threads > 0) o.threads = threads;
+    o.contract_sched_small = "mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1";
+    o.contract_sched_large = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
+    return kiln_compile(g, &o, NULL);
+}
+
 static void gathered_right(kiln_graph *g, const float *ref, const char *what) {
     float *e = calloc(2 * K, sizeof *e);
     CHECK(kiln_read_output(g, "e", e, 2 * K * sizeof *e) == KILN_OK, "%s: %s", what, kiln_graph_error(g));
@@ -123,11 +133,7 @@ static void test_tied_released(void) {
     float *ref1 = reference(g, 1, x1), *eref = calloc(2 * K, sizeof *eref);
     kiln_read_output(g, "e", eref, 2 * K * sizeof *eref);
     float *ref37 = reference(g, 37, x37);
-    kiln_compile_options o = kiln_compile_defaults();
-    o.threads = 2;
-    o.contract_sched_small = "mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1";
-    o.contract_sched_large = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
-    kiln_program *p = kiln_compile(g, &o, NULL);
+    kiln_program *p = compile_i8(g, 2);
     CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
     if (p) {
         run_close(p, g, 1, x1, ref1, "tied decode");
@@ -164,11 +170,7 @@ static void test_released(kiln_dtype t) {
     released r = {0, NULL, 0};
     kiln_graph_on_weight_release(g, on_release, &r);
     float *ref1 = reference(g, 1, x1), *ref37 = reference(g, 37, x37);
-    kiln_compile_options o = kiln_compile_defaults();
-    o.threads = 2;
-    o.contract_sched_small = "mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1";
-    o.contract_sched_large = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
-    kiln_program *p = kiln_compile(g, &o, NULL);
+    kiln_program *p = compile_i8(g, 2);
     CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
     if (p) {
         /* the first launch, a prefill, makes the decode copy and packs from it */
@@ -207,10 +209,7 @@ static void test_kept(void) {
         released r = {0, NULL, 0};
         kiln_graph_on_weight_release(g, on_release, &r);
         float *ref1 = reference(g, 1, x1);
-        kiln_compile_options o = kiln_compile_defaults();
-        o.contract_sched_small = "mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1";
-        o.contract_sched_large = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
-        kiln_program *p = kiln_compile(g, &o, NULL);
+        kiln_program *p = compile_i8(g, 0);
         CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
         if (p) {
             run_close(p, g, 1, x1, ref1, c == 0 ? "tied decode" : "q6_k decode");
