@@ -85,8 +85,9 @@ static double time_forward(model *m, const int32_t *toks, int n, int pos, int re
  * a long cache likewise (RT_STREAM_LONG in stream_select.c: 1024 keys) when
  * the time left pays for them: each form's long prefill is estimated at
  * AUTOTUNE_LONG_GROWTH times its short one scaled by the rows (attention
- * grows faster than the rows: gemma3-270m's 2048-row prefill took 1.9x
- * its 256-row one times 8 on a loaded 2-core AMD EPYC), and the second
+ * grows faster than the rows: on a loaded 2-core AMD EPYC, gemma3-270m's
+ * step took 21 s where its 256-row prefills scaled by 8 came to about 11),
+ * and the second
  * form is not started when the first one's run has left too little time.
  * The faster form per bucket goes to the tuning DB (kiln_program_form_record). */
 #define AUTOTUNE_LONG 2048

@@ -237,11 +237,10 @@ static void trim_cache(const char *dir, const char *sopath) {
 
 /* wall seconds a program's build takes per byte of the unit the compiler is
  * given (the deduplicated text, cc_dedup.c; split as cpu_compile builds
- * it): first a guess measured on a 2-core AMD EPYC Zen 4 at -O2, quiet
- * (CC_RATE_GUESS), then learnt from this process's real compiles of
- * programs (a cache hit teaches nothing) */
-/* gemma3-270m's 0.58 MB unit (4.9 MB of C): 6.1 s of one core at -O2,
- * about 3.2 s on 2 cores in parts */
+ * it): first a guess from a 2-core AMD EPYC Zen 4 at -O2 (gemma3-270m's
+ * 0.58 MB unit of 4.9 MB of C: 6.1 s of one core's time, so about half of
+ * that on the 2 cores its parts use), then learnt from this process's real
+ * compiles of programs (a cache hit teaches nothing) */
 #define CC_RATE_GUESS 5.5e-6
 static double cc_rate = CC_RATE_GUESS;
 static int cc_rate_learnt; /* a real compile of this process set cc_rate */
