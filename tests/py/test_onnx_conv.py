@@ -16,6 +16,8 @@ compiled code) against numpy:
     max pool (the shuffle copied once; reductions vectorised across output
     points), Relu and a max pool over NaN and inf, LRN read by a max pool
     (computed once, not per window cell);
+  - a fire module (1x1 and 3x3 convolutions, bias + Relu, a concatenation,
+    a max pool): the elementwise kernels' row and column loops coalesced;
   - LRN of odd and even sizes, beta in quarters and not: no reduction;
   - padded max and average pools (1-3-D, strides, asymmetric pads, ceil
     mode): one reduction reading a load-time table of the window cells;
@@ -205,6 +207,43 @@ def shuffle_depthwise():
     assert conv and all("% 37)" not in k for k in conv), "the convolution reads the shuffle's view:\n" + kernels[:3000]
 
 
+def fire_concat():
+    """SqueezeNet's fire module: a 1x1 convolution with bias and Relu, then
+    a 1x1 and a padded 3x3 one (bias, Relu each), concatenated along the
+    channels and max-pooled. The bias + Relu kernels and the concatenation's
+    copy read and write every index as row*13 + column, so their row and
+    column loops are one loop of 9 x 13 = 117 (7 x 16 + 5 lanes: whole and
+    masked vector steps); the pool's window takes the rows apart and keeps
+    its loops. Both kiln paths against numpy."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((1, 4, 9, 13)).astype(np.float32)
+    ws = rng.standard_normal((8, 4, 1, 1)).astype(np.float32)
+    w1 = rng.standard_normal((6, 8, 1, 1)).astype(np.float32)
+    w3 = rng.standard_normal((5, 8, 3, 3)).astype(np.float32)
+    bs, b1, b3 = (rng.standard_normal(n).astype(np.float32) for n in (8, 6, 5))
+    nodes = [helper.make_node("Conv", ["x", "ws", "bs"], ["s"]), helper.make_node("Relu", ["s"], ["sr"]),
+             helper.make_node("Conv", ["sr", "w1", "b1"], ["e1"]), helper.make_node("Relu", ["e1"], ["r1"]),
+             helper.make_node("Conv", ["sr", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["e3"], ["r3"]),
+             helper.make_node("Concat", ["r1", "r3"], ["c"], axis=1),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    data = graph_model(nodes, [("x", x)], [("ws", ws), ("bs", bs), ("w1", w1), ("b1", b1), ("w3", w3), ("b3", b3)])
+    relu = lambda a: np.maximum(a, 0)  # noqa: E731
+    sr = relu(np_conv(x, ws, bs, [1, 1], [0] * 4, [1, 1], 1))
+    c = np.concatenate([relu(np_conv(sr, w1, b1, [1, 1], [0] * 4, [1, 1], 1)),
+                        relu(np_conv(sr, w3, b3, [1, 1], [1] * 4, [1, 1], 1))], axis=1)
+    check_both(data, {"x": x}, np_maxpool3(c))
+    kernels = compiled_kernels(data, {"x": x})
+    bodies = kernels.split("kernel ")[1:]
+    relus = [k for k in bodies if "for r in [0, 2)" in k]
+    assert len(relus) == 3, "three bias + Relu kernels expected:\n" + kernels[:4000]
+    for k in relus + [k for k in bodies if k.startswith(tuple("0123456789")) and "map (node" in k.split("\n")[0]
+                      and "pack" not in k.split("\n")[0]]:
+        assert "in [0, 117)" in k and "in [0, 13)" not in k, "rows and columns not one loop:\n" + k
+    pools = [k for k in bodies if "for r in [0, 9)" in k]
+    assert pools and all("in [0, 13)" in k for k in pools), "the pool's loops merged:\n" + kernels[:4000]
+
+
 def relu_nan():
     """Relu (a MAX over x and 0, which the vector path takes across output
     points: 21 = 16 + 5 lanes) over NaN, inf and ordinary values: NaN stays
@@ -383,6 +422,7 @@ for eq, shapes in EINSUMS:
     suite.case("onnx einsum %s" % eq, einsum_case, eq, shapes, isolate=True)
 suite.case("onnx channel shuffle -> depthwise conv -> relu -> max pool", shuffle_depthwise, isolate=True)
 suite.case("onnx LRN -> max pool: LRN computed once", lrn_maxpool, isolate=True)
+suite.case("onnx fire module: bias + Relu and concat rows coalesced", fire_concat, isolate=True)
 suite.case("onnx relu over NaN and inf", relu_nan, isolate=True)
 suite.case("onnx max pool stride 1 over NaN and inf", maxpool_nan, isolate=True)
 for spec in POOLS:
