@@ -18,6 +18,7 @@ compiled code) against numpy:
     (computed once, not per window cell);
   - a fire module (1x1 and 3x3 convolutions, bias + Relu, a concatenation,
     a max pool): the elementwise kernels' row and column loops coalesced;
+  - a strided convolution's pack (stride 2 and 3) on the vector path;
   - LRN of odd and even sizes, beta in quarters and not: no reduction;
   - padded max and average pools (1-3-D, strides, asymmetric pads, ceil
     mode): one reduction reading a load-time table of the window cells;
@@ -244,6 +245,37 @@ def fire_concat():
     assert pools and all("in [0, 13)" in k for k in pools), "the pool's loops merged:\n" + kernels[:4000]
 
 
+def strided_pack(stride, ks):
+    """A strided, padded convolution with many output channels (a network's
+    first layer): its operand is packed by a MAP kernel whose loads step by
+    the stride along the output columns. That kernel takes the vector path
+    (kld2_* for stride 2: two masked loads and a permute; a gather for
+    longer strides; the padding guards as lane masks), the row's last lanes
+    masked (23 and 15 output columns). Both kiln paths against numpy; the
+    pack's generated C (kiln explain --source) read for its vector loads."""
+    rng = np.random.default_rng(16 + stride)
+    x = rng.standard_normal((1, 3, 19, 45)).astype(np.float32)
+    w = rng.standard_normal((16, 3, ks, ks)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    p = ks // 2
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[stride, stride], pads=[p, p, p, p])
+    data = model(node, [("x", x)], [("w", w), ("b", b)])
+    check_both(data, {"x": x}, np_conv(x, w, b, [stride, stride], [p] * 4, [1, 1], 1))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        run = lambda *a: subprocess.run([KILN_BIN, "explain", "-m", path, "-t", "1"] + list(a),  # noqa: E731
+                                        capture_output=True, text=True, timeout=120)
+        listing, source = run("--kernels"), run("--source")
+    assert listing.returncode == 0 and source.returncode == 0, listing.stderr + source.stderr
+    packs = re.findall(r"^kernel (\d+): map pack", listing.stdout, re.M)
+    assert len(packs) == 1, "one pack expected:\n" + listing.stdout[:3000]
+    body = source.stdout.split("int kiln_k%s(" % packs[0])[1].split("\n}\n")[0]
+    want = "kld2_" if stride == 2 else "gather_ps"
+    assert want in body and "kvm" in body, "the pack is not on the vector path:\n" + body[:3000]
+
+
 def relu_nan():
     """Relu (a MAX over x and 0, which the vector path takes across output
     points: 21 = 16 + 5 lanes) over NaN, inf and ordinary values: NaN stays
@@ -423,6 +455,8 @@ for eq, shapes in EINSUMS:
 suite.case("onnx channel shuffle -> depthwise conv -> relu -> max pool", shuffle_depthwise, isolate=True)
 suite.case("onnx LRN -> max pool: LRN computed once", lrn_maxpool, isolate=True)
 suite.case("onnx fire module: bias + Relu and concat rows coalesced", fire_concat, isolate=True)
+suite.case("onnx strided pack, stride 2: vector loads", strided_pack, 2, 3, isolate=True)
+suite.case("onnx strided pack, stride 3: gathers", strided_pack, 3, 5, isolate=True)
 suite.case("onnx relu over NaN and inf", relu_nan, isolate=True)
 suite.case("onnx max pool stride 1 over NaN and inf", maxpool_nan, isolate=True)
 for spec in POOLS:
