@@ -1587,7 +1587,10 @@ static double first_run_budget(void) {
  * KILN_TUNE=0, skips); 0, or 1 after printing an error */
 static int first_run_search(const char *cmd, model *m, int no_tune) {
     double budget = first_run_budget();
-    if (no_tune || budget <= 0 || !model_is_compiled(m) || !model_needs_search(m)) return 0;
+    if (no_tune || budget <= 0 || !model_is_compiled(m) || !model_needs_search(m)) {
+        if (model_is_compiled(m)) model_compile_forms(m);
+        return 0;
+    }
     fprintf(stderr,
             "kiln %s: this model has no tuned schedules for this machine and thread count: searching for up to "
             "%.0f s first (--no-tune skips it; 'kiln tune' searches longer)\n",

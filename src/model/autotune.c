@@ -319,6 +319,12 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
     return s;
 }
 
+void model_compile_forms(model *m) {
+    kiln_program *p = model_program(m);
+    /* forcing the streaming form compiles it (kiln_program_form_force) */
+    if (p && kiln_program_form_force(p, 1)) kiln_program_form_force(p, -1);
+}
+
 int model_needs_search(model *m) {
     kiln_program *p = model_program(m);
     if (!p) return 0;
