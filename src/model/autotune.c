@@ -41,10 +41,13 @@
 #include "base.h"
 #include "kiln_compile.h"
 
-/* later passes (step 4b): at most this many, each worth at least a few
- * candidates' compile, check and timing, over the heaviest groups */
+/* later passes (step 4b): at most this many, over the heaviest groups, each
+ * started when the time left after its runs pays one group's minimum search
+ * (kiln_program_search_more decides): a budget too short for any group's
+ * fair share then still searches the heaviest one (a 4 s first-run search
+ * of a tiny model under load passed every group over, measured nothing,
+ * recorded nothing, and the next run searched again) */
 #define AUTOTUNE_MAX_PASSES 3
-#define AUTOTUNE_MIN_PASS_S 3.0
 #define AUTOTUNE_PASS_GROUPS 4
 
 model_tune_options model_tune_defaults(void) {
@@ -252,7 +255,7 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
     for (int32_t k = 0; k < nk; k++) runs_s += pre[k] + dec[k] / 2;
     for (int pass = 0; pass < AUTOTUNE_MAX_PASSES; pass++) {
         double more = o.budget_s - (kiln_now_s() - t_start) - runs_s - forms_s;
-        if (more < AUTOTUNE_MIN_PASS_S || kiln_program_search_more(p, more, AUTOTUNE_PASS_GROUPS) == 0) break;
+        if (!(more > 0) || kiln_program_search_more(p, more, AUTOTUNE_PASS_GROUPS) == 0) break;
         phase(&o, "searching again with the time left (the heaviest kernels, their next candidates)");
         if (model_forward(m, toks, 1, n, logits) || model_forward_rows(m, toks, n, 0, from, logits)) {
             s = fail(m, err, cap, "searching again");
