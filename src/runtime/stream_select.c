@@ -64,6 +64,7 @@ kiln_program *rt_stream_alt(kiln_program *p) {
     if (p->alt_pending) {
         p->alt_pending = 0;
         p->alt = rt_stream_compile_alt(p->plan.user, &p->plan.opt, p->plan.be->name);
+        if (p->alt) rt_cpu_share_copies(p, p->alt); /* one set of weight copies for both forms */
     }
     return p->alt;
 }
