@@ -240,6 +240,11 @@ KILN_API kiln_tensor kiln_rope_rows(kiln_graph *g, kiln_tensor x, kiln_tensor po
  * pos: i32 (rows)); window as kiln_attention; result (rows, hq, d) */
 KILN_API kiln_tensor kiln_attention_rows(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor slot,
                                 kiln_tensor pos, double scale, int64_t window);
+/* the same result computed per slot (each slot's cache read in place, the
+ * rows moved to their slots and back): every slot's attention is computed,
+ * named by a row or not, so for a few slots; slots must be distinct */
+KILN_API kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor slot,
+                                 kiln_tensor pos, double scale, int64_t window);
 KILN_API kiln_tensor kiln_argmax(kiln_graph *g, kiln_tensor x, int axis);  /* i32, axis removed, first max */
 KILN_API kiln_tensor kiln_cumsum(kiln_graph *g, kiln_tensor x, int axis);
 KILN_API kiln_tensor kiln_concat(kiln_graph *g, kiln_tensor a, kiln_tensor b, int axis);

@@ -290,11 +290,11 @@ static kiln_tensor rope(bctx *b, kiln_tensor x, rows_at at, int64_t il, kiln_ten
 }
 
 /* form: 0 the last row's logits, 1 the rows logits_from .. seq-1, 2 the
- * batched-decode graph (arch.h) */
+ * batched-decode graph (arch.h), 3 the same with attention per slot */
 static kiln_status build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int form,
                          char *err, size_t cap) {
     if (err && cap) err[0] = 0;
-    const int batch = form == 2, all_rows = form == 1;
+    const int batch = form >= 2, all_rows = form == 1;
     if (kv_dtype != KILN_F32 && kv_dtype != KILN_F16)
         return kiln_fail(err, cap, KILN_ERR_INVALID, "arch_build: the cache must be f32 or f16");
     bctx b = {g, f, hp, err, cap, KILN_OK};
@@ -392,7 +392,8 @@ static kiln_status build(kiln_graph *g, const gguf_file *f, const arch_hparams *
             kiln_sym v4[4] = {n_slots, n_ctx, kiln_sym_int(g, hkv), kiln_sym_int(g, dv)};
             kiln_tensor kk = as_f32(g, kiln_slice(g, kiln_reshape(g, kc, 4, k4), 1, zero, kv_len, 1));
             kiln_tensor vv = as_f32(g, kiln_slice(g, kiln_reshape(g, vc, 4, v4), 1, zero, kv_len, 1));
-            a = kiln_attention_rows(g, q, kk, vv, rowslot, at.rowpos, hp->attn_scale, window);
+            a = form == 3 ? kiln_attention_slots(g, q, kk, vv, rowslot, at.rowpos, hp->attn_scale, window)
+                          : kiln_attention_rows(g, q, kk, vv, rowslot, at.rowpos, hp->attn_scale, window);
         } else {
             kiln_tensor kk = as_f32(g, kiln_slice(g, kc, 0, zero, kv_len, 1));
             kiln_tensor vv = as_f32(g, kiln_slice(g, vc, 0, zero, kv_len, 1));
@@ -432,7 +433,7 @@ kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp
     return build(g, f, hp, kv_dtype, all_rows ? 1 : 0, err, cap);
 }
 
-kiln_status arch_build_batch(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, char *err,
-                             size_t cap) {
-    return build(g, f, hp, kv_dtype, 2, err, cap);
+kiln_status arch_build_batch(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int per_slot,
+                             char *err, size_t cap) {
+    return build(g, f, hp, kv_dtype, per_slot ? 3 : 2, err, cap);
 }

@@ -42,7 +42,8 @@
  *            0 .. rowpos[b], so the cost follows the longest sequence);
  *   output   "logits" f32 (nb, vocab), every row's.
  * Rope uses the same angle formula on the rows' positions, attention is
- * kiln_attention_rows (src/nn/attention_rows.c).
+ * kiln_attention_slots (src/nn/attention_slots.c) or kiln_attention_rows
+ * (src/nn/attention_rows.c), as the caller asks.
  */
 #ifndef KILN_ARCH_H
 #define KILN_ARCH_H
@@ -104,8 +105,10 @@ int arch_layer_is_swa(const arch_hparams *hp, int64_t il);
  * (see "output" above) instead of the last row's. */
 kiln_status arch_build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int all_rows,
                        char *err, size_t cap);
-/* build the batched-decode graph described above into the empty graph g */
-kiln_status arch_build_batch(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, char *err,
-                             size_t cap);
+/* build the batched-decode graph described above into the empty graph g;
+ * per_slot: attention by kiln_attention_slots (every slot's, the caches read
+ * in place: for a few slots) instead of kiln_attention_rows */
+kiln_status arch_build_batch(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int per_slot,
+                             char *err, size_t cap);
 
 #endif

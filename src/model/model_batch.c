@@ -8,6 +8,13 @@
  *    and slot s's single-sequence view are the same memory, so a slot's
  *    prefill (the model's own program on model_batch_kv(b, s)) and the
  *    batched steps never copy a cache.
+ *  - Up to MODEL_BATCH_MAX_ROWS slots, the graph computes attention per
+ *    slot (kiln_attention_slots: each slot's cache read in place by the
+ *    contractions, every slot's attention each call); with more, per row
+ *    (kiln_attention_rows: each row's cache gathered, a copy of its keys
+ *    and values per layer and call), since the per-slot form's
+ *    contractions over 8 slots rounded a row differently from the single
+ *    program (tests/py/test_serve_batch.py covers both forms).
  *  - The batched graph is built, bound and compiled at the first
  *    model_batch_decode (kiln run never pays for it), the way the model's
  *    own graph was (model_compile_graph: same rewrites, kernel search, tuning
@@ -92,7 +99,11 @@ const char *model_batch_error(const model_batch *b) { return b ? b->err : "no ba
 static kiln_status batch_build(model_batch *b) {
     model *m = b->m;
     kiln_graph *g = kiln_graph_new();
-    kiln_status s = arch_build_batch(g, model_gguf(m), model_hparams(m), model_opts(m)->kv_dtype, b->err, sizeof b->err);
+    /* attention per slot for a few slots (attention_slots.c: the caches read
+     * in place), per row, gathering each row's cache, for more */
+    int per_slot = b->n_slots <= MODEL_BATCH_MAX_ROWS;
+    kiln_status s = arch_build_batch(g, model_gguf(m), model_hparams(m), model_opts(m)->kv_dtype, per_slot, b->err,
+                                     sizeof b->err);
     if (!s) {
         model_bind_weights(m, g);
         s = kiln_bind_dim(g, ARCH_CTX_SYM, model_n_ctx(m));

@@ -10,7 +10,9 @@ under the reference interpreter:
   - (with the cost model's schedules: int8 decode tiles on the repacked
     q8_0 weights, 1 to 4 rows of A per tile) several decode steps of 6 rows of 8 slots in the order 3, 0, 2, 7, 5, 6
     (slots 1 and 4 idle, the sequences at different lengths; more than
-    MODEL_BATCH_MAX_ROWS, so two program calls): each row's batched logits equal the
+    MODEL_BATCH_MAX_ROWS, so two program calls; attention per row,
+    kiln_attention_rows), and of 3 rows of 4 slots in the order 2, 0, 3
+    (slot 1 idle; attention per slot, kiln_attention_slots): each row's batched logits equal the
     logits of the same token decoded alone by the single-sequence program
     on a second handle holding the same sequences (compiled: bit for bit,
     which is what makes a client's greedy text independent of the other
@@ -101,13 +103,13 @@ def models():
     return out
 
 
-def check_model(arch, path, interpreter):
+def check_model(arch, path, interpreter, ns=8, rows=(3, 0, 2, 7, 5, 6)):
     a, ref = load(path, interpreter), load(path, interpreter)
     try:
         nv = L.kiln_llm_n_vocab(a)
         rng = np.random.default_rng(5)
-        assert L.kiln_llm_slots(a, 8) == kc.OK and L.kiln_llm_slots(ref, 8) == kc.OK
-        lens = [5, 2, 9, 3, 4, 7, 1, 6]
+        assert L.kiln_llm_slots(a, ns) == kc.OK and L.kiln_llm_slots(ref, ns) == kc.OK
+        lens = [5, 2, 9, 3, 4, 7, 1, 6][:ns]
         prompts = [i32(rng.integers(0, nv, n)) for n in lens]
         last = {}
         for s, pr in enumerate(prompts):
@@ -117,8 +119,8 @@ def check_model(arch, path, interpreter):
             assert L.kiln_llm_decode(ref, ip(pr), len(pr), 0, fp(lo)) == kc.OK  # the model's own cache
             assert np.array_equal(la, lr) and np.array_equal(la, lo), "%s: slot %d prefill differs" % (arch, s)
             last[s] = la
-        rows = [3, 0, 2, 7, 5, 6]  # slots 1 and 4 idle; 6 rows: two program calls
-        pos = {s: lens[s] for s in range(8)}
+        rows = list(rows)  # slot 1 idle in both configurations below
+        pos = {s: lens[s] for s in range(ns)}
         worst = 0.0
         for step in range(6):
             toks = i32([int(np.argmax(last[s])) for s in rows])
@@ -161,9 +163,17 @@ def t_compiled():
         check_model(arch, path, interpreter=False)
 
 
+def t_compiled_slots():
+    # 4 slots: the program computes attention per slot (attention_slots.c),
+    # slot 1 idle (its attention computed and multiplied by 0)
+    for arch, path in MODELS:
+        check_model(arch, path, interpreter=False, ns=4, rows=(2, 0, 3))
+
+
 def t_interpreter():
     for arch, path in MODELS[:2]:
         check_model(arch, path, interpreter=True)
+    check_model(*MODELS[0], interpreter=True, ns=4, rows=(3, 2))
 
 
 def t_errors():
@@ -190,6 +200,7 @@ def t_errors():
 
 
 suite.case("batched_logits_compiled", t_compiled)
+suite.case("batched_logits_compiled_per_slot", t_compiled_slots)
 suite.case("batched_logits_interpreter", t_interpreter)
 suite.case("bad_rows", t_errors)
 sys.exit(suite.finish())

@@ -1,0 +1,120 @@
+/* attention_slots.c — causal attention for a batch of independent sequences,
+ * one query row each, computed per sequence slot (kiln_attention_slots):
+ * batched decoding over a few slots (kiln serve --parallel N, N <= 4).
+ *
+ * Invariants:
+ *  - Same inputs and result as kiln_attention_rows (attention_rows.c): row b
+ *    attends to keys 0 .. pos[b] of slot[b]'s cache, with the arithmetic of
+ *    kiln_attention for that row alone (scores summed over the head
+ *    dimension, the mask a comparison with the position, -big where masked,
+ *    kiln_softmax, the output a SUM over the keys).
+ *  - The caches (slots, kv_len, hkv, d) are read through views, so the
+ *    contractions read them in place. kiln_attention_rows gathers each row's
+ *    cache instead, and a gathered contraction operand gets a buffer: a copy
+ *    of every row's keys and values per layer and step.
+ *  - The rows move to the slots and back by contractions with a one-hot
+ *    (slots, rows) matrix (slots distinct, the caller checks): one term is
+ *    the value, the others exact zeros, so the values move exactly (a -0
+ *    may become +0), and what they read (rope's output, the attention's
+ *    sums) is computed in kernels of its own as for one row. A slot no row
+ *    names gets the query 0 at position 0: its output, from its own cache's
+ *    key 0, is multiplied by 0 (caches hold finite values).
+ *  - So a call costs the attention of every slot, used or not: for a few
+ *    slots. (With 8 slots, the contractions' work split over the batch
+ *    changed a row's rounding against the single program in
+ *    tests/py/test_serve_batch.py; model_batch.c uses this form up to
+ *    MODEL_BATCH_MAX_ROWS slots only.)
+ *  - Grouped-query heads share keys through views, as in attention.c.
+ */
+#include "nn_util.h"
+
+static int rows_i32(kiln_graph *g, const char *fn, kiln_tensor t, kiln_sym nb) {
+    if (!nn_ok(g, fn, t)) return 0;
+    if (nn_dtype(g, t) == KILN_I32 && kiln_ndim(g, t) == 1 && kiln_dim(g, t, 0) == nb) return 1;
+    graph_error(g, KILN_ERR_SHAPE, "%s: positions and slots must be i32 (rows), one per query row", fn);
+    return 0;
+}
+
+/* hit (ns, nb) f32: 1 where slot[b] == s, else 0 (slots distinct: at most
+ * one 1 per column and per row) */
+static kiln_tensor slot_hits(kiln_graph *g, kiln_tensor slot, kiln_sym ns) {
+    kiln_sym one = kiln_sym_int(g, 1), ss[2] = {ns, one};
+    kiln_tensor s = kiln_iota(g, KILN_I32, 2, ss, 0), rs = kiln_unsqueeze(g, slot, 0); /* (ns, 1), (1, nb) */
+    return kiln_cast(g, nn_not01(g, kiln_add(g, kiln_lt(g, s, rs), kiln_lt(g, rs, s))), KILN_F32);
+}
+
+/* x (from, c) moved to the other axis of hit: sum over i of hit[i, j] * x[i, c]
+ * (to = 0: hit is (to, from), so out[j] = x[the i with hit[j, i]]; to = 1:
+ * hit is (from, to)). Exact: one term is x's value, the rest exact zeros (a
+ * -0 may become +0). A contraction, so x is read from its own kernel's
+ * buffer, computed as it would be for one row: a GATHER here would compute
+ * x's elementwise producers (rope) or its reduction (attention's output)
+ * inside the gather's kernel, whose rounding differs from their own. */
+static kiln_tensor move_rows(kiln_graph *g, kiln_tensor hit, kiln_tensor x, int to) {
+    kiln_tensor h = to == 0 ? hit : kiln_permute(g, hit, (const int[]){1, 0}); /* (to, from) */
+    kiln_tensor prod = kiln_mul(g, kiln_unsqueeze(g, h, 2), kiln_unsqueeze(g, x, 0)); /* (to, from, c) */
+    return kiln_sum(g, prod, 1);
+}
+
+kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor slot,
+                                kiln_tensor pos, double scale, int64_t window) {
+    const char *fn = "kiln_attention_slots";
+    if (!nn_float(g, fn, q) || !nn_ok(g, fn, k) || !nn_ok(g, fn, v)) return KILN_NONE;
+    if (kiln_ndim(g, q) != 3 || kiln_ndim(g, k) != 4 || kiln_ndim(g, v) != 4) {
+        graph_error(g, KILN_ERR_SHAPE, "%s: need q (rows, hq, d), k and v (slots, kv_len, hkv, d)", fn);
+        return KILN_NONE;
+    }
+    kiln_sym nb = kiln_dim(g, q, 0), hq = kiln_dim(g, q, 1), d = kiln_dim(g, q, 2);
+    kiln_sym ns = kiln_dim(g, k, 0), kv = kiln_dim(g, k, 1), hkv = kiln_dim(g, k, 2);
+    if (kiln_dim(g, k, 3) != d || kiln_dim(g, v, 0) != ns || kiln_dim(g, v, 1) != kv || kiln_dim(g, v, 2) != hkv) {
+        char a[96], b[96], c[96];
+        graph_error(g, KILN_ERR_SHAPE, "%s: q %s, k %s, v %s do not fit together", fn, kiln_shape_str(g, q, a, sizeof a),
+                    kiln_shape_str(g, k, b, sizeof b), kiln_shape_str(g, v, c, sizeof c));
+        return KILN_NONE;
+    }
+    if (!rows_i32(g, fn, pos, nb) || !rows_i32(g, fn, slot, nb)) return KILN_NONE;
+    int64_t hqv, hkvv;
+    if (nn_const_dim(g, hq, &hqv) && nn_const_dim(g, hkv, &hkvv) && (hkvv < 1 || hqv % hkvv != 0)) {
+        graph_error(g, KILN_ERR_SHAPE, "%s: %lld query heads are not a multiple of %lld kv heads", fn, (long long)hqv,
+                    (long long)hkvv);
+        return KILN_NONE;
+    }
+    kiln_sym grp = kiln_sym_div(g, hq, hkv), one = kiln_sym_int(g, 1);
+    /* the slots' own sequences, read in place: (ns, kv, hkv, d) */
+    kiln_tensor kt = nn_as(g, k, q), vt = nn_as(g, v, q);
+    /* slot s's query and position (0 and 0 where no row names s) */
+    kiln_tensor hit = slot_hits(g, slot, ns); /* (ns, nb) */
+    kiln_sym qf[2] = {nb, kiln_sym_mul(g, hq, d)}, qt[3] = {ns, hq, d}, p2[2] = {nb, one}, p1 = ns;
+    q = kiln_reshape(g, move_rows(g, hit, kiln_reshape(g, q, 2, qf), 0), 3, qt);
+    kiln_tensor pf = kiln_reshape(g, kiln_cast(g, pos, KILN_F32), 2, p2);
+    kiln_tensor spos = kiln_cast(g, kiln_reshape(g, move_rows(g, hit, pf, 0), 1, &p1), KILN_I32);
+
+    /* q (ns, hkv, grp, 1, d) * k (ns, hkv, 1, kv, d) -> scores (ns, hkv, grp, kv) */
+    kiln_sym qs[5] = {ns, hkv, grp, one, d};
+    kiln_tensor q5 = kiln_reshape(g, q, 5, qs);
+    static const int kperm[4] = {0, 2, 1, 3};
+    kiln_tensor k5 = kiln_unsqueeze(g, kiln_permute(g, kt, kperm), 2);
+    kiln_tensor scores = nn_scale(g, kiln_sum(g, kiln_mul(g, q5, k5), -1), scale);
+
+    /* allowed[s, j] = j <= spos[s] (and spos[s] - j < window) */
+    kiln_dtype t = nn_dtype(g, q);
+    double big = t == KILN_F16 ? nn_max_finite(t) : 1e30;
+    kiln_tensor qp = kiln_unsqueeze(g, spos, 1); /* (ns, 1) */
+    kiln_sym ks[2] = {one, kv};
+    kiln_tensor kj = kiln_iota(g, KILN_I32, 2, ks, 1); /* (1, kv) */
+    kiln_tensor allowed = kiln_lt(g, kj, nn_shift(g, qp, 1.0));
+    if (window > 0)
+        allowed = kiln_mul(g, allowed, kiln_lt(g, kiln_sub(g, qp, kj), kiln_const(g, (double)window, KILN_I32)));
+    allowed = kiln_cast(g, allowed, t);
+    kiln_sym ms[4] = {ns, one, one, kv};
+    allowed = kiln_reshape(g, allowed, 4, ms);
+    kiln_tensor neg = nn_scale(g, nn_shift(g, allowed, -1.0), big);
+    kiln_tensor masked = kiln_add(g, kiln_mul(g, scores, allowed), neg);
+    kiln_tensor probs = kiln_softmax(g, masked, -1);
+
+    /* probs (ns, hkv, grp, kv, 1) * v (ns, hkv, 1, kv, dv) summed over kv */
+    kiln_tensor v5 = kiln_unsqueeze(g, kiln_permute(g, vt, kperm), 2);
+    kiln_tensor out = kiln_sum(g, kiln_mul(g, kiln_unsqueeze(g, probs, 4), v5), 3); /* (ns, hkv, grp, dv) */
+    kiln_sym of[2] = {ns, kiln_sym_mul(g, hq, kiln_dim(g, v, 3))}, os[3] = {nb, hq, kiln_dim(g, v, 3)};
+    return kiln_reshape(g, move_rows(g, hit, kiln_reshape(g, out, 2, of), 1), 3, os); /* row b's slot's */
+}
