@@ -57,7 +57,7 @@ static const char *tile_prelude =
     "#else\n"
     "#define KTFMA(a, b, c) ((a) * (b) + (c))\n"
     "#endif\n"
-    "static inline float ktsum(ktv a) { return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])); }\n"
+    "#define KTSUM(a) ((((a)[0] + (a)[4]) + ((a)[1] + (a)[5])) + (((a)[2] + (a)[6]) + ((a)[3] + (a)[7])))\n"
     "#endif\n";
 
 /* declares the row variables i0.. of tile row `r` (a C expression) from kix */
@@ -110,7 +110,7 @@ static void print_scores(cg_printer *pr, const sch_stream_tile *t) {
     OUT("        }\n");
     for (int r = 0; r < TR; r++)
         for (int c = 0; c < TK; c++)
-            OUT("        ksc[%d][kt - kjb + %d] = ktsum(ks%d%d);\n", r, c, r, c);
+            OUT("        ksc[%d][kt - kjb + %d] = KTSUM(ks%d%d);\n", r, c, r, c);
     OUT("      }\n");
 }
 

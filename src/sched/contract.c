@@ -182,7 +182,7 @@ static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
      * for a stream kernel's dot product in the tile form (stream_tile.c),
      * which the tile computes in registers */
     sch_stream_tile tile;
-    int tiled = sch_stream_tile_of(p, k, &tile);
+    int tiled = !p->no_stream_tile && sch_stream_tile_of(p, k, &tile);
     for (int32_t i = 0; i < k->nstages; i++) {
         const sch_stage *st = &k->stages[i];
         unsigned ma, mb;

@@ -247,6 +247,14 @@ int main(void) {
                 kiln_graph_free(g);
             }
         }
+        /* KILN_STREAM_TILE=0 (compile.no_stream_tile): the one-row form, same results */
+        setenv("KILN_STREAM_TILE", "0", 1);
+        kiln_graph *g = attention_graph(&cases[0]);
+        int streams = 0;
+        CHECK(run_compare(g, 1, &streams, why, sizeof why), "KILN_STREAM_TILE=0: %s", why);
+        CHECK(streams && !tiled, "KILN_STREAM_TILE=0: stream kernel %d, tile form %d", streams, tiled);
+        kiln_graph_free(g);
+        unsetenv("KILN_STREAM_TILE");
     }
     CASE_END();
 
