@@ -2,7 +2,9 @@
 # bench/serve.sh — kiln serve against llama-server, side by side on the same
 # model, threads and slots: total generated tokens/s for 1 and for PARALLEL
 # concurrent greedy clients (bench/serve_load.py), interleaved, medians of
-# REPS, printed as a table with the CPU's name.
+# REPS, printed as a table with the CPU's name; and each server's generated
+# tokens per second of its own CPU time (what a token costs in work, which a
+# loaded machine disturbs less than the wall-clock rate).
 #
 #   sh bench/serve.sh                       # models/gemma-3-270m-q4_k_m.gguf, 2 threads
 #   MODEL=path.gguf THREADS=4 PARALLEL=4 TOKENS=64 REPS=3 sh bench/serve.sh
@@ -72,10 +74,19 @@ fi
 "$PY" bench/serve_load.py --port "$KPORT" --clients "$PARALLEL" --tokens 8 --rounds 1 >/dev/null
 [ $have_peer = 1 ] && "$PY" bench/serve_load.py --port "$LPORT" --clients "$PARALLEL" --tokens 8 --rounds 1 >/dev/null
 
+# the server's CPU time (user + system clock ticks of its process) over one
+# load run: tokens per CPU second is the work a token costs, which the other
+# processes' load on the machine disturbs far less than tokens per second
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+load_run() { # side port pid clients
+    t0=$(ticks "$3")
+    "$PY" bench/serve_load.py --port "$2" --clients "$4" --tokens "$TOKENS" --rounds "$ROUNDS" >>"$out/$1-$4.jsonl"
+    echo $(($(ticks "$3") - t0)) >>"$out/$1-$4.ticks"
+}
 for rep in $(seq "$REPS"); do
     for c in 1 "$PARALLEL"; do
-        "$PY" bench/serve_load.py --port "$KPORT" --clients "$c" --tokens "$TOKENS" --rounds "$ROUNDS" >>"$out/kiln-$c.jsonl"
-        [ $have_peer = 1 ] && "$PY" bench/serve_load.py --port "$LPORT" --clients "$c" --tokens "$TOKENS" --rounds "$ROUNDS" >>"$out/llama-$c.jsonl"
+        load_run kiln "$KPORT" "$kpid" "$c"
+        [ $have_peer = 1 ] && load_run llama "$LPORT" "$lpid" "$c"
     done
 done
 
@@ -92,6 +103,14 @@ def med(side, c):
     if errs:
         print("errors on %s with %d clients: %s" % (side, c, errs[:2]))
     return statistics.median(r["total_tps"] for r in rows)
+def med_cpu(side, c):  # generated tokens per second of the server's CPU time
+    p = os.path.join(out, "%s-%d.jsonl" % (side, c))
+    if not os.path.exists(p):
+        return None
+    rows = [json.loads(l) for l in open(p)]
+    ticks = [int(l) for l in open(os.path.join(out, "%s-%d.ticks" % (side, c)))]
+    hz = os.sysconf("SC_CLK_TCK")
+    return statistics.median(r["tokens"] / max(t / hz, 1e-9) for r, t in zip(rows, ticks))
 print("kiln serve vs llama-server: %s, %s threads, %d slots, %s tokens per request, median of %s" % (
     os.path.basename(model), threads, par, tokens, reps))
 print("CPU: %s" % cpu)
@@ -102,7 +121,11 @@ for c in (1, par):
     print("| %d | %.1f | %s | %s |" % (c, k, "%.1f" % l if l else "-", "%.2f" % (k / l) if l else "-"))
 k1, kn = med("kiln", 1), med("kiln", par)
 print("kiln: %d clients give %.2fx one client's total tokens/s" % (par, kn / k1))
+c1, cn = med_cpu("kiln", 1), med_cpu("kiln", par)
+print("kiln: tokens per second of the server's CPU time: %.1f with 1 client, %.1f with %d (%.2fx)" % (c1, cn, par, cn / c1))
 if peer:
     l1, ln = med("llama", 1), med("llama", par)
     print("llama-server: %d clients give %.2fx one client's total tokens/s" % (par, ln / l1))
+    c1, cn = med_cpu("llama", 1), med_cpu("llama", par)
+    print("llama-server: tokens per second of its CPU time: %.1f with 1 client, %.1f with %d (%.2fx)" % (c1, cn, par, cn / c1))
 EOF
