@@ -82,6 +82,8 @@ typedef struct kiln_compile_options {
     int stream;              /* attention on the CPU: 0 materialised (KILN_STREAM=0), 1 streaming (KILN_STREAM=1),
                                 2 both, each run picking by its shape (KILN_STREAM=2); -1 (unset): 0, and
                                 models loaded through kiln_llm/kiln run ask for 2 */
+    int no_stream_tile;      /* 1: stream kernels keep the one-row form, their scores' dot product a kernel of
+                                its own, not the rows x keys tile (KILN_STREAM_TILE=0) */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,
