@@ -45,7 +45,7 @@ typedef struct kiln_llm_params {
     int threads;            /* worker threads; 0 = all online cores */
     int interpreter;        /* 1: the reference interpreter instead of compiled code (slow, exact) */
     int use_mmap;           /* 1: map the file instead of reading it into memory */
-    kiln_dtype kv_dtype;    /* KILN_F32 (default) or KILN_F16 */
+    kiln_dtype kv_dtype;    /* KILN_F32 (default) or KILN_F16 (half the bytes); exact keeps f32 */
     int exact;              /* 1: kiln's exact evaluation (f32 contractions, no tuning DB, no search) */
     double tune_s;          /* seconds of schedule search when this machine has no records for the
                                model (as on `kiln run`'s first run); < 0: $KILN_TUNE, else 30; 0: none */
@@ -67,6 +67,9 @@ KILN_API const char *kiln_llm_error(const kiln_llm *m);
 
 KILN_API int64_t kiln_llm_n_vocab(const kiln_llm *m);
 KILN_API int64_t kiln_llm_n_ctx(const kiln_llm *m);
+/* the bytes of the model's KV cache (every layer's keys and values for
+ * n_ctx rows, in kv_dtype); 0 for NULL */
+KILN_API size_t kiln_llm_kv_bytes(const kiln_llm *m);
 KILN_API int kiln_llm_is_compiled(const kiln_llm *m);
 /* general.architecture ("llama", "qwen2", "qwen3", "gemma3"); "" for NULL */
 KILN_API const char *kiln_llm_arch(const kiln_llm *m);

@@ -530,9 +530,21 @@ static int online_cores(void) {
  * model's default; < 0: at least -n_ctx, the default when that holds them).
  * Prints the error and
  * returns NULL on failure */
+/* the KV cache's dtype: --kv-type of run and bench (default f32) */
+static kiln_dtype cli_kv_type = KILN_F32;
+
+/* --kv-type's value: 0 when it names f16 or f32 */
+static int parse_kv_type(const char *v) {
+    if (strcmp(v, "f16") == 0) cli_kv_type = KILN_F16;
+    else if (strcmp(v, "f32") == 0) cli_kv_type = KILN_F32;
+    else return 1;
+    return 0;
+}
+
 static model *load_model(const char *cmd, const char *path, int64_t n_ctx, int mmap_file, int interp, int threads,
                          double *secs) {
     model_options o = model_default_options();
+    o.kv_dtype = cli_kv_type;
     /* n_ctx < 0: at least -n_ctx rows, the model's default when that holds them */
     o.n_ctx = n_ctx > 0 ? n_ctx : 0;
     o.n_ctx_min = n_ctx < 0 ? -n_ctx : 0;
@@ -723,6 +735,8 @@ static void run_help(void) {
            "  -i, --interactive       with --chat: a conversation, one user turn per line on\n"
            "                          stdin (an empty line or end of input ends it)\n"
            "  -c, --ctx N             context (KV cache) length (default: min(training, 4096))\n"
+           "  --kv-type T             the KV cache's type: f32 (default) or f16 (half the\n"
+           "                          memory; --exact keeps f32)\n"
            "  --mmap                  map the file instead of reading it into memory\n"
            "  --interp                run the reference interpreter instead of compiled code\n"
            "  --no-tune               no schedule search on a model's first run on this machine\n"
@@ -774,7 +788,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "-n", "--n-predict", "-t",
                                              "--threads", "--temp", "--top-k", "--top-p", "--min-p",
                                              "--repeat-penalty", "--repeat-last-n", "-s", "--seed", "-c", "--ctx",
-                                             "-f", "--file", "-sys", "--system", "--chat-template"};
+                                             "-f", "--file", "-sys", "--system", "--chat-template", "--kv-type"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= IS(valued[k]);
         if (!known) return cmd_usage_error("run", "unknown option '%s'", a);
@@ -801,6 +815,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             bad = parse_int(v, 0, 1 << 20, &o->repeat_last_n), want = "an integer >= 0";
         else if (IS("-s") || IS("--seed")) bad = parse_u64(v, &o->seed), o->seed_set = 1, want = "an integer >= 0";
         else if (IS("-c") || IS("--ctx")) bad = parse_int(v, 1, 1 << 24, &o->n_ctx), want = "an integer >= 1";
+        else if (IS("--kv-type")) bad = parse_kv_type(v), want = "f16 or f32";
 #undef IS
         if (bad) return cmd_usage_error("run", "bad value '%s' for %s: want %s", v, flag, want);
     }
@@ -1079,6 +1094,7 @@ static void bench_help(void) {
            "  -d, --n-depth D[,D..]   tokens already in the KV cache before each test (default 0)\n"
            "  -t, --threads T[,T..]   thread counts (default 1,2)\n"
            "  -r, --repetitions R     timed runs per test (default 5)\n"
+           "  --kv-type T             the KV cache's type: f32 (default) or f16 (half the memory)\n"
            "  --mmap                  map the file instead of reading it into memory\n"
            "  --interp                the reference interpreter instead of compiled code\n"
            "  --no-tune               no schedule search on a model's first run on this machine\n"
@@ -1172,7 +1188,7 @@ static int cmd_bench(int argc, char **argv) {
         const char *v;
         if (!(IS("-m") || IS("--model") || IS("-p") || IS("--n-prompt") || IS("-n") || IS("--n-gen") || IS("-d") ||
               IS("--n-depth") || IS("-t") ||
-              IS("--threads") || IS("-r") || IS("--repetitions")))
+              IS("--threads") || IS("-r") || IS("--repetitions") || IS("--kv-type")))
             return cmd_usage_error("bench", "unknown option '%s'", a);
         v = opt_value(argc, argv, &i, eq, &missing);
         if (missing) return cmd_usage_error("bench", "%s needs a value", flag);
@@ -1186,6 +1202,7 @@ static int cmd_bench(int argc, char **argv) {
             bad = (ndp = parse_int_list(v, 0, 1 << 20, dps, 16)) < 0, want = "integers >= 0, comma-separated";
         else if (IS("-t") || IS("--threads"))
             bad = (nth = parse_int_list(v, 1, 1024, ths, 16)) < 0, want = "integers in 1..1024, comma-separated";
+        else if (IS("--kv-type")) bad = parse_kv_type(v), want = "f16 or f32";
         else bad = parse_int(v, 1, 64, &reps), want = "an integer in 1..64";
 #undef IS
         if (bad) return cmd_usage_error("bench", "bad value '%s' for %s: want %s", v, flag, want);

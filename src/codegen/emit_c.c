@@ -654,13 +654,16 @@ static void emitter_init(emitter *e, const sch_program *p, const cg_options *opt
 }
 
 /* an f32 MAP whose value is vectorisable along the last loop variable and
- * that has no per-element stages */
+ * that has no per-element stages; its loads may be strided along it (a
+ * stride-2 convolution's pack reads every other input column: two masked
+ * loads and a permute, or a gather for longer strides, as the reductions
+ * across output points do), masked lanes reading nothing */
 static int vec_map_ok(const sch_program *p, const sch_kernel *k) {
     if (k->kind != SCH_K_MAP || k->ndim == 0 || p->bufs[k->out_buf].dtype != KILN_F32) return 0;
     for (int32_t i = 0; i < k->nstages; i++)
         if (!k->stages[i].row) return 0;
     /* the store is row-major over the domain, so contiguous along it too */
-    return vec_expr_ok(p, k->expr, k->var[k->ndim - 1]);
+    return vec_expr_ok_g(p, k->expr, k->var[k->ndim - 1], 1);
 }
 
 /* ---- a row stage's values reused by its row (softmax) ------------------

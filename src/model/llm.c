@@ -142,6 +142,7 @@ void kiln_llm_free(kiln_llm *m) {
 const char *kiln_llm_error(const kiln_llm *m) { return m ? m->err : "kiln_llm_error: no model"; }
 int64_t kiln_llm_n_vocab(const kiln_llm *m) { return m ? model_n_vocab(m->model) : 0; }
 int64_t kiln_llm_n_ctx(const kiln_llm *m) { return m ? model_n_ctx(m->model) : 0; }
+size_t kiln_llm_kv_bytes(const kiln_llm *m) { return m ? model_kv_bytes(m->model) : 0; }
 int kiln_llm_is_compiled(const kiln_llm *m) { return m ? model_is_compiled(m->model) : 0; }
 const char *kiln_llm_arch(const kiln_llm *m) { return m ? model_hparams(m->model)->name : ""; }
 int32_t kiln_llm_bos(const kiln_llm *m) { return m && m->tok ? tok_bos(m->tok) : -1; }

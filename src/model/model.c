@@ -97,15 +97,13 @@ kiln_status model_load_ex(const char *path, const model_options *opt, model **ou
     }
     m->n_ctx = o.n_ctx ? o.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (!o.n_ctx && o.n_ctx_min > m->n_ctx) m->n_ctx = o.n_ctx_min;
+    kiln_env env;
+    kiln_env_read(&env);
+    if (o.exact || env.compile.exact) o.kv_dtype = KILN_F32; /* exact evaluation keeps an f32 cache too */
     m->kv_dtype = o.kv_dtype;
     m->opt = o;
     m->all_logits = o.all_logits != 0;
-    if (o.n_ubatch) m->ubatch = o.n_ubatch;
-    else {
-        kiln_env env;
-        kiln_env_read(&env);
-        m->ubatch = env.host.ubatch;
-    }
+    m->ubatch = o.n_ubatch ? o.n_ubatch : env.host.ubatch;
     m->g = kiln_graph_new();
     if ((s = arch_build(m->g, m->file, &m->hp, m->kv_dtype, m->all_logits, err, cap))) {
         model_free(m);

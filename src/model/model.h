@@ -31,7 +31,7 @@ typedef struct model model;
 
 typedef struct model_options {
     int64_t n_ctx;        /* cache rows; 0 = min(training context, 4096) */
-    kiln_dtype kv_dtype;  /* KILN_F32 (default) or KILN_F16 */
+    kiln_dtype kv_dtype;  /* KILN_F32 (default) or KILN_F16; exact (or KILN_EXACT) evaluation keeps f32 */
     unsigned gguf_flags;  /* GGUF_OPEN_READ to read the file into memory instead of mapping it */
     int compiled;         /* 1: compile the graph at load and run the program; 0: reference interpreter */
     int threads;          /* compiled: worker threads (0 = all cores) */

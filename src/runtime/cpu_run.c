@@ -8,14 +8,17 @@
  * intermediates and temps, the result's own memory), then bufs[nbufs] the
  * shared scratch, then each buffer's repacked copy (bufs[nbufs + 1 + b]),
  * then each buffer's pack copy (bufs[2 nbufs + 1 + b]); a NULL copy means
- * "none": the kernel reads B itself. Copies live in rp_arena and are kept
- * while B stays bound to the same weight (same pointer and binding).
+ * "none": the kernel reads B itself. Copies live in the store `copies`
+ * (copies.h), which a model's two programs share (rt_cpu_share_copies: a
+ * decode copy one made the other reads), and are kept while B stays bound
+ * to the same weight (same pointer and binding).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base.h"
+#include "copies.h"
 #include "dtype.h"
 #include "family.h"
 #include "program.h"
@@ -35,7 +38,8 @@ typedef struct rt_cpu_state {
     rt_repacked *repacked; /* per buffer b: its repacked copy (runtime/repack.h) */
     rt_repacked *packed;   /* per buffer b: its pack copy (runtime/repack.h) */
     int pack_copies;       /* 0: KILN_PACK_COPY=0, prefill packs B on every launch */
-    rt_arena rp_arena;     /* the copies' memory */
+    rt_copies *copies;     /* the copies' memory and the decode copies, shared with the model's other
+                              program (rt_cpu_share_copies; copies.h) */
     size_t stream_min;     /* outputs of at least this many bytes get non-temporal stores */
 } rt_cpu_state;
 
@@ -92,7 +96,7 @@ void rt_cpu_drop_pack_copies(kiln_program *p) {
     rt_cpu_state *cs = cpu_state(p);
     for (int32_t b = 0; b < p->plan.sp.nbufs; b++) {
         if (!cs->packed[b].data) continue;
-        rt_arena_release(&cs->rp_arena, cs->packed[b].data);
+        rt_arena_release(&cs->copies->arena, cs->packed[b].data);
         memset(&cs->packed[b], 0, sizeof cs->packed[b]);
         cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
     }
@@ -146,7 +150,7 @@ static void mark_released(kiln_program *p, int32_t b) {
     cs->repacked[b].released = 1;
     rt_repacked *pk = &cs->packed[b];
     if (!pk->data) return;
-    rt_arena_release(&cs->rp_arena, pk->data);
+    rt_arena_release(&cs->copies->arena, pk->data);
     memset(pk, 0, sizeof *pk);
     cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
 }
@@ -164,17 +168,30 @@ static void repack_b(kiln_program *p, int32_t k, int64_t rn, int want) {
     const sch_buf *B = &p->plan.sp.bufs[b];
     const input_binding *bind = want && rt_repack_x8_ok(B->dtype) ? weight_binding(p, b) : NULL;
     if (bind && r->data && r->src == bind->data && r->gen == bind->gen && r->k == rn) return;
-    rt_arena_release(&cs->rp_arena, r->data);
+    rt_copies_put(cs->copies, r->data);
     memset(r, 0, sizeof *r);
     cs->bufs[p->plan.sp.nbufs + 1 + b] = NULL;
     if (!bind) return;
+    /* the model's other program made this copy already: read it */
+    void *have = rt_copies_find(cs->copies, B->dtype, bind->data, bind->gen, p->run.bytes[b], rn);
+    if (have) {
+        r->data = have;
+        r->src = bind->data;
+        r->gen = bind->gen;
+        r->k = rn;
+        r->bytes = rt_repack_x8_size(B->dtype, p->run.bytes[b], rn);
+        r->checked = -1;
+        cs->bufs[p->plan.sp.nbufs + 1 + b] = have;
+        return;
+    }
     /* a copy that will replace B (release.c) gives B's pages back as it
      * reads them for the last time, so B and its copy are never both whole
      * in memory */
     const kiln_graph *u = p->plan.user;
     int replaces = u->weight_release && rt_copy_replaces(p, b, rt_repack_x8_whole(B->dtype, p->run.bytes[b], rn));
-    r->data = rt_repack_x8_ex(B->dtype, bind->data, p->run.bytes[b], rn, &cs->rp_arena, replaces ? give_back : NULL,
-                              (void *)u); /* NULL: not repackable, or no memory */
+    r->data = rt_repack_x8_ex(B->dtype, bind->data, p->run.bytes[b], rn, &cs->copies->arena,
+                              replaces ? give_back : NULL, (void *)u); /* NULL: not repackable, or no memory */
+    rt_copies_add(cs->copies, r->data, B->dtype, bind->data, bind->gen, p->run.bytes[b], rn);
     r->src = bind->data;
     r->gen = bind->gen;
     r->k = rn;
@@ -219,7 +236,7 @@ static int pack_b(kiln_program *p, int32_t k, const sch_contract_sched *sc, int6
     const input_binding *bind = weight_binding(p, b);
     kiln_dtype t = p->plan.sp.bufs[b].dtype;
     if (r->data && (!bind || r->src != bind->data || r->gen != bind->gen)) { /* B rebound */
-        rt_arena_release(&cs->rp_arena, r->data);
+        rt_arena_release(&cs->copies->arena, r->data);
         memset(r, 0, sizeof *r);
         cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
     }
@@ -234,8 +251,9 @@ static int pack_b(kiln_program *p, int32_t k, const sch_contract_sched *sc, int6
     size_t bytes = SCH_PACK_HEADER + (size_t)strips * SCH_PACK_STRIP(sc->nr, rn, cg_i8_kb(t));
     /* pack copies (prefill) take at most half of the copies' memory: decode's
      * repacked copies, read every token, get the rest */
-    if (cs->rp_arena.limit && cs->rp_arena.held + bytes > cs->rp_arena.limit / 2) return 0;
-    int64_t *h = rt_arena_alloc(&cs->rp_arena, bytes);
+    rt_arena *a = &cs->copies->arena;
+    if (a->limit && a->held + bytes > a->limit / 2) return 0;
+    int64_t *h = rt_arena_alloc(a, bytes);
     if (!h) return 0; /* no memory: the kernel packs for itself */
     memset(h, 0, SCH_PACK_HEADER);
     h[0] = rn;
@@ -260,7 +278,7 @@ static void pack_filled(kiln_program *p, int32_t b, int ok) {
         ((int64_t *)r->data)[3] = 1;
         return;
     }
-    rt_arena_release(&cs->rp_arena, r->data);
+    rt_arena_release(&cs->copies->arena, r->data);
     memset(r, 0, sizeof *r);
     cs->bufs[2 * p->plan.sp.nbufs + 1 + b] = NULL;
 }
@@ -465,7 +483,7 @@ static kiln_status cpu_prepare(kiln_program *p, const kiln_compile_options *o, c
     cs->packed = kiln_xcalloc((size_t)nb, sizeof *cs->packed);
     cs->bufs = kiln_xcalloc((size_t)(nb + 2 * p->plan.sp.nbufs), sizeof *cs->bufs);
     cs->pack_copies = !p->plan.opt.no_pack_copy;
-    cs->rp_arena.limit = copies_limit();
+    cs->copies = rt_copies_new(copies_limit());
     /* beyond the caches' reach, stores that bypass them save the read of
      * every written line (measured on the 2-core VM: 16 MiB copy 9 -> 26
      * GB/s, 256 MiB 6.7 -> 10.8 GB/s; equal at 4 MiB) */
@@ -482,7 +500,15 @@ static void cpu_release(kiln_program *p) {
     free(cs->arena);
     free(cs->bufs);
     free(cs->scratch);
-    rt_arena_free(&cs->rp_arena); /* every copy */
+    /* this program's copies: every one at once when no other program holds
+     * the store, else one by one (the other program's stay) */
+    if (cs->copies && cs->copies->refs > 1) {
+        for (int32_t b = 0; b < p->plan.sp.nbufs && cs->repacked; b++) {
+            rt_copies_put(cs->copies, cs->repacked[b].data);
+            rt_arena_release(&cs->copies->arena, cs->packed[b].data);
+        }
+    }
+    rt_copies_drop(cs->copies);
     free(cs->repacked);
     free(cs->packed);
     free(cs);
@@ -566,6 +592,21 @@ static int cpu_supports(const sch_program *p, int32_t kernel) {
 static char *cpu_fingerprint(const rt_backend *be) {
     (void)be;
     return rt_cpu_fingerprint();
+}
+
+void rt_cpu_share_copies(kiln_program *p, kiln_program *other) {
+    if (!p || !other || p->plan.be != &rt_cpu_backend || other->plan.be != &rt_cpu_backend) return;
+    rt_cpu_state *a = cpu_state(p), *o = cpu_state(other);
+    if (!a || !o || !a->copies || !o->copies || a->copies == o->copies) return;
+    for (int32_t b = 0; b < other->plan.sp.nbufs; b++) /* other made copies already: it keeps its store */
+        if (o->repacked[b].data || o->packed[b].data) return;
+    rt_copies_drop(o->copies);
+    o->copies = rt_copies_hold(a->copies);
+}
+
+int64_t rt_cpu_copies_shared(const kiln_program *p) {
+    const rt_cpu_state *cs = p && p->plan.be == &rt_cpu_backend ? cpu_state(p) : NULL;
+    return cs && cs->copies ? cs->copies->shared : -1;
 }
 
 /* the CPU: program-level members here, host code from cpu.c */

@@ -174,6 +174,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->forms.force = -1; /* no form forced, none measured: the cost model picks (stream_select.c) */
     memset(p->forms.choice, 0xff, sizeof p->forms.choice);
     p->alt = rt_stream_compile_alt(g, &o, be->name);
+    if (p->alt) rt_cpu_share_copies(p, p->alt); /* one set of weight copies for both forms */
     return p;
 }
 

@@ -130,6 +130,13 @@ kiln_status rt_cpu_emit_and_load(kiln_program *p, char *err, size_t errcap);
 void **rt_cpu_bufs(kiln_program *p);
 /* the bytes of B's decode copy (0: none) (cpu_run.c) */
 size_t rt_cpu_repacked_bytes(const kiln_program *p, int32_t b);
+/* other (p's alternative form, compiled from the same graph, no copies
+ * made yet) keeps its weight copies in p's store from now on, so a decode
+ * copy either program made serves both (cpu_run.c, copies.h) */
+void rt_cpu_share_copies(kiln_program *p, kiln_program *other);
+/* how many times a program of p's store found a decode copy another had
+ * made (-1: not a CPU program) (cpu_run.c) */
+int64_t rt_cpu_copies_shared(const kiln_program *p);
 /* every weight's pack copy let go (cpu_run.c) */
 void rt_cpu_drop_pack_copies(kiln_program *p);
 /* schedules from the tuning DB (exec.c; at compile time) */

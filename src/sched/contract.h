@@ -24,6 +24,10 @@ int sch_contract_pack(sch_program *p, int32_t ki);
 /* pack.c: merge adjacent constant loops of contraction kernel ki that every
  * index expression reads only as u*V + v; returns how many were merged */
 int sch_coalesce_loops(sch_program *p, int32_t ki);
+/* pack.c: the same for a generic MAP or REDUCE kernel ki (not a contraction,
+ * not a pack, without stages, a constant reduction extent); kernelize calls
+ * it on the final program */
+int sch_coalesce_generic(sch_program *p, int32_t ki);
 /* pack.c: when generic reduction ki re-reads a fused elementwise chain with
  * transcendental ops through a window (a max pool over LRN's output), mark
  * the chain's node in force (it gets a buffer, computed once per element);

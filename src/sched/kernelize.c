@@ -520,6 +520,7 @@ kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *p, const sch_options *o
     free(force);
     if (s == KILN_OK) {
         if (!o->no_split) sch_split_guards(p);
+        for (int32_t k = 0; k < p->nkernels; k++) sch_coalesce_generic(p, k); /* rows of whole images (pack.c) */
         for (int32_t k = 0; k < p->nkernels; k++) p->kernels[k].disjoint = sch_scatter_disjoint(p, &p->kernels[k]);
     }
     return s;

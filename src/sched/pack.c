@@ -1,6 +1,6 @@
 /* pack.c — packs: a contraction operand that is a view no micro-kernel reads
  * in place, materialised by a kernel of its own; and loop coalescing of
- * contraction kernels.
+ * contraction kernels and of generic (MAP, REDUCE) kernels.
  *
  * A convolution reads its input through pad and window views: the operand
  * of its SUM(MUL(a, b)) is a guarded load whose offset takes the reduction
@@ -32,6 +32,14 @@
  * M) is the whole image rather than one row of it. Checked, not assumed:
  * each expression e is rewritten to e' = e[u := 0, v := w] and kept only if
  * e'[w := u*V + v] is e again (the sym pool's canonical forms).
+ *
+ * The same merge applies to generic MAP and REDUCE kernels without stages
+ * (sch_coalesce_generic, after kernelize's guard splitting): a bias + Relu
+ * or a concatenation's copy over a 55 x 55 image is then one row of 3025
+ * for the vector path (one masked tail per channel, not per image row)
+ * instead of 55 rows of 55 (three vectors and a masked tail each). A
+ * kernel whose indices take u and v apart (a pool's window, a padding
+ * guard on the rows) keeps its loops.
  *
  * Window force: a generic reduction (not a contraction) whose operand is a
  * fused elementwise chain holding transcendental ops (EXP2, LOG2, SIN,
@@ -256,11 +264,10 @@ static int mergeable(sym_pool *sp, const sym_id *s, int32_t n, sym_id u, sym_id 
     return 1;
 }
 
-int sch_coalesce_loops(sch_program *p, int32_t ki) {
+/* merge every mergeable pair of kernel ki's adjacent constant loops, from
+ * the innermost out; returns how many were merged */
+static int coalesce(sch_program *p, int32_t ki) {
     sch_kernel *k = &p->kernels[ki];
-    if (k->kind != SCH_K_REDUCE || k->red_op != OP_SUM || k->nstages > 0 || k->ndim < 2) return 0;
-    const lx *mul = &p->lx[k->expr];
-    if (mul->kind != LX_BINARY || mul->op != OP_MUL || !in_place(p, k, mul->a) || !in_place(p, k, mul->b)) return 0;
     sym_pool *sp = p->g->syms;
     int merged = 0;
     for (int d = k->ndim - 2; d >= 0; d--) {
@@ -307,6 +314,23 @@ int sch_coalesce_loops(sch_program *p, int32_t ki) {
         merged++; /* then d - 1 with the merged variable */
     }
     return merged;
+}
+
+int sch_coalesce_loops(sch_program *p, int32_t ki) {
+    const sch_kernel *k = &p->kernels[ki];
+    if (k->kind != SCH_K_REDUCE || k->red_op != OP_SUM || k->nstages > 0 || k->ndim < 2) return 0;
+    const lx *mul = &p->lx[k->expr];
+    if (mul->kind != LX_BINARY || mul->op != OP_MUL || !in_place(p, k, mul->a) || !in_place(p, k, mul->b)) return 0;
+    return coalesce(p, ki);
+}
+
+int sch_coalesce_generic(sch_program *p, int32_t ki) {
+    const sch_kernel *k = &p->kernels[ki];
+    if ((k->kind != SCH_K_MAP && k->kind != SCH_K_REDUCE) || k->contract || k->pack || k->nstages > 0 || k->ndim < 2)
+        return 0;
+    int64_t rn;
+    if (k->kind == SCH_K_REDUCE && !sym_is_const(p->g->syms, k->rdim, &rn)) return 0;
+    return coalesce(p, ki);
 }
 
 /* ---- window force ---- */

@@ -9,6 +9,8 @@ vocabulary (tests/py/tiny_llm.py):
   - kiln_llm_decode: a prefill's last logits equal a prefill of one token
     less followed by one decode step; a bad id is KILN_ERR_RANGE with a
     message, and the cache is unharmed (the same logits after);
+  - an f16 KV cache (kiln_llm_params.kv_dtype): kiln_llm_kv_bytes half the
+    f32 one's, compiled prefill and decode logits within f16 rounding;
   - a prompt longer than KILN_UBATCH runs in passes of that many rows
     (model_forward_rows): the same last logits as one pass, compiled and
     interpreted, and the next decode step after it agrees too;
@@ -74,6 +76,7 @@ for name, res, args in [
         ("kiln_llm_load", _st, [_cp, ctypes.POINTER(LlmParams), ctypes.POINTER(_vp), _cp, ctypes.c_size_t]),
         ("kiln_llm_free", None, [_vp]), ("kiln_llm_error", _cp, [_vp]),
         ("kiln_llm_n_vocab", ctypes.c_int64, [_vp]), ("kiln_llm_bos", _i32, [_vp]),
+        ("kiln_llm_kv_bytes", ctypes.c_size_t, [_vp]),
         ("kiln_llm_tokenize", _i, [_vp, _cp, ctypes.c_size_t, _i, _i, ctypes.POINTER(_i32), _i]),
         ("kiln_llm_detokenize", ctypes.c_long, [_vp, ctypes.POINTER(_i32), _i, _i, _cp, ctypes.c_size_t]),
         ("kiln_llm_decode", _st, [_vp, ctypes.POINTER(_i32), _i, _i, ctypes.POINTER(ctypes.c_float)]),
@@ -90,9 +93,11 @@ for name, res, args in [
     f.restype, f.argtypes = res, args
 
 
-def load(path=MODEL, interpreter=True, progress=None):
+def load(path=MODEL, interpreter=True, progress=None, kv_dtype=None):
     p = L.kiln_llm_default_params()
     p.interpreter, p.threads, p.tune_s = int(interpreter), 1, 0.0
+    if kv_dtype is not None:
+        p.kv_dtype = kv_dtype
     if progress:
         p.progress = progress
     m, err = _vp(), ctypes.create_string_buffer(1024)
@@ -219,6 +224,41 @@ def t_ubatch():
             kc.assert_close(c, whole_next, rtol=1e-4, atol=1e-4, what=what + ", the next step")
 
 
+def kv_logits(kv_dtype):
+    """the KV cache's bytes, and the last logits of PROMPT's prefill and of
+    two decode steps after it, compiled with a cache of kv_dtype"""
+    st, m, err = load(interpreter=False, kv_dtype=kv_dtype)
+    assert st == kc.OK, err
+    try:
+        b = PROMPT.encode()
+        n = L.kiln_llm_tokenize(m, b, len(b), 1, 0, None, 0)
+        buf = (_i32 * n)()
+        assert L.kiln_llm_tokenize(m, b, len(b), 1, 0, buf, n) == n, n
+        nv = L.kiln_llm_n_vocab(m)
+        fp = ctypes.POINTER(ctypes.c_float)
+        out = [np.zeros(nv, np.float32) for _ in range(3)]
+        assert L.kiln_llm_decode(m, buf, n, 0, out[0].ctypes.data_as(fp)) == kc.OK, L.kiln_llm_error(m)
+        for i in (1, 2):
+            tok = ids_array([(7 * i + 3) % nv])
+            assert L.kiln_llm_decode(m, tok, 1, n + i - 1, out[i].ctypes.data_as(fp)) == kc.OK, L.kiln_llm_error(m)
+        return L.kiln_llm_kv_bytes(m), out
+    finally:
+        L.kiln_llm_free(m)
+
+
+def t_kv_f16():
+    """an f16 KV cache (kiln run --kv-type f16): half the bytes of the f32
+    one, and compiled logits within f16's rounding of the f32 cache's
+    (prefill: materialised attention, whose values' contraction reads a
+    converted copy of the f16 rows; decode: the streaming form)"""
+    b32, l32 = kv_logits(kc.F32)
+    b16, l16 = kv_logits(kc.F16)
+    assert b32 > 0 and b16 * 2 == b32, (b16, b32)
+    for what, a, c in zip(("prefill", "decode 1", "decode 2"), l32, l16):
+        err = np.abs(a - c).max() / np.abs(a).max()
+        assert 0 < err < 5e-3, "%s: the f16 cache's logits are %g from the f32 one's (relative)" % (what, err)
+
+
 class ChatMsg(ctypes.Structure):
     _fields_ = [("role", _cp), ("content", _cp)]
 
@@ -290,6 +330,7 @@ suite.case("example_c_matches_kiln_run", t_example_matches_cli)
 suite.case("generate_interpreter_matches_kiln_run", t_generate_interpreter)
 suite.case("tokens_decode_sampler", t_tokens_and_decode)
 suite.case("prompt_in_ubatch_passes", t_ubatch)
+suite.case("kv_cache_f16", t_kv_f16)
 suite.case("chat_template", t_chat)
 suite.case("progress_callback", t_progress)
 suite.case("errors", t_errors, isolate=True)

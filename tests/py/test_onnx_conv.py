@@ -16,6 +16,9 @@ compiled code) against numpy:
     max pool (the shuffle copied once; reductions vectorised across output
     points), Relu and a max pool over NaN and inf, LRN read by a max pool
     (computed once, not per window cell);
+  - a fire module (1x1 and 3x3 convolutions, bias + Relu, a concatenation,
+    a max pool): the elementwise kernels' row and column loops coalesced;
+  - a strided convolution's pack (stride 2 and 3) on the vector path;
   - LRN of odd and even sizes, beta in quarters and not: no reduction;
   - padded max and average pools (1-3-D, strides, asymmetric pads, ceil
     mode): one reduction reading a load-time table of the window cells;
@@ -205,6 +208,74 @@ def shuffle_depthwise():
     assert conv and all("% 37)" not in k for k in conv), "the convolution reads the shuffle's view:\n" + kernels[:3000]
 
 
+def fire_concat():
+    """SqueezeNet's fire module: a 1x1 convolution with bias and Relu, then
+    a 1x1 and a padded 3x3 one (bias, Relu each), concatenated along the
+    channels and max-pooled. The bias + Relu kernels and the concatenation's
+    copy read and write every index as row*13 + column, so their row and
+    column loops are one loop of 9 x 13 = 117 (7 x 16 + 5 lanes: whole and
+    masked vector steps); the pool's window takes the rows apart and keeps
+    its loops. Both kiln paths against numpy."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((1, 4, 9, 13)).astype(np.float32)
+    ws = rng.standard_normal((8, 4, 1, 1)).astype(np.float32)
+    w1 = rng.standard_normal((6, 8, 1, 1)).astype(np.float32)
+    w3 = rng.standard_normal((5, 8, 3, 3)).astype(np.float32)
+    bs, b1, b3 = (rng.standard_normal(n).astype(np.float32) for n in (8, 6, 5))
+    nodes = [helper.make_node("Conv", ["x", "ws", "bs"], ["s"]), helper.make_node("Relu", ["s"], ["sr"]),
+             helper.make_node("Conv", ["sr", "w1", "b1"], ["e1"]), helper.make_node("Relu", ["e1"], ["r1"]),
+             helper.make_node("Conv", ["sr", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["e3"], ["r3"]),
+             helper.make_node("Concat", ["r1", "r3"], ["c"], axis=1),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    data = graph_model(nodes, [("x", x)], [("ws", ws), ("bs", bs), ("w1", w1), ("b1", b1), ("w3", w3), ("b3", b3)])
+    relu = lambda a: np.maximum(a, 0)  # noqa: E731
+    sr = relu(np_conv(x, ws, bs, [1, 1], [0] * 4, [1, 1], 1))
+    c = np.concatenate([relu(np_conv(sr, w1, b1, [1, 1], [0] * 4, [1, 1], 1)),
+                        relu(np_conv(sr, w3, b3, [1, 1], [1] * 4, [1, 1], 1))], axis=1)
+    check_both(data, {"x": x}, np_maxpool3(c))
+    kernels = compiled_kernels(data, {"x": x})
+    bodies = kernels.split("kernel ")[1:]
+    relus = [k for k in bodies if "for r in [0, 2)" in k]
+    assert len(relus) == 3, "three bias + Relu kernels expected:\n" + kernels[:4000]
+    for k in relus + [k for k in bodies if k.startswith(tuple("0123456789")) and "map (node" in k.split("\n")[0]
+                      and "pack" not in k.split("\n")[0]]:
+        assert "in [0, 117)" in k and "in [0, 13)" not in k, "rows and columns not one loop:\n" + k
+    pools = [k for k in bodies if "for r in [0, 9)" in k]
+    assert pools and all("in [0, 13)" in k for k in pools), "the pool's loops merged:\n" + kernels[:4000]
+
+
+def strided_pack(stride, ks):
+    """A strided, padded convolution with many output channels (a network's
+    first layer): its operand is packed by a MAP kernel whose loads step by
+    the stride along the output columns. That kernel takes the vector path
+    (kld2_* for stride 2: two masked loads and a permute; a gather for
+    longer strides; the padding guards as lane masks), the row's last lanes
+    masked (23 and 15 output columns). Both kiln paths against numpy; the
+    pack's generated C (kiln explain --source) read for its vector loads."""
+    rng = np.random.default_rng(16 + stride)
+    x = rng.standard_normal((1, 3, 19, 45)).astype(np.float32)
+    w = rng.standard_normal((16, 3, ks, ks)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    p = ks // 2
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[stride, stride], pads=[p, p, p, p])
+    data = model(node, [("x", x)], [("w", w), ("b", b)])
+    check_both(data, {"x": x}, np_conv(x, w, b, [stride, stride], [p] * 4, [1, 1], 1))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        run = lambda *a: subprocess.run([KILN_BIN, "explain", "-m", path, "-t", "1"] + list(a),  # noqa: E731
+                                        capture_output=True, text=True, timeout=120)
+        listing, source = run("--kernels"), run("--source")
+    assert listing.returncode == 0 and source.returncode == 0, listing.stderr + source.stderr
+    packs = re.findall(r"^kernel (\d+): map pack", listing.stdout, re.M)
+    assert len(packs) == 1, "one pack expected:\n" + listing.stdout[:3000]
+    body = source.stdout.split("int kiln_k%s(" % packs[0])[1].split("\n}\n")[0]
+    want = "kld2_" if stride == 2 else "gather_ps"
+    assert want in body and "kvm" in body, "the pack is not on the vector path:\n" + body[:3000]
+
+
 def relu_nan():
     """Relu (a MAX over x and 0, which the vector path takes across output
     points: 21 = 16 + 5 lanes) over NaN, inf and ordinary values: NaN stays
@@ -383,6 +454,9 @@ for eq, shapes in EINSUMS:
     suite.case("onnx einsum %s" % eq, einsum_case, eq, shapes, isolate=True)
 suite.case("onnx channel shuffle -> depthwise conv -> relu -> max pool", shuffle_depthwise, isolate=True)
 suite.case("onnx LRN -> max pool: LRN computed once", lrn_maxpool, isolate=True)
+suite.case("onnx fire module: bias + Relu and concat rows coalesced", fire_concat, isolate=True)
+suite.case("onnx strided pack, stride 2: vector loads", strided_pack, 2, 3, isolate=True)
+suite.case("onnx strided pack, stride 3: gathers", strided_pack, 3, 5, isolate=True)
 suite.case("onnx relu over NaN and inf", relu_nan, isolate=True)
 suite.case("onnx max pool stride 1 over NaN and inf", maxpool_nan, isolate=True)
 for spec in POOLS:
