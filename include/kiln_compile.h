@@ -82,6 +82,8 @@ typedef struct kiln_compile_options {
     int stream;              /* attention on the CPU: 0 materialised (KILN_STREAM=0), 1 streaming (KILN_STREAM=1),
                                 2 both, each run picking by its shape (KILN_STREAM=2); -1 (unset): 0, and
                                 models loaded through kiln_llm/kiln run ask for 2 */
+    int no_stream_tile;      /* 1: stream kernels keep the one-row form, their scores' dot product a kernel of
+                                its own, not the rows x keys tile (KILN_STREAM_TILE=0) */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,
@@ -115,7 +117,8 @@ KILN_API char *kiln_program_forms(const kiln_program *p);
  * over fewer than 1024 keys, decode over more. kiln_program_form_force runs
  * every later kiln_run in one form (0 materialised, 1 streaming; -1: the
  * choice per bucket again); it returns 0 when the program has no
- * alternative form. kiln_program_form_record stores the two forms' seconds
+ * alternative form (forcing 1 compiles the alternative if it was not yet:
+ * it is compiled at its first need; forcing 0 or -1 compiles nothing). kiln_program_form_record stores the two forms' seconds
  * for a bucket in the tuning DB (key "attn-form-<hash of the stream
  * kernels' shapes>", bucket "<name>,t=<threads>", schedule "streaming" or
  * "materialised") and uses the faster from then on; a bucket with no
@@ -205,6 +208,8 @@ typedef struct kiln_search_status {
     int untuned, slots;                  /* contraction (kernel, bucket) slots without a schedule yet, and all */
     int measurements;                    /* candidates measured */
     double best_speedup;                 /* the largest default/best time ratio found */
+    double baseline_s;                   /* compiling the streaming form after the search (its baseline compile,
+                                            deferred until the winners are known; not in spent_s) */
 } kiln_search_status;
 KILN_API kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share);
 KILN_API kiln_status kiln_program_search_finish(kiln_program *p);

@@ -43,6 +43,7 @@ static void read_compile(kiln_compile_options *o) {
     o->no_fuse = is_zero("KILN_FUSE");
     o->no_contract = is_zero("KILN_CONTRACT");
     o->no_split = is_zero("KILN_SPLIT");
+    o->no_stream_tile = is_zero("KILN_STREAM_TILE");
     o->no_pack_copy = is_zero("KILN_PACK_COPY");
     const char *sm = str("KILN_STREAM_MIN");
     if (sm) {

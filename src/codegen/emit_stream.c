@@ -33,9 +33,6 @@
 #include "base.h"
 #include "stream_mask.h"
 
-/* keys per skippable block */
-#define KILN_STREAM_KB 32
-
 #define OUT(...) sch_appendf(&pr->s, &pr->len, &pr->cap, __VA_ARGS__)
 
 static void collect(const sch_program *p, const sch_kernel *k, uint8_t *used) {
@@ -43,7 +40,7 @@ static void collect(const sch_program *p, const sch_kernel *k, uint8_t *used) {
     for (int32_t i = 0; i < k->nstages; i++) cg_lx_collect_bufs(p, k->stages[i].expr, used);
 }
 
-static void declare_bufs(cg_printer *pr, const sch_kernel *k) {
+void cg_stream_declare_bufs(cg_printer *pr, const sch_kernel *k) {
     const sch_program *p = pr->p;
     uint8_t *used = kiln_xcalloc((size_t)p->nbufs + 1, 1);
     collect(p, k, used);
@@ -57,7 +54,7 @@ static void declare_bufs(cg_printer *pr, const sch_kernel *k) {
 }
 
 /* the outcomes of the mask's comparisons under which the logits are a constant, and that constant */
-static void print_mask_table(cg_printer *pr, const sch_stream_mask *m) {
+void cg_stream_print_mask_table(cg_printer *pr, const sch_stream_mask *m) {
     int n = 1 << m->nleaves;
     OUT("    static const unsigned char kmconst[%d] = {", n);
     for (int a = 0; a < n; a++) OUT("%s%d", a ? ", " : "", m->constant[a]);
@@ -92,11 +89,16 @@ void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name) {
     int n = k->ndim, j = n - 1;
     int64_t nval = 0;
     KILN_ASSERT(k->kind == SCH_K_STREAM && n >= 1 && sym_is_const(p->g->syms, k->rdim, &nval) && nval >= 1);
+    sch_stream_tile tile;
+    if (sch_stream_tile_of(p, k, &tile)) {
+        cg_emit_stream_tile(pr, kid, name, &tile);
+        return;
+    }
     char c[48];
     snprintf(c, sizeof c, "%.9gf", k->stream_c);
     OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
     OUT("  int kerr = 0; (void)v; (void)chunk; (void)flags;\n");
-    declare_bufs(pr, k);
+    cg_stream_declare_bufs(pr, k);
     for (int d = 0; d < n; d++) {
         OUT("  const int64_t d%d = ", d);
         cg_print_sym(pr, k->dim[d]);
@@ -113,7 +115,7 @@ void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name) {
     cg_print_stages(pr, k, 1, 4);
     sch_stream_mask mk;
     int skip = sch_stream_mask_analyse(p, k, &mk);
-    if (skip) print_mask_table(pr, &mk);
+    if (skip) cg_stream_print_mask_table(pr, &mk);
     OUT("    float km, kl;\n");
     if (skip) OUT("    int kfull = 0;\n  kagain:;\n    float kskip = -%s; int64_t nskip = 0;\n", pr->d->inf);
     OUT("    km = -%s, kl = 0;\n", pr->d->inf);

@@ -6,9 +6,19 @@
 #define KILN_CODEGEN_EMIT_STREAM_H
 
 #include "print_lx.h"
+#include "stream_mask.h"
+#include "stream_tile.h"
+
+/* keys per skippable block */
+#define KILN_STREAM_KB 32
 
 /* append kernel kid (a STREAM kernel) as the function `name`, through pr (the
  * C emitter's printer: its reduction hook vectorises the fused stages) */
 void cg_emit_stream(cg_printer *pr, int32_t kid, const char *name);
+/* the same, kernel kid in the tile form t (emit_stream_tile.c) */
+void cg_emit_stream_tile(cg_printer *pr, int32_t kid, const char *name, const sch_stream_tile *t);
+/* shared by both: the buffers' declarations; the mask's outcome tables */
+void cg_stream_declare_bufs(cg_printer *pr, const sch_kernel *k);
+void cg_stream_print_mask_table(cg_printer *pr, const sch_stream_mask *m);
 
 #endif

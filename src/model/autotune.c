@@ -19,7 +19,8 @@
  *     searches at its first launch within its share of what is left; then,
  *     while time is left, the heaviest groups search again from the rank
  *     where they stopped (kiln_program_search_more);
- *  5. the recompile with the winners (kiln_program_search_finish);
+ *  5. the recompile with the winners (kiln_program_search_finish), the
+ *     streaming form's program too (steps 1-5 run the main program only);
  *  6. a program compiled with both attention forms times each on a prefill
  *     and decode steps after it (and on a long prompt when the time left
  *     pays for it); the faster per bucket is recorded (measure_forms).
@@ -40,10 +41,13 @@
 #include "base.h"
 #include "kiln_compile.h"
 
-/* later passes (step 4b): at most this many, each worth at least a few
- * candidates' compile, check and timing, over the heaviest groups */
+/* later passes (step 4b): at most this many, over the heaviest groups, each
+ * started when the time left after its runs pays one group's minimum search
+ * (kiln_program_search_more decides): a budget too short for any group's
+ * fair share then still searches the heaviest one (a 4 s first-run search
+ * of a tiny model under load passed every group over, measured nothing,
+ * recorded nothing, and the next run searched again) */
 #define AUTOTUNE_MAX_PASSES 3
-#define AUTOTUNE_MIN_PASS_S 3.0
 #define AUTOTUNE_PASS_GROUPS 4
 
 model_tune_options model_tune_defaults(void) {
@@ -81,7 +85,8 @@ static double time_forward(model *m, const int32_t *toks, int n, int pos, int re
 
 /* 6: the attention forms measured, for a program compiled with both: a
  * prefill of n rows (a short prompt) in each form, then decode steps after
- * it in each (both forms write the same cache); long prompts and decode over
+ * it in each (both forms write the same cache), the forms taking turns for
+ * AUTOTUNE_FORM_ROUNDS rounds, each form's best counting; long prompts and decode over
  * a long cache likewise (RT_STREAM_LONG in stream_select.c: 1024 keys) when
  * the time left pays for them: each form's long prefill is estimated at
  * AUTOTUNE_LONG_GROWTH times its short one scaled by the rows (attention
@@ -92,6 +97,13 @@ static double time_forward(model *m, const int32_t *toks, int n, int pos, int re
  * The faster form per bucket goes to the tuning DB (kiln_program_form_record). */
 #define AUTOTUNE_LONG 2048
 #define AUTOTUNE_LONG_GROWTH 2.5
+#define AUTOTUNE_FORM_ROUNDS 2
+
+/* the better of a best-so-far (0: none yet; < 0: a run failed) and a new time */
+static double best_of(double best, double t) {
+    if (best < 0 || t < 0) return -1;
+    return best == 0 || t < best ? t : best;
+}
 static void measure_forms(model *m, kiln_program *p, int n, double left, float *logits) {
     if (n + 4 > AUTOTUNE_LONG || !kiln_program_form_force(p, 0)) return; /* one form only */
     double t0 = kiln_now_s();
@@ -106,15 +118,23 @@ static void measure_forms(model *m, kiln_program *p, int n, double left, float *
         if (l == 1 && (model_n_ctx(m) < AUTOTUNE_LONG + 4 || !(pre[0] > 0 && pre[1] > 0) ||
                        est[0] + est[1] + 3 * (dec[0] + dec[1]) > left - (kiln_now_s() - t0)))
             break;
-        for (int f = 0; f < 2; f++) {
-            if (l == 1 && f == 1 && est[1] > left - (kiln_now_s() - t0)) {
-                pre[1] = dec[1] = -1; /* the first form's run took the time: no record */
-                break;
+        /* the short bucket in alternating rounds (one form, then the other,
+         * twice), each form's best kept: the forms differ by a few percent at
+         * short prompts, less than one run's drift on a shared machine */
+        int rounds = l == 0 ? AUTOTUNE_FORM_ROUNDS : 1;
+        pre[0] = pre[1] = dec[0] = dec[1] = 0;
+        for (int r = 0; r < rounds; r++)
+            for (int f = 0; f < 2; f++) {
+                if (l == 1 && f == 1 && est[1] > left - (kiln_now_s() - t0)) {
+                    pre[1] = dec[1] = -1; /* the first form's run took the time: no record */
+                    break;
+                }
+                kiln_program_form_force(p, f);
+                double tp = time_forward(m, toks, len, 0, 1, logits);
+                double td = time_forward(m, toks + len, 1, len, 3, logits);
+                pre[f] = best_of(pre[f], tp);
+                dec[f] = best_of(dec[f], td);
             }
-            kiln_program_form_force(p, f);
-            pre[f] = time_forward(m, toks, len, 0, 1, logits);
-            dec[f] = time_forward(m, toks + len, 1, len, 3, logits);
-        }
         if (pre[0] > 0 && pre[1] > 0) kiln_program_form_record(p, buckets[l][0], pre[0], pre[1]);
         if (dec[0] > 0 && dec[1] > 0) kiln_program_form_record(p, buckets[l][1], dec[0], dec[1]);
     }
@@ -163,8 +183,14 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
     kiln_status s = KILN_OK;
 
     /* 1-2: warm up, then profile the schedules the program has; their time
-     * is the search's too (the budget bounds the whole search's wall time) */
+     * is the search's too (the budget bounds the whole search's wall time).
+     * Steps 1-5 run the main program (the materialised form): the profile
+     * and the searches see only the kernels of the program that runs, and
+     * the streaming form (where a model has one) would take decode steps
+     * away from it; it adopts the winners at step 5 (they share the
+     * contractions' and most kernels' keys) */
     double t_start = kiln_now_s();
+    kiln_program_form_force(p, 0);
     phase(&o, "measuring where the time goes (a prefill and two decode steps)");
     if (model_forward(m, toks, 1, 0, logits) || model_forward(m, toks, 5, 0, logits)) {
         s = fail(m, err, cap, "warm-up");
@@ -191,17 +217,24 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         w[2 * k + 1] = pre[k] * o.workload_prompt / n;
     }
     /* step 6's short measurement is kept out of the search's time: a
-     * prefill and three decode steps in each form */
+     * prefill and three decode steps in each form, twice (a program with
+     * one form: none; the main form stays forced) */
     double forms_s = 0;
-    if (!all_rows && kiln_program_form_force(p, -1))
-        for (int32_t k = 0; k < nk; k++) forms_s += 2 * pre[k] + 3 * dec[k];
+    if (!all_rows && kiln_program_form_force(p, 0))
+        for (int32_t k = 0; k < nk; k++) forms_s += AUTOTUNE_FORM_ROUNDS * (2 * pre[k] + 3 * dec[k]);
     double left = o.budget_s - (kiln_now_s() - t_start) - forms_s;
     if ((s = kiln_program_search(p, left > 0 ? left : 0, w, o.min_share)) != KILN_OK) {
         snprintf(err, cap, "bad search options (budget %g s, min share %g)", o.budget_s, o.min_share);
         goto done;
     }
-    /* 4: the searches, prefill shapes first, then decode */
-    phase(&o, "searching prefill schedules");
+    /* 4: the searches, prefill shapes first, then decode; the phase says
+     * what the profile saw in the kernels of the program searched */
+    double pre_s = 0, dec_s = 0;
+    for (int32_t k = 0; k < nk; k++) pre_s += pre[k], dec_s += dec[k] / 2;
+    char what[160];
+    snprintf(what, sizeof what, "searching prefill schedules (profiled in the kernels: a %d-row prefill %.2f ms, a decode step %.3f ms)",
+             n, 1e3 * pre_s, 1e3 * dec_s);
+    phase(&o, what);
     if (model_forward_rows(m, toks, n, 0, from, logits)) {
         s = fail(m, err, cap, "searching prefill schedules");
         kiln_program_search_finish(p);
@@ -222,7 +255,7 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
     for (int32_t k = 0; k < nk; k++) runs_s += pre[k] + dec[k] / 2;
     for (int pass = 0; pass < AUTOTUNE_MAX_PASSES; pass++) {
         double more = o.budget_s - (kiln_now_s() - t_start) - runs_s - forms_s;
-        if (more < AUTOTUNE_MIN_PASS_S || kiln_program_search_more(p, more, AUTOTUNE_PASS_GROUPS) == 0) break;
+        if (!(more > 0) || kiln_program_search_more(p, more, AUTOTUNE_PASS_GROUPS) == 0) break;
         phase(&o, "searching again with the time left (the heaviest kernels, their next candidates)");
         if (model_forward(m, toks, 1, n, logits) || model_forward_rows(m, toks, n, 0, from, logits)) {
             s = fail(m, err, cap, "searching again");
@@ -236,12 +269,16 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         snprintf(err, cap, "%s", model_error(m));
         goto done;
     }
+    kiln_program_form_force(p, -1);
     /* 6: which attention form serves which bucket, measured */
     if (!all_rows) {
         phase(&o, "timing the attention forms (materialised, streaming)");
-        measure_forms(m, p, n, o.budget_s - (kiln_now_s() - t_start), logits);
+        kiln_search_status st;
+        kiln_program_search_status(p, &st); /* the streaming form's deferred compile is not the search's */
+        measure_forms(m, p, n, o.budget_s - (kiln_now_s() - t_start - st.baseline_s), logits);
     }
 done:
+    kiln_program_form_force(p, -1);
     model_reset(m); /* the runs' cache rows are of no use to anyone */
     if (out) kiln_program_search_status(p, out);
     kiln_program_profile_on(p, 0);
@@ -280,8 +317,15 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
         out->searched += first.searched;
         out->measurements += first.measurements;
         if (first.best_speedup > out->best_speedup) out->best_speedup = first.best_speedup;
+        out->baseline_s += first.baseline_s;
     }
     return s;
+}
+
+void model_compile_forms(model *m) {
+    kiln_program *p = model_program(m);
+    /* forcing the streaming form compiles it (kiln_program_form_force) */
+    if (p && kiln_program_form_force(p, 1)) kiln_program_form_force(p, -1);
 }
 
 int model_needs_search(model *m) {

@@ -28,5 +28,11 @@ kiln_status model_autotune(model *m, const model_tune_options *o, kiln_search_st
 /* 1 when m is compiled and most of its contraction slots have no schedule
  * from the tuning DB: a model new to this machine (or thread count) */
 int model_needs_search(model *m);
+/* the streaming attention form (the program's alternative, compiled at its
+ * first need) compiled now, before any timed run, where the program has
+ * one: callers that run the model without searching it first, so the
+ * compile is the load's time and not the first prompt's (a search compiles
+ * it at its end, with the winners) */
+void model_compile_forms(model *m);
 
 #endif

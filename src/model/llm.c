@@ -63,7 +63,10 @@ static void tune_step(void *ctx, const kiln_search_status *st) {
 /* the first-run search of a compiled model new to this machine */
 static kiln_status first_run_search(kiln_llm *m, const kiln_llm_params *p, char *err, size_t cap) {
     double budget = tune_budget(p->tune_s);
-    if (budget <= 0 || p->exact || !model_is_compiled(m->model) || !model_needs_search(m->model)) return KILN_OK;
+    if (budget <= 0 || p->exact || !model_is_compiled(m->model) || !model_needs_search(m->model)) {
+        if (model_is_compiled(m->model)) model_compile_forms(m->model);
+        return KILN_OK;
+    }
     model_tune_options o = model_tune_defaults();
     o.budget_s = budget;
     tune_progress tp = {p};

@@ -30,6 +30,8 @@ struct model {
     size_t *state_bytes;
     int ubatch;      /* rows per forward pass (model_forward_rows); <= 0: all at once */
     int64_t kv_rows; /* cache rows a forward pass may have written since the last model_reset */
+    struct model_range { const void *p; size_t n; } *released; /* the file's parts given back (release_weight) */
+    int nreleased, released_cap;
     model_options opt; /* as loaded (model_compile_graph compiles other graphs of the model the same way) */
     char err[512];
 };
@@ -44,6 +46,7 @@ void model_free(model *m) {
     kiln_program_free(m->prog); /* before its graph */
     kiln_graph_free(m->g);
     gguf_close(m->file);
+    free(m->released);
     for (int i = 0; i < m->nstates; i++) free(m->states[i]);
     free(m->states);
     free(m->state_bytes);
@@ -51,13 +54,32 @@ void model_free(model *m) {
 }
 
 /* kiln_graph_on_weight_release's hook: the file's pages under a weight that
- * only its copy is read from go back (gguf_release keeps them readable) */
-static void release_weight(void *file, const void *data, size_t bytes) { gguf_release(file, data, bytes); }
+ * only its copy is read from go back (gguf_release keeps them readable),
+ * and the range is remembered for release_again */
+static void release_weight(void *mp, const void *data, size_t bytes) {
+    model *m = mp;
+    gguf_release(m->file, data, bytes);
+    for (int i = 0; i < m->nreleased; i++)
+        if (m->released[i].p == data && m->released[i].n == bytes) return;
+    KILN_GROW(m->released, m->released_cap, m->nreleased + 1);
+    m->released[m->nreleased].p = data;
+    m->released[m->nreleased++].n = bytes;
+}
+
+/* after a prompt's pass: the released parts it read again go back again. A
+ * released weight is still read where a kernel reads it rather than its
+ * copy: a tied embedding's gathered rows, each fault bringing back the 64
+ * KiB around it that the kernel maps from the file's cached pages (4000
+ * random token ids: gemma3-270m's whole 170 MiB table, beside its copy) */
+#define MODEL_RERELEASE_ROWS 64
+static void release_again(model *m) {
+    for (int i = 0; i < m->nreleased; i++) gguf_release(m->file, m->released[i].p, m->released[i].n);
+}
 
 /* bind every weight input of g (the model's graph or another one built
  * from its file) to its tensor's bytes */
 void model_bind_weights(model *m, kiln_graph *g) {
-    kiln_graph_on_weight_release(g, release_weight, m->file);
+    kiln_graph_on_weight_release(g, release_weight, m);
     for (int64_t i = 0; i < gguf_tensor_count(m->file); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->file, i);
         kiln_status s = kiln_bind_weight(g, t->name, t->data, (size_t)t->bytes);
@@ -165,6 +187,7 @@ static kiln_status forward_pass(model *m, const int32_t *tokens, int n, int pos,
     if (!s && m->all_logits) s = kiln_bind_dim(m->g, "logits_from", from);
     if (!s) s = kiln_bind_input(m->g, "tokens", (void *)(uintptr_t)tokens, (size_t)n * sizeof(int32_t));
     if (!s) s = model_eval(m);
+    if (!s && n >= MODEL_RERELEASE_ROWS) release_again(m);
     if (!s)
         s = kiln_read_output(m->g, "logits", logits_out, (size_t)(n - from) * (size_t)m->hp.n_vocab * sizeof(float));
     if (s) kiln_fail(m->err, sizeof m->err, s, "model_forward: %s", kiln_graph_error(m->g));

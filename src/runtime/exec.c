@@ -94,7 +94,7 @@ static kiln_status compile_rewrite(kiln_program *p) {
 /* kernels, and whether the backend can run every one of them */
 static kiln_status compile_kernels(kiln_program *p, char *err, size_t errcap) {
     kiln_graph *g = p->plan.g;
-    sch_options so = {p->plan.opt.no_fuse, p->plan.opt.no_contract, p->plan.opt.no_split};
+    sch_options so = {p->plan.opt.no_fuse, p->plan.opt.no_contract, p->plan.opt.no_split, p->plan.opt.no_stream_tile};
     kiln_status s = sch_kernelize_ex(g, &p->plan.sp, &so, err, errcap);
     if (s != KILN_OK) {
         if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);
@@ -173,8 +173,10 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->plan.compiling = 0;
     p->forms.force = -1; /* no form forced, none measured: the cost model picks (stream_select.c) */
     memset(p->forms.choice, 0xff, sizeof p->forms.choice);
-    p->alt = rt_stream_compile_alt(g, &o, be->name);
-    if (p->alt) rt_cpu_share_copies(p, p->alt); /* one set of weight copies for both forms */
+    /* the streaming form is compiled when first needed (rt_stream_alt): a
+     * first-run search runs this program alone and then compiles it once,
+     * with the winners, instead of twice */
+    p->alt_pending = (uint8_t)rt_stream_alt_wanted(&o, be->name);
     return p;
 }
 
@@ -397,6 +399,7 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     free(p->tune.plan_w);
     p->tune.plan_w = NULL;
     p->tune.reserve_s = 0;
+    p->tune.baseline_s = 0;
     if (!weights) return KILN_OK;
     size_t n = (size_t)p->plan.sp.nkernels * 2;
     p->tune.plan_w = kiln_xcalloc(n + 1, sizeof *p->tune.plan_w);
@@ -413,9 +416,19 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     for (size_t i = 0; i < n; i++) p->tune.plan_w[i] = weights[i] > 0 ? weights[i] : 0;
     /* gemma3-270m: 4.9 MB of C, a 0.58 MB unit, 0.31-0.35 s to find it at load 8 */
     p->tune.unit_bytes = p->plan.source ? rt_cc_unit_bytes(p->plan.source) : 0;
+    /* the streaming form's program, compiled before, is rebuilt with the
+     * winners too (alt_with_winners): its unit taken as the main one's in
+     * proportion to their sources, without a second scan (not compiled
+     * yet, its first compile comes after the search: not the search's) */
+    if (p->alt && p->alt->plan.source && p->plan.source && host_code(p->alt))
+        p->tune.unit_bytes += (size_t)((double)p->tune.unit_bytes * (double)strlen(p->alt->plan.source) /
+                                       (double)(strlen(p->plan.source) + 1));
     p->tune.stretch = rt_cc_rate_learnt() ? 1 : measured_stretch();
     if (p->tune.stretch < 1) p->tune.stretch = 1;
     p->tune.reserve_s = recompile_estimate(p);
+    if (p->plan.opt.tune_verbose)
+        fprintf(stderr, "kiln tune: %.2f s kept aside for the recompile (a %zu-byte unit at %.2g s a byte%s, the machine measured %.1fx slower than alone)\n",
+                p->tune.reserve_s, p->tune.unit_bytes, rt_cc_seconds_per_byte(), rt_cc_rate_learnt() ? ", learnt" : ", guessed", p->tune.stretch);
     plan_skip_small(p, min_share);
     return KILN_OK;
 }
@@ -533,6 +546,46 @@ static int plan_starved(const kiln_program *p) {
     return 0;
 }
 
+/* the alternative form's program (stream_select.c) takes the records the
+ * search of its main program wrote: both share the contractions and most
+ * generic kernels (same keys), and the search ran the main program only
+ * (autotune.c forces it). Not compiled yet: it is compiled now (its
+ * compile reads the DB); compiled before: its schedules are read again from
+ * the tuning DB and its code rebuilt (a unit the kernel cache holds when
+ * nothing changed) */
+static kiln_status alt_with_winners(kiln_program *p) {
+    int verbose = p->plan.opt.tune_verbose;
+    double t = kiln_now_s();
+    if (p->alt_pending) {
+        kiln_program *alt = rt_stream_alt(p);
+        /* its baseline compile, which a load would have done, deferred: not
+         * the search's time (kiln_search_status.baseline_s) */
+        p->tune.baseline_s += kiln_now_s() - t;
+        if (verbose && alt)
+            fprintf(stderr, "kiln tune: compiled the streaming form with the winners in %.2f s\n", kiln_now_s() - t);
+        return KILN_OK; /* none (no stream kernel, or its compile failed): the materialised form stands alone */
+    }
+    kiln_program *alt = p->alt;
+    if (!alt || !host_code(alt) || alt->plan.exact) return KILN_OK;
+    char err[4096];
+    free(alt->tune.tuned);
+    free(alt->tune.has_seed);
+    free(alt->tune.seeds);
+    free(alt->tune.unmeasured);
+    rt_gtune_free(alt->tune.gtune);
+    alt->tune.tuned = alt->tune.has_seed = alt->tune.unmeasured = NULL;
+    alt->tune.seeds = NULL;
+    alt->tune.gtune = NULL;
+    rt_tune_apply_db(alt);
+    rt_cpu_drop_pack_copies(alt);
+    kiln_status s = rt_cpu_emit_and_load(alt, err, sizeof err);
+    p->tune.spent += kiln_now_s() - t;
+    if (verbose)
+        fprintf(stderr, "kiln tune: recompiled the streaming form with the winners in %.2f s\n", kiln_now_s() - t);
+    if (s != KILN_OK) graph_run_error(alt->plan.g, s, "kiln: recompiling the streaming form with the tuned schedules: %s", err);
+    return s;
+}
+
 kiln_status kiln_program_search_finish(kiln_program *p) {
     if (!p || !host_code(p)) return KILN_OK;
     kiln_status s = KILN_OK;
@@ -564,7 +617,9 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
                     "the machine measured %.1fx slower than alone)\n",
                     kiln_now_s() - t, est, p->tune.unit_bytes, p->tune.stretch);
         if (s != KILN_OK) graph_run_error(p->plan.g, s, "kiln: recompiling with the tuned schedules: %s", err);
+        if (s == KILN_OK && p->alt) s = alt_with_winners(p);
     }
+    if (s == KILN_OK && p->alt_pending) s = alt_with_winners(p);
     free(p->tune.plan_w);
     p->tune.plan_w = NULL;
     free(p->tune.rank_next);
@@ -582,6 +637,7 @@ void kiln_program_search_status(const kiln_program *p, kiln_search_status *out) 
     out->budget_s = p->tune.budget;
     out->spent_s = p->tune.spent;
     out->reserve_s = p->tune.reserve_s;
+    out->baseline_s = p->tune.baseline_s;
     out->searched = p->tune.plan_searched;
     out->skipped = p->tune.plan_skipped;
     out->untuned = kiln_program_untuned(p);

@@ -111,6 +111,7 @@ int kiln_program_kernel_times(const kiln_program *p, double *out, int n) {
 }
 
 void kiln_program_profile_reset(kiln_program *p) {
+    if (p && p->alt) kiln_program_profile_reset(p->alt); /* the streaming form's runs are counted there */
     if (!p || !p->prof.secs) return;
     size_t n = (size_t)p->plan.sp.nkernels + 1;
     memset(p->prof.secs, 0, n * sizeof *p->prof.secs);
@@ -122,6 +123,7 @@ void kiln_program_profile_reset(kiln_program *p) {
 char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, double dot_gops, int max_rows) {
     char *buf = NULL;
     size_t len = 0, cap = 0;
+    if (p && (!p->prof.secs || p->prof.runs == 0) && p->alt) p = p->alt; /* the runs went to the streaming form */
     if (!p || !p->prof.secs || p->prof.runs == 0) return kiln_xstrdup("");
     int32_t nk = p->plan.sp.nkernels;
     double total = 0, tbytes = 0;

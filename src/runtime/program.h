@@ -88,6 +88,7 @@ typedef struct rt_tuner {
     int32_t *rank_next;       /* per slot, searched by this plan: the rank its next pass starts at (0: none left) */
     uint8_t *short_over;      /* per slot: passed over for a share too small to search (a later pass may) */
     double reserve_s;
+    double baseline_s; /* the streaming form's compile after the search (alt_with_winners), not in spent */
     size_t unit_bytes;
     double stretch;           /* measured at the plan: the machine's slowdown for this process (>= 1) */
     int plan_searched, plan_skipped, plan_pending;
@@ -104,6 +105,7 @@ struct kiln_program {
     rt_tuner tune;
     void *dev; /* the backend's own state (cpu_run.c's rt_cpu_state, gpu_exec.c's rt_gpu_program) */
     struct kiln_program *alt; /* option stream 2: the streaming form, run for its buckets (stream_select.c) */
+    uint8_t alt_pending;      /* option stream 2: alt not compiled yet (rt_stream_alt compiles it at first need) */
     /* the attention form per bucket (KILN_FORM_*), measured: -1 none (the
      * cost model picks), 0 materialised, 1 streaming; t: [bucket][form]
      * seconds; loaded from the tuning DB at the first pick (stream_select.c) */

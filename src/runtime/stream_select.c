@@ -56,8 +56,21 @@ static int has_stream_kernel(const kiln_program *p) {
     return 0;
 }
 
+int rt_stream_alt_wanted(const kiln_compile_options *o, const char *backend) {
+    return o->stream == 2 && is_cpu(backend) && !o->profile; /* a profile covers one program */
+}
+
+kiln_program *rt_stream_alt(kiln_program *p) {
+    if (p->alt_pending) {
+        p->alt_pending = 0;
+        p->alt = rt_stream_compile_alt(p->plan.user, &p->plan.opt, p->plan.be->name);
+        if (p->alt) rt_cpu_share_copies(p, p->alt); /* one set of weight copies for both forms */
+    }
+    return p->alt;
+}
+
 kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o, const char *backend) {
-    if (o->stream != 2 || !is_cpu(backend) || o->profile) return NULL; /* a profile covers one program */
+    if (!rt_stream_alt_wanted(o, backend)) return NULL;
     kiln_status was = g->status;
     char err[sizeof g->error];
     memcpy(err, g->error, sizeof err);
@@ -164,7 +177,9 @@ int rt_stream_pick(kiln_program *p, const kiln_graph *user) {
 }
 
 int kiln_program_form_force(kiln_program *p, int form) {
-    if (!p || !p->alt || form < -1 || form > 1) return 0;
+    if (!p || form < -1 || form > 1) return 0;
+    /* the materialised form (or none) forced needs no alternative compiled */
+    if (form == 1 ? !rt_stream_alt(p) : !p->alt && !p->alt_pending) return 0;
     p->forms.force = form;
     return 1;
 }
@@ -209,7 +224,7 @@ char *kiln_program_forms(const kiln_program *p) {
     kiln_sb b = {0};
     int streams = has_stream_kernel(p);
     kiln_sb_puts(&b, "attention forms (src/runtime/stream_select.c):\n");
-    if (p->alt) {
+    if (rt_stream_alt((kiln_program *)p)) {
         static const char *const what[KILN_FORM_BUCKETS] = {
             "short prompts (more than " KILN_STR(RT_STREAM_FEW) " rows, fewer than " KILN_STR(RT_STREAM_LONG) " keys)",
             "long prompts (at least " KILN_STR(RT_STREAM_LONG) " keys)",

@@ -24,5 +24,11 @@ kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o
  * (p->alt) serves: the form forced, else the bucket's measured choice from
  * the tuning DB, else the cost model's (decode, long prompts) */
 int rt_stream_pick(kiln_program *p, const kiln_graph *user);
+/* 1 when a compilation with these options on this backend has a streaming
+ * alternative to compile (option stream 2 on the CPU, no profile) */
+int rt_stream_alt_wanted(const kiln_compile_options *o, const char *backend);
+/* p's streaming alternative, compiled at the first call that needs it
+ * (rt_stream_compile_alt of p's graph and options), or NULL: there is none */
+kiln_program *rt_stream_alt(kiln_program *p);
 
 #endif

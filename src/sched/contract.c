@@ -31,6 +31,7 @@
 #include "base.h"
 #include "contract.h"
 #include "family.h"
+#include "stream_tile.h"
 #include "dtype.h"
 
 /* bit d set when sym s uses kernel k's loop variable d */
@@ -177,11 +178,15 @@ sch_contract_sched sch_contract_default_of(const sch_contract *c, int large_m, k
 static int analyse_kernel(sch_program *p, int32_t ki, uint8_t *force) {
     sch_kernel *k = &p->kernels[ki];
     int forced = 0;
-    /* contractions fused as stages: give them a kernel of their own */
+    /* contractions fused as stages: give them a kernel of their own, but
+     * for a stream kernel's dot product in the tile form (stream_tile.c),
+     * which the tile computes in registers */
+    sch_stream_tile tile;
+    int tiled = !p->no_stream_tile && sch_stream_tile_of(p, k, &tile);
     for (int32_t i = 0; i < k->nstages; i++) {
         const sch_stage *st = &k->stages[i];
         unsigned ma, mb;
-        if (st->red_op != OP_SUM || force[st->node]) continue;
+        if (st->red_op != OP_SUM || force[st->node] || (tiled && i == tile.stage)) continue;
         /* the stage's own variables are not loop variables of k; what matters
          * is whether its operands differ in the kernel's loops */
         if (contraction_sides(p, k, st->expr, &ma, &mb)) {

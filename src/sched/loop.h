@@ -243,6 +243,7 @@ typedef struct sch_var {
 
 typedef struct sch_program {
     kiln_graph *g;
+    int no_stream_tile; /* sch_options.no_stream_tile: contract.c gives every stream kernel's dot product a kernel */
     sch_buf *bufs;
     int32_t nbufs, cap_bufs;
     sch_kernel *kernels;
@@ -303,6 +304,7 @@ typedef struct sch_options {
     int no_fuse;     /* every reduction in a kernel of its own (to compare) */
     int no_contract; /* no contraction recognition: generic reductions only */
     int no_split;    /* no splitting of MAP kernels at guard boundaries */
+    int no_stream_tile; /* stream kernels keep the one-row form (their scores a kernel of their own) */
 } sch_options;
 /* cut g into kernels. Returns KILN_OK or an error with a message in err.
  * sch_kernelize is sch_kernelize_ex with every option 0 (o may be NULL). */

@@ -168,6 +168,48 @@ def f16_cache_and_small_context():
     m.free()
 
 
+def file_rss(path):
+    """bytes of path's mappings resident in this process (/proc/self/smaps)"""
+    rss, cur = 0, False
+    real = os.path.realpath(path)
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                cur = len(head) >= 6 and head[5] == real
+            elif cur and line.startswith("Rss:"):
+                rss += int(head[1]) * 1024
+    return rss
+
+
+def released_table_given_back():
+    """a tied q8_0 table released beside its decode copy (compiled, the cost
+    model's int8 decode schedules) is read again only at a prompt's
+    gathered rows, each fault mapping back the 64 KiB around it from the
+    file; after a pass of 64 rows or more those pages go again (model.c,
+    release_again): after a second 96-token prompt the file's mappings hold
+    under a tenth of the table, where they held most of it before"""
+    def q8(name, shape):
+        return kc.F32 if len(shape) == 1 else kc.Q8_0
+    path, c = model_file("gemma3", dtypes=q8, seed=21, n_vocab=16384, n_embd=256, n_ctx=256)
+    table = c["n_vocab"] * c["n_embd"] // 32 * 34
+    fixed = os.environ.pop("KILN_FIXED_DEFAULTS", None)
+    try:
+        m = kg.Model(path, n_ctx=256, gguf_flags=kg.OPEN_READ, compiled=True, threads=1)
+    finally:
+        if fixed is not None:
+            os.environ["KILN_FIXED_DEFAULTS"] = fixed
+    rng = np.random.default_rng(5)
+    m.forward([int(t) for t in rng.integers(0, c["n_vocab"], 96)], 0)
+    if file_rss(path) == 0 and not os.path.exists("/proc/self/smaps"):
+        raise AssertionError("no /proc/self/smaps")
+    m.forward([int(t) for t in rng.integers(0, c["n_vocab"], 96)], 96)
+    got = file_rss(path)
+    m.free()
+    if not got < table // 10:
+        raise AssertionError("%d bytes of the model file resident after the prompt (table %d bytes)" % (got, table))
+
+
 def bad_inputs():
     """errors are statuses with messages, and a failed call leaves the cache intact"""
     path, _ = model_file("llama", seed=3)
@@ -244,6 +286,7 @@ def main():
     s.case("llama_kquants_rope_scaling_vs_numpy", kquants_and_rope_scaling, isolate=True)
     s.case("llama_rope_freqs_vs_numpy", prefill_then_decode, "llama", rope_freqs=True, isolate=True)
     s.case("f16_cache_and_small_context", f16_cache_and_small_context, isolate=True)
+    s.case("released_table_given_back_after_a_prompt", released_table_given_back, isolate=True)
     s.case("model_forward_bad_inputs", bad_inputs, isolate=True)
     s.case("model_load_errors", load_errors, isolate=True)
     shutil.rmtree(TMP, ignore_errors=True)

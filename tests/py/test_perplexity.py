@@ -410,10 +410,16 @@ def t_first_run_search():
     j = json.loads(r.stdout)
     ppl = expected_ppl(LLAMA, tok_ids(TEXT), 16, j["chunks"])[0]
     close(j["ppl"], ppl, 2e-2, "PPL after the search (int8 / bf16 forms allowed)")
+    first = err
     r = subprocess.run([KILN, "run", "-m", LLAMA, "-p", "ab", "-n", "2", "--temp", "0"], capture_output=True, env=env,
                        timeout=600)
     err = r.stderr.decode(errors="replace")
-    assert r.returncode == 0 and "no tuned schedules" not in err, err[-500:]
+    assert r.returncode == 0, err[-500:]
+    # a search that measured nothing (a machine too loaded for the 4 s to pay
+    # one candidate's compile) records nothing, so the next run searches
+    # again, by design; one that measured records every slot
+    if not re.search(r"searched 0 kernels", first):
+        assert "no tuned schedules" not in err, (first[-1500:], err[-500:])
 
 
 def expect_error(args, code, pattern):

@@ -42,6 +42,12 @@ os.environ.setdefault("XDG_CACHE_HOME", "/tmp/kiln-test-cache-%d" % os.getuid())
 # whose 2-4-row form the batched program runs (the check is bit for bit
 # against the single program, so the arithmetic's own error does not matter)
 os.environ["KILN_FIXED_DEFAULTS"] = "0"
+# the batched program's attention (operands gathered through a LET, or two
+# dot products per slot) is not in the stream tile's form
+# (src/sched/stream_tile.c), so it keeps the one-row stream kernel and its
+# score kernel; the single program must compute the same way for the
+# bit-for-bit check, so it does not take the tile either
+os.environ["KILN_STREAM_TILE"] = "0"
 suite = kc.Suite("test_serve_batch")
 
 _vp, _cp, _i, _i32, _st = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int32, ctypes.c_int

@@ -319,6 +319,11 @@ def case_tune_model():
     # a kernel the plan passed over or did not reach, recorded with tried 0
     assert all((r["tried"] >= 1 and r["best_s"] > 0) or (r["tried"] == 0 and r["best_s"] == 0) for r in recs), recs
     assert any(r["tried"] >= 1 for r in recs), recs
+    # decode steps are profiled in the program the search runs (the
+    # streaming form, which decode would pick, used to run them unseen by
+    # the profile: every decode kernel then weighed 0 and kept its default)
+    prof = re.search(r"a (\d+)-row prefill ([0-9.]+) ms, a decode step ([0-9.]+) ms", err)
+    assert prof and float(prof.group(2)) > 0 and float(prof.group(3)) > 0, err[-2000:]
     # the attention forms, timed after the search: short prompts and decode,
     # each the faster of the two with the runner-up's time beside it
     forms = {r["bucket"].split(",")[0]: r for r in recs if r["key"].startswith("attn-form-")}

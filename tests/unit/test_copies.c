@@ -20,6 +20,7 @@
 #include "check.h"
 #include "kiln_compile.h"
 #include "program.h"
+#include "stream_select.h"
 #include "weights.h"
 
 #define D 256    /* model width: query heads x head size */
@@ -78,6 +79,7 @@ int main(void) {
     {
         kiln_graph *g = layer_graph(wq, wo, wbytes);
         kiln_program *p = compile_form(g, 2);
+        if (p) rt_stream_alt(p); /* the alternative is compiled at its first need: now */
         CHECK(p && p->alt, "no streaming alternative: %s", kiln_graph_error(g));
         if (p && p->alt) {
             CHECK(strstr(kiln_program_source(p), "kacc") == NULL, "the main program is not the materialised form");
@@ -125,6 +127,7 @@ int main(void) {
          * its prefill bit for bit as before */
         kiln_graph *g = layer_graph(wq, wo, wbytes);
         kiln_program *p = compile_form(g, 2);
+        if (p) rt_stream_alt(p); /* the alternative is compiled at its first need: now */
         CHECK(p && p->alt, "no alternative");
         if (p && p->alt) {
             CHECK(run_rows(p, g, 0, ROWS, out_pre[1]) && run_rows(p, g, ROWS, 1, out_dec[1]), "%s", kiln_graph_error(g));

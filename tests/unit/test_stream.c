@@ -25,6 +25,8 @@ static float frand(float lo, float hi) { return lo + (hi - lo) * (float)rand() /
 
 #define CAP 65536
 static float ref[CAP], got[CAP];
+/* the last program compiled by run_compare held a stream kernel in the tile form (emit_stream_tile.c) */
+static int tiled;
 
 /* compiles g (bindings made), runs it, compares output "out" (f32) with the
  * reference; *streams = 1 when the program holds a stream kernel */
@@ -49,6 +51,7 @@ static int run_compare(kiln_graph *g, int vector, int *streams, char *why, size_
         return 0;
     }
     *streams = strstr(kiln_program_source(p), "kacc") != NULL;
+    tiled = strstr(kiln_program_source(p), "ktile") != NULL;
     int ok = kiln_run(p) == KILN_OK && kiln_read_output(g, "out", got, sizeof(float) * (size_t)n) == KILN_OK;
     if (!ok) snprintf(why, cap, "run: %s", kiln_graph_error(g));
     for (int64_t i = 0; ok && i < n; i++) {
@@ -92,12 +95,14 @@ static kiln_graph *attention_graph(const acase *c) {
     return g;
 }
 
-/* softmax(f(q k^T) + mask) v with q (4, 8), k (6, 8), mask (4, 6), v (6, 5);
+/* softmax(f(q k^T) + mask) v with q (4, 8), k (6, 8), mask (4, 6), v (6, dv);
  * form 0: f = identity, 1: soft-cap 30 tanh(s / 30) */
-static kiln_graph *masked_graph(int form) {
+static kiln_graph *masked_graph(int form, int dv) {
     kiln_graph *g = kiln_graph_new();
     kiln_tensor q = kiln_input(g, "q", KILN_F32, "4, 8"), k = kiln_input(g, "k", KILN_F32, "6, 8");
-    kiln_tensor m = kiln_input(g, "m", KILN_F32, "4, 6"), v = kiln_input(g, "v", KILN_F32, "6, 5");
+    char vs[32];
+    snprintf(vs, sizeof vs, "6, %d", dv);
+    kiln_tensor m = kiln_input(g, "m", KILN_F32, "4, 6"), v = kiln_input(g, "v", KILN_F32, vs);
     kiln_tensor s = kiln_matmul(g, q, kiln_transpose(g, k, 0, 1));
     if (form == 1)
         s = kiln_mul(g, kiln_tanh(g, kiln_mul(g, s, kiln_const(g, 1.0 / 30, KILN_F32))), kiln_const(g, 30, KILN_F32));
@@ -105,7 +110,7 @@ static kiln_graph *masked_graph(int form) {
     kiln_bind_input(g, "q", Q, sizeof(float) * 32);
     kiln_bind_input(g, "k", K, sizeof(float) * 48);
     kiln_bind_input(g, "m", M, sizeof(float) * 24);
-    kiln_bind_input(g, "v", V, sizeof(float) * 30);
+    kiln_bind_input(g, "v", V, sizeof(float) * 6 * (size_t)dv);
     return g;
 }
 
@@ -190,7 +195,8 @@ int main(void) {
             if (!p) continue;
             const char *src = kiln_program_source(p);
             nstream = 0;
-            for (const char *c = src; (c = strstr(c, "float kacc[")) != NULL; c++) nstream++;
+            for (const char *c = src; (c = strstr(c, " kacc[")) != NULL; c++) /* one-row and tile declarations */
+                nstream += (c - src >= 5 && !strncmp(c - 5, "float", 5)) || (c - src >= 3 && !strncmp(c - 3, "ktv", 3));
             for (int s = 0; s < NSUB; s++) {
                 char on[16];
                 int64_t n = nel[s];
@@ -211,10 +217,51 @@ int main(void) {
     }
     CASE_END();
 
+    CASE_BEGIN("tile_form_agrees");
+    {
+        /* d and the values multiples of 8: the stream kernel is the tile of
+         * rows x keys with the scores inside it (emit_stream_tile.c, marked
+         * "ktile"). Rows not a multiple of the tile's 4 (21, 9, 5, 3), keys
+         * not a multiple of the 32-key block or the 4-key sub-block (45, 13,
+         * 107), tiles cut where the key head changes (2 and 3 key heads),
+         * causal and windowed masks with whole blocks skipped, large logits;
+         * d = 12 keeps the one-row form and its own score kernel. */
+        static const acase cases[] = {
+            {"rows_21_keys_45", 7, 38, 3, 1, 16, 8, 0, 0.35, KILN_F32},
+            {"two_key_heads", 9, 4, 4, 2, 8, 16, 0, 0.3, KILN_F32},
+            {"three_key_heads_window", 5, 102, 3, 3, 8, 8, 6, 0.4, KILN_F32},
+            {"window_long", 40, 67, 2, 1, 8, 8, 17, 0.25, KILN_F32},
+            {"decode_deep", 1, 106, 4, 1, 24, 8, 0, 0.35, KILN_F32},
+            {"large_logits", 6, 7, 4, 1, 8, 8, 0, 40.0, KILN_F32},
+            {"one_row_form", 5, 8, 2, 1, 12, 8, 0, 0.35, KILN_F32},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            for (int j = 0; j < 8192; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
+            for (int vec = 0; vec < 2; vec++) {
+                kiln_graph *g = attention_graph(&cases[i]);
+                int streams = 0;
+                CHECK(run_compare(g, vec, &streams, why, sizeof why), "%s (%s): %s", cases[i].name,
+                      vec ? "vector" : "scalar", why);
+                CHECK(streams, "%s: no stream kernel in the program", cases[i].name);
+                CHECK(tiled == (cases[i].d % 8 == 0), "%s: tile form %d", cases[i].name, tiled);
+                kiln_graph_free(g);
+            }
+        }
+        /* KILN_STREAM_TILE=0 (compile.no_stream_tile): the one-row form, same results */
+        setenv("KILN_STREAM_TILE", "0", 1);
+        kiln_graph *g = attention_graph(&cases[0]);
+        int streams = 0;
+        CHECK(run_compare(g, 1, &streams, why, sizeof why), "KILN_STREAM_TILE=0: %s", why);
+        CHECK(streams && !tiled, "KILN_STREAM_TILE=0: stream kernel %d, tile form %d", streams, tiled);
+        kiln_graph_free(g);
+        unsetenv("KILN_STREAM_TILE");
+    }
+    CASE_END();
+
     CASE_BEGIN("masked_rows_inf_and_softcap");
     {
         for (int j = 0; j < 64; j++) Q[j] = frand(-3, 3), K[j] = frand(-3, 3), V[j] = frand(-2, 2);
-        for (int form = 0; form < 2; form++) {
+        for (int form = 0; form < 4; form++) { /* 2, 3: values 8 wide, the tile form */
             for (int mode = 0; mode < 3; mode++) {
                 /* 0: row 1 fully masked (-1e30), row 2 half; 1: -inf on some
                  * entries, row 3 all -inf (NaN); 2: large finite offsets */
@@ -224,10 +271,12 @@ int main(void) {
                            : mode == 1 ? (r == 3 || c == (r + 2) % 6 ? -INFINITY : frand(-1, 1))
                                        : frand(-200, 200);
                 }
-                kiln_graph *g = masked_graph(form);
+                kiln_graph *g = masked_graph(form % 2, form < 2 ? 5 : 8);
                 int streams = 0;
                 CHECK(run_compare(g, 1, &streams, why, sizeof why), "form %d mode %d: %s", form, mode, why);
                 CHECK(streams, "form %d mode %d: no stream kernel", form, mode);
+                /* the soft-capped graph (form 3) keeps its score kernel here: not the tile's form */
+                CHECK(tiled == (form == 2), "form %d mode %d: tile form %d", form, mode, tiled);
                 kiln_graph_free(g);
             }
         }
@@ -275,22 +324,31 @@ int main(void) {
          * and zeros in the reference; the results must agree. A fully
          * causal case with every key visible must still read them all. */
         acase c = {"decode_window", 1, 100, 2, 1, 8, 8, 4, 0.35, KILN_F32};
-        for (int j = 0; j < 8192; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
-        for (int j = 0; j < 96 * 8; j++) K[j] = V[j] = 0;
-        kiln_graph *g = attention_graph(&c);
-        CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
-        CHECK(kiln_read_output(g, "out", ref, sizeof(float) * 16) == KILN_OK, "reading the reference");
-        for (int j = 0; j < 96 * 8; j++) K[j] = V[j] = NAN;
-        kiln_program *p = kiln_compile(g, NULL, NULL);
-        CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
-        CHECK(p && strstr(kiln_program_source(p), "kmconst") != NULL, "no skip test in the stream kernel");
-        CHECK(kiln_read_output(g, "out", got, sizeof(float) * 16) == KILN_OK, "reading the output");
-        for (int i = 0; i < 16; i++)
-            CHECK(fabs((double)ref[i] - got[i]) <= 2e-5 * (1 + fabs((double)ref[i])), "element %d: %.9g vs %.9g", i,
-                  (double)ref[i], (double)got[i]);
-        kiln_program_free(p);
-        kiln_graph_free(g);
+        kiln_graph *g;
+        kiln_program *p;
+        for (int form = 0; form < 2; form++) { /* values 8 wide: the tile form; 12: the one-row form */
+            c.dv = form ? 12 : 8;
+            for (int j = 0; j < 8192; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
+            for (int j = 0; j < 96 * 8; j++) K[j] = 0;
+            for (int j = 0; j < 96 * c.dv; j++) V[j] = 0;
+            g = attention_graph(&c);
+            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+            CHECK(kiln_read_output(g, "out", ref, sizeof(float) * 2 * (size_t)c.dv) == KILN_OK, "reading the reference");
+            for (int j = 0; j < 96 * 8; j++) K[j] = NAN;
+            for (int j = 0; j < 96 * c.dv; j++) V[j] = NAN;
+            p = kiln_compile(g, NULL, NULL);
+            CHECK(p && kiln_run(p) == KILN_OK, "%s", kiln_graph_error(g));
+            CHECK(p && strstr(kiln_program_source(p), "kmconst") != NULL, "no skip test in the stream kernel");
+            CHECK(p && (strstr(kiln_program_source(p), "ktile") != NULL) == !form, "form %d: not the expected form", form);
+            CHECK(kiln_read_output(g, "out", got, sizeof(float) * 2 * (size_t)c.dv) == KILN_OK, "reading the output");
+            for (int i = 0; i < 2 * c.dv; i++)
+                CHECK(fabs((double)ref[i] - got[i]) <= 2e-5 * (1 + fabs((double)ref[i])), "form %d element %d: %.9g vs %.9g",
+                      form, i, (double)ref[i], (double)got[i]);
+            kiln_program_free(p);
+            kiln_graph_free(g);
+        }
 
+        c.dv = 8;
         c.window = 0; /* causal only: every key is visible, the NaN keys reach the output */
         g = attention_graph(&c);
         p = kiln_compile(g, NULL, NULL);

@@ -1,0 +1,32 @@
+/* stream_tile.h — when a stream kernel (stream.c) can run as a register
+ * tile of query rows x keys with the scores computed inside it: its logits
+ * hold one dot product over an axis d of a row operand (free of the stream
+ * axis j) and a key operand (moving with j), both plain f32 loads
+ * contiguous along d. See stream_tile.c for the conditions; the emitter
+ * (src/codegen/emit_stream_tile.c) prints the tile, and contract.c leaves
+ * such a dot product inside the kernel instead of giving it a kernel and a
+ * rows x keys buffer of its own. */
+#ifndef KILN_SCHED_STREAM_TILE_H
+#define KILN_SCHED_STREAM_TILE_H
+
+#include "loop.h"
+
+/* the vector width (floats) the tile's d and value axes must be multiples of */
+#define SCH_TILE_VW 8
+
+typedef struct sch_stream_tile {
+    int32_t stage;        /* the fused stage holding the dot product */
+    int32_t rows, keys;   /* lx ids of the row operand's and the key operand's loads */
+    sym_id row_base;      /* the row operand's offset at d = 0 (row variables only) */
+    sym_id key_base;      /* the key operand's offset at d = 0, j = 0 (row variables only) */
+    sym_id key_step;      /* ... + j * key_step (a constant) */
+    sym_id val_base;      /* the values' offset at n = 0, j = 0 (row variables only) */
+    sym_id val_step;      /* ... + j * val_step (a constant); contiguous along n */
+    int64_t d, n;         /* the dot's length and the value axis' size */
+} sch_stream_tile;
+
+/* 1 and *t when stream kernel k has the tile's form, else 0 (the one-row
+ * form then stays, its dot product a kernel of its own) */
+int sch_stream_tile_of(const sch_program *p, const sch_kernel *k, sch_stream_tile *t);
+
+#endif
