@@ -256,6 +256,18 @@ static void emit_tile(kiln_dtype t, int mr, int nr, int pf, char **s, size_t *le
 static void emit_dtype_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int *i8_done, char **s, size_t *len,
                              size_t *cap);
 
+/* the most rows of A an rp tile takes at a time (CG_RP_ROWS): a search's
+ * candidate unit timed on fewer rows emits only the tiles those rows call
+ * (cg_contract_rp_rows), a quarter of a q4_k decode unit's code at one row
+ * (its compile took 10-15 s of a 30 s search on a loaded 2-core machine) */
+static _Thread_local int rp_rows = CG_RP_ROWS;
+
+int cg_contract_rp_rows(int rows) {
+    int was = rp_rows;
+    rp_rows = rows >= 1 && rows <= CG_RP_ROWS ? rows : CG_RP_ROWS;
+    return was;
+}
+
 void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap) {
     OUT("%s\n", contract_prelude);
     int i8_done = 0;
@@ -296,7 +308,7 @@ static void dot_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int
              * A (dot_schedule takes a decode's rows that many at a time),
              * beside the one above for the strips the copy does not cover */
             if (sch_family_is(sc, SCH_FAM_DOT_I8_RP, t) && !rdup)
-                for (int r = 1; r <= CG_RP_ROWS; r++) {
+                for (int r = 1; r <= rp_rows; r++) {
                     sch_contract_sched rs = *sc;
                     rs.mr = r;
                     cg_emit_i8_rp_tile(t, &rs, s, len, cap);
@@ -353,7 +365,7 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
  * `row` on, each from K offset `k0`, as the rp tiles take them */
 static void emit_rp_rows(const char *row, const char *k0, char **s, size_t *len, size_t *cap) {
     OUT("              const int8_t *q1[%d] = {0}; const float *s1[%d] = {0}; const __m256i *l1[%d] = {0};"
-        " const int32_t *u1[%d] = {0};\n", CG_RP_ROWS, CG_RP_ROWS, CG_RP_ROWS, CG_RP_ROWS);
+        " const int32_t *u1[%d] = {0};\n", rp_rows, rp_rows, rp_rows, rp_rows);
     OUT("              for (int i = 0; i < rr; i++) { const int64_t mi_ = %s + i;\n", row);
     OUT("                q1[i] = qa + mi_ * K + %s; s1[i] = qs + mi_ * qch + %s / 32; l1[i] = ql8 + mi_ * qch + %s / 32;"
         " u1[i] = qsum + mi_ * qch + %s / 32; }\n", k0, k0, k0, k0);
@@ -368,7 +380,7 @@ static void emit_rp_call(kiln_dtype t, const sch_contract_sched *sc, const char 
     const char *at = strstr(rest, "RPB");
     if (at) snprintf(args, sizeof args, "%.*s%s%s", (int)(at - rest), rest, rb, at + 3);
     else snprintf(args, sizeof args, "%s", rest);
-    for (int r = CG_RP_ROWS; r >= 1; r--) {
+    for (int r = rp_rows; r >= 1; r--) {
         sch_contract_sched rs = *sc;
         rs.mr = r;
         char rn[64];
@@ -448,10 +460,10 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
         OUT(";\n              wo[j] = bo; if (bo %% %d != 0) fast = 0;\n            }\n", be);
         OUT("            const int64_t rg = wo[0] / (8 * K);\n");
         OUT("            if (!fast || wo[0] %% (8 * K) != 0 || wo[1] - wo[0] != K || wo[7] - wo[0] != 7 * K || rg >= rpg) continue;\n");
-        OUT("            for (int64_t mi = 0; mi < M; mi += %d) {\n", CG_RP_ROWS);
-        OUT("              const int64_t rr = M - mi < %d ? M - mi : %d;\n", CG_RP_ROWS, CG_RP_ROWS);
+        OUT("            for (int64_t mi = 0; mi < M; mi += %d) {\n", rp_rows);
+        OUT("              const int64_t rr = M - mi < %d ? M - mi : %d;\n", rp_rows, rp_rows);
         emit_rp_rows("mi", "kb0", s, len, cap);
-        OUT("              float t8[%d];\n              ", 8 * CG_RP_ROWS);
+        OUT("              float t8[%d];\n              ", 8 * rp_rows);
         char pass[96];
         snprintf(pass, sizeof pass, "rpw + (kb0 / 32 * rpg + rg * %d) * %d, %d, t8", rpkb / 32, cg_i8_rp_bytes32(t), rpkb / 32);
         emit_rp_call(t, sc, pass, s, len, cap);
@@ -485,10 +497,10 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
          * B rows read once for all of them (K from rpk1 on, plus the passes'
          * sums; rpk1 = 0: all of K) */
         OUT("          if (rpok && qready) {\n");
-        OUT("            for (int64_t mm = m0; mm < m1; mm += %d) {\n", CG_RP_ROWS);
-        OUT("              const int64_t rr = m1 - mm < %d ? m1 - mm : %d;\n", CG_RP_ROWS, CG_RP_ROWS);
+        OUT("            for (int64_t mm = m0; mm < m1; mm += %d) {\n", rp_rows);
+        OUT("              const int64_t rr = m1 - mm < %d ? m1 - mm : %d;\n", rp_rows, rp_rows);
         emit_rp_rows("mm", "rpk1", s, len, cap);
-        OUT("              float r8[%d];\n              ", 8 * CG_RP_ROWS);
+        OUT("              float r8[%d];\n              ", 8 * rp_rows);
         emit_rp_call(t, sc, "rpw + (rpk1 / 32 * rpg + rg * (qch - rpk1 / 32)) * RPB, qch - rpk1 / 32, r8", s, len, cap);
         OUT("              for (int i = 0; i < rr; i++) {\n");
         if (c->mdim >= 0) OUT("                const int64_t i%d = mm + i;\n", c->mdim);

@@ -21,6 +21,11 @@ void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t
  * NULL) in place of the annotation's schedule for bucket over_bucket */
 void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *name, const sch_contract_sched *over,
                                 int over_bucket, char **s, size_t *len, size_t *cap);
+/* the most rows of A a repacked-copy (rp) tile takes at a time in what is
+ * emitted next on this thread, 1 to CG_RP_ROWS (anything else: CG_RP_ROWS);
+ * returns the previous value. A search's candidates, timed and checked on
+ * fewer rows than that, need only those rows' tiles (tune.c) */
+int cg_contract_rp_rows(int rows);
 /* the dequantisers and the tile functions for a list of schedules of B dtype t */
 void cg_emit_contract_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, char **s, size_t *len, size_t *cap);
 

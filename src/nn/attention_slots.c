@@ -11,14 +11,17 @@
  *  - The caches (slots, kv_len, hkv, d) are read through views, so the
  *    contractions read them in place. kiln_attention_rows gathers each row's
  *    cache instead, and a gathered contraction operand gets a buffer: a copy
- *    of every row's keys and values per layer and step.
- *  - The rows move to the slots and back by contractions with a one-hot
- *    (slots, rows) matrix (slots distinct, the caller checks): one term is
- *    the value, the others exact zeros, so the values move exactly (a -0
- *    may become +0), and what they read (rope's output, the attention's
- *    sums) is computed in kernels of its own as for one row. A slot no row
- *    names gets the query 0 at position 0: its output, from its own cache's
- *    key 0, is multiplied by 0 (caches hold finite values).
+ *    of every row's keys and values per layer and step. Here only the
+ *    queries and outputs are gathered (a row's few hundred floats).
+ *  - The rows move to the slots and back by GATHERs of small tensors (the
+ *    queries (rows, hq, d), the outputs (slots, hq, dv)): values are only
+ *    copied, so nothing a row computes (not even inf or NaN) reaches
+ *    another row. The gather indices come from a one-hot (slots, rows)
+ *    matrix (slots distinct, the caller checks): srow[s] = sum over b of
+ *    b * [slot[b] == s] and spos[s] = sum of pos[b] * [slot[b] == s], sums
+ *    of small integers, exact in f32. A slot no row names takes row 0's
+ *    query at position 0; its output is computed from its own cache and
+ *    never gathered.
  *  - So a call costs the attention of every slot, used or not: for a few
  *    slots. (With 8 slots, the contractions' work split over the batch
  *    changed a row's rounding against the single program in
@@ -43,17 +46,9 @@ static kiln_tensor slot_hits(kiln_graph *g, kiln_tensor slot, kiln_sym ns) {
     return kiln_cast(g, nn_not01(g, kiln_add(g, kiln_lt(g, s, rs), kiln_lt(g, rs, s))), KILN_F32);
 }
 
-/* x (from, c) moved to the other axis of hit: sum over i of hit[i, j] * x[i, c]
- * (to = 0: hit is (to, from), so out[j] = x[the i with hit[j, i]]; to = 1:
- * hit is (from, to)). Exact: one term is x's value, the rest exact zeros (a
- * -0 may become +0). A contraction, so x is read from its own kernel's
- * buffer, computed as it would be for one row: a GATHER here would compute
- * x's elementwise producers (rope) or its reduction (attention's output)
- * inside the gather's kernel, whose rounding differs from their own. */
-static kiln_tensor move_rows(kiln_graph *g, kiln_tensor hit, kiln_tensor x, int to) {
-    kiln_tensor h = to == 0 ? hit : kiln_permute(g, hit, (const int[]){1, 0}); /* (to, from) */
-    kiln_tensor prod = kiln_mul(g, kiln_unsqueeze(g, h, 2), kiln_unsqueeze(g, x, 0)); /* (to, from, c) */
-    return kiln_sum(g, prod, 1);
+/* sum over b of hit[s, b] * x[b]: x (nb) f32 of small integers, exact */
+static kiln_tensor per_slot(kiln_graph *g, kiln_tensor hit, kiln_tensor x) {
+    return kiln_sum(g, kiln_mul(g, hit, kiln_unsqueeze(g, x, 0)), 1);
 }
 
 kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor slot,
@@ -84,10 +79,9 @@ kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, ki
     kiln_tensor kt = nn_as(g, k, q), vt = nn_as(g, v, q);
     /* slot s's query and position (0 and 0 where no row names s) */
     kiln_tensor hit = slot_hits(g, slot, ns); /* (ns, nb) */
-    kiln_sym qf[2] = {nb, kiln_sym_mul(g, hq, d)}, qt[3] = {ns, hq, d}, p2[2] = {nb, one}, p1 = ns;
-    q = kiln_reshape(g, move_rows(g, hit, kiln_reshape(g, q, 2, qf), 0), 3, qt);
-    kiln_tensor pf = kiln_reshape(g, kiln_cast(g, pos, KILN_F32), 2, p2);
-    kiln_tensor spos = kiln_cast(g, kiln_reshape(g, move_rows(g, hit, pf, 0), 1, &p1), KILN_I32);
+    kiln_tensor srow = kiln_cast(g, per_slot(g, hit, kiln_iota(g, KILN_F32, 1, &nb, 0)), KILN_I32);
+    kiln_tensor spos = kiln_cast(g, per_slot(g, hit, kiln_cast(g, pos, KILN_F32)), KILN_I32);
+    q = kiln_gather(g, q, srow); /* (ns, hq, d) */
 
     /* q (ns, hkv, grp, 1, d) * k (ns, hkv, 1, kv, d) -> scores (ns, hkv, grp, kv) */
     kiln_sym qs[5] = {ns, hkv, grp, one, d};
@@ -115,6 +109,6 @@ kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, ki
     /* probs (ns, hkv, grp, kv, 1) * v (ns, hkv, 1, kv, dv) summed over kv */
     kiln_tensor v5 = kiln_unsqueeze(g, kiln_permute(g, vt, kperm), 2);
     kiln_tensor out = kiln_sum(g, kiln_mul(g, kiln_unsqueeze(g, probs, 4), v5), 3); /* (ns, hkv, grp, dv) */
-    kiln_sym of[2] = {ns, kiln_sym_mul(g, hq, kiln_dim(g, v, 3))}, os[3] = {nb, hq, kiln_dim(g, v, 3)};
-    return kiln_reshape(g, move_rows(g, hit, kiln_reshape(g, out, 2, of), 1), 3, os); /* row b's slot's */
+    kiln_sym os[3] = {ns, hq, kiln_dim(g, v, 3)};
+    return kiln_gather(g, kiln_reshape(g, out, 3, os), slot); /* (nb, hq, dv): row b's slot's */
 }

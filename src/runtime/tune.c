@@ -388,6 +388,8 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
     size_t len = strlen(src), cap = len + 1;
     /* tiles for the candidates and for the other bucket's (fixed) schedule */
     const sch_contract *c = sp->kernels[job->kernel].contract;
+    /* the runs below have job->shape.m rows: rp tiles for more are never called */
+    int rows_was = cg_contract_rp_rows(job->shape.m >= 1 && job->shape.m < INT32_MAX ? (int)job->shape.m : 0);
     sch_contract_sched *all = kiln_xmalloc(((size_t)n + 2) * sizeof *all);
     memcpy(all, cands, (size_t)n * sizeof *all);
     all[n] = c->sched[0];
@@ -399,6 +401,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
         snprintf(name, sizeof name, "kiln_c%d", i);
         cg_emit_contract_kernel_as(sp, job->kernel, name, &cands[i], job->bucket, &src, &len, &cap);
     }
+    cg_contract_rp_rows(rows_was);
     rt_module *mod = NULL;
     kiln_status s = la->be->compile(src, cg_isa_cflags(job->isa), &mod, err, errcap);
     free(src);

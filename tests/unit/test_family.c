@@ -138,7 +138,30 @@ static void test_scratch(void) {
     CASE_END();
 }
 
+/* a search's candidate unit timed on fewer rows than an rp tile takes emits
+ * only those rows' tiles (cg_contract_rp_rows); the default emits all */
+static void test_rp_rows(void) {
+    CASE_BEGIN("rp_tiles_only_for_the_rows_run");
+    sch_contract_sched sc;
+    CHECK(sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1", &sc), "schedule unreadable");
+    for (int rows = 1; rows <= 5; rows += 4) {
+        int was = cg_contract_rp_rows(rows == 5 ? 0 : rows);
+        char *s = NULL;
+        size_t len = 0, cap = 0;
+        cg_emit_contract_tiles(KILN_Q4_K, &sc, 1, &s, &len, &cap);
+        cg_contract_rp_rows(was);
+        int one = s && strstr(s, "kcr_q4_k_1x8_p0(") != NULL, four = s && strstr(s, "kcr_q4_k_4x8_p0(") != NULL;
+        if (rows == 1) CHECK(one && !four && !strstr(s, "kcr_q4_k_2x8"), "one row: the 1-row tile only");
+        else CHECK(one && four, "the default: tiles for 1 to 4 rows");
+        free(s);
+    }
+    CHECK(cg_contract_rp_rows(0) == 4, "the knob not back at its default");
+    cg_contract_rp_rows(0);
+    CASE_END();
+}
+
 int main(void) {
+    test_rp_rows();
     test_rows_complete();
     test_spaces_belong_to_rows();
     test_limits_refuse();
