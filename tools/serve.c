@@ -169,6 +169,13 @@ int cmd_serve(int argc, char **argv) {
     int rc = serve_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
 
+    /* with several slots a lone request decodes in the single program and
+     * concurrent ones in the batched program, and a client's text must not
+     * depend on which: the batched program's attention is not in the stream
+     * tile's form (src/sched/stream_tile.c), so the single program keeps the
+     * one-row stream kernel too (KILN_STREAM_TILE=0 unless set), as
+     * tests/py/test_serve_batch.py checks bit for bit */
+    if (o.parallel > 1) setenv("KILN_STREAM_TILE", "0", 0);
     double load_s = 0;
     model *m = kiln_cli_load_model("serve", o.model, (int64_t)o.n_ctx, o.use_mmap, o.interp, (int)o.threads, &load_s);
     if (!m) return 1;
