@@ -209,8 +209,14 @@ eg_id ek_recognize_softmax_contract(eg_kiln *ek, const eg_subst *s) {
     if (view_ndim(v) != dv->ndim) return EG_NONE;
     for (int i = 0; i < dv->ndim; i++)
         if (view_shape(v)[i] != dv->shape[i]) return EG_NONE;
-    eg_id kids[3] = {ek_view(ek, s->cls[0], v), ek_view(ek, s->cls[1], v), eg_find(ek->eg, s->cls[2])};
-    eg_node n = eg_mk(OP_SOFTMAX_CONTRACT, dx->dtype, k, 0, 3, kids);
+    /* ek_view adds nodes and views: the class data and the views table may
+     * move, so nothing read through dx, dv or v is used after the first */
+    const kiln_dtype dtype = (kiln_dtype)dx->dtype;
+    const view vv = *v;
+    eg_id k0 = ek_view(ek, s->cls[0], &vv);
+    eg_id k1 = ek_view(ek, s->cls[1], &vv);
+    eg_id kids[3] = {k0, k1, eg_find(ek->eg, s->cls[2])};
+    eg_node n = eg_mk(OP_SOFTMAX_CONTRACT, (uint8_t)dtype, k, 0, 3, kids);
     return eg_add(ek->eg, &n);
 }
 
