@@ -74,33 +74,14 @@ kiln_tensor kiln_rope_rows(kiln_graph *g, kiln_tensor x, kiln_tensor pos, double
     return kiln_reshape(g, st, 3, shape);
 }
 
-kiln_tensor kiln_attention_rows(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor slot,
-                                kiln_tensor pos, double scale, int64_t window) {
-    const char *fn = "kiln_attention_rows";
-    if (!nn_float(g, fn, q) || !nn_ok(g, fn, k) || !nn_ok(g, fn, v)) return KILN_NONE;
-    if (kiln_ndim(g, q) != 3 || kiln_ndim(g, k) != 4 || kiln_ndim(g, v) != 4) {
-        graph_error(g, KILN_ERR_SHAPE, "%s: need q (rows, hq, d), k and v (slots, kv_len, hkv, d)", fn);
-        return KILN_NONE;
-    }
-    kiln_sym nb = kiln_dim(g, q, 0), hq = kiln_dim(g, q, 1), d = kiln_dim(g, q, 2);
-    kiln_sym ns = kiln_dim(g, k, 0), kv = kiln_dim(g, k, 1), hkv = kiln_dim(g, k, 2);
-    if (kiln_dim(g, k, 3) != d || kiln_dim(g, v, 0) != ns || kiln_dim(g, v, 1) != kv || kiln_dim(g, v, 2) != hkv) {
-        char a[96], b[96], c[96];
-        graph_error(g, KILN_ERR_SHAPE, "%s: q %s, k %s, v %s do not fit together", fn, kiln_shape_str(g, q, a, sizeof a),
-                    kiln_shape_str(g, k, b, sizeof b), kiln_shape_str(g, v, c, sizeof c));
-        return KILN_NONE;
-    }
-    if (!rows_i32(g, fn, pos, nb) || !rows_i32(g, fn, slot, nb)) return KILN_NONE;
-    int64_t hqv, hkvv;
-    if (nn_const_dim(g, hq, &hqv) && nn_const_dim(g, hkv, &hkvv) && (hkvv < 1 || hqv % hkvv != 0)) {
-        graph_error(g, KILN_ERR_SHAPE, "%s: %lld query heads are not a multiple of %lld kv heads", fn, (long long)hqv,
-                    (long long)hkvv);
-        return KILN_NONE;
-    }
-    kiln_sym grp = kiln_sym_div(g, hq, hkv), one = kiln_sym_int(g, 1);
-    /* each row's own sequence: (nb, kv, hkv, d), read in place by the kernels */
-    kiln_tensor kt = kiln_gather(g, nn_as(g, k, q), slot), vt = kiln_gather(g, nn_as(g, v, q), slot);
-
+/* the attention of n rows, each over its own sequence of keys: q (n, hq, d),
+ * kt and vt (n, kv, hkv, d) and (n, kv, hkv, dv), row i attending to its
+ * keys 0..pos[i] (and only the last `window` of them when window > 0);
+ * (n, hq, dv). kiln_attention_rows and kiln_attention_slots share it */
+kiln_tensor nn_attend_rows(kiln_graph *g, kiln_tensor q, kiln_tensor kt, kiln_tensor vt, kiln_tensor v, kiln_tensor pos,
+                           kiln_sym hq, kiln_sym hkv, kiln_sym grp, kiln_sym d, kiln_sym kv, double scale,
+                           int64_t window) {
+    kiln_sym nb = kiln_dim(g, q, 0), one = kiln_sym_int(g, 1);
     /* q (nb, hkv, grp, 1, d) * k (nb, hkv, 1, kv, d) -> scores (nb, hkv, grp, kv) */
     kiln_sym qs[5] = {nb, hkv, grp, one, d};
     kiln_tensor q5 = kiln_reshape(g, q, 5, qs);
@@ -129,4 +110,34 @@ kiln_tensor kiln_attention_rows(kiln_graph *g, kiln_tensor q, kiln_tensor k, kil
     kiln_tensor out = kiln_sum(g, kiln_mul(g, kiln_unsqueeze(g, probs, 4), v5), 3); /* (nb, hkv, grp, dv) */
     kiln_sym os[3] = {nb, hq, kiln_dim(g, v, 3)};
     return kiln_reshape(g, out, 3, os);
+}
+
+kiln_tensor kiln_attention_rows(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor slot,
+                                kiln_tensor pos, double scale, int64_t window) {
+    const char *fn = "kiln_attention_rows";
+    if (!nn_float(g, fn, q) || !nn_ok(g, fn, k) || !nn_ok(g, fn, v)) return KILN_NONE;
+    if (kiln_ndim(g, q) != 3 || kiln_ndim(g, k) != 4 || kiln_ndim(g, v) != 4) {
+        graph_error(g, KILN_ERR_SHAPE, "%s: need q (rows, hq, d), k and v (slots, kv_len, hkv, d)", fn);
+        return KILN_NONE;
+    }
+    kiln_sym nb = kiln_dim(g, q, 0), hq = kiln_dim(g, q, 1), d = kiln_dim(g, q, 2);
+    kiln_sym ns = kiln_dim(g, k, 0), kv = kiln_dim(g, k, 1), hkv = kiln_dim(g, k, 2);
+    if (kiln_dim(g, k, 3) != d || kiln_dim(g, v, 0) != ns || kiln_dim(g, v, 1) != kv || kiln_dim(g, v, 2) != hkv) {
+        char a[96], b[96], c[96];
+        graph_error(g, KILN_ERR_SHAPE, "%s: q %s, k %s, v %s do not fit together", fn, kiln_shape_str(g, q, a, sizeof a),
+                    kiln_shape_str(g, k, b, sizeof b), kiln_shape_str(g, v, c, sizeof c));
+        return KILN_NONE;
+    }
+    if (!rows_i32(g, fn, pos, nb) || !rows_i32(g, fn, slot, nb)) return KILN_NONE;
+    int64_t hqv, hkvv;
+    if (nn_const_dim(g, hq, &hqv) && nn_const_dim(g, hkv, &hkvv) && (hkvv < 1 || hqv % hkvv != 0)) {
+        graph_error(g, KILN_ERR_SHAPE, "%s: %lld query heads are not a multiple of %lld kv heads", fn, (long long)hqv,
+                    (long long)hkvv);
+        return KILN_NONE;
+    }
+    kiln_sym grp = kiln_sym_div(g, hq, hkv);
+    /* each row's own sequence: (nb, kv, hkv, d), read in place by the kernels */
+    kiln_tensor kt = kiln_gather(g, nn_as(g, k, q), slot), vt = kiln_gather(g, nn_as(g, v, q), slot);
+
+    return nn_attend_rows(g, q, kt, vt, v, pos, hq, hkv, grp, d, kv, scale, window);
 }

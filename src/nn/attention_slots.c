@@ -74,7 +74,7 @@ kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, ki
                     (long long)hkvv);
         return KILN_NONE;
     }
-    kiln_sym grp = kiln_sym_div(g, hq, hkv), one = kiln_sym_int(g, 1);
+    kiln_sym grp = kiln_sym_div(g, hq, hkv);
     /* the slots' own sequences, read in place: (ns, kv, hkv, d) */
     kiln_tensor kt = nn_as(g, k, q), vt = nn_as(g, v, q);
     /* slot s's query and position (0 and 0 where no row names s) */
@@ -83,32 +83,6 @@ kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, ki
     kiln_tensor spos = kiln_cast(g, per_slot(g, hit, kiln_cast(g, pos, KILN_F32)), KILN_I32);
     q = kiln_gather(g, q, srow); /* (ns, hq, d) */
 
-    /* q (ns, hkv, grp, 1, d) * k (ns, hkv, 1, kv, d) -> scores (ns, hkv, grp, kv) */
-    kiln_sym qs[5] = {ns, hkv, grp, one, d};
-    kiln_tensor q5 = kiln_reshape(g, q, 5, qs);
-    static const int kperm[4] = {0, 2, 1, 3};
-    kiln_tensor k5 = kiln_unsqueeze(g, kiln_permute(g, kt, kperm), 2);
-    kiln_tensor scores = nn_scale(g, kiln_sum(g, kiln_mul(g, q5, k5), -1), scale);
-
-    /* allowed[s, j] = j <= spos[s] (and spos[s] - j < window) */
-    kiln_dtype t = nn_dtype(g, q);
-    double big = t == KILN_F16 ? nn_max_finite(t) : 1e30;
-    kiln_tensor qp = kiln_unsqueeze(g, spos, 1); /* (ns, 1) */
-    kiln_sym ks[2] = {one, kv};
-    kiln_tensor kj = kiln_iota(g, KILN_I32, 2, ks, 1); /* (1, kv) */
-    kiln_tensor allowed = kiln_lt(g, kj, nn_shift(g, qp, 1.0));
-    if (window > 0)
-        allowed = kiln_mul(g, allowed, kiln_lt(g, kiln_sub(g, qp, kj), kiln_const(g, (double)window, KILN_I32)));
-    allowed = kiln_cast(g, allowed, t);
-    kiln_sym ms[4] = {ns, one, one, kv};
-    allowed = kiln_reshape(g, allowed, 4, ms);
-    kiln_tensor neg = nn_scale(g, nn_shift(g, allowed, -1.0), big);
-    kiln_tensor masked = kiln_add(g, kiln_mul(g, scores, allowed), neg);
-    kiln_tensor probs = kiln_softmax(g, masked, -1);
-
-    /* probs (ns, hkv, grp, kv, 1) * v (ns, hkv, 1, kv, dv) summed over kv */
-    kiln_tensor v5 = kiln_unsqueeze(g, kiln_permute(g, vt, kperm), 2);
-    kiln_tensor out = kiln_sum(g, kiln_mul(g, kiln_unsqueeze(g, probs, 4), v5), 3); /* (ns, hkv, grp, dv) */
-    kiln_sym os[3] = {ns, hq, kiln_dim(g, v, 3)};
-    return kiln_gather(g, kiln_reshape(g, out, 3, os), slot); /* (nb, hq, dv): row b's slot's */
+    /* (ns, hq, dv): each slot's attention; then row b's slot's, (nb, hq, dv) */
+    return kiln_gather(g, nn_attend_rows(g, q, kt, vt, v, spos, hq, hkv, grp, d, kv, scale, window), slot);
 }

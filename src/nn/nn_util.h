@@ -152,4 +152,12 @@ static inline kiln_tensor nn_as(kiln_graph *g, kiln_tensor w, kiln_tensor x) {
     return kiln_cast(g, w, nn_dtype(g, x));
 }
 
+/* the attention of n rows over their own sequences (attention_rows.c):
+ * q (n, hq, d), kt (n, kv, hkv, d), vt (n, kv, hkv, dv) with v the caller's
+ * values (for dv), row i over its keys 0..pos[i] (the last `window` only
+ * when window > 0); (n, hq, dv) */
+kiln_tensor nn_attend_rows(kiln_graph *g, kiln_tensor q, kiln_tensor kt, kiln_tensor vt, kiln_tensor v, kiln_tensor pos,
+                           kiln_sym hq, kiln_sym hkv, kiln_sym grp, kiln_sym d, kiln_sym kv, double scale,
+                           int64_t window);
+
 #endif
