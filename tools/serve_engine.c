@@ -18,7 +18,15 @@
  * model's own program when only one slot decodes. Both compute a row the
  * same way whatever the other rows (tests/py/test_serve_batch.py checks the
  * texts and the logits), so a client's greedy text does not depend on who
- * else is served.
+ * else is served. A batched row's logits are read (and penalised) where the
+ * call wrote them, and a greedy row without penalties is an argmax over
+ * them (sampler.c), so what a step does outside the model is per row, not
+ * a copy of the vocabulary. A request's waiter is woken per token only when
+ * it streams; a whole answer's waiter wakes once, when it is done.
+ *
+ * KILN_SERVE_PROFILE=1 prints at stop where this thread's wall time went
+ * from the first request on (idle, prefill, sampling, text, 1-slot and
+ * batched decode calls by rows): a measurement aid nothing depends on.
  *
  * Invariants: only this thread touches the model; a request's results are
  * written under its mutex and broadcast; every request the engine took is
@@ -205,6 +213,7 @@ static int slot_prefill(srv_engine *e, slot *s) {
     int keep = 0;
     while (keep < s->n_cache && keep < r->n_prompt - 1 && s->cache[keep] == r->prompt[keep]) keep++;
     s->n_cache = keep;
+    e->ac.prefill_tokens += r->n_prompt - keep;
     if (slot_forward(e, s, r->prompt + keep, r->n_prompt - keep)) return -1;
     char err[256];
     if (sampler_new(&r->sp, (int32_t)e->n_vocab, &s->smp, err, sizeof err) != KILN_OK) return -1;
@@ -236,7 +245,6 @@ static void slot_step(srv_engine *e, slot *s) {
         acct_mark(&e->ac, AC_OTHER);
         int failed = slot_prefill(e, s);
         e->ac.prefills++;
-        e->ac.prefill_tokens += s->n_cache;
         acct_mark(&e->ac, AC_PREFILL);
         if (failed) {
             slot_finish(e, s, "error", model_error(e->m));
@@ -361,7 +369,7 @@ static void acct_print(acct *a) {
     acct_mark(a, AC_OTHER);
     double total = 0;
     for (int i = 0; i < AC_N; i++) total += a->secs[i];
-    fprintf(stderr, "kiln serve profile: the engine thread's %.3f s from the first request; %lld tokens sampled, %lld prefills of %lld tokens\n",
+    fprintf(stderr, "kiln serve profile: the engine thread's %.3f s from the first request; %lld tokens sampled, %lld prefills computing %lld tokens\n",
             total, a->tokens, a->prefills, a->prefill_tokens);
     for (int i = 0; i < AC_N; i++)
         fprintf(stderr, "  %-28s %9.3f s %5.1f%%\n", acct_names[i], a->secs[i], total > 0 ? 100 * a->secs[i] / total : 0.0);
