@@ -715,8 +715,12 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
      * (prefill: compute-bound, timed warm. Not decode: timed with B flushed,
      * every candidate streams at about the same DRAM speed alone, yet a
      * kernel that computes faster keeps more reads in flight inside a
-     * model — the int8 q8_0 matrix-vector lost its run-offs to f32) */
-    if (job->bucket == 1 && isfinite(times[0]) && wfn && wfn != fns[0]) {
+     * model — the int8 q8_0 matrix-vector lost its run-offs to f32;
+     * except a decode weight far beyond the cache: every run streams it
+     * from memory as the model does, and its candidates differ by a few
+     * percent, less than one run's drift on a shared machine, so a default
+     * timed in a busy moment lost to a 2.35x "faster" output head) */
+    if ((job->bucket == 1 || streams_from_memory(job)) && isfinite(times[0]) && wfn && wfn != fns[0]) {
         double tc, td;
         runoff(&la, job, fns[0], &cands[0], wfn, &winner, &tc, &td);
         res->base_s = td < res->base_s ? td : res->base_s;
