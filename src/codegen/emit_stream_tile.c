@@ -22,7 +22,8 @@
  *    (ktexp: the vector exp2 of emit_c.c's prelude, 2 ulp, where the source
  *    has it; the block's entries past its last key are -inf, so 0) and summed;
  *  - the products acc[r][n] += p[r][j] v[j][n] run up to 4 value vectors at
- *    a time, the TR x 4 accumulators in registers across the block and each
+ *    a time (2 without AVX-512's 32 registers), their accumulators in
+ *    registers across the block and each
  *    weight broadcast from memory once per key (a register broadcast takes
  *    a shuffle port the multiply-adds share on some cores).
  * Why these: at gemma3-270m's shapes (d = n = 256, 4 rows over one key
@@ -185,9 +186,9 @@ static void print_weights(cg_printer *pr, const sch_kernel *k, const sch_stream_
 /* acc[r][n] += p[r][j] v[j][n], qb value vectors at a time (the TR x qb
  * accumulators in registers across the block, each weight broadcast from
  * memory once per key for the qb vectors) */
-static void print_values(cg_printer *pr, const sch_stream_tile *t) {
+static void print_values_qb(cg_printer *pr, const sch_stream_tile *t, int qmax) {
     int64_t nv = t->n / SCH_TILE_VW;
-    int qb = nv % 4 == 0 ? 4 : nv % 2 == 0 ? 2 : 1;
+    int qb = nv % 4 == 0 && qmax >= 4 ? 4 : nv % 2 == 0 ? 2 : 1;
     OUT("      for (int64_t q = 0; q < %lld; q += %d) {\n", (long long)nv, qb);
     for (int r = 0; r < TR; r++)
         for (int b = 0; b < qb; b++) OUT("        ktv kc%d%d = kacc[%d][q + %d];\n", r, b, r, b);
@@ -202,6 +203,16 @@ static void print_values(cg_printer *pr, const sch_stream_tile *t) {
     for (int r = 0; r < TR; r++)
         for (int b = 0; b < qb; b++) OUT("        kacc[%d][q + %d] = kc%d%d;\n", r, b, r, b);
     OUT("      }\n");
+}
+
+/* 4 value vectors per pass where the ISA has 32 vector registers (16
+ * accumulators, 4 weights, 4 values), else 2 (no spills in 16) */
+static void print_values(cg_printer *pr, const sch_stream_tile *t) {
+    OUT("#ifdef __AVX512F__\n");
+    print_values_qb(pr, t, 4);
+    OUT("#else\n");
+    print_values_qb(pr, t, 2);
+    OUT("#endif\n");
 }
 
 /* the tile's rows: up to TR work items from w whose key and value offsets equal the first's */
