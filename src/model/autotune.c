@@ -216,6 +216,7 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         s = fail(m, err, cap, "warm-up");
         goto done;
     }
+    double warm_s = kiln_now_s() - t_start; /* mostly the weight copies: 8B q8_0's took over half a 60 s budget */
     kiln_program_profile_on(p, 1);
     kiln_program_profile_reset(p);
     if (model_forward_rows(m, toks, n, 0, from, logits)) {
@@ -265,9 +266,18 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
      * in the kernels of the program searched */
     double pre_s = 0, dec_s = 0;
     for (int32_t k = 0; k < nk; k++) pre_s += pre[k], dec_s += dec[k] / 2;
-    char what[160];
-    snprintf(what, sizeof what, "searching decode schedules (profiled in the kernels: a %d-row prefill %.2f ms, a decode step %.3f ms)",
-             n, 1e3 * pre_s, 1e3 * dec_s);
+    char what[256];
+    /* nothing left to search with: the runs that would carry the searches
+     * would only take more time (at 8B q8_0 on a loaded machine the warm-up
+     * and the profile took the whole 60 s and the prefill run then 12 s more) */
+    if (!(left > 0)) {
+        snprintf(what, sizeof what, "no time left to search (the warm-up, the weight copies, took %.1f s; a %d-row prefill %.2f ms, a decode step %.3f ms)",
+                 warm_s, n, 1e3 * pre_s, 1e3 * dec_s);
+        phase(&o, what);
+        goto finish;
+    }
+    snprintf(what, sizeof what, "searching decode schedules (profiled in the kernels: a %d-row prefill %.2f ms, a decode step %.3f ms; the warm-up, the weight copies, %.1f s)",
+             n, 1e3 * pre_s, 1e3 * dec_s, warm_s);
     phase(&o, what);
     if (model_forward(m, toks, 1, n, logits)) {
         s = fail(m, err, cap, "searching decode schedules");
@@ -296,6 +306,7 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         }
     }
     /* 5: the program with the winners */
+finish:
     phase(&o, "compiling the program with the winners");
     if ((s = kiln_program_search_finish(p)) != KILN_OK) {
         snprintf(err, cap, "%s", model_error(m));
