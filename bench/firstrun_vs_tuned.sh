@@ -9,7 +9,9 @@
 # lines, then one line per measurement:
 #   MODEL round R t=T firstrun|tuned pp512|tg128 TOKENS_PER_S
 # and at the end the median of firstrun / tuned per model, thread count and
-# test. Takes about 6 minutes per model (two 120 s tunes and the rounds).
+# test. After each model's searches it prints the records the two DBs chose
+# differently (kernel, bucket, each side's schedule and measured time), so a
+# miss can be traced to the kernels the first run settled otherwise. Takes about 6 minutes per model (two 120 s tunes and the rounds).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 K=${KILN:-$here/build/kiln}
@@ -34,6 +36,24 @@ bench() { # name db t -> "pp512 X" and "tg128 Y" lines
     KILN_TUNEDB=$2 "$K" bench -m "$1" -p 512 -n 128 -r 2 -t "$3" $4 2>"$W/err" |
         awk -F'|' '/pp512|tg128/ {gsub(/ /,"",$7); split($8,a," "); print $7, a[1]}'
 }
+differ() { # first.db tuned.db -> the records whose schedules differ
+    KILN_TUNEDB=$1 "$K" tune --show --json > "$W/a.json" 2>/dev/null || true
+    KILN_TUNEDB=$2 "$K" tune --show --json > "$W/b.json" 2>/dev/null || true
+    python3 - "$W/a.json" "$W/b.json" <<'PY'
+import json, sys
+def load(p):
+    try: return {(r["key"], r["bucket"]): r for r in json.load(open(p)) if r.get("this_machine")}
+    except (OSError, ValueError): return {}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+ms = lambda r: "%.3f ms" % (r["best_s"] * 1e3) if r and r.get("best_s") else "-"
+for k in sorted(set(a) | set(b)):
+    ra, rb = a.get(k), b.get(k)
+    if ra and rb and ra["schedule"] == rb["schedule"]: continue
+    print("  differs: %s %s | first run: %s (%s, %s tried) | tuned: %s (%s, %s tried)" % (k[0], k[1],
+          ra["schedule"] if ra else "no record", ms(ra), ra["tried"] if ra else 0,
+          rb["schedule"] if rb else "no record", ms(rb), rb["tried"] if rb else 0))
+PY
+}
 for m in $MODELS; do
     n=$(basename "$m" .gguf)
     for t in 1 2; do
@@ -42,6 +62,8 @@ for m in $MODELS; do
         echo "$n t=$t first run (search + bench) $(( $(date +%s) - s0 )) s; $(grep -E 'searched|tuned' "$W/err" | tail -1)"
         KILN_TUNEDB=$W/tuned-$n.db "$K" tune -m "$m" -t $t --budget "$BUDGET" 2>&1 | grep -E "searched|tuned" | tail -1 | sed "s/^/$n t=$t tune: /"
     done
+    echo "$n: the records the first run and the tune chose differently:"
+    differ "$W/first-$n.db" "$W/tuned-$n.db"
     r=1
     while [ $r -le "$ROUNDS" ]; do
         for t in 1 2; do

@@ -8,6 +8,7 @@
 #
 #   sh bench/serve.sh                       # models/gemma-3-270m-q4_k_m.gguf, 2 threads
 #   MODEL=path.gguf THREADS=4 PARALLEL=4 TOKENS=64 REPS=3 sh bench/serve.sh
+#   KILN_SERVE_PROFILE=1 sh bench/serve.sh  # also where kiln's engine thread's time went
 #
 # The peer: $LLAMA_SERVER, else bench/.peers/llama.cpp/bin/llama-server
 # (WITH_SERVER=1 sh bench/install_llamacpp.sh builds it with llama.cpp's
@@ -89,6 +90,16 @@ for rep in $(seq "$REPS"); do
         [ $have_peer = 1 ] && load_run llama "$LPORT" "$lpid" "$c"
     done
 done
+
+# KILN_SERVE_PROFILE=1: kiln's engine thread's time by what it did (idle,
+# prefill, sampling, decode calls by rows), over the warm-up and every run,
+# printed by the server when it stops
+if [ -n "${KILN_SERVE_PROFILE:-}" ] && [ "${KILN_SERVE_PROFILE}" != 0 ]; then
+    kill "$kpid" 2>/dev/null || true
+    wait "$kpid" 2>/dev/null || true
+    kpid=
+    awk '/^kiln serve profile:/ {on = 1; print; next} on && /^  / && !/^  kernel/ {print; next} {on = 0}' "$out/kiln.log"
+fi
 
 "$PY" - "$out" "$PARALLEL" "$have_peer" "$MODEL" "$THREADS" "$TOKENS" "$REPS" <<'EOF'
 import json, os, statistics, sys

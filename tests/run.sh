@@ -1,5 +1,6 @@
 #!/bin/sh
-# tests/run.sh — runs every C test binary and every Python test file, counts the
+# tests/run.sh — runs every C test binary and every Python test file (or those
+# TESTS names), counts the
 # "PASS name" / "FAIL name: why" lines they print, and ends with "N passed, N failed".
 # A test program that crashes or exits non-zero without a FAIL line counts as one failure.
 # The Python tests run in the project-local environment of tools/pyenv.sh (made
@@ -35,20 +36,15 @@ if ! PY=$(sh tools/pyenv.sh); then
     PY=
     fail=1
 fi
-for t in ${TESTS:-"$BUILD"/tests/test_*}; do
-    [ -x "$t" ] || continue
+# TESTS: the tests to run, C binaries and tests/py files (all of them
+# when unset): `TESTS="build/tests/test_x tests/py/test_y.py" sh tests/run.sh`
+for t in ${TESTS:-"$BUILD"/tests/test_* tests/py/test_*.py}; do
+    case $t in
+        *.py) [ -f "$t" ] && [ -n "$PY" ] || continue; set -- "$PY" "$t" ;;
+        *) [ -x "$t" ] || continue; set -- "$t" ;;
+    esac
     echo "== $t"
-    "$t" > "$log" 2>&1; rc=$?
-    grep -E '^(FAIL)' "$log"
-    p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "FAIL $t: exit status $rc"; tail -5 "$log"; f=1; fi
-    echo "   $p passed, $f failed"
-    pass=$((pass + p)); fail=$((fail + f))
-done
-for t in tests/py/test_*.py; do
-    [ -f "$t" ] && [ -n "$PY" ] || continue
-    echo "== $t"
-    "$PY" "$t" > "$log" 2>&1; rc=$?
+    "$@" > "$log" 2>&1; rc=$?
     grep -E '^(FAIL)' "$log"
     p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "FAIL $t: exit status $rc"; tail -5 "$log"; f=1; fi

@@ -18,7 +18,15 @@
  * model's own program when only one slot decodes. Both compute a row the
  * same way whatever the other rows (tests/py/test_serve_batch.py checks the
  * texts and the logits), so a client's greedy text does not depend on who
- * else is served.
+ * else is served. A batched row's logits are read (and penalised) where the
+ * call wrote them, and a greedy row without penalties is an argmax over
+ * them (sampler.c), so what a step does outside the model is per row, not
+ * a copy of the vocabulary. A request's waiter is woken per token only when
+ * it streams; a whole answer's waiter wakes once, when it is done.
+ *
+ * KILN_SERVE_PROFILE=1 prints at stop where this thread's wall time went
+ * from the first request on (idle, prefill, sampling, text, 1-slot and
+ * batched decode calls by rows): a measurement aid nothing depends on.
  *
  * Invariants: only this thread touches the model; a request's results are
  * written under its mutex and broadcast; every request the engine took is
@@ -47,8 +55,31 @@ typedef struct slot {
     int prefilled;
     int32_t next;      /* want: the sampled token the next forward pass runs */
     int want;
-    float *logits;
+    float *logits;     /* this step's logits: own, or the slot's row of a batched call's */
+    float *own;        /* the single program's logits (prefill, a lone decode) */
 } slot;
+
+/* the engine thread's wall time by what it did, printed at stop when
+ * KILN_SERVE_PROFILE=1 (a measurement aid: nothing depends on it). Each
+ * acct_mark charges the time since the last mark to a phase. */
+enum { AC_IDLE, AC_PREFILL, AC_SAMPLE, AC_TEXT, AC_DECODE1, AC_DECODEN, AC_ROWS, AC_OTHER, AC_N, AC_BEFORE = AC_N };
+static const char *acct_names[AC_N] = {"idle (no request)", "prefill", "sampling", "text, stops, waking clients",
+                                       "decode, 1 slot", "decode, batched", "rows' results", "rest of the loop"};
+typedef struct acct {
+    int on;
+    double t;                        /* the last mark */
+    double secs[AC_N + 1]; /* [AC_BEFORE]: before the first request, not shown */
+    double rows_secs[MODEL_BATCH_MAX_ROWS + 1]; /* decode calls by rows */
+    long long rows_calls[MODEL_BATCH_MAX_ROWS + 1];
+    long long prefill_tokens, prefills, tokens;
+} acct;
+
+static void acct_mark(acct *a, int phase) {
+    if (!a->on) return;
+    double now = srv_now();
+    a->secs[phase] += now - a->t;
+    a->t = now;
+}
 
 struct srv_engine {
     model *m;
@@ -66,7 +97,9 @@ struct srv_engine {
     pthread_t th;
     int stop, busy;
     long long batched_calls, batched_rows; /* under mu */
+    acct ac;             /* KILN_SERVE_PROFILE=1: the engine thread's time */
 };
+
 
 double srv_now(void) {
     struct timespec ts;
@@ -165,6 +198,7 @@ static void slot_finish(srv_engine *e, slot *s, const char *finish, const char *
 }
 
 static int slot_forward(srv_engine *e, slot *s, const int32_t *ids, int n) {
+    s->logits = s->own;
     if (model_kv_use(e->m, s->kv) != KILN_OK || model_forward(e->m, ids, n, s->n_cache, s->logits) != KILN_OK) {
         s->n_cache = 0; /* what the cache holds is no longer known */
         return -1;
@@ -179,6 +213,7 @@ static int slot_prefill(srv_engine *e, slot *s) {
     int keep = 0;
     while (keep < s->n_cache && keep < r->n_prompt - 1 && s->cache[keep] == r->prompt[keep]) keep++;
     s->n_cache = keep;
+    e->ac.prefill_tokens += r->n_prompt - keep;
     if (slot_forward(e, s, r->prompt + keep, r->n_prompt - keep)) return -1;
     char err[256];
     if (sampler_new(&r->sp, (int32_t)e->n_vocab, &s->smp, err, sizeof err) != KILN_OK) return -1;
@@ -206,14 +241,21 @@ static void slot_step(srv_engine *e, slot *s) {
         slot_finish(e, s, "cancelled", NULL);
         return;
     }
-    if (!s->prefilled && slot_prefill(e, s)) {
-        slot_finish(e, s, "error", model_error(e->m));
-        return;
+    if (!s->prefilled) {
+        acct_mark(&e->ac, AC_OTHER);
+        int failed = slot_prefill(e, s);
+        e->ac.prefills++;
+        acct_mark(&e->ac, AC_PREFILL);
+        if (failed) {
+            slot_finish(e, s, "error", model_error(e->m));
+            return;
+        }
     }
     if (r->n_gen >= r->max_tokens || (r->deadline > 0 && srv_now() > r->deadline)) {
         slot_finish(e, s, "length", NULL);
         return;
     }
+    acct_mark(&e->ac, AC_OTHER);
     /* OpenAI's penalties: logit -= frequency * count + presence * (count > 0),
      * once per distinct generated id (counts[t] is negated while done) */
     if (r->presence_penalty != 0 || r->frequency_penalty != 0) {
@@ -236,6 +278,8 @@ static void slot_step(srv_engine *e, slot *s) {
         return;
     }
     double lp = r->logprobs ? logprob(s->logits, e->n_vocab, id) : 0;
+    acct_mark(&e->ac, AC_SAMPLE);
+    e->ac.tokens++;
     sampler_accept(s->smp, id);
     const char *piece;
     size_t plen = 0;
@@ -248,8 +292,9 @@ static void slot_step(srv_engine *e, slot *s) {
     r->n_gen++;
     append(r, piece, plen);
     int stopped = check_stop(r);
-    pthread_cond_broadcast(&r->cv);
+    if (r->stream) pthread_cond_broadcast(&r->cv); /* a whole answer's waiter wakes once, when done */
     pthread_mutex_unlock(&r->mu);
+    acct_mark(&e->ac, AC_TEXT);
     if (stopped) {
         slot_finish(e, s, "stop", NULL);
         return;
@@ -278,8 +323,13 @@ static void decode_all(srv_engine *e) {
         nb++;
         one = s;
     }
+    acct_mark(&e->ac, AC_OTHER);
     if (nb == 1) {
+        double t0 = srv_now();
         if (slot_forward(e, one, &one->next, 1)) slot_finish(e, one, "error", model_error(e->m));
+        e->ac.rows_calls[1]++;
+        e->ac.rows_secs[1] += srv_now() - t0;
+        acct_mark(&e->ac, AC_DECODE1);
         return;
     }
     if (nb == 0) return;
@@ -292,6 +342,11 @@ static void decode_all(srv_engine *e) {
         e->batched_rows += nb;
         pthread_mutex_unlock(&e->mu);
     }
+    if (nb <= MODEL_BATCH_MAX_ROWS) {
+        e->ac.rows_calls[nb]++;
+        e->ac.rows_secs[nb] += srv_now() - t0;
+    }
+    acct_mark(&e->ac, AC_DECODEN);
     if (first && model_batch_compiled(e->batch))
         fprintf(stderr, "kiln serve: batched decoding: %d slots in one call (program compiled in %.1f s)\n", nb,
                 srv_now() - t0);
@@ -302,9 +357,26 @@ static void decode_all(srv_engine *e) {
             slot_finish(e, s, "error", model_batch_error(e->batch));
             continue;
         }
-        memcpy(s->logits, e->blogits + (size_t)b * (size_t)e->n_vocab, (size_t)e->n_vocab * sizeof *s->logits);
+        s->logits = e->blogits + (size_t)b * (size_t)e->n_vocab; /* read (and penalised) in place until the next call */
         s->cache[s->n_cache++] = s->next;
     }
+    acct_mark(&e->ac, AC_ROWS);
+}
+
+/* KILN_SERVE_PROFILE=1's table, on stderr */
+static void acct_print(acct *a) {
+    if (!a->on) return;
+    acct_mark(a, AC_OTHER);
+    double total = 0;
+    for (int i = 0; i < AC_N; i++) total += a->secs[i];
+    fprintf(stderr, "kiln serve profile: the engine thread's %.3f s from the first request; %lld tokens sampled, %lld prefills computing %lld tokens\n",
+            total, a->tokens, a->prefills, a->prefill_tokens);
+    for (int i = 0; i < AC_N; i++)
+        fprintf(stderr, "  %-28s %9.3f s %5.1f%%\n", acct_names[i], a->secs[i], total > 0 ? 100 * a->secs[i] / total : 0.0);
+    for (int n = 1; n <= MODEL_BATCH_MAX_ROWS; n++)
+        if (a->rows_calls[n])
+            fprintf(stderr, "  decode calls of %d row%s: %lld, %.3f ms each\n", n, n > 1 ? "s" : "", a->rows_calls[n],
+                    1e3 * a->rows_secs[n] / (double)a->rows_calls[n]);
 }
 
 /* ---- the loop ---- */
@@ -346,7 +418,9 @@ static void *engine_main(void *arg) {
             e->busy++;
         }
         if (!e->busy) {
+            acct_mark(&e->ac, AC_OTHER);
             pthread_cond_wait(&e->cv, &e->mu);
+            acct_mark(&e->ac, e->ac.tokens || e->ac.prefills ? AC_IDLE : AC_BEFORE);
             continue;
         }
         pthread_mutex_unlock(&e->mu);
@@ -380,8 +454,11 @@ srv_engine *srv_engine_start(model *m, const tokenizer *tk, const srv_engine_opt
         s->cache = kiln_xmalloc((size_t)e->n_ctx * sizeof *s->cache);
         s->gen = kiln_xmalloc((size_t)e->n_ctx * sizeof *s->gen);
         s->counts = kiln_xcalloc((size_t)e->n_vocab, sizeof *s->counts);
-        s->logits = kiln_xmalloc((size_t)e->n_vocab * sizeof *s->logits);
+        s->own = s->logits = kiln_xmalloc((size_t)e->n_vocab * sizeof *s->own);
     }
+    const char *prof = getenv("KILN_SERVE_PROFILE");
+    e->ac.on = prof && prof[0] && strcmp(prof, "0") != 0;
+    e->ac.t = srv_now();
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (pthread_create(&e->th, NULL, engine_main, e)) {
@@ -412,6 +489,7 @@ void srv_engine_stop(srv_engine *e) {
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     if (running) pthread_join(e->th, NULL);
+    acct_print(&e->ac);
     for (; e->qn > 0; e->qn--, e->qhead = (e->qhead + 1) % e->qcap) refuse(e->queue[e->qhead], "the server is shutting down");
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
@@ -419,7 +497,7 @@ void srv_engine_stop(srv_engine *e) {
         free(s->cache);
         free(s->gen);
         free(s->counts);
-        free(s->logits);
+        free(s->own);
     }
     model_kv_use(e->m, NULL); /* before the views' buffers go */
     model_batch_free(e->batch);

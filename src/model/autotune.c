@@ -23,7 +23,9 @@
  *     streaming form's program too (steps 1-5 run the main program only);
  *  6. a program compiled with both attention forms times each on a prefill
  *     and decode steps after it (and on a long prompt when the time left
- *     pays for it); the faster per bucket is recorded (measure_forms).
+ *     pays for it); the faster per bucket is recorded (measure_forms), in
+ *     as many rounds (at most 2) as an eighth of the budget pays for, none
+ *     at all for a model whose prefill is too slow for that (8B shapes).
  * A model built with all_logits (kiln perplexity) gets these steps twice:
  * as kiln run's model (2/3 of the budget), then with prefills that output
  * their second half's logits (1/3), for the output head's many-row shape.
@@ -98,14 +100,31 @@ static double time_forward(model *m, const int32_t *toks, int n, int pos, int re
 #define AUTOTUNE_LONG 2048
 #define AUTOTUNE_LONG_GROWTH 2.5
 #define AUTOTUNE_FORM_ROUNDS 2
+/* the short measurement may take at most this part of the budget: at 8B
+ * (Llama-8B-shaped q4_k, 2 threads) a round of a 63-row prefill and three
+ * decode steps in each form came to 6.4 s
+ * (from the profile), and two rounds were reserved out of
+ * a 30 s first-run search, leaving the searches 3 s; where the forms' one
+ * difference (attention) is that small a part of a step, fewer rounds, or
+ * none (the cost model's choice stays: decode streams, short prompts
+ * materialise) */
+#define AUTOTUNE_FORMS_SHARE 0.125
+
+/* rounds of the short forms measurement a budget pays for, one round
+ * costing round_s (a prefill and three decode steps in each form) */
+static int forms_rounds(double budget_s, double round_s) {
+    if (!(round_s > 0)) return AUTOTUNE_FORM_ROUNDS;
+    int r = (int)(AUTOTUNE_FORMS_SHARE * budget_s / round_s);
+    return r < AUTOTUNE_FORM_ROUNDS ? r : AUTOTUNE_FORM_ROUNDS;
+}
 
 /* the better of a best-so-far (0: none yet; < 0: a run failed) and a new time */
 static double best_of(double best, double t) {
     if (best < 0 || t < 0) return -1;
     return best == 0 || t < best ? t : best;
 }
-static void measure_forms(model *m, kiln_program *p, int n, double left, float *logits) {
-    if (n + 4 > AUTOTUNE_LONG || !kiln_program_form_force(p, 0)) return; /* one form only */
+static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, double left, float *logits) {
+    if (short_rounds <= 0 || n + 4 > AUTOTUNE_LONG || !kiln_program_form_force(p, 0)) return; /* one form only */
     double t0 = kiln_now_s();
     int32_t *toks = kiln_xmalloc(((size_t)AUTOTUNE_LONG + 1) * sizeof *toks);
     for (int i = 0; i <= AUTOTUNE_LONG; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
@@ -121,7 +140,7 @@ static void measure_forms(model *m, kiln_program *p, int n, double left, float *
         /* the short bucket in alternating rounds (one form, then the other,
          * twice), each form's best kept: the forms differ by a few percent at
          * short prompts, less than one run's drift on a shared machine */
-        int rounds = l == 0 ? AUTOTUNE_FORM_ROUNDS : 1;
+        int rounds = l == 0 ? short_rounds : 1;
         pre[0] = pre[1] = dec[0] = dec[1] = 0;
         for (int r = 0; r < rounds; r++)
             for (int f = 0; f < 2; f++) {
@@ -220,8 +239,12 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
      * prefill and three decode steps in each form, twice (a program with
      * one form: none; the main form stays forced) */
     double forms_s = 0;
-    if (!all_rows && kiln_program_form_force(p, 0))
-        for (int32_t k = 0; k < nk; k++) forms_s += AUTOTUNE_FORM_ROUNDS * (2 * pre[k] + 3 * dec[k]);
+    int form_rounds = 0;
+    if (!all_rows && kiln_program_form_force(p, 0)) {
+        for (int32_t k = 0; k < nk; k++) forms_s += 2 * pre[k] + 3 * dec[k];
+        form_rounds = forms_rounds(o.budget_s, forms_s);
+        forms_s *= form_rounds;
+    }
     double left = o.budget_s - (kiln_now_s() - t_start) - forms_s;
     if ((s = kiln_program_search(p, left > 0 ? left : 0, w, o.min_share)) != KILN_OK) {
         snprintf(err, cap, "bad search options (budget %g s, min share %g)", o.budget_s, o.min_share);
@@ -271,11 +294,14 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
     }
     kiln_program_form_force(p, -1);
     /* 6: which attention form serves which bucket, measured */
-    if (!all_rows) {
+    if (!all_rows && form_rounds == 0 && forms_s == 0 && kiln_program_form_force(p, 0)) {
+        kiln_program_form_force(p, -1);
+        phase(&o, "not timing the attention forms (a round would take over an eighth of the budget; the cost model picks)");
+    } else if (!all_rows) {
         phase(&o, "timing the attention forms (materialised, streaming)");
         kiln_search_status st;
         kiln_program_search_status(p, &st); /* the streaming form's deferred compile is not the search's */
-        measure_forms(m, p, n, o.budget_s - (kiln_now_s() - t_start - st.baseline_s), logits);
+        measure_forms(m, p, n, form_rounds, o.budget_s - (kiln_now_s() - t_start - st.baseline_s), logits);
     }
 done:
     kiln_program_form_force(p, -1);

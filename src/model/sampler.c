@@ -147,10 +147,31 @@ static int32_t keep_top_k(cand *c, int32_t n, int32_t k) {
     return k;
 }
 
+/* greedy without a penalty: the first id of the largest logit, NaN as -inf
+ * (0 if none is above -inf), read in place: the largest value in eight
+ * independent running maxima (a comparison that a NaN fails keeps the
+ * maximum), then the first id that holds it. Two reads of the logits, no
+ * copy: the per-token cost of a server's greedy rows. */
+static int32_t argmax_first(const float *l, int32_t n) {
+    float m[8];
+    for (int j = 0; j < 8; j++) m[j] = -INFINITY;
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) m[j] = l[i + j] > m[j] ? l[i + j] : m[j];
+    for (; i < n; i++) m[0] = l[i] > m[0] ? l[i] : m[0];
+    float mx = m[0];
+    for (int j = 1; j < 8; j++) mx = m[j] > mx ? m[j] : mx;
+    if (mx == -INFINITY) return 0;
+    for (i = 0; i < n; i++)
+        if (l[i] == mx) return i;
+    return 0; /* not reached: mx is one of l */
+}
+
 int32_t sampler_sample(sampler *s, const float *logits) {
     if (!s || !logits) return -1;
     const sampler_params *p = &s->prm;
     int32_t nv = s->n_vocab;
+    if (p->temperature <= 0.0f && (p->repeat_penalty == 1.0f || s->hist_n == 0)) return argmax_first(logits, nv);
     float *w = s->work;
     for (int32_t i = 0; i < nv; i++) w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
 

@@ -459,8 +459,9 @@ int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups) {
      * (plan_share would give a reopened group nothing of a pass the reserve
      * takes whole: the pass's runs would be wasted) */
     double avail = budget_s - recompile_estimate(p);
-    if (avail < rt_tune_min_search_s()) return 0;
-    int groups = (int)(avail / (3 * rt_tune_min_search_s()));
+    double least = rt_tune_min_search_s(0) < rt_tune_min_search_s(1) ? rt_tune_min_search_s(0) : rt_tune_min_search_s(1);
+    if (avail < least) return 0;
+    int groups = (int)(avail / (1.5 * (rt_tune_min_search_s(0) + rt_tune_min_search_s(1))));
     if (groups < 1) groups = 1;
     if (groups > max_groups) groups = max_groups;
     uint8_t *taken = kiln_xcalloc((size_t)nk * 2 + 1, 1);
@@ -980,7 +981,7 @@ kiln_status rt_tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_kern
     if (p->tune.plan_w) {
         share = plan_share(p, contract_group_weight(p, k, bucket, bucket_text), left);
         if (share <= 0) return KILN_OK;
-        if (share < rt_tune_min_search_s()) { /* it would overrun its share: passed over, and out of the others' way */
+        if (share < rt_tune_min_search_s(bucket)) { /* it would overrun its share: passed over, and out of the others' way */
             pass_over_group(p, k, bucket, bucket_text);
             return KILN_OK;
         }

@@ -44,18 +44,22 @@
 
 #define TUNE_MAX_CAND 24
 
-/* seconds one candidate costs (compile, check, timing), from the last
- * rounds of this process; the first guess is what a round of 10 took on
- * a 2-core AMD EPYC Zen 4 for gemma3-270m's contractions */
-static double cand_cost = 0.25;
+/* seconds one candidate costs (compile, check, timing), per bucket (0:
+ * decode, 1: prefill), from the last rounds of this process; the first
+ * guess is what a round of 10 took on a 2-core AMD EPYC Zen 4 for
+ * gemma3-270m's contractions. Per bucket: a one-row candidate is timed in
+ * microseconds to milliseconds, a prefill one in milliseconds to a second,
+ * and one estimate for both made the output head's decode search (half a
+ * decode step) afford 4 candidates after a prefill kernel's round */
+static double cand_cost[2] = {0.25, 0.25};
 
-static void learn_cand_cost(double seconds, int n) {
+static void learn_cand_cost(int bucket, double seconds, int n) {
     if (n <= 0 || !(seconds > 0)) return;
-    double c = seconds / n;
-    cand_cost = 0.5 * cand_cost + 0.5 * c;
+    double c = seconds / n, *cc = &cand_cost[bucket == 0 ? 0 : 1];
+    *cc = 0.5 * *cc + 0.5 * c;
 }
 
-double rt_tune_min_search_s(void) { return 2 * cand_cost; }
+double rt_tune_min_search_s(int bucket) { return 2 * cand_cost[bucket == 0 ? 0 : 1]; }
 
 typedef struct launch_args {
     const rt_backend *be;
@@ -378,17 +382,21 @@ static int close_to_samples(const sample_ref *sr, const float *got, int64_t k, i
 
 /* one round: compile the candidates with the reference, check, time. Fills
  * times (INFINITY for rejected) and returns KILN_OK or a compile error. */
-static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, const sch_contract_sched *cands,
-                                 int n, double *times, int *rejected, rt_module **mod_out, rt_kernel_fn *fns,
-                                 double *ref_s, double deadline, char *err, size_t errcap) {
+/* wall seconds per byte a candidate unit took to compile in this process
+ * (0: none compiled yet) */
+static double unit_rate;
+
+/* the C unit of a round: the generic loop nest as the reference, the tiles
+ * of the candidates and of the kernel's fixed schedules, one kernel per
+ * candidate (kiln_c<i>); *len_out its length */
+static char *candidate_unit(const rt_tune_job *job, const sch_contract_sched *cands, int n, size_t *len_out) {
     const sch_program *sp = job->sp;
     cg_options co;
     co.isa = job->isa;
     char *src = cg_emit_c_generic_one(sp, job->kernel, &co, "kiln_ref");
     size_t len = strlen(src), cap = len + 1;
-    /* tiles for the candidates and for the other bucket's (fixed) schedule */
     const sch_contract *c = sp->kernels[job->kernel].contract;
-    /* the runs below have job->shape.m rows: rp tiles for more are never called */
+    /* the runs have job->shape.m rows: rp tiles for more are never called */
     int rows_was = cg_contract_rp_rows(job->shape.m >= 1 && job->shape.m < INT32_MAX ? (int)job->shape.m : 0);
     sch_contract_sched *all = kiln_xmalloc(((size_t)n + 2) * sizeof *all);
     memcpy(all, cands, (size_t)n * sizeof *all);
@@ -402,8 +410,37 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
         cg_emit_contract_kernel_as(sp, job->kernel, name, &cands[i], job->bucket, &src, &len, &cap);
     }
     cg_contract_rp_rows(rows_was);
+    *len_out = len;
+    return src;
+}
+
+static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, const sch_contract_sched *cands,
+                                 int n, double *times, int *rejected, rt_module **mod_out, rt_kernel_fn *fns,
+                                 double *ref_s, double deadline, char *err, size_t errcap) {
+    const sch_program *sp = job->sp;
+    size_t len = 0;
+    char *src = candidate_unit(job, cands, n, &len);
+    /* a unit the time left cannot compile (its bytes at the rate candidate
+     * units compiled at so far: a loaded machine compiles 3x slower, and a
+     * compile cannot be cut short) loses its last candidates, the default
+     * and the cost model's first choice kept */
+    double left = deadline - kiln_now_s();
+    if (unit_rate > 0 && n > 2 && unit_rate * (double)len > left) {
+        int fit = (int)((double)n * (left > 0 ? left : 0) / (unit_rate * (double)len));
+        fit = fit < 2 ? 2 : fit;
+        if (fit < n) {
+            for (int i = fit; i < n; i++) times[i] = NAN, fns[i] = NULL; /* not measured: neither tried nor rejected */
+            n = fit;
+            free(src);
+            src = candidate_unit(job, cands, n, &len);
+        }
+    }
     rt_module *mod = NULL;
+    double t_cc = kiln_now_s();
     kiln_status s = la->be->compile(src, cg_isa_cflags(job->isa), &mod, err, errcap);
+    t_cc = kiln_now_s() - t_cc;
+    if (s == KILN_OK && t_cc > 0.02) /* a cached unit loads in milliseconds and teaches nothing */
+        unit_rate = unit_rate > 0 ? 0.5 * unit_rate + 0.5 * t_cc / (double)len : t_cc / (double)len;
     free(src);
     if (s != KILN_OK) return s;
     *mod_out = mod;
@@ -561,7 +598,7 @@ static void round_two(const rt_tune_job *job, const launch_args *la, const sch_c
                    (q->kc != w->kc) + (q->form != w->form);
         if (dist == 1 && !in_list(cands, n, q) && !in_list(nb, nn, q)) nb[nn++] = *q;
     }
-    int afford2 = (int)((job->budget_s - (kiln_now_s() - t_start)) / cand_cost);
+    int afford2 = (int)((job->budget_s - (kiln_now_s() - t_start)) / cand_cost[job->bucket == 0 ? 0 : 1]);
     if (nn > afford2) nn = afford2;
     if (nn <= 0) return;
     double t2[TUNE_MAX_CAND];
@@ -573,7 +610,7 @@ static void round_two(const rt_tune_job *job, const launch_args *la, const sch_c
     double t_round2 = kiln_now_s();
     kiln_status s2 =
         measure_round(&job2, la, nb, nn, t2, &res->rejected, &mod2, f2, NULL, t_start + job->budget_s, err2, sizeof err2);
-    learn_cand_cost(kiln_now_s() - t_round2, nn);
+    learn_cand_cost(job->bucket, kiln_now_s() - t_round2, nn);
     if (s2 != KILN_OK) return;
     res->mods[1] = mod2;
     for (int i = 0; i < nn; i++) res->tried += !isnan(t2[i]);
@@ -637,7 +674,7 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     int first = job->round1 > 0 && job->round1 < TUNE_MAX_CAND / 2 ? job->round1 : 8;
     /* as many as the budget pays for: a candidate costs its compile, check
      * and timing (cand_cost, learnt from the rounds before) */
-    int afford = job->inject_wrong ? first : (int)(job->budget_s / cand_cost) - 2;
+    int afford = job->inject_wrong ? first : (int)(job->budget_s / cand_cost[job->bucket == 0 ? 0 : 1]) - 2;
     if (first > afford) first = afford > 1 ? afford : 1; /* the default and the cost model's first choice at least */
     int r = job->rank_from > 0 && job->rank_from < nspace ? job->rank_from : 0;
     for (; r < nspace && n < first + 2; r++)
@@ -652,7 +689,7 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     kiln_status s =
         measure_round(job, &la, cands, n, times, &res->rejected, &mod1, fns, &ref_s, t_start + job->budget_s, err, errcap);
     if (s != KILN_OK) goto done;
-    learn_cand_cost(kiln_now_s() - t_round, n);
+    learn_cand_cost(job->bucket, kiln_now_s() - t_round, n);
     res->tried = 0;
     for (int i = 0; i < n; i++) res->tried += !isnan(times[i]);
     /* the baseline: the default schedule, or the generic loop nest when the
@@ -678,8 +715,12 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
      * (prefill: compute-bound, timed warm. Not decode: timed with B flushed,
      * every candidate streams at about the same DRAM speed alone, yet a
      * kernel that computes faster keeps more reads in flight inside a
-     * model — the int8 q8_0 matrix-vector lost its run-offs to f32) */
-    if (job->bucket == 1 && isfinite(times[0]) && wfn && wfn != fns[0]) {
+     * model — the int8 q8_0 matrix-vector lost its run-offs to f32;
+     * except a decode weight far beyond the cache: every run streams it
+     * from memory as the model does, and its candidates differ by a few
+     * percent, less than one run's drift on a shared machine, so a default
+     * timed in a busy moment lost to a 2.35x "faster" output head) */
+    if ((job->bucket == 1 || streams_from_memory(job)) && isfinite(times[0]) && wfn && wfn != fns[0]) {
         double tc, td;
         runoff(&la, job, fns[0], &cands[0], wfn, &winner, &tc, &td);
         res->base_s = td < res->base_s ? td : res->base_s;

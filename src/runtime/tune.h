@@ -47,8 +47,9 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
 
 /* the least a search costs: its first round's default and cost-model first
  * choice compiled, checked and timed, at the cost per candidate this
- * process learnt (a share below it would overrun, not search) */
-double rt_tune_min_search_s(void);
+ * process learnt for the bucket (0: decode, 1: prefill; a share below it
+ * would overrun, not search) */
+double rt_tune_min_search_s(int bucket);
 
 /* the cost model's first choice for kernel `kernel` at shape sh, among the
  * schedules the micro-kernel family can emit for it: what a contraction

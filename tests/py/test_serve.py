@@ -15,6 +15,8 @@ What is checked:
   - a client that disconnects mid-stream frees its slot (the server reports no
     busy slot soon after, and answers the next request);
   - requests beyond the slots and the queue get 503, the rest complete;
+  - KILN_SERVE_PROFILE=1's table counts the tokens sampled and the prompt
+    tokens prefilled (a prompt its slot holds computes one);
   - malformed JSON, wrong types, unknown fields, huge numbers, invalid UTF-8,
     a prompt longer than the context, a too large body, huge headers, unknown
     paths and methods: each a 4xx with an OpenAI-shaped error, and the server
@@ -76,11 +78,11 @@ def free_port():
 class Server:
     """kiln serve in the background; its stderr collected"""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.port = free_port()
         self.p = subprocess.Popen([KILN, "serve", "-m", MODEL, "--port", str(self.port), "-c", str(CTX), "-t", "1"]
                                   + [str(a) for a in args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  env=ENV)
+                                  env=dict(ENV, **(env or {})))
         self.err = []
         ready = threading.Event()
 
@@ -322,6 +324,35 @@ def t_disconnect():
     assert complete(SRV.client(), PROMPTS[0], n=4)[0]
 
 
+def t_profile_counts():
+    """KILN_SERVE_PROFILE=1's table at stop counts what the engine did: every
+    generated token sampled once, and a prompt its slot already holds (the
+    same request again) prefills one token, not the whole prompt"""
+    srv = Server("--parallel", 1, env={"KILN_SERVE_PROFILE": "1"})
+    try:
+        gen = prompt = 0
+        for _ in range(2):
+            st, data = srv.request("POST", "/v1/completions", {"prompt": PROMPTS[3], "max_tokens": 6, "temperature": 0})
+            assert st == 200, data
+            u = json.loads(data)["usage"]
+            gen += u["completion_tokens"]
+            prompt = u["prompt_tokens"]
+        assert srv.stop() == 0, "".join(srv.err)[-400:]
+    finally:
+        srv.stop()
+    for _ in range(100):  # the stderr reader's thread may still be reading the table
+        if any("decode calls of" in ln for ln in srv.err):
+            break
+        time.sleep(0.1)
+    line = [ln for ln in srv.err if "kiln serve profile:" in ln]
+    assert line, srv.err[-5:]
+    m = re.search(r"(\d+) tokens sampled, (\d+) prefills computing (\d+) tokens", line[0])
+    assert m, line[0]
+    assert int(m.group(1)) == gen and int(m.group(2)) == 2, (line[0], gen)
+    assert int(m.group(3)) == prompt + 1, (line[0], prompt)
+    assert any("decode calls of 1 row" in ln for ln in srv.err), srv.err[-10:]
+
+
 def t_queue_503():
     srv = Server("--parallel", 1, "--queue", 1)
     try:
@@ -488,6 +519,7 @@ if SRV:
     suite.case("fuzz_and_slow_clients", t_fuzz_and_slow_clients)
     suite.case("stop_server", t_stop_server)
 suite.case("queue_503", t_queue_503)
+suite.case("profile_counts", t_profile_counts)
 suite.case("broken_template_fallback", t_broken_template)
 suite.case("usage_errors", t_usage_errors)
 suite.finish()

@@ -101,6 +101,39 @@ static void test_greedy(void) {
     CASE_END();
 }
 
+/* greedy without a penalty reads the logits in place (eight running maxima,
+ * then the first id holding the largest): NaN never wins, +inf does, ties
+ * go to the lowest id wherever they fall among the lanes and the tail, and
+ * nothing above -inf gives 0, as the copying path did */
+static void test_greedy_in_place(void) {
+    CASE_BEGIN("sampler_greedy_in_place");
+    float x[37];
+    for (int n = 1; n <= 37; n++) {
+        for (int at = 0; at < n; at++) {
+            for (int i = 0; i < n; i++) x[i] = (float)(i % 5) - 10.0f;
+            x[at] = 2.0f;
+            if (at + 9 < n) x[at + 9] = 2.0f; /* a later tie, in another lane */
+            if (at > 0) x[at - 1] = NAN;
+            sampler *s = make(0.0f, 0, 1.0f, 0.0f, 1.0f, 0, 1, n);
+            int got = sampler_sample(s, x);
+            CHECK(got == at, "n %d: max at %d, got %d", n, at, got);
+            sampler_free(s);
+        }
+    }
+    float y[11] = {1, 2, NAN, INFINITY, 5, INFINITY, 0, 0, 0, 0, 0};
+    sampler *s = make(0.0f, 0, 1.0f, 0.0f, 1.0f, 0, 1, 11);
+    CHECK(sampler_sample(s, y) == 3, "+inf wins, the first one");
+    float z[11] = {NAN, NAN, -INFINITY, NAN, -INFINITY, NAN, NAN, NAN, NAN, -INFINITY, NAN};
+    CHECK(sampler_sample(s, z) == 0, "nothing above -inf: 0");
+    sampler_free(s);
+    /* a penalty active: the copying path, the same choice where it does not bite */
+    s = make(0.0f, 0, 1.0f, 0.0f, 1.3f, 4, 1, 11);
+    sampler_accept(s, 0);
+    CHECK(sampler_sample(s, y) == 3, "penalised greedy");
+    sampler_free(s);
+    CASE_END();
+}
+
 static void test_seeds(void) {
     CASE_BEGIN("sampler_seed_reproducible");
     float x[64];
@@ -375,6 +408,7 @@ static void test_bad_input(void) {
 
 int main(void) {
     test_greedy();
+    test_greedy_in_place();
     test_seeds();
     test_top_k1();
     test_top_k_set();
