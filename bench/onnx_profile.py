@@ -114,6 +114,7 @@ def main():
             m.run_again()
         L.kiln_program_profile_reset(m.prog)
         models.append(m)
+    ms0 = [L.kiln_program_msplit_launches(m.prog) if has_ms else 0 for m in models]
     for _ in range(a.r):
         for m in models:
             m.run_again()
@@ -159,7 +160,8 @@ def main():
                                                       for j in range(1, len(threads)))))
     if has_ms:
         print("contraction launches split along M per run: " + ", ".join(
-            "t=%d %.1f" % (t, L.kiln_program_msplit_launches(m.prog) / (a.r + 3)) for t, m in zip(threads, models)))
+            "t=%d %.1f" % (t, (L.kiln_program_msplit_launches(m.prog) - m0) / a.r)
+            for t, m, m0 in zip(threads, models, ms0)))
     for m in models:
         m.close()
 
