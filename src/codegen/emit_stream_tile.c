@@ -12,21 +12,31 @@
  *    constant (kskip) and a tile with a row whose skipped weight is not
  *    exactly 0 runs again without skipping (kfull), as the one-row kernel;
  *  - the TR x TK scores of a sub-block of TK keys accumulate in TR*TK vector
- *    registers over d (each row vector and key vector loaded once), then are
- *    summed across lanes;
+ *    registers over d (each row vector and key vector loaded once), then a
+ *    row's TK vectors are summed across lanes together (KTSUM4: horizontal
+ *    adds where the ISA has them);
  *  - per row, the logits' tree (scale, soft-cap, masks: whatever wraps the
  *    dot) is evaluated at each score, the running max grows once per block
  *    (the sum and products rescaled by exp2((m_old - m_new) c)), the
- *    weights exp2((x - m) c) summed;
- *  - the products acc[r][n] += p[r][j] v[j][n] run value vector by value
- *    vector, the TR accumulators of one vector in registers across the block.
+ *    weights exp2((x - m) c) of the whole block computed in vectors
+ *    (ktexp: the vector exp2 of emit_c.c's prelude, 2 ulp, where the source
+ *    has it; the block's entries past its last key are -inf, so 0) and summed;
+ *  - the products acc[r][n] += p[r][j] v[j][n] run up to 4 value vectors at
+ *    a time (2 without AVX-512's 32 registers), their accumulators in
+ *    registers across the block and each
+ *    weight broadcast from memory once per key (a register broadcast takes
+ *    a shuffle port the multiply-adds share on some cores).
+ * Why these: at gemma3-270m's shapes (d = n = 256, 4 rows over one key
+ * head) the scalar exp2f per weight, the register broadcasts and the
+ * lane-by-lane score sums held the kernel near 40 of 118 GFLOP/s of one
+ * Zen 4 thread; with them 64 (bench/results/stream-tile-gemma3-270m-epyc.md).
  * Rows short of TR (a tile cut by the end of the work range or by a key
  * offset that changes) repeat row 0's operands and are not stored; keys
  * short of TK repeat the block's last key and are not used.
  *
  * Numerics: f32 dot products in SCH_TILE_VW lanes summed across lanes at
  * the end (the reference sums in order), the running max per block instead
- * of per key; agreement to f32 accumulation tolerance, special values as in
+ * of per key, a block's weights summed before they join the row's sum; agreement to f32 accumulation tolerance, special values as in
  * the one-row kernel (a row of -inf logits gives NaN, a fully masked row
  * uniform weights). The generated code marks itself with "ktile".
  */
@@ -40,7 +50,8 @@
 
 /* rows and keys per register tile */
 #define TR 4
-#define TK 4
+#define TK 4 /* KTSUM4 reduces the 4 scores of one row */
+_Static_assert(KILN_STREAM_KB % 16 == 0, "ktexp runs whole 16-lane vectors over a block's scores");
 
 #define OUT(...) sch_appendf(&pr->s, &pr->len, &pr->cap, __VA_ARGS__)
 
@@ -58,6 +69,39 @@ static const char *tile_prelude =
     "#define KTFMA(a, b, c) ((a) * (b) + (c))\n"
     "#endif\n"
     "#define KTSUM(a) ((((a)[0] + (a)[4]) + ((a)[1] + (a)[5])) + (((a)[2] + (a)[6]) + ((a)[3] + (a)[7])))\n"
+    "#if defined(__AVX2__) && (defined(_IMMINTRIN_H_INCLUDED) || defined(__IMMINTRIN_H))\n"
+    "#define KTBC(p) ((ktv)_mm256_broadcast_ss(p))\n"
+    "#define KTSUM4(d, a, b, c, e) do { \\\n"
+    "    const __m256 kh_ = _mm256_hadd_ps(_mm256_hadd_ps((__m256)(a), (__m256)(b)), _mm256_hadd_ps((__m256)(c), (__m256)(e))); \\\n"
+    "    _mm_storeu_ps((d), _mm_add_ps(_mm256_castps256_ps128(kh_), _mm256_extractf128_ps(kh_, 1))); } while (0)\n"
+    "#else\n"
+    "#define KTBC(p) KTSET(*(p))\n"
+    "#define KTSUM4(d, a, b, c, e) do { (d)[0] = KTSUM(a); (d)[1] = KTSUM(b); (d)[2] = KTSUM(c); (d)[3] = KTSUM(e); } while (0)\n"
+    "#endif\n"
+    "/* s[0..n) = exp2((s - m) c) (entries past the block's keys hold -inf: 0), their sum */\n"
+    "static inline float ktexp(float *s, int n, float m, float c) {\n"
+    "#if defined(KEXP2_POLY) && defined(__AVX512F__)\n"
+    "  __m512 t = _mm512_setzero_ps();\n"
+    "  for (int j = 0; j < n; j += 16) {\n"
+    "    const __m512 x = kexp2_16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), _mm512_set1_ps(m)), _mm512_set1_ps(c)));\n"
+    "    _mm512_storeu_ps(s + j, x);\n"
+    "    t = _mm512_add_ps(t, x);\n"
+    "  }\n"
+    "  return _mm512_reduce_add_ps(t);\n"
+    "#elif defined(KEXP2_POLY) && defined(__AVX2__)\n"
+    "  __m256 t = _mm256_setzero_ps();\n"
+    "  for (int j = 0; j < n; j += 8) {\n"
+    "    const __m256 x = kexp2_8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(m)), _mm256_set1_ps(c)));\n"
+    "    _mm256_storeu_ps(s + j, x);\n"
+    "    t = _mm256_add_ps(t, x);\n"
+    "  }\n"
+    "  return KTSUM((ktv)t);\n"
+    "#else\n"
+    "  float t = 0;\n"
+    "  for (int j = 0; j < n; j++) t += s[j] = exp2f((s[j] - m) * c);\n"
+    "  return t;\n"
+    "#endif\n"
+    "}\n"
     "#endif\n";
 
 /* declares the row variables i0.. of tile row `r` (a C expression) from kix */
@@ -108,9 +152,7 @@ static void print_scores(cg_printer *pr, const sch_stream_tile *t) {
         for (int r = 0; r < TR; r++) OUT("          ks%d%d = KTFMA(kq%d, kx%d, ks%d%d);\n", r, c, r, c, r, c);
     }
     OUT("        }\n");
-    for (int r = 0; r < TR; r++)
-        for (int c = 0; c < TK; c++)
-            OUT("        ksc[%d][kt - kjb + %d] = KTSUM(ks%d%d);\n", r, c, r, c);
+    for (int r = 0; r < TR; r++) OUT("        KTSUM4(&ksc[%d][kt - kjb], ks%d0, ks%d1, ks%d2, ks%d3);\n", r, r, r, r, r);
     OUT("      }\n");
 }
 
@@ -135,25 +177,42 @@ static void print_weights(cg_printer *pr, const sch_kernel *k, const sch_stream_
     OUT("          for (int64_t q = 0; q < %lld; q++) kacc[kr][q] *= kav;\n", (long long)(t->n / SCH_TILE_VW));
     OUT("          km[kr] = kbm;\n");
     OUT("        }\n");
-    OUT("        for (int64_t kj = 0; kj < kje - kjb; kj++) {\n");
-    OUT("          const float kp = %s((ksc[kr][kj] - km[kr]) * %s);\n", pr->d->exp2, c);
-    OUT("          ksc[kr][kj] = kp;\n");
-    OUT("          kl[kr] += kp;\n");
-    OUT("        }\n");
+    OUT("        for (int64_t kj = kje - kjb; kj < %d; kj++) ksc[kr][kj] = -%s;\n", KILN_STREAM_KB, pr->d->inf);
+    OUT("        kl[kr] += ktexp(ksc[kr], %d, km[kr], %s);\n", KILN_STREAM_KB, c);
     OUT("      }\n");
     OUT("      for (int kr = knr; kr < %d; kr++) for (int64_t kj = 0; kj < kje - kjb; kj++) ksc[kr][kj] = 0;\n", TR);
 }
 
-/* acc[r][n] += p[r][j] v[j][n], one value vector at a time */
-static void print_values(cg_printer *pr, const sch_stream_tile *t) {
-    OUT("      for (int64_t q = 0; q < %lld; q++) {\n", (long long)(t->n / SCH_TILE_VW));
-    for (int r = 0; r < TR; r++) OUT("        ktv kc%d = kacc[%d][q];\n", r, r);
+/* acc[r][n] += p[r][j] v[j][n], qb value vectors at a time (the TR x qb
+ * accumulators in registers across the block, each weight broadcast from
+ * memory once per key for the qb vectors) */
+static void print_values_qb(cg_printer *pr, const sch_stream_tile *t, int qmax) {
+    int64_t nv = t->n / SCH_TILE_VW;
+    int qb = nv % 4 == 0 && qmax >= 4 ? 4 : nv % 2 == 0 ? 2 : 1;
+    OUT("      for (int64_t q = 0; q < %lld; q += %d) {\n", (long long)nv, qb);
+    for (int r = 0; r < TR; r++)
+        for (int b = 0; b < qb; b++) OUT("        ktv kc%d%d = kacc[%d][q + %d];\n", r, b, r, b);
     OUT("        for (int64_t kj = 0; kj < kje - kjb; kj++) {\n");
-    OUT("          const ktv kv = KTLD(kvr + (kjb + kj) * kvs + q * %d);\n", SCH_TILE_VW);
-    for (int r = 0; r < TR; r++) OUT("          kc%d = KTFMA(KTSET(ksc[%d][kj]), kv, kc%d);\n", r, r, r);
+    OUT("          const float *kvj = kvr + (kjb + kj) * kvs + q * %d;\n", SCH_TILE_VW);
+    for (int b = 0; b < qb; b++) OUT("          const ktv kv%d = KTLD(kvj + %d);\n", b, b * SCH_TILE_VW);
+    for (int r = 0; r < TR; r++) {
+        OUT("          const ktv kp%d = KTBC(&ksc[%d][kj]);\n", r, r);
+        for (int b = 0; b < qb; b++) OUT("          kc%d%d = KTFMA(kp%d, kv%d, kc%d%d);\n", r, b, r, b, r, b);
+    }
     OUT("        }\n");
-    for (int r = 0; r < TR; r++) OUT("        kacc[%d][q] = kc%d;\n", r, r);
+    for (int r = 0; r < TR; r++)
+        for (int b = 0; b < qb; b++) OUT("        kacc[%d][q + %d] = kc%d%d;\n", r, b, r, b);
     OUT("      }\n");
+}
+
+/* 4 value vectors per pass where the ISA has 32 vector registers (16
+ * accumulators, 4 weights, 4 values), else 2 (no spills in 16) */
+static void print_values(cg_printer *pr, const sch_stream_tile *t) {
+    OUT("#ifdef __AVX512F__\n");
+    print_values_qb(pr, t, 4);
+    OUT("#else\n");
+    print_values_qb(pr, t, 2);
+    OUT("#endif\n");
 }
 
 /* the tile's rows: up to TR work items from w whose key and value offsets equal the first's */

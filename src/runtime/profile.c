@@ -16,7 +16,9 @@
 #include "program.h"
 #include "search.h"
 
-static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy"};
+/* indexed by sch_kernel_kind (SCH_K_MAP .. SCH_K_STREAM) */
+static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy", "stream"};
+_Static_assert(sizeof kinds / sizeof kinds[0] == SCH_K_STREAM + 1, "a name for every kernel kind");
 
 /* the slowest kernel not shown yet, marked shown */
 static int32_t next_slowest(const kiln_program *p, int8_t *shown) {
