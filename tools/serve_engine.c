@@ -4,7 +4,10 @@
  * Each slot has its own KV cache, a view of one buffer per layer that holds
  * every slot's (model_batch, src/model/model_batch.c), and remembers the
  * tokens it holds, so a request that starts with what its slot already holds
- * (a conversation's next turn) prefills only the rest. Requests beyond the
+ * (a conversation's next turn, a repeated prompt) prefills only the rest;
+ * when the rest is the prompt's last token alone, that token is a row of the
+ * step's decode call with the other slots' tokens instead of a pass of its
+ * own. Requests beyond the
  * slots wait in a bounded queue; past it, submit refuses (the HTTP side
  * answers 503).
  *
@@ -213,8 +216,17 @@ static int slot_prefill(srv_engine *e, slot *s) {
     int keep = 0;
     while (keep < s->n_cache && keep < r->n_prompt - 1 && s->cache[keep] == r->prompt[keep]) keep++;
     s->n_cache = keep;
-    e->ac.prefill_tokens += r->n_prompt - keep;
-    if (slot_forward(e, s, r->prompt + keep, r->n_prompt - keep)) return -1;
+    int left = r->n_prompt - keep;
+    e->ac.prefill_tokens += left;
+    if (left == 1 && r->max_tokens > 0) {
+        /* only the prompt's last token to run (its slot held the rest): a
+         * row of this step's decode call like the other slots' next tokens,
+         * the arithmetic of a 1-token pass whichever program runs it */
+        s->next = r->prompt[keep];
+        s->want = 1;
+    } else if (slot_forward(e, s, r->prompt + keep, left)) {
+        return -1;
+    }
     char err[256];
     if (sampler_new(&r->sp, (int32_t)e->n_vocab, &s->smp, err, sizeof err) != KILN_OK) return -1;
     for (int i = 0; i < r->n_prompt; i++) sampler_accept(s->smp, r->prompt[i]);
@@ -250,6 +262,7 @@ static void slot_step(srv_engine *e, slot *s) {
             slot_finish(e, s, "error", model_error(e->m));
             return;
         }
+        if (s->want) return; /* the prompt's last token runs in decode_all; its logits are sampled next turn */
     }
     if (r->n_gen >= r->max_tokens || (r->deadline > 0 && srv_now() > r->deadline)) {
         slot_finish(e, s, "length", NULL);

@@ -327,16 +327,21 @@ def t_disconnect():
 def t_profile_counts():
     """KILN_SERVE_PROFILE=1's table at stop counts what the engine did: every
     generated token sampled once, and a prompt its slot already holds (the
-    same request again) prefills one token, not the whole prompt"""
+    same request again) prefills one token, not the whole prompt, and that
+    token is a decode call's row, not a pass of its own"""
     srv = Server("--parallel", 1, env={"KILN_SERVE_PROFILE": "1"})
     try:
-        gen = prompt = 0
+        gen = prompt = calls = 0
         for _ in range(2):
             st, data = srv.request("POST", "/v1/completions", {"prompt": PROMPTS[3], "max_tokens": 6, "temperature": 0})
             assert st == 200, data
-            u = json.loads(data)["usage"]
+            j = json.loads(data)
+            u = j["usage"]
             gen += u["completion_tokens"]
             prompt = u["prompt_tokens"]
+            # a decode call after each sampled token but one that ends the request by length
+            calls += u["completion_tokens"] - (j["choices"][0]["finish_reason"] == "length")
+        calls += 1  # the second request's prompt: its last token as a decode row
         assert srv.stop() == 0, "".join(srv.err)[-400:]
     finally:
         srv.stop()
@@ -350,7 +355,8 @@ def t_profile_counts():
     assert m, line[0]
     assert int(m.group(1)) == gen and int(m.group(2)) == 2, (line[0], gen)
     assert int(m.group(3)) == prompt + 1, (line[0], prompt)
-    assert any("decode calls of 1 row" in ln for ln in srv.err), srv.err[-10:]
+    one = [ln for ln in srv.err if "decode calls of 1 row:" in ln]
+    assert one and int(re.search(r"1 row: (\d+),", one[0]).group(1)) == calls, (one, calls)
 
 
 def t_queue_503():
