@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "contract_split.h"
 #include "copies.h"
 #include "dtype.h"
 #include "family.h"
@@ -349,6 +350,15 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
          * read by every thread's items (emit_gemm_amx_bf16.h) */
         r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
         flags = CG_KF_SHARED;
+    }
+    /* too few items for the threads: cut M as well (sched/contract_split.h) */
+    int64_t mparts = 1;
+    if (!serial && !flags && bucket == 1 && cg_contract_msplit_ok(&p->plan.sp, K, sc, NULL, NULL))
+        mparts = sch_contract_mparts(sc, m, n, nbatch, chunk, nthreads);
+    if (mparts > 1) {
+        items *= mparts;
+        flags |= mparts << SCH_MPARTS_SHIFT;
+        p->msplit_launches++;
     }
     if (r == 0) r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags, serial);
     if (fills) pack_filled(p, c->b_buf, r == 0);
