@@ -61,14 +61,16 @@ int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa)
     return 1;
 }
 
-int cg_contract_msplit_ok(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, int64_t *a_step,
-                          int64_t *o_step) {
+int cg_contract_msplit_family(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc) {
+    if (!k->contract || sc->rp) return 0;
+    kiln_dtype t = p->bufs[k->contract->b_buf].dtype;
+    return sch_family_is(sc, SCH_FAM_PACKED_F32, t) || sch_family_is(sc, SCH_FAM_PACKED_BF16, t) ||
+           sch_family_is(sc, SCH_FAM_DOT_F32, t);
+}
+
+int cg_contract_msplit_steps(const sch_program *p, const sch_kernel *k, int64_t *a_step, int64_t *o_step) {
     const sch_contract *c = k->contract;
-    if (!c || c->mdim < 0 || c->n_lim_off != SYM_NONE || sc->rp) return 0;
-    kiln_dtype t = p->bufs[c->b_buf].dtype;
-    if (!sch_family_is(sc, SCH_FAM_PACKED_F32, t) && !sch_family_is(sc, SCH_FAM_PACKED_BF16, t) &&
-        !sch_family_is(sc, SCH_FAM_DOT_F32, t))
-        return 0;
+    if (!c || c->mdim < 0 || c->n_lim_off != SYM_NONE) return 0;
     sym_pool *sp = p->g->syms;
     sym_id var = k->var[c->mdim];
     int64_t as = 0, os = 0;
@@ -77,6 +79,11 @@ int cg_contract_msplit_ok(const sch_program *p, const sch_kernel *k, const sch_c
     if (a_step) *a_step = as;
     if (o_step) *o_step = os;
     return 1;
+}
+
+int cg_contract_msplit_ok(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, int64_t *a_step,
+                          int64_t *o_step) {
+    return cg_contract_msplit_family(p, k, sc) && cg_contract_msplit_steps(p, k, a_step, o_step);
 }
 
 /* ---- the families' emitters: row i is the emitter of sched/family.h's row i ---- */
