@@ -191,6 +191,9 @@ KILN_API void kiln_program_profile_on(kiln_program *p, int on);
 /* seconds per kernel since the last reset, out[0..n): the kernel count
  * filled (0 when profiling is off) */
 KILN_API int kiln_program_kernel_times(const kiln_program *p, double *out, int n);
+/* contraction launches so far whose items were split along M as well as N
+ * (too few output columns for the threads: a convolution's 7x7 layers) */
+KILN_API long long kiln_program_msplit_launches(const kiln_program *p);
 
 /* ---- the schedule search, steered ---------------------------------------
  * kiln_program_search gives the program a search of budget_s seconds of wall

@@ -37,6 +37,7 @@
 #include "base.h"
 #include "contract.h"
 #include "dtype.h"
+#include "contract_split.h"
 #include "emit_contract.h"
 #include "emit_contract_i8.h"
 #include "../sched/repack_layout.h"
@@ -58,6 +59,31 @@ int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa)
         if (!sch_family_valid(t, sc) || !sch_family_reads_b(sc, k->contract->b_kstride != SYM_NONE)) return 0;
     }
     return 1;
+}
+
+int cg_contract_msplit_family(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc) {
+    if (!k->contract || sc->rp) return 0;
+    kiln_dtype t = p->bufs[k->contract->b_buf].dtype;
+    return sch_family_is(sc, SCH_FAM_PACKED_F32, t) || sch_family_is(sc, SCH_FAM_PACKED_BF16, t) ||
+           sch_family_is(sc, SCH_FAM_DOT_F32, t);
+}
+
+int cg_contract_msplit_steps(const sch_program *p, const sch_kernel *k, int64_t *a_step, int64_t *o_step) {
+    const sch_contract *c = k->contract;
+    if (!c || c->mdim < 0 || c->n_lim_off != SYM_NONE) return 0;
+    sym_pool *sp = p->g->syms;
+    sym_id var = k->var[c->mdim];
+    int64_t as = 0, os = 0;
+    if (!sym_is_const(sp, sym_step(sp, c->a_base, var), &as) || !sym_is_const(sp, sym_step(sp, k->store_off, var), &os))
+        return 0;
+    if (a_step) *a_step = as;
+    if (o_step) *o_step = os;
+    return 1;
+}
+
+int cg_contract_msplit_ok(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, int64_t *a_step,
+                          int64_t *o_step) {
+    return cg_contract_msplit_family(p, k, sc) && cg_contract_msplit_steps(p, k, a_step, o_step);
 }
 
 /* ---- the families' emitters: row i is the emitter of sched/family.h's row i ---- */
@@ -605,8 +631,29 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     if (pro & PRO_DOT_I8)
         OUT("  int8_t *dq_a = NULL; float *dq_s = NULL; int32_t *dq_z = NULL; __m256i *dq_l = NULL; char *dq_p = NULL;"
             " int64_t dq_o = -1;\n");
+    /* items split along M too (sched/contract_split.h): the item's part of
+     * M's tiles read and written through pointers moved to its first row */
+    int64_t a_step = 0, o_step = 0;
+    int msplit = cg_contract_msplit_ok(p, k, &sched[1], &a_step, &o_step);
+    if (msplit) {
+        OUT("  const int64_t mparts = (flags >> %d) > 1 ? (flags >> %d) : 1;\n", SCH_MPARTS_SHIFT, SCH_MPARTS_SHIFT);
+        OUT("  const int64_t mtiles = (M + %d) / %d;\n", sched[1].mr - 1, sched[1].mr > 0 ? sched[1].mr : 1);
+    }
     OUT("  for (int64_t w = lo; w < hi; w++) {\n");
     OUT("    int64_t o = w / ntiles;\n");
+    if (msplit) {
+        int mr = sched[1].mr > 0 ? sched[1].mr : 1;
+        OUT("    const int64_t mpi = o %% mparts; o /= mparts;\n");
+        OUT("    const int64_t mlo = mparts > 1 ? %d * (mtiles * mpi / mparts) : 0;\n", mr);
+        OUT("    const int64_t mhi = mparts > 1 && %d * (mtiles * (mpi + 1) / mparts) < M ? %d * (mtiles * (mpi + 1) / mparts) : M;\n",
+            mr, mr);
+        OUT("    const float *const A_m = A + mlo * (int64_t)%lld;\n", (long long)a_step);
+        OUT("    float *const out_m = out + mlo * (int64_t)%lld;\n", (long long)o_step);
+        OUT("    const int64_t M_m = mhi - mlo;\n");
+        OUT("    if (M_m <= 0) continue;\n");
+        OUT("    const float *restrict A = A_m; float *restrict out = out_m; const int64_t M = M_m;\n");
+        OUT("    (void)A; (void)out; (void)M;\n");
+    }
     OUT("    const int64_t s0 = nstrips * (w %% ntiles) / ntiles, s1 = nstrips * (w %% ntiles + 1) / ntiles;\n");
     OUT("    const int64_t n0 = snr * s0, n1 = snr * s1 < N ? snr * s1 : N;\n");
     OUT("    if (n1 <= n0) continue;\n");

@@ -10,6 +10,17 @@
 /* 1 when kernel k is a contraction this ISA has a micro-kernel for: both
  * schedules valid rows of the family table (sched/family.h) for its B */
 int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa);
+/* 1 when kernel k's code, its large-M schedule sc, takes a launch split
+ * along M (sched/contract_split.h): cg_contract_msplit_steps (A's offset
+ * and the store affine in m with constant steps, read through pointers moved
+ * to the item's first row; no causal limit on n) and
+ * cg_contract_msplit_family (packed f32 and bf16, dot f32: items that share
+ * nothing across rows). The steps build symbolic expressions in the graph's
+ * pool: the runtime asks once per program (cpu_prepare), not per launch. */
+int cg_contract_msplit_ok(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc, int64_t *a_step,
+                          int64_t *o_step);
+int cg_contract_msplit_steps(const sch_program *p, const sch_kernel *k, int64_t *a_step, int64_t *o_step);
+int cg_contract_msplit_family(const sch_program *p, const sch_kernel *k, const sch_contract_sched *sc);
 /* 1 when family row id (sch_family_id) has an emitter: tiles and schedule */
 int cg_family_emitter_complete(int id);
 /* the dequantisers and tile functions the program's contractions use */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "contract_split.h"
 #include "copies.h"
 #include "dtype.h"
 #include "family.h"
@@ -41,6 +42,8 @@ typedef struct rt_cpu_state {
     rt_copies *copies;     /* the copies' memory and the decode copies, shared with the model's other
                               program (rt_cpu_share_copies; copies.h) */
     size_t stream_min;     /* outputs of at least this many bytes get non-temporal stores */
+    uint8_t *msplit;       /* per kernel: 1 when its contraction's code can be split along M
+                              (cg_contract_msplit_steps, asked once here: it builds expressions) */
 } rt_cpu_state;
 
 static rt_cpu_state *cpu_state(const kiln_program *p) { return p->dev; }
@@ -350,6 +353,15 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
         r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
         flags = CG_KF_SHARED;
     }
+    /* too few items for the threads: cut M as well (sched/contract_split.h) */
+    int64_t mparts = 1;
+    if (!serial && !flags && bucket == 1 && cs->msplit && cs->msplit[k] && cg_contract_msplit_family(&p->plan.sp, K, sc))
+        mparts = sch_contract_mparts(sc, m, n, nbatch, chunk, nthreads);
+    if (mparts > 1) {
+        items *= mparts;
+        flags |= mparts << SCH_MPARTS_SHIFT;
+        p->msplit_launches++;
+    }
     if (r == 0) r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags, serial);
     if (fills) pack_filled(p, c->b_buf, r == 0);
     if (p->prof.secs) {
@@ -483,6 +495,9 @@ static kiln_status cpu_prepare(kiln_program *p, const kiln_compile_options *o, c
     cs->packed = kiln_xcalloc((size_t)nb, sizeof *cs->packed);
     cs->bufs = kiln_xcalloc((size_t)(nb + 2 * p->plan.sp.nbufs), sizeof *cs->bufs);
     cs->pack_copies = !p->plan.opt.no_pack_copy;
+    cs->msplit = kiln_xcalloc((size_t)p->plan.sp.nkernels + 1, 1);
+    for (int32_t k = 0; k < p->plan.sp.nkernels; k++)
+        cs->msplit[k] = (uint8_t)cg_contract_msplit_steps(&p->plan.sp, &p->plan.sp.kernels[k], NULL, NULL);
     cs->copies = rt_copies_new(copies_limit());
     /* beyond the caches' reach, stores that bypass them save the read of
      * every written line (measured on the 2-core VM: 16 MiB copy 9 -> 26
@@ -511,6 +526,7 @@ static void cpu_release(kiln_program *p) {
     rt_copies_drop(cs->copies);
     free(cs->repacked);
     free(cs->packed);
+    free(cs->msplit);
     free(cs);
     p->dev = NULL;
 }

@@ -112,6 +112,11 @@ int kiln_program_kernel_times(const kiln_program *p, double *out, int n) {
     return nk;
 }
 
+long long kiln_program_msplit_launches(const kiln_program *p) {
+    if (!p) return 0;
+    return (long long)p->msplit_launches + (p->alt ? (long long)p->alt->msplit_launches : 0);
+}
+
 void kiln_program_profile_reset(kiln_program *p) {
     if (p && p->alt) kiln_program_profile_reset(p->alt); /* the streaming form's runs are counted there */
     if (!p || !p->prof.secs) return;

@@ -104,6 +104,7 @@ struct kiln_program {
     rt_profiler prof;
     rt_tuner tune;
     void *dev; /* the backend's own state (cpu_run.c's rt_cpu_state, gpu_exec.c's rt_gpu_program) */
+    int64_t msplit_launches; /* contraction launches split along M as well (cpu_run.c, sched/contract_split.h) */
     struct kiln_program *alt; /* option stream 2: the streaming form, run for its buckets (stream_select.c) */
     uint8_t alt_pending;      /* option stream 2: alt not compiled yet (rt_stream_alt compiles it at first need) */
     /* the attention form per bucket (KILN_FORM_*), measured: -1 none (the
