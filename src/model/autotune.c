@@ -15,7 +15,8 @@
  *     prompt), the workload being llama-bench's default one (a 512-token
  *     prompt, 128 generated); a kernel group under 2% of a decode step or of
  *     a prefill keeps its schedule (kiln_program_search);
- *  4. the searches: a prefill and a decode step run again, and each kernel
+ *  4. the searches: a decode step and a prefill run again (decode first,
+ *     the cheaper run; both runs counted in the budget), and each kernel
  *     searches at its first launch within its share of what is left; then,
  *     while time is left, the heaviest groups search again from the rank
  *     where they stopped (kiln_program_search_more);
@@ -215,6 +216,7 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         s = fail(m, err, cap, "warm-up");
         goto done;
     }
+    double warm_s = kiln_now_s() - t_start; /* mostly the weight copies: 8B q8_0's took over half a 60 s budget */
     kiln_program_profile_on(p, 1);
     kiln_program_profile_reset(p);
     if (model_forward_rows(m, toks, n, 0, from, logits)) {
@@ -245,27 +247,46 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         form_rounds = forms_rounds(o.budget_s, forms_s);
         forms_s *= form_rounds;
     }
-    double left = o.budget_s - (kiln_now_s() - t_start) - forms_s;
+    /* the runs that carry the searches (a decode step and a prefill, as
+     * profiled) are the search's time too: at 8B on a loaded 2-core machine
+     * the prefill alone took 14 s of a 60 s budget, unaccounted */
+    double runs_s = 0;
+    for (int32_t k = 0; k < nk; k++) runs_s += pre[k] + dec[k] / 2;
+    double left = o.budget_s - (kiln_now_s() - t_start) - forms_s - runs_s;
     if ((s = kiln_program_search(p, left > 0 ? left : 0, w, o.min_share)) != KILN_OK) {
         snprintf(err, cap, "bad search options (budget %g s, min share %g)", o.budget_s, o.min_share);
         goto done;
     }
-    /* 4: the searches, prefill shapes first, then decode; the phase says
-     * what the profile saw in the kernels of the program searched */
+    /* 4: the searches, decode shapes first (a decode step costs little to
+     * run: at 8B 0.1-0.5 s against 3-14 s for the prefill, and the decode
+     * groups used to come after the prefill's run and searches had taken
+     * the time: Llama-8B's decode projections got no search in 60 s), then
+     * prefill; each group's share is its weight's part of what is left, so
+     * the order does not favour either; the phase says what the profile saw
+     * in the kernels of the program searched */
     double pre_s = 0, dec_s = 0;
     for (int32_t k = 0; k < nk; k++) pre_s += pre[k], dec_s += dec[k] / 2;
-    char what[160];
-    snprintf(what, sizeof what, "searching prefill schedules (profiled in the kernels: a %d-row prefill %.2f ms, a decode step %.3f ms)",
-             n, 1e3 * pre_s, 1e3 * dec_s);
+    char what[256];
+    /* nothing left to search with: the runs that would carry the searches
+     * would only take more time (at 8B q8_0 on a loaded machine the warm-up
+     * and the profile took the whole 60 s and the prefill run then 12 s more) */
+    if (!(left > 0)) {
+        snprintf(what, sizeof what, "no time left to search (the warm-up, the weight copies, took %.1f s; a %d-row prefill %.2f ms, a decode step %.3f ms)",
+                 warm_s, n, 1e3 * pre_s, 1e3 * dec_s);
+        phase(&o, what);
+        goto finish;
+    }
+    snprintf(what, sizeof what, "searching decode schedules (profiled in the kernels: a %d-row prefill %.2f ms, a decode step %.3f ms; the warm-up, the weight copies, %.1f s)",
+             n, 1e3 * pre_s, 1e3 * dec_s, warm_s);
     phase(&o, what);
-    if (model_forward_rows(m, toks, n, 0, from, logits)) {
-        s = fail(m, err, cap, "searching prefill schedules");
+    if (model_forward(m, toks, 1, n, logits)) {
+        s = fail(m, err, cap, "searching decode schedules");
         kiln_program_search_finish(p);
         goto done;
     }
-    phase(&o, "searching decode schedules");
-    if (model_forward(m, toks, 1, n, logits)) {
-        s = fail(m, err, cap, "searching decode schedules");
+    phase(&o, "searching prefill schedules");
+    if (model_forward_rows(m, toks, n, 0, from, logits)) {
+        s = fail(m, err, cap, "searching prefill schedules");
         kiln_program_search_finish(p);
         goto done;
     }
@@ -274,8 +295,6 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
      * from the rank where they stopped, seeded with their winners, for what
      * is left after the runs that carry them (a prefill and a decode step,
      * as profiled) */
-    double runs_s = 0;
-    for (int32_t k = 0; k < nk; k++) runs_s += pre[k] + dec[k] / 2;
     for (int pass = 0; pass < AUTOTUNE_MAX_PASSES; pass++) {
         double more = o.budget_s - (kiln_now_s() - t_start) - runs_s - forms_s;
         if (!(more > 0) || kiln_program_search_more(p, more, AUTOTUNE_PASS_GROUPS) == 0) break;
@@ -287,6 +306,7 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         }
     }
     /* 5: the program with the winners */
+finish:
     phase(&o, "compiling the program with the winners");
     if ((s = kiln_program_search_finish(p)) != KILN_OK) {
         snprintf(err, cap, "%s", model_error(m));
