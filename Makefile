@@ -111,7 +111,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkiln.a tests/unit/check.h tests/uni
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
 
 test: all $(TEST_BIN)
-	@BUILD=$(BUILD) TESTS="$(TEST_BIN)" sh tests/run.sh
+	@BUILD=$(BUILD) TESTS="$(TEST_BIN) $(sort $(wildcard tests/py/test_*.py))" sh tests/run.sh
 
 test-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test KILN_ASAN=1
