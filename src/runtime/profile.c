@@ -99,9 +99,16 @@ void rt_profile_alloc(kiln_program *p, int on) {
     }
 }
 
-/* kernels are timed on backends whose launches return when they are done */
+/* kernels are timed on backends whose launches return when they are done;
+ * off leaves a profile the program was compiled with (KILN_PROFILE, `kiln
+ * bench --profile`) on, its counts reset: the first-run search profiles and
+ * then turns its own profile off before the user's runs */
 void kiln_program_profile_on(kiln_program *p, int on) {
     if (!p || !(p->plan.be->caps & RT_CAP_HOST_CODE)) return;
+    if (!on && p->plan.opt.profile) {
+        kiln_program_profile_reset(p);
+        return;
+    }
     rt_profile_alloc(p, on);
 }
 
