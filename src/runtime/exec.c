@@ -94,7 +94,8 @@ static kiln_status compile_rewrite(kiln_program *p) {
 /* kernels, and whether the backend can run every one of them */
 static kiln_status compile_kernels(kiln_program *p, char *err, size_t errcap) {
     kiln_graph *g = p->plan.g;
-    sch_options so = {p->plan.opt.no_fuse, p->plan.opt.no_contract, p->plan.opt.no_split, p->plan.opt.no_stream_tile};
+    sch_options so = {p->plan.opt.no_fuse, p->plan.opt.no_contract, p->plan.opt.no_split, p->plan.opt.no_stream_tile,
+                      p->plan.opt.stream_bf16 && rt_cpu_has("avx512_bf16")};
     kiln_status s = sch_kernelize_ex(g, &p->plan.sp, &so, err, errcap);
     if (s != KILN_OK) {
         if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);
