@@ -627,13 +627,28 @@ static void emit_vec_outer_row(emitter *e, const sch_kernel *k) {
 
 /* ---- kernels ----------------------------------------------------------- */
 
+/* 1 when r's length is a constant shorter than one step of emit_vec_reduce's
+ * unrolled loop: that loop would never run, and its lanes' set-up and
+ * horizontal reduction would be all it did per point (a Relu fused per
+ * element into a map is a MAX over 2: 14 ns a point that way on Zen 4).
+ * The printer's scalar loop computes the same value (SUM in double in r's
+ * order, MAX with the first NaN) without them. */
+static int reduce_too_short(const emitter *e, const cg_reduction *r) {
+    int64_t rn = 0;
+    if (!sym_is_const(e->pr.p->g->syms, r->rdim, &rn)) return 0;
+    int unroll = e->gs && e->gs->nacc > 0 ? e->gs->nacc : r->op == OP_SUM ? 2 : 4;
+    return rn < (int64_t)unroll * vec_lanes(e);
+}
+
 /* the printer's reduction hook (print_lx.h): an f32 reduction whose operand
- * the vector path can evaluate is printed by it; anything else is left to the
- * printer's scalar loop */
+ * the vector path can evaluate is printed by it, unless it is too short for
+ * its loop (reduce_too_short); anything else is left to the printer's
+ * scalar loop */
 static int c_reduce(cg_printer *pr, const cg_reduction *r, int ind) {
     emitter *e = pr->owner;
     int keep = r->stage >= 0 && r->stage == e->keep_stage;
-    if (vec_lanes(e) && pr->p->lx[r->expr].dtype == KILN_F32 && vec_expr_ok(pr->p, r->expr, r->rvar)) {
+    if (vec_lanes(e) && pr->p->lx[r->expr].dtype == KILN_F32 && vec_expr_ok(pr->p, r->expr, r->rvar) &&
+        (keep || !reduce_too_short(e, r))) {
         emit_vec_reduce(e, r->op, r->rdim, r->rvar, r->expr, r->res, vec_lanes(e) == 16, keep, ind);
         return 1;
     }
