@@ -781,7 +781,7 @@ static void emit_reuse_row(emitter *e, const sch_kernel *k, int32_t y) {
 
 /* one row [jlo, jhi) of a vectorised MAP: with flags bit 0 (the runtime
  * asks for it on outputs too large to stay in cache) the stores are
- * non-temporal, after a scalar head up to 64-byte alignment. The schedule's
+ * non-temporal, after a masked head up to the vector's alignment. The schedule's
  * unroll U > 1 stores U vectors per step (each evaluated in its own block
  * with the loop variable rebound to its first lane), then single vectors,
  * then the last lanes as one masked vector. */
@@ -794,11 +794,21 @@ static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
     sym_id lv = k->var[n - 1];
     OUT("    int64_t i%d = jlo;\n", n - 1);
     OUT("    if (flags & 1) {\n");
-    OUT("      for (; i%d < jhi && ((uintptr_t)&out[", n - 1);
+    /* the head up to alignment as one masked step, not a scalar loop: a
+     * convolution's pack writes rows of 56 floats (224 bytes), so every
+     * row began with up to 15 scalar points, guards and all */
+    OUT("      { const int64_t kh = (int64_t)((%d - ((uintptr_t)&out[", W * 4);
     out_sym(e, k->store_off);
-    OUT("] & %d) != 0; i%d++) {\n", W * 4 - 1, n - 1);
-    emit_point(e, k, 8);
-    OUT("      }\n");
+    OUT("] & %d)) & %d) / 4, kn = kh < jhi - i%d ? kh : jhi - i%d;\n", W * 4 - 1, W * 4 - 1, n - 1, n - 1);
+    OUT("        if (kn > 0) {\n");
+    if (w512) OUT("          const __mmask16 ktm = kvm16(0, kn);\n          _mm512_mask_storeu_ps(&out[");
+    else OUT("          const __m256i ktm = kvm8(0, kn);\n          _mm256_maskstore_ps(&out[");
+    out_sym(e, k->store_off);
+    OUT("], ktm, ");
+    e->tail = 1;
+    emit_vec_expr(e, k->expr, w512, lv);
+    e->tail = 0;
+    OUT(");\n          i%d += kn;\n        } }\n", n - 1);
     OUT("      for (; i%d + %d <= jhi; i%d += %d)\n        %s_stream_ps(&out[", n - 1, W, n - 1, W, pre);
     out_sym(e, k->store_off);
     OUT("], ");
