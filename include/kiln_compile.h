@@ -121,8 +121,9 @@ KILN_API char *kiln_program_forms(const kiln_program *p);
  * it is compiled at its first need; forcing 0 or -1 compiles nothing). kiln_program_form_record stores the two forms' seconds
  * for a bucket in the tuning DB (key "attn-form-<hash of the stream
  * kernels' shapes>", bucket "<name>,t=<threads>", schedule "streaming" or
- * "materialised") and uses the faster from then on; a bucket with no
- * record keeps the cost model's pick. */
+ * "materialised") and uses the faster from then on (times within 3% are a
+ * tie: the cost model's pick, whose time may then be the larger); a bucket
+ * with no record keeps the cost model's pick. */
 enum { KILN_FORM_SHORT, KILN_FORM_LONG, KILN_FORM_DECODE, KILN_FORM_DECODE_LONG, KILN_FORM_BUCKETS };
 KILN_API int kiln_program_form_force(kiln_program *p, int form);
 KILN_API kiln_status kiln_program_form_record(kiln_program *p, int bucket, double materialised_s, double streaming_s);

@@ -171,11 +171,15 @@ int cmd_serve(int argc, char **argv) {
 
     /* with several slots a lone request decodes in the single program and
      * concurrent ones in the batched program, and a client's text must not
-     * depend on which: the batched program's attention is not in the stream
-     * tile's form (src/sched/stream_tile.c), so the single program keeps the
-     * one-row stream kernel too (KILN_STREAM_TILE=0 unless set), as
-     * tests/py/test_serve_batch.py checks bit for bit */
-    if (o.parallel > 1) setenv("KILN_STREAM_TILE", "0", 0);
+     * depend on which. Up to MODEL_BATCH_MAX_ROWS slots the batched
+     * program's attention (per slot, src/nn/attention_slots.c) runs in the
+     * stream tile's form as the single program's does, so a text is also
+     * `kiln run --temp 0`'s; with more slots its attention per row
+     * (attention_rows.c: each row's cache gathered) is not in the tile's
+     * form, so every program keeps the one-row stream kernel
+     * (KILN_STREAM_TILE=0 unless set). tests/py/test_serve_batch.py checks
+     * both bit for bit. */
+    if (o.parallel > MODEL_BATCH_MAX_ROWS) setenv("KILN_STREAM_TILE", "0", 0);
     double load_s = 0;
     model *m = kiln_cli_load_model("serve", o.model, (int64_t)o.n_ctx, o.use_mmap, o.interp, (int)o.threads, &load_s);
     if (!m) return 1;

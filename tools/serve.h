@@ -51,6 +51,7 @@ typedef struct srv_request {
     double *lp;        /* logprobs: per generated token */
     size_t *off;       /* per generated token: where its text starts in text */
     int n_gen;
+    int n_cached;      /* prompt tokens whose keys and values the slot held (usage.prompt_tokens_details.cached_tokens) */
     int done;          /* finished: finish is set */
     const char *finish; /* "stop", "length", or NULL while running */
     char error[256];   /* a failure inside the engine */

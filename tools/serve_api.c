@@ -409,6 +409,14 @@ static cJSON *logprobs_json(const srv_request *r, size_t to) {
     return lp;
 }
 
+/* OpenAI's usage object; cached_tokens: the prompt's tokens the slot held */
+static void add_usage(cJSON *j, const srv_request *r) {
+    cJSON *u = cJSON_AddObjectToObject(j, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", r->n_cached);
+}
 char *srv_api_result_json(const srv_info *info, const srv_request *r) {
     cJSON *j = head(info, r, 0), *ch = cJSON_AddArrayToObject(j, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
@@ -421,10 +429,7 @@ char *srv_api_result_json(const srv_info *info, const srv_request *r) {
     else cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", r->finish ? r->finish : "stop");
     cJSON_AddItemToArray(ch, c);
-    cJSON *u = cJSON_AddObjectToObject(j, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
+    add_usage(j, r);
     return print_free(j);
 }
 
@@ -441,10 +446,7 @@ char *srv_api_chunk(const srv_info *info, const srv_request *r, size_t from, siz
     else cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(ch, c);
     if (final) {
-        cJSON *u = cJSON_AddObjectToObject(j, "usage");
-        cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
-        cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
-        cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
+        add_usage(j, r);
     }
     char *body = print_free(j);
     size_t n = strlen(body);

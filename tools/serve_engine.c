@@ -3,11 +3,17 @@
  *
  * Each slot has its own KV cache, a view of one buffer per layer that holds
  * every slot's (model_batch, src/model/model_batch.c), and remembers the
- * tokens it holds, so a request that starts with what its slot already holds
- * (a conversation's next turn, a repeated prompt) prefills only the rest;
- * when the rest is the prompt's last token alone, that token is a row of the
- * step's decode call with the other slots' tokens instead of a pass of its
- * own. Requests beyond the
+ * tokens it holds. A request that starts with what its slot already holds
+ * (a conversation's next turn, a repeated prompt) keeps the held rows up to
+ * a multiple of the model's prompt pass (model_ubatch: a fresh prompt runs
+ * in passes starting at those multiples) that an earlier prompt's prefill
+ * computed, and prefills the rest: every kept row was computed by the very
+ * pass a fresh prompt runs for it (same rows, same shape, same schedules),
+ * so a reused prefix changes no bit of the answer, and a request's text is
+ * the text `kiln run --temp 0` prints (generated rows, made by decode
+ * steps, are never kept: a fresh prompt computes them in a prefill pass).
+ * A prompt of one token is a row of the step's decode call with the other
+ * slots' tokens, as a 1-row pass computes it. Requests beyond the
  * slots wait in a bounded queue; past it, submit refuses (the HTTP side
  * answers 503).
  *
@@ -50,6 +56,7 @@ typedef struct slot {
     model_kv *kv;      /* a view of the batch's caches (model_batch_kv) */
     int32_t *cache;    /* tokens whose keys and values the cache holds */
     int n_cache;
+    int n_exact;       /* cache[0 .. n_exact) was computed by a prompt's prefill (in passes aligned as a fresh prompt's) */
     srv_request *r;    /* running, or NULL */
     sampler *smp;
     tok_stream *ts;
@@ -74,7 +81,7 @@ typedef struct acct {
     double secs[AC_N + 1]; /* [AC_BEFORE]: before the first request, not shown */
     double rows_secs[MODEL_BATCH_MAX_ROWS + 1]; /* decode calls by rows */
     long long rows_calls[MODEL_BATCH_MAX_ROWS + 1];
-    long long prefill_tokens, prefills, tokens;
+    long long prefill_tokens, reused_tokens, prefills, tokens;
 } acct;
 
 static void acct_mark(acct *a, int phase) {
@@ -88,6 +95,7 @@ struct srv_engine {
     model *m;
     const tokenizer *tk;
     int64_t n_ctx, n_vocab;
+    int ubatch;        /* model_ubatch: kept prefixes are multiples of it */
     slot *slots;
     int n_slots;
     model_batch *batch;  /* the slots' caches and the batched program */
@@ -203,7 +211,7 @@ static void slot_finish(srv_engine *e, slot *s, const char *finish, const char *
 static int slot_forward(srv_engine *e, slot *s, const int32_t *ids, int n) {
     s->logits = s->own;
     if (model_kv_use(e->m, s->kv) != KILN_OK || model_forward(e->m, ids, n, s->n_cache, s->logits) != KILN_OK) {
-        s->n_cache = 0; /* what the cache holds is no longer known */
+        s->n_cache = s->n_exact = 0; /* what the cache holds is no longer known */
         return -1;
     }
     memcpy(s->cache + s->n_cache, ids, (size_t)n * sizeof *ids);
@@ -211,22 +219,35 @@ static int slot_forward(srv_engine *e, slot *s, const int32_t *ids, int n) {
     return 0;
 }
 
+/* the held rows r keeps: the longest prefix of r's prompt (less its last
+ * token) that the slot holds from a prefill, cut to a multiple of the
+ * model's prompt pass, so r's passes from there are a fresh prompt's */
+static int slot_keep(const srv_engine *e, const slot *s, const srv_request *r) {
+    int match = 0, held = s->n_exact < s->n_cache ? s->n_exact : s->n_cache;
+    while (match < held && match < r->n_prompt - 1 && s->cache[match] == r->prompt[match]) match++;
+    return e->ubatch > 0 ? match / e->ubatch * e->ubatch : 0;
+}
+
 static int slot_prefill(srv_engine *e, slot *s) {
     srv_request *r = s->r;
-    int keep = 0;
-    while (keep < s->n_cache && keep < r->n_prompt - 1 && s->cache[keep] == r->prompt[keep]) keep++;
-    s->n_cache = keep;
+    int keep = slot_keep(e, s, r);
+    s->n_cache = s->n_exact = keep;
     int left = r->n_prompt - keep;
     e->ac.prefill_tokens += left;
+    e->ac.reused_tokens += keep;
+    pthread_mutex_lock(&r->mu);
+    r->n_cached = keep;
+    pthread_mutex_unlock(&r->mu);
     if (left == 1 && r->max_tokens > 0) {
-        /* only the prompt's last token to run (its slot held the rest): a
-         * row of this step's decode call like the other slots' next tokens,
-         * the arithmetic of a 1-token pass whichever program runs it */
+        /* a one-token prompt: a row of this step's decode call like the
+         * other slots' next tokens, the arithmetic of a 1-token pass
+         * whichever program runs it */
         s->next = r->prompt[keep];
         s->want = 1;
     } else if (slot_forward(e, s, r->prompt + keep, left)) {
         return -1;
     }
+    s->n_exact = r->n_prompt;
     char err[256];
     if (sampler_new(&r->sp, (int32_t)e->n_vocab, &s->smp, err, sizeof err) != KILN_OK) return -1;
     for (int i = 0; i < r->n_prompt; i++) sampler_accept(s->smp, r->prompt[i]);
@@ -366,7 +387,7 @@ static void decode_all(srv_engine *e) {
     for (int b = 0; b < nb; b++) {
         slot *s = &e->slots[e->rslot[b]];
         if (st != KILN_OK) {
-            s->n_cache = 0; /* what the cache holds is no longer known */
+            s->n_cache = s->n_exact = 0; /* what the cache holds is no longer known */
             slot_finish(e, s, "error", model_batch_error(e->batch));
             continue;
         }
@@ -382,8 +403,8 @@ static void acct_print(acct *a) {
     acct_mark(a, AC_OTHER);
     double total = 0;
     for (int i = 0; i < AC_N; i++) total += a->secs[i];
-    fprintf(stderr, "kiln serve profile: the engine thread's %.3f s from the first request; %lld tokens sampled, %lld prefills computing %lld tokens\n",
-            total, a->tokens, a->prefills, a->prefill_tokens);
+    fprintf(stderr, "kiln serve profile: the engine thread's %.3f s from the first request; %lld tokens sampled, %lld prefills computing %lld tokens (%lld held tokens kept)\n",
+            total, a->tokens, a->prefills, a->prefill_tokens, a->reused_tokens);
     for (int i = 0; i < AC_N; i++)
         fprintf(stderr, "  %-28s %9.3f s %5.1f%%\n", acct_names[i], a->secs[i], total > 0 ? 100 * a->secs[i] / total : 0.0);
     for (int n = 1; n <= MODEL_BATCH_MAX_ROWS; n++)
@@ -394,16 +415,17 @@ static void acct_print(acct *a) {
 
 /* ---- the loop ---- */
 
-/* a free slot for r: the one whose cache shares the longest prefix with r */
+/* a free slot for r: the one that keeps most of r's prompt (slot_keep),
+ * then the one whose cache shares the longest prefix with it */
 static slot *pick_slot(srv_engine *e, const srv_request *r) {
     slot *best = NULL;
-    int best_keep = -1;
+    int best_keep = -1, best_match = -1;
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->r) continue;
-        int keep = 0;
-        while (keep < s->n_cache && keep < r->n_prompt && s->cache[keep] == r->prompt[keep]) keep++;
-        if (keep > best_keep) best = s, best_keep = keep;
+        int keep = slot_keep(e, s, r), match = 0;
+        while (match < s->n_cache && match < r->n_prompt && s->cache[match] == r->prompt[match]) match++;
+        if (keep > best_keep || (keep == best_keep && match > best_match)) best = s, best_keep = keep, best_match = match;
     }
     return best;
 }
@@ -451,6 +473,7 @@ srv_engine *srv_engine_start(model *m, const tokenizer *tk, const srv_engine_opt
     e->m = m;
     e->tk = tk;
     e->n_ctx = model_n_ctx(m);
+    e->ubatch = model_ubatch(m);
     e->n_vocab = model_n_vocab(m);
     e->n_slots = o->slots;
     e->qcap = o->queue > 0 ? o->queue : 1;

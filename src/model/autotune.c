@@ -23,8 +23,10 @@
  *  5. the recompile with the winners (kiln_program_search_finish), the
  *     streaming form's program too (steps 1-5 run the main program only);
  *  6. a program compiled with both attention forms times each on a prefill
- *     and decode steps after it (and on a long prompt when the time left
- *     pays for it); the faster per bucket is recorded (measure_forms), in
+ *     of the workload's prompt (forms_prompt: the profile's rows when a
+ *     round of it would not fit) and decode steps after it (and on a long
+ *     prompt when the time left pays for it); the faster per bucket is
+ *     recorded, a tie the cost model's pick (measure_forms), in
  *     as many rounds (at most 2) as an eighth of the budget pays for, none
  *     at all for a model whose prefill is too slow for that (8B shapes).
  * A model built with all_logits (kiln perplexity) gets these steps twice:
@@ -117,6 +119,29 @@ static int forms_rounds(double budget_s, double round_s) {
     if (!(round_s > 0)) return AUTOTUNE_FORM_ROUNDS;
     int r = (int)(AUTOTUNE_FORMS_SHARE * budget_s / round_s);
     return r < AUTOTUNE_FORM_ROUNDS ? r : AUTOTUNE_FORM_ROUNDS;
+}
+
+/* the prompt rows the short forms are timed on: the workload's prompt
+ * (its record serves kiln bench's pp512 and every prompt under 1024 keys),
+ * when the context holds it and one round at that length fits the forms'
+ * share, else the profile's n rows. A round at `rows` is estimated from the
+ * profile (pre_s: a prefill of n rows, dec_s: a decode step) with the
+ * attention part growing faster than the rows (AUTOTUNE_FORMS_GROWTH).
+ * The forms' difference grows with the prompt: gemma3-270m at 2 threads
+ * (AMD EPYC Zen 4, 12 alternating rounds in one process, loaded), the
+ * streaming form over the materialised one: 1.05x the time at 256 rows
+ * (rounds 0.80-1.30: a coin toss), 1.28x at 512 (1.06-1.52). The 256-row
+ * measurement recorded streaming in one search and materialised in the
+ * next, and pp512 followed it (the first run at 0.92 of the 120 s tune). */
+#define AUTOTUNE_FORMS_GROWTH 1.15
+static int forms_prompt(const model_tune_options *o, model *m, int n, double pre_s, double dec_s, double *round_s) {
+    int rows = o->workload_prompt;
+    *round_s = 2 * pre_s + 6 * dec_s;
+    if (rows <= n || rows + 4 > AUTOTUNE_LONG || model_n_ctx(m) < rows + 4) return n;
+    double at = 2 * pre_s * rows / n * AUTOTUNE_FORMS_GROWTH + 6 * dec_s;
+    if (forms_rounds(o->budget_s, at) < 1) return n;
+    *round_s = at;
+    return rows;
 }
 
 /* the better of a best-so-far (0: none yet; < 0: a run failed) and a new time */
@@ -241,9 +266,11 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
      * prefill and three decode steps in each form, twice (a program with
      * one form: none; the main form stays forced) */
     double forms_s = 0;
-    int form_rounds = 0;
+    int form_rounds = 0, form_rows = n;
     if (!all_rows && kiln_program_form_force(p, 0)) {
-        for (int32_t k = 0; k < nk; k++) forms_s += 2 * pre[k] + 3 * dec[k];
+        double pre_all = 0, dec_one = 0;
+        for (int32_t k = 0; k < nk; k++) pre_all += pre[k], dec_one += dec[k] / 2;
+        form_rows = forms_prompt(&o, m, n, pre_all, dec_one, &forms_s);
         form_rounds = forms_rounds(o.budget_s, forms_s);
         forms_s *= form_rounds;
     }
@@ -321,7 +348,7 @@ finish:
         phase(&o, "timing the attention forms (materialised, streaming)");
         kiln_search_status st;
         kiln_program_search_status(p, &st); /* the streaming form's deferred compile is not the search's */
-        measure_forms(m, p, n, form_rounds, o.budget_s - (kiln_now_s() - t_start - st.baseline_s), logits);
+        measure_forms(m, p, form_rows, form_rounds, o.budget_s - (kiln_now_s() - t_start - st.baseline_s), logits);
     }
 done:
     kiln_program_form_force(p, -1);

@@ -300,6 +300,7 @@ const char *model_error(const model *m) { return m ? m->err : "no model"; }
 const arch_hparams *model_hparams(const model *m) { return &m->hp; }
 int64_t model_n_vocab(const model *m) { return m->hp.n_vocab; }
 int64_t model_n_ctx(const model *m) { return m->n_ctx; }
+int model_ubatch(const model *m) { return m->ubatch > 0 ? m->ubatch : 0; }
 gguf_file *model_gguf(model *m) { return m->file; }
 kiln_graph *model_graph(model *m) { return m->g; }
 int model_is_compiled(const model *m) { return m->prog != NULL; }

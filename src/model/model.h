@@ -108,6 +108,9 @@ const char *model_batch_error(const model_batch *b);
 const arch_hparams *model_hparams(const model *m);
 int64_t model_n_vocab(const model *m);
 int64_t model_n_ctx(const model *m);
+/* rows per prompt pass (model_forward_rows runs a longer prompt in passes
+ * starting at multiples of it from its first row); 0: one pass */
+int model_ubatch(const model *m);
 gguf_file *model_gguf(model *m);    /* for the tokenizer's metadata */
 kiln_graph *model_graph(model *m);  /* for the compiler and `kiln explain` */
 int model_is_compiled(const model *m);

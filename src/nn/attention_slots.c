@@ -13,15 +13,17 @@
  *    cache instead, and a gathered contraction operand gets a buffer: a copy
  *    of every row's keys and values per layer and step. Here only the
  *    queries and outputs are gathered (a row's few hundred floats).
- *  - The rows move to the slots and back by GATHERs of small tensors (the
- *    queries (rows, hq, d), the outputs (slots, hq, dv)): values are only
- *    copied, so nothing a row computes (not even inf or NaN) reaches
- *    another row. The gather indices come from a one-hot (slots, rows)
- *    matrix (slots distinct, the caller checks): srow[s] = sum over b of
- *    b * [slot[b] == s] and spos[s] = sum of pos[b] * [slot[b] == s], sums
- *    of small integers, exact in f32. A slot no row names takes row 0's
- *    query at position 0; its output is computed from its own cache and
- *    never gathered.
+ *  - The rows move to the slots by SCATTERs of small tensors into zeros
+ *    (the queries (rows, hq, d) and positions (rows) to (slots, hq, d) and
+ *    (slots); slots distinct, the caller checks) and back by a GATHER of
+ *    the outputs (slots, hq, dv): values are only copied, so nothing a row
+ *    computes (not even inf or NaN) reaches another row. A scatter is a
+ *    buffer of its own (kernelize.c), so the attention's stream kernel
+ *    reads a slot's query, position and cache by plain loads, affine in
+ *    the slot: the stream tile's form (src/sched/stream_tile.c), as the
+ *    single program's decode, so a row's sums are the same. A slot no row
+ *    names has a zero query at position 0; its output is computed from its
+ *    own cache and never gathered.
  *  - So a call costs the attention of every slot, used or not: for a few
  *    slots. (With 8 slots, the contractions' work split over the batch
  *    changed a row's rounding against the single program in
@@ -36,19 +38,6 @@ static int rows_i32(kiln_graph *g, const char *fn, kiln_tensor t, kiln_sym nb) {
     if (nn_dtype(g, t) == KILN_I32 && kiln_ndim(g, t) == 1 && kiln_dim(g, t, 0) == nb) return 1;
     graph_error(g, KILN_ERR_SHAPE, "%s: positions and slots must be i32 (rows), one per query row", fn);
     return 0;
-}
-
-/* hit (ns, nb) f32: 1 where slot[b] == s, else 0 (slots distinct: at most
- * one 1 per column and per row) */
-static kiln_tensor slot_hits(kiln_graph *g, kiln_tensor slot, kiln_sym ns) {
-    kiln_sym one = kiln_sym_int(g, 1), ss[2] = {ns, one};
-    kiln_tensor s = kiln_iota(g, KILN_I32, 2, ss, 0), rs = kiln_unsqueeze(g, slot, 0); /* (ns, 1), (1, nb) */
-    return kiln_cast(g, nn_not01(g, kiln_add(g, kiln_lt(g, s, rs), kiln_lt(g, rs, s))), KILN_F32);
-}
-
-/* sum over b of hit[s, b] * x[b]: x (nb) f32 of small integers, exact */
-static kiln_tensor per_slot(kiln_graph *g, kiln_tensor hit, kiln_tensor x) {
-    return kiln_sum(g, kiln_mul(g, hit, kiln_unsqueeze(g, x, 0)), 1);
 }
 
 kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor slot,
@@ -77,12 +66,12 @@ kiln_tensor kiln_attention_slots(kiln_graph *g, kiln_tensor q, kiln_tensor k, ki
     kiln_sym grp = kiln_sym_div(g, hq, hkv);
     /* the slots' own sequences, read in place: (ns, kv, hkv, d) */
     kiln_tensor kt = nn_as(g, k, q), vt = nn_as(g, v, q);
-    /* slot s's query and position (0 and 0 where no row names s) */
-    kiln_tensor hit = slot_hits(g, slot, ns); /* (ns, nb) */
-    kiln_tensor srow = kiln_cast(g, per_slot(g, hit, kiln_iota(g, KILN_F32, 1, &nb, 0)), KILN_I32);
-    kiln_tensor spos = kiln_cast(g, per_slot(g, hit, kiln_cast(g, pos, KILN_F32)), KILN_I32);
-    q = kiln_gather(g, q, srow); /* (ns, hq, d) */
+    /* slot s's query (ns, hq, d) and position (ns): row b's scattered to
+     * slot[b], zeros where no row names s */
+    kiln_sym qz[3] = {ns, hq, d};
+    kiln_tensor qs = kiln_scatter(g, kiln_full(g, 0.0, nn_dtype(g, q), 3, qz), slot, q);
+    kiln_tensor spos = kiln_scatter(g, kiln_full(g, 0.0, KILN_I32, 1, &ns), slot, pos);
 
     /* (ns, hq, dv): each slot's attention; then row b's slot's, (nb, hq, dv) */
-    return kiln_gather(g, nn_attend_rows(g, q, kt, vt, v, spos, hq, hkv, grp, d, kv, scale, window), slot);
+    return kiln_gather(g, nn_attend_rows(g, qs, kt, vt, v, spos, hq, hkv, grp, d, kv, scale, window), slot);
 }

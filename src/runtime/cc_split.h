@@ -22,5 +22,8 @@ double rt_cc_seconds_per_byte(void);
 /* 1 once a real compile of this process taught rt_cc_seconds_per_byte (its
  * rate then holds the machine's load at that time) */
 int rt_cc_rate_learnt(void);
+/* the next compile on this thread (rt_cpu_compile) is a whole program's:
+ * only such a build teaches the rate (a search's candidate units do not) */
+void rt_cc_next_is_program(void);
 
 #endif

@@ -244,9 +244,18 @@ static void trim_cache(const char *dir, const char *sopath) {
 #define CC_RATE_GUESS 5.5e-6
 static double cc_rate = CC_RATE_GUESS;
 static int cc_rate_learnt; /* a real compile of this process set cc_rate */
+/* the next rt_cpu_compile on this thread builds a whole program
+ * (rt_cc_next_is_program): only such a build teaches cc_rate. A search's
+ * candidate units (dense micro-kernels, one unit of up to 24: 0.3-0.5 MB
+ * for gemma3-270m's quantised contractions) compile at about twice a
+ * program's seconds per byte; one of them taught the rate, and the
+ * recompile's reserve came to 13.2 s where the recompile took 7.5 s (2-core
+ * AMD EPYC Zen 4, 2 threads), 5.7 s the prefill searches never got */
+static _Thread_local int cc_next_program;
 
 double rt_cc_seconds_per_byte(void) { return cc_rate; }
 int rt_cc_rate_learnt(void) { return cc_rate_learnt; }
+void rt_cc_next_is_program(void) { cc_next_program = 1; }
 
 /* code_flags: how the code is compiled; -shared makes the object. The
  * hash covers both, as before the program could be built in parts */
@@ -315,6 +324,8 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
         snprintf(err, errcap, "cannot create the kernel cache directory %s (set XDG_CACHE_HOME)", dir);
         return KILN_ERR_IO;
     }
+    int program = cc_next_program; /* a program's build (rt_cc_next_is_program) */
+    cc_next_program = 0;
     uint64_t h = 0xcbf29ce484222325ULL;
     h = fnv(h, src);
     h = fnv(h, cc);
@@ -351,9 +362,9 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     t_cc = kiln_now_s() - t_cc;
     /* wall seconds per emitted byte of a whole program, for estimates
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
-     * kernels with nothing to share, ~10x the seconds per byte, and teach
-     * nothing about a program's recompile */
-    if (st == 0 && strlen(src) >= ((size_t)256 << 10) && unit_len > 0) {
+     * kernels with nothing to share and teach nothing about a program's
+     * recompile (cc_next_program) */
+    if (program && st == 0 && strlen(src) >= ((size_t)256 << 10) && unit_len > 0) {
         /* the first real compile replaces the guess; later ones average */
         double rate = t_cc / (double)unit_len;
         cc_rate = cc_rate_learnt ? 0.5 * cc_rate + 0.5 * rate : rate;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "cc_split.h"
 #include "contract_split.h"
 #include "copies.h"
 #include "dtype.h"
@@ -59,6 +60,7 @@ kiln_status rt_cpu_emit_and_load(kiln_program *p, char *err, size_t errcap) {
     co.isa = p->plan.isa;
     char *source = be->emit(&p->plan.sp, &co);
     rt_module *mod = NULL;
+    rt_cc_next_is_program(); /* its build teaches the recompile estimate's rate */
     kiln_status s = be->compile(source, cg_isa_cflags(co.isa), &mod, err, errcap);
     if (s != KILN_OK) {
         free(source);

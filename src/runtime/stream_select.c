@@ -184,11 +184,19 @@ int kiln_program_form_force(kiln_program *p, int form) {
     return 1;
 }
 
+/* two forms' times within this fraction of each other are a tie (one run's
+ * drift on a shared machine): the cost model's pick for the bucket stands
+ * (rt_stream_pick: materialised for short prompts, streaming for the rest),
+ * so that a first-run search and a long tune decide alike */
+#define RT_FORM_TIE 0.03
+
 kiln_status kiln_program_form_record(kiln_program *p, int bucket, double materialised_s, double streaming_s) {
     if (!p || !p->alt || bucket < 0 || bucket >= KILN_FORM_BUCKETS || !(materialised_s > 0) || !(streaming_s > 0))
         return KILN_ERR_INVALID;
     if (!p->forms.loaded) load_forms(p);
-    int f = streaming_s < materialised_s;
+    double lo = materialised_s < streaming_s ? materialised_s : streaming_s;
+    double hi = materialised_s < streaming_s ? streaming_s : materialised_s;
+    int f = hi <= lo * (1 + RT_FORM_TIE) ? bucket != KILN_FORM_SHORT : streaming_s < materialised_s;
     p->forms.choice[bucket] = (int8_t)f;
     p->forms.t[bucket][0] = materialised_s;
     p->forms.t[bucket][1] = streaming_s;

@@ -325,36 +325,51 @@ def t_disconnect():
 
 
 def t_profile_counts():
-    """KILN_SERVE_PROFILE=1's table at stop counts what the engine did: every
-    generated token sampled once, and a prompt its slot already holds (the
-    same request again) prefills one token, not the whole prompt, and that
-    token is a decode call's row, not a pass of its own"""
-    srv = Server("--parallel", 1, env={"KILN_SERVE_PROFILE": "1"})
+    """KILN_SERVE_PROFILE=1's table at stop counts what the engine did, and
+    a prompt its slot already holds keeps only whole prompt passes (here
+    KILN_UBATCH=4 rows) that a prefill computed, so the texts are a fresh
+    prompt's: every generated token sampled once; every prompt token either
+    computed or kept (usage.prompt_tokens_details.cached_tokens, a multiple
+    of 4); the same request twice, and a longer prompt that starts with it,
+    give the texts of `kiln run --temp 0` with the same passes"""
+    ub = {"KILN_UBATCH": "4"}
+    srv = Server("--parallel", 1, env=dict(ub, KILN_SERVE_PROFILE="1"))
+    longer = PROMPTS[3] + " and " + PROMPTS[2]
     try:
-        gen = prompt = calls = 0
-        for _ in range(2):
-            st, data = srv.request("POST", "/v1/completions", {"prompt": PROMPTS[3], "max_tokens": 6, "temperature": 0})
+        gen = prompt = kept = calls = 0
+        texts = []
+        for p in (PROMPTS[3], PROMPTS[3], longer):
+            st, data = srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 6, "temperature": 0})
             assert st == 200, data
             j = json.loads(data)
             u = j["usage"]
             gen += u["completion_tokens"]
-            prompt = u["prompt_tokens"]
+            prompt += u["prompt_tokens"]
+            cached = u["prompt_tokens_details"]["cached_tokens"]
+            assert cached % 4 == 0 and 0 <= cached < u["prompt_tokens"], u
+            kept += cached
+            texts.append(j["choices"][0]["text"])
             # a decode call after each sampled token but one that ends the request by length
             calls += u["completion_tokens"] - (j["choices"][0]["finish_reason"] == "length")
-        calls += 1  # the second request's prompt: its last token as a decode row
+        assert kept >= 8, "the repeated and the longer prompt kept %d held tokens" % kept
         assert srv.stop() == 0, "".join(srv.err)[-400:]
     finally:
         srv.stop()
+    for p, text in ((PROMPTS[3], texts[0]), (PROMPTS[3], texts[1]), (longer, texts[2])):
+        r = subprocess.run([KILN, "run", "-m", MODEL, "-p", p, "-n", "6", "--temp", "0", "-c", str(CTX), "-t", "1",
+                            "--json"], capture_output=True, env=dict(ENV, **ub), timeout=240)
+        assert r.returncode == 0, r.stderr.decode()[-400:]
+        assert text == json.loads(r.stdout)["text"], (p, text, json.loads(r.stdout)["text"])
     for _ in range(100):  # the stderr reader's thread may still be reading the table
         if any("decode calls of" in ln for ln in srv.err):
             break
         time.sleep(0.1)
     line = [ln for ln in srv.err if "kiln serve profile:" in ln]
     assert line, srv.err[-5:]
-    m = re.search(r"(\d+) tokens sampled, (\d+) prefills computing (\d+) tokens", line[0])
+    m = re.search(r"(\d+) tokens sampled, (\d+) prefills computing (\d+) tokens \((\d+) held tokens kept\)", line[0])
     assert m, line[0]
-    assert int(m.group(1)) == gen and int(m.group(2)) == 2, (line[0], gen)
-    assert int(m.group(3)) == prompt + 1, (line[0], prompt)
+    assert int(m.group(1)) == gen and int(m.group(2)) == 3, (line[0], gen)
+    assert int(m.group(3)) == prompt - kept and int(m.group(4)) == kept, (line[0], prompt, kept)
     one = [ln for ln in srv.err if "decode calls of 1 row:" in ln]
     assert one and int(re.search(r"1 row: (\d+),", one[0]).group(1)) == calls, (one, calls)
 

@@ -12,7 +12,9 @@ under the reference interpreter:
     (slots 1 and 4 idle, the sequences at different lengths; more than
     MODEL_BATCH_MAX_ROWS, so two program calls; attention per row,
     kiln_attention_rows), and of 3 rows of 4 slots in the order 2, 0, 3
-    (slot 1 idle; attention per slot, kiln_attention_slots): each row's batched logits equal the
+    (slot 1 idle; attention per slot, kiln_attention_slots, in the stream
+    tile's form; the per-row form with the tile off, as kiln serve runs it
+    past 4 slots): each row's batched logits equal the
     logits of the same token decoded alone by the single-sequence program
     on a second handle holding the same sequences (compiled: bit for bit,
     which is what makes a client's greedy text independent of the other
@@ -42,12 +44,10 @@ os.environ.setdefault("XDG_CACHE_HOME", "/tmp/kiln-test-cache-%d" % os.getuid())
 # whose 2-4-row form the batched program runs (the check is bit for bit
 # against the single program, so the arithmetic's own error does not matter)
 os.environ["KILN_FIXED_DEFAULTS"] = "0"
-# the batched program's attention (operands gathered through a LET, or two
-# dot products per slot) is not in the stream tile's form
-# (src/sched/stream_tile.c), so it keeps the one-row stream kernel and its
-# score kernel; the single program must compute the same way for the
-# bit-for-bit check, so it does not take the tile either
-os.environ["KILN_STREAM_TILE"] = "0"
+# the stream tile (src/sched/stream_tile.c) as kiln run and kiln serve take
+# it: on by default; t_compiled's per-row attention turns it off, as kiln
+# serve does past MODEL_BATCH_MAX_ROWS slots
+os.environ.pop("KILN_STREAM_TILE", None)
 suite = kc.Suite("test_serve_batch")
 
 _vp, _cp, _i, _i32, _st = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int32, ctypes.c_int
@@ -165,13 +165,22 @@ MODELS = models()
 
 
 def t_compiled():
-    for arch, path in MODELS:
-        check_model(arch, path, interpreter=False)
+    # 8 slots: attention per row (attention_rows.c: each row's cache
+    # gathered), not in the stream tile's form, so kiln serve turns the
+    # tile off for every program (tools/serve.c), and so does this case
+    os.environ["KILN_STREAM_TILE"] = "0"
+    try:
+        for arch, path in MODELS:
+            check_model(arch, path, interpreter=False)
+    finally:
+        os.environ.pop("KILN_STREAM_TILE", None)
 
 
 def t_compiled_slots():
     # 4 slots: the program computes attention per slot (attention_slots.c),
-    # slot 1 idle (its attention computed and multiplied by 0)
+    # slot 1 idle (its attention computed, never gathered), in the stream
+    # tile's form as the single program's decode (with the tile on, which
+    # is what kiln run and kiln serve --parallel 4 do)
     for arch, path in MODELS:
         check_model(arch, path, interpreter=False, ns=4, rows=(2, 0, 3))
 

@@ -325,12 +325,15 @@ def case_tune_model():
     prof = re.search(r"a (\d+)-row prefill ([0-9.]+) ms, a decode step ([0-9.]+) ms", err)
     assert prof and float(prof.group(2)) > 0 and float(prof.group(3)) > 0, err[-2000:]
     # the attention forms, timed after the search: short prompts and decode,
-    # each the faster of the two with the runner-up's time beside it
+    # each the faster of the two with the runner-up's time beside it, or on
+    # a tie (within 3%) the cost model's pick (materialised for short prompts)
     forms = {r["bucket"].split(",")[0]: r for r in recs if r["key"].startswith("attn-form-")}
     assert set(forms) >= {"short", "decode"}, (sorted(forms), err)
-    for r in forms.values():
+    for b, r in forms.items():
         assert r["schedule"] in ("streaming", "materialised"), r
-        assert 0 < r["best_s"] <= r["base_s"], r
+        assert r["best_s"] > 0 and r["base_s"] > 0, r
+        pick = "materialised" if b == "short" else "streaming"
+        assert r["best_s"] <= r["base_s"] or (r["schedule"] == pick and r["best_s"] <= r["base_s"] * 1.03 * (1 + 1e-5)), r
     env = dict(ENV, KILN_TUNEDB=db)
     p = subprocess.run([KILN, "explain", "-m", path, "--kernels", "-t", "1"], env=env, capture_output=True, timeout=300)
     text = p.stdout.decode("utf-8", "replace")

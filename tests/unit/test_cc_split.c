@@ -4,6 +4,8 @@
  * the part count follows the size and the cores; with each shared kernel
  * body once (runtime/cc_dedup.c) every kernel still computes on its own
  * buffers, and kernels that differ in more than their buffers stay apart.
+ * The compile rate behind the recompile estimate is learnt from a whole
+ * program's build, never from a search's candidate unit.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "base.h"
 #include "cc_dedup.h"
 #include "cc_split.h"
@@ -192,7 +195,56 @@ static void case_dedup(void) {
     CASE_END();
 }
 
+/* the recompile estimate's rate (rt_cc_seconds_per_byte) is learnt from a
+ * whole program's build only (rt_cc_next_is_program, marked by
+ * rt_cpu_emit_and_load), never from a search's candidate unit: one taught
+ * it at twice a program's seconds per byte, and the recompile's reserve
+ * took the prefill searches' time. Sources of 300 KB, mostly a comment (a
+ * fast build), new to the kernel cache (a cached build teaches nothing), in
+ * a cache directory of the test's own. */
+static char *big_source(const char *tag) {
+    size_t n = (size_t)300 << 10;
+    char *s = kiln_xmalloc(n + 256);
+    int h = snprintf(s, 256, "/* %s %ld %.9f\n", tag, (long)getpid(), kiln_now_s());
+    memset(s + h, 'x', n);
+    snprintf(s + h + n, 128, " */\nint kiln_probe(void) { return 7; }\n");
+    return s;
+}
+
+static void case_rate_from_programs_only(void) {
+    CASE_BEGIN("cc_rate_learnt_from_programs_only");
+    char dir[] = "/tmp/kiln-cc-rate-XXXXXX", err[4096];
+    const char *old = getenv("XDG_CACHE_HOME");
+    char *saved = old ? kiln_xstrdup(old) : NULL;
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    setenv("XDG_CACHE_HOME", dir, 1);
+    CHECK(!rt_cc_rate_learnt(), "a rate learnt before any build");
+    char *cand = big_source("candidate unit");
+    rt_module *m = NULL;
+    kiln_status s = rt_cpu_compile(cand, "", &m, err, sizeof err);
+    CHECK(s == KILN_OK, "candidate build: %s", err);
+    if (m) rt_cpu_module_free(m);
+    CHECK(!rt_cc_rate_learnt(), "a candidate unit taught the program rate");
+    char *prog = big_source("program");
+    m = NULL;
+    rt_cc_next_is_program();
+    s = rt_cpu_compile(prog, "", &m, err, sizeof err);
+    CHECK(s == KILN_OK, "program build: %s", err);
+    if (m) rt_cpu_module_free(m);
+    CHECK(rt_cc_rate_learnt() && rt_cc_seconds_per_byte() > 0, "a program's build taught nothing");
+    free(cand);
+    free(prog);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    free(saved);
+    CASE_END();
+}
+
 int main(void) {
+    case_rate_from_programs_only();
     case_parts();
     case_dedup();
     case_split_matches();
