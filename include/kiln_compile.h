@@ -84,6 +84,9 @@ typedef struct kiln_compile_options {
                                 models loaded through kiln_llm/kiln run ask for 2 */
     int no_stream_tile;      /* 1: stream kernels keep the one-row form, their scores' dot product a kernel of
                                 its own, not the rows x keys tile (KILN_STREAM_TILE=0) */
+    int stream_bf16;         /* 1: stream tiles round queries, keys, values and weights to bf16 and multiply on
+                                vdpbf16ps with f32 sums (approximate), on CPUs with avx512_bf16 only; elsewhere
+                                ignored (KILN_STREAM_BF16=1) */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,

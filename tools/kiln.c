@@ -1318,9 +1318,11 @@ static int cmd_bench(int argc, char **argv) {
                     char *rep = kiln_program_profile(model_program(m), bw, fma, dot, getenv("KILN_PROFILE_ROWS") ? atoi(getenv("KILN_PROFILE_ROWS")) : 20);
                     FILE *o = json ? stderr : stdout;
                     fprintf(o, "\nprofile of %s%d at depth %d, %d thread%s (measured peaks: read %.1f GB/s, f32 FMA %.1f "
-                               "GFLOP/s, int8 dot %.1f GOP/s); per run = per %s:\n%s\n",
+                               "GFLOP/s, int8 dot %.1f GOP/s); per run = %s:\n%s\n",
                             kind == 0 ? "pp" : "tg", n, depth, (int)ths[ti], ths[ti] == 1 ? "" : "s", bw, fma, dot,
-                            kind == 0 ? "prompt" : "token", rep);
+                            kind == 0 ? "one forward pass of at most KILN_UBATCH (512) rows: a longer prompt is several"
+                                      : "per token",
+                            rep);
                     free(rep);
                 }
             }

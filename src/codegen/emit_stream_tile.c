@@ -2,17 +2,23 @@
  * (src/sched/stream_tile.c): TR rows at a time, keys in blocks, the scores'
  * dot products computed inside the kernel.
  *
- * A tile is up to TR consecutive work items (rows) whose key and value
+ * A tile is up to TR (8) consecutive work items (rows) whose key and value
  * operands start at the same offset (grouped-query heads at one position,
- * or positions of one head): each key vector and each value vector is then
- * loaded once for the tile's rows. Per block of KILN_STREAM_KB keys:
+ * or positions of one head: gemma3-270m's 4 query heads at two positions
+ * over their one key head): each key and value vector is then read from
+ * L2 or beyond once for the tile's rows. The products run in register
+ * groups of TG (4) rows, the second group (only when the tile has more than
+ * TG rows: a decode step's 4 heads take one) right after the first over the
+ * same 4 keys or the same value chunk, still in L1: what lets the global
+ * layers' keys and values (4 MB each at 4000 positions, past L2) be fetched
+ * once per two positions. Per block of KILN_STREAM_KB keys:
  *  - the block is skipped only when, for every row of the tile, the mask's
  *    comparisons are constant over it and make the logits a constant
  *    (src/sched/stream_mask.c); each row remembers its largest skipped
  *    constant (kskip) and a tile with a row whose skipped weight is not
  *    exactly 0 runs again without skipping (kfull), as the one-row kernel;
- *  - the TR x TK scores of a sub-block of TK keys accumulate in TR*TK vector
- *    registers over d (each row vector and key vector loaded once), then a
+ *  - per group, the TG x TK scores of a sub-block of TK keys accumulate in
+ *    TG*TK vector registers over d (each row vector and key vector loaded once), then a
  *    row's TK vectors are summed across lanes together (KTSUM4: horizontal
  *    adds where the ISA has them);
  *  - per row, the logits' tree (scale, soft-cap, masks: whatever wraps the
@@ -21,7 +27,7 @@
  *    weights exp2((x - m) c) of the whole block computed in vectors
  *    (ktexp: the vector exp2 of emit_c.c's prelude, 2 ulp, where the source
  *    has it; the block's entries past its last key are -inf, so 0) and summed;
- *  - the products acc[r][n] += p[r][j] v[j][n] run up to 4 value vectors at
+ *  - the products acc[r][n] += p[r][j] v[j][n] run, group by group, up to 4 value vectors at
  *    a time (2 without AVX-512's 32 registers), their accumulators in
  *    registers across the block and each
  *    weight broadcast from memory once per key (a register broadcast takes
@@ -31,7 +37,8 @@
  * lane-by-lane score sums held the kernel near 40 of 118 GFLOP/s of one
  * Zen 4 thread; with them 64 (bench/results/stream-tile-gemma3-270m-epyc.md).
  * Rows short of TR (a tile cut by the end of the work range or by a key
- * offset that changes) repeat row 0's operands and are not stored; keys
+ * offset that changes) repeat row 0's operands and are not stored (a group
+ * with no row of the tile is not run); keys
  * short of TK repeat the block's last key and are not used.
  *
  * Numerics: f32 dot products in SCH_TILE_VW lanes summed across lanes at
@@ -39,6 +46,18 @@
  * of per key, a block's weights summed before they join the row's sum; agreement to f32 accumulation tolerance, special values as in
  * the one-row kernel (a row of -inf logits gives NaN, a fully masked row
  * uniform weights). The generated code marks itself with "ktile".
+ *
+ * The bf16 form (sch_program.stream_bf16, asked for by KILN_STREAM_BF16=1
+ * and set only on CPUs with avx512_bf16; d a multiple of 32, the values of
+ * 16): the same tile with both products on vdpbf16ps (two bf16 products
+ * summed into each f32 lane): query rows rounded to bf16 once per tile, keys
+ * and values where loaded, the block's weights after their exp2; scores,
+ * max, sums and accumulators stay f32, and the softmax is the f32 one. Each
+ * product carries <= 2^-8 relative error from the two roundings (the packed
+ * bf16 contraction's bound, emit_gemm_bf16.c). Printed inside "#if KTBF16"
+ * (AVX-512 F+BW in the unit) with the f32 tile in the #else, so a unit built
+ * for a lower ISA (KILN_ISA) gets the f32 tile; marked "ktile-bf16
+ * (approximate)".
  */
 #include "emit_stream.h"
 
@@ -48,9 +67,12 @@
 #include "stream_mask.h"
 #include "stream_tile.h"
 
-/* rows and keys per register tile */
-#define TR 4
+/* rows per tile, rows per register group (a tile's products run group by
+ * group over keys and values still in L1), keys per register tile */
+#define TR 8
+#define TG 4
 #define TK 4 /* KTSUM4 reduces the 4 scores of one row */
+_Static_assert(TR == 2 * TG, "a tile is two register groups: the second runs when the tile has more than TG rows");
 _Static_assert(KILN_STREAM_KB % 16 == 0, "ktexp runs whole 16-lane vectors over a block's scores");
 
 #define OUT(...) sch_appendf(&pr->s, &pr->len, &pr->cap, __VA_ARGS__)
@@ -77,6 +99,20 @@ static const char *tile_prelude =
     "#else\n"
     "#define KTBC(p) KTSET(*(p))\n"
     "#define KTSUM4(d, a, b, c, e) do { (d)[0] = KTSUM(a); (d)[1] = KTSUM(b); (d)[2] = KTSUM(c); (d)[3] = KTSUM(e); } while (0)\n"
+    "#endif\n"
+    "#if defined(__AVX512F__) && defined(__AVX512BW__) && (defined(_IMMINTRIN_H_INCLUDED) || defined(__IMMINTRIN_H))\n"
+    "#define KTBF16 1\n"
+    "#define KTBF16_FN __attribute__((target(\"avx512bf16\")))\n"
+    "/* a 16-lane sum's two halves added: 8 lanes for KTSUM4 */\n"
+    "#define KTHALF(z) ((ktv)_mm256_add_ps(_mm512_castps512_ps256(z), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1))))\n"
+    "/* 32 floats from p and p + s as bf16 words 0..15 and 16..31 */\n"
+    "#define KTB2(p, s) _mm512_cvtne2ps_pbh(_mm512_loadu_ps((p) + (s)), _mm512_loadu_ps(p))\n"
+    "/* words i and 16 + i to dword i: two keys' values of one lane side by side */\n"
+    "static const uint16_t ktpair[32] __attribute__((aligned(64), unused)) = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,\n"
+    "    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};\n"
+    "#else\n"
+    "#define KTBF16 0\n"
+    "#define KTBF16_FN\n"
     "#endif\n"
     "/* s[0..n) = exp2((s - m) c) (entries past the block's keys hold -inf: 0), their sum */\n"
     "static inline float ktexp(float *s, int n, float m, float c) {\n"
@@ -137,22 +173,34 @@ static void print_tile_skip(cg_printer *pr, const sch_kernel *k, const sch_strea
     OUT("          nskip++;\n          continue;\n        }\n      }\n");
 }
 
-/* the TR x TK scores of keys [kt, kt + TK) into ksc[r][kt - kjb + c] */
+/* opens row group g's block: always the first, the second when the tile has more than TG rows */
+static void group_open(cg_printer *pr, int g, int ind) {
+    cg_print_indent(pr, ind);
+    if (g) OUT("if (knr > %d) {\n", g * TG);
+    else OUT("{\n");
+}
+
+/* the TR x TK scores of keys [kt, kt + TK) into ksc[r][kt - kjb + c], TG rows at a time */
 static void print_scores(cg_printer *pr, const sch_stream_tile *t) {
     const lx *kl = &pr->p->lx[t->keys];
     OUT("      for (int64_t kt = kjb; kt < kje; kt += %d) {\n", TK);
     for (int c = 0; c < TK; c++)
         OUT("        const float *kk%d = &b%d[kkb + (kt + %d < kje ? kt + %d : kje - 1) * kks];\n", c, kl->buf, c, c);
-    for (int r = 0; r < TR; r++)
-        for (int c = 0; c < TK; c++) OUT("        ktv ks%d%d = KTSET(0.0f);\n", r, c);
-    OUT("        for (int64_t kd = 0; kd < %lld; kd += %d) {\n", (long long)t->d, SCH_TILE_VW);
-    for (int r = 0; r < TR; r++) OUT("          const ktv kq%d = KTLD(kq[%d] + kd);\n", r, r);
-    for (int c = 0; c < TK; c++) {
-        OUT("          const ktv kx%d = KTLD(kk%d + kd);\n", c, c);
-        for (int r = 0; r < TR; r++) OUT("          ks%d%d = KTFMA(kq%d, kx%d, ks%d%d);\n", r, c, r, c, r, c);
+    for (int g = 0; g < TR / TG; g++) {
+        group_open(pr, g, 8);
+        for (int r = 0; r < TG; r++)
+            for (int c = 0; c < TK; c++) OUT("        ktv ks%d%d = KTSET(0.0f);\n", r, c);
+        OUT("        for (int64_t kd = 0; kd < %lld; kd += %d) {\n", (long long)t->d, SCH_TILE_VW);
+        for (int r = 0; r < TG; r++) OUT("          const ktv kq%d = KTLD(kq[%d] + kd);\n", r, g * TG + r);
+        for (int c = 0; c < TK; c++) {
+            OUT("          const ktv kx%d = KTLD(kk%d + kd);\n", c, c);
+            for (int r = 0; r < TG; r++) OUT("          ks%d%d = KTFMA(kq%d, kx%d, ks%d%d);\n", r, c, r, c, r, c);
+        }
+        OUT("        }\n");
+        for (int r = 0; r < TG; r++)
+            OUT("        KTSUM4(&ksc[%d][kt - kjb], ks%d0, ks%d1, ks%d2, ks%d3);\n", g * TG + r, r, r, r, r);
+        OUT("        }\n");
     }
-    OUT("        }\n");
-    for (int r = 0; r < TR; r++) OUT("        KTSUM4(&ksc[%d][kt - kjb], ks%d0, ks%d1, ks%d2, ks%d3);\n", r, r, r, r, r);
     OUT("      }\n");
 }
 
@@ -190,18 +238,22 @@ static void print_values_qb(cg_printer *pr, const sch_stream_tile *t, int qmax) 
     int64_t nv = t->n / SCH_TILE_VW;
     int qb = nv % 4 == 0 && qmax >= 4 ? 4 : nv % 2 == 0 ? 2 : 1;
     OUT("      for (int64_t q = 0; q < %lld; q += %d) {\n", (long long)nv, qb);
-    for (int r = 0; r < TR; r++)
-        for (int b = 0; b < qb; b++) OUT("        ktv kc%d%d = kacc[%d][q + %d];\n", r, b, r, b);
-    OUT("        for (int64_t kj = 0; kj < kje - kjb; kj++) {\n");
-    OUT("          const float *kvj = kvr + (kjb + kj) * kvs + q * %d;\n", SCH_TILE_VW);
-    for (int b = 0; b < qb; b++) OUT("          const ktv kv%d = KTLD(kvj + %d);\n", b, b * SCH_TILE_VW);
-    for (int r = 0; r < TR; r++) {
-        OUT("          const ktv kp%d = KTBC(&ksc[%d][kj]);\n", r, r);
-        for (int b = 0; b < qb; b++) OUT("          kc%d%d = KTFMA(kp%d, kv%d, kc%d%d);\n", r, b, r, b, r, b);
+    for (int g = 0; g < TR / TG; g++) {
+        group_open(pr, g, 8);
+        for (int r = 0; r < TG; r++)
+            for (int b = 0; b < qb; b++) OUT("        ktv kc%d%d = kacc[%d][q + %d];\n", r, b, g * TG + r, b);
+        OUT("        for (int64_t kj = 0; kj < kje - kjb; kj++) {\n");
+        OUT("          const float *kvj = kvr + (kjb + kj) * kvs + q * %d;\n", SCH_TILE_VW);
+        for (int b = 0; b < qb; b++) OUT("          const ktv kv%d = KTLD(kvj + %d);\n", b, b * SCH_TILE_VW);
+        for (int r = 0; r < TG; r++) {
+            OUT("          const ktv kp%d = KTBC(&ksc[%d][kj]);\n", r, g * TG + r);
+            for (int b = 0; b < qb; b++) OUT("          kc%d%d = KTFMA(kp%d, kv%d, kc%d%d);\n", r, b, r, b, r, b);
+        }
+        OUT("        }\n");
+        for (int r = 0; r < TG; r++)
+            for (int b = 0; b < qb; b++) OUT("        kacc[%d][q + %d] = kc%d%d;\n", g * TG + r, b, r, b);
+        OUT("        }\n");
     }
-    OUT("        }\n");
-    for (int r = 0; r < TR; r++)
-        for (int b = 0; b < qb; b++) OUT("        kacc[%d][q + %d] = kc%d%d;\n", r, b, r, b);
     OUT("      }\n");
 }
 
@@ -213,6 +265,73 @@ static void print_values(cg_printer *pr, const sch_stream_tile *t) {
     OUT("#else\n");
     print_values_qb(pr, t, 2);
     OUT("#endif\n");
+}
+
+/* bf16 form: the TR x TK scores of keys [kt, kt + TK) on vdpbf16ps, the
+ * tile's query rows rounded once (kqb), each key's 32-float chunks rounded
+ * where loaded; the 16-lane sums halved to 8 lanes for KTSUM4 */
+static void print_scores_bf16(cg_printer *pr, const sch_stream_tile *t) {
+    const lx *kl = &pr->p->lx[t->keys];
+    OUT("      for (int64_t kt = kjb; kt < kje; kt += %d) {\n", TK);
+    for (int c = 0; c < TK; c++)
+        OUT("        const float *kk%d = &b%d[kkb + (kt + %d < kje ? kt + %d : kje - 1) * kks];\n", c, kl->buf, c, c);
+    for (int g = 0; g < TR / TG; g++) {
+        group_open(pr, g, 8);
+        for (int r = 0; r < TG; r++)
+            for (int c = 0; c < TK; c++) OUT("        __m512 kz%d%d = _mm512_setzero_ps();\n", r, c);
+        OUT("        for (int64_t kd = 0; kd < %lld; kd += 32) {\n", (long long)t->d);
+        for (int c = 0; c < TK; c++) OUT("          const __m512bh ky%d = KTB2(kk%d + kd, 16);\n", c, c);
+        for (int r = 0; r < TG; r++) {
+            OUT("          const __m512bh kw%d = kqb[%d][kd / 32];\n", r, g * TG + r);
+            for (int c = 0; c < TK; c++) OUT("          kz%d%d = _mm512_dpbf16_ps(kz%d%d, kw%d, ky%d);\n", r, c, r, c, r, c);
+        }
+        OUT("        }\n");
+        for (int r = 0; r < TG; r++)
+            OUT("        KTSUM4(&ksc[%d][kt - kjb], KTHALF(kz%d0), KTHALF(kz%d1), KTHALF(kz%d2), KTHALF(kz%d3));\n",
+                g * TG + r, r, r, r, r);
+        OUT("        }\n");
+    }
+    OUT("      }\n");
+}
+
+/* bf16 form: acc[r][n] += p[r][j] v[j][n] two keys per vdpbf16ps: the
+ * block's weights rounded as pairs (kpw[r][j / 2] = p[j], p[j + 1]), two
+ * keys' value chunks rounded and interleaved by lane (ktpair), a key past
+ * the block's end a zero value with a zero weight; qb 16-lane vectors per
+ * pass, their accumulators in registers across the block */
+static void print_values_bf16(cg_printer *pr, const sch_stream_tile *t) {
+    int64_t nv = t->n / 16;
+    int qb = nv % 4 == 0 ? 4 : nv % 2 == 0 ? 2 : 1;
+    OUT("      for (int kr = 0; kr < %d; kr++) {\n", TR);
+    OUT("        if (kr >= knr) for (int64_t kj = kje - kjb; kj < %d; kj++) ksc[kr][kj] = 0;\n", KILN_STREAM_KB);
+    for (int h = 0; h < KILN_STREAM_KB; h += 32)
+        OUT("        _mm512_storeu_si512((void *)&kpw[kr][%d], (__m512i)KTB2(&ksc[kr][%d], 16));\n", h / 2, h);
+    OUT("      }\n");
+    OUT("      for (int64_t q = 0; q < %lld; q += %d) {\n", (long long)nv, qb);
+    for (int g = 0; g < TR / TG; g++) {
+        group_open(pr, g, 8);
+        for (int r = 0; r < TG; r++)
+            for (int b = 0; b < qb; b++)
+                OUT("        __m512 kc%d%d = _mm512_loadu_ps((const float *)&kacc[%d][0] + (q + %d) * 16);\n", r, b,
+                    g * TG + r, b);
+        OUT("        for (int64_t kj = 0; kj < kje - kjb; kj += 2) {\n");
+        OUT("          const float *kvj = kvr + (kjb + kj) * kvs + q * 16;\n");
+        OUT("          const int kh = kj + 1 < kje - kjb;\n");
+        for (int b = 0; b < qb; b++)
+            OUT("          const __m512bh kv%d = (__m512bh)_mm512_permutexvar_epi16(kpi, (__m512i)_mm512_cvtne2ps_pbh("
+                "kh ? _mm512_loadu_ps(kvj + kvs + %d) : _mm512_setzero_ps(), _mm512_loadu_ps(kvj + %d)));\n",
+                b, b * 16, b * 16);
+        for (int r = 0; r < TG; r++) {
+            OUT("          const __m512bh kp%d = (__m512bh)_mm512_set1_epi32((int)kpw[%d][kj / 2]);\n", r, g * TG + r);
+            for (int b = 0; b < qb; b++) OUT("          kc%d%d = _mm512_dpbf16_ps(kc%d%d, kp%d, kv%d);\n", r, b, r, b, r, b);
+        }
+        OUT("        }\n");
+        for (int r = 0; r < TG; r++)
+            for (int b = 0; b < qb; b++)
+                OUT("        _mm512_storeu_ps((float *)&kacc[%d][0] + (q + %d) * 16, kc%d%d);\n", g * TG + r, b, r, b);
+        OUT("        }\n");
+    }
+    OUT("      }\n");
 }
 
 /* the tile's rows: up to TR work items from w whose key and value offsets equal the first's */
@@ -249,9 +368,21 @@ void cg_emit_stream_tile(cg_printer *pr, int32_t kid, const char *name, const sc
     KILN_ASSERT(sym_is_const(sp, t->key_step, &kks) && sym_is_const(sp, t->val_step, &kvs));
     char c[48];
     snprintf(c, sizeof c, "%.9gf", k->stream_c);
+    /* bf16 where asked (the CPU has avx512_bf16) and the shapes fill 32-key
+     * pairs of d and 16-lane value vectors; the unit's ISA decides at compile
+     * time (KTBF16: AVX-512 with BW), the f32 tile otherwise */
+    int bf = p->stream_bf16 && t->d % 32 == 0 && t->d <= 1024 && t->n % 16 == 0;
     OUT("%s", tile_prelude);
+    if (bf) OUT("KTBF16_FN ");
     OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
     OUT("  int kerr = 0; (void)v; (void)chunk; (void)flags; /* ktile %dx%d */\n", TR, TK);
+    if (bf) {
+        OUT("#if KTBF16 /* ktile-bf16 (approximate) */\n");
+        OUT("  __m512bh kqb[%d][%lld];\n", TR, (long long)(t->d / 32));
+        OUT("  uint32_t kpw[%d][%d];\n", TR, KILN_STREAM_KB / 2);
+        OUT("  const __m512i kpi = _mm512_load_si512((const void *)ktpair);\n");
+        OUT("#endif\n");
+    }
     cg_stream_declare_bufs(pr, k);
     for (int d = 0; d < n; d++) {
         OUT("  const int64_t d%d = ", d);
@@ -265,6 +396,12 @@ void cg_emit_stream_tile(cg_printer *pr, int32_t kid, const char *name, const sc
     OUT("  const float *kq[%d];\n", TR);
     OUT("  for (int64_t w = lo; w < hi;) {\n");
     print_rows(pr, k, t);
+    if (bf) {
+        OUT("#if KTBF16\n");
+        OUT("    for (int kr = 0; kr < %d; kr++)\n", TR);
+        OUT("      for (int64_t kd = 0; kd < %lld; kd += 32) kqb[kr][kd / 32] = KTB2(kq[kr] + kd, 16);\n", (long long)t->d);
+        OUT("#endif\n");
+    }
     sch_stream_mask mk;
     int skip = sch_stream_mask_analyse(p, k, &mk);
     if (skip) cg_stream_print_mask_table(pr, &mk);
@@ -277,9 +414,17 @@ void cg_emit_stream_tile(cg_printer *pr, int32_t kid, const char *name, const sc
     OUT("    for (int64_t kjb = 0; kjb < d%d; kjb += %d) {\n", j, KILN_STREAM_KB);
     OUT("      const int64_t kje = kjb + %d < d%d ? kjb + %d : d%d;\n", KILN_STREAM_KB, j, KILN_STREAM_KB, j);
     if (skip) print_tile_skip(pr, k, &mk);
+    if (bf) OUT("#if KTBF16\n");
+    if (bf) print_scores_bf16(pr, t);
+    if (bf) OUT("#else\n");
     print_scores(pr, t);
+    if (bf) OUT("#endif\n");
     print_weights(pr, k, t, c);
+    if (bf) OUT("#if KTBF16\n");
+    if (bf) print_values_bf16(pr, t);
+    if (bf) OUT("#else\n");
     print_values(pr, t);
+    if (bf) OUT("#endif\n");
     OUT("    }\n");
     if (skip) {
         OUT("    if (nskip && !kfull)\n");

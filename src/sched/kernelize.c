@@ -499,7 +499,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
 }
 
 kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *p, const sch_options *opt, char *err, size_t errcap) {
-    static const sch_options normal = {0, 0, 0, 0};
+    static const sch_options normal = {0, 0, 0, 0, 0};
     const sch_options *o = opt ? opt : &normal;
     uint8_t *force = kiln_xcalloc((size_t)g->nnodes + 1, 1);
     /* no_fuse keeps every reduction in a kernel of its own (to compare) */
@@ -510,6 +510,7 @@ kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *p, const sch_options *o
         s = build(g, p, force, err, errcap);
         if (s != KILN_OK) break;
         p->no_stream_tile = o->no_stream_tile;
+        p->stream_bf16 = o->stream_bf16;
         /* contractions first: giving a contraction's operand its own
          * kernel (attention's probabilities) moves the reductions it holds
          * (softmax's max and sum) there as stages, where they fit */

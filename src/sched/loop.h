@@ -249,6 +249,7 @@ typedef struct sch_var {
 typedef struct sch_program {
     kiln_graph *g;
     int no_stream_tile; /* sch_options.no_stream_tile: contract.c gives every stream kernel's dot product a kernel */
+    int stream_bf16;    /* sch_options.stream_bf16: stream tiles multiply in bf16 (emit_stream_tile.c) */
     sch_buf *bufs;
     int32_t nbufs, cap_bufs;
     sch_kernel *kernels;
@@ -310,6 +311,7 @@ typedef struct sch_options {
     int no_contract; /* no contraction recognition: generic reductions only */
     int no_split;    /* no splitting of MAP kernels at guard boundaries */
     int no_stream_tile; /* stream kernels keep the one-row form (their scores a kernel of their own) */
+    int stream_bf16;    /* stream tiles' products on vdpbf16ps (approximate; the caller checked the CPU has avx512_bf16) */
 } sch_options;
 /* cut g into kernels. Returns KILN_OK or an error with a message in err.
  * sch_kernelize is sch_kernelize_ex with every option 0 (o may be NULL). */

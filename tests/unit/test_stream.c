@@ -27,6 +27,13 @@ static float frand(float lo, float hi) { return lo + (hi - lo) * (float)rand() /
 static float ref[CAP], got[CAP];
 /* the last program compiled by run_compare held a stream kernel in the tile form (emit_stream_tile.c) */
 static int tiled;
+/* run_compare: ask for the bf16 tile (compile.stream_bf16); its source held
+ * "ktile-bf16"; with approx set, outputs may differ by 3% of the largest
+ * reference output (tune.c's tolerance for approximate forms), the largest
+ * difference seen in max_err */
+static int want_bf16, bf16_src, approx;
+static double max_err;
+int rt_cpu_has(const char *flag); /* src/runtime/cpu.c, in libkiln.a */
 
 /* compiles g (bindings made), runs it, compares output "out" (f32) with the
  * reference; *streams = 1 when the program holds a stream kernel */
@@ -45,6 +52,7 @@ static int run_compare(kiln_graph *g, int vector, int *streams, char *why, size_
     }
     kiln_compile_options o = kiln_compile_defaults();
     o.vector = vector ? 0 : -1;
+    o.stream_bf16 = want_bf16;
     kiln_program *p = kiln_compile(g, &o, NULL);
     if (!p) {
         snprintf(why, cap, "compile: %s", kiln_graph_error(g));
@@ -52,12 +60,17 @@ static int run_compare(kiln_graph *g, int vector, int *streams, char *why, size_
     }
     *streams = strstr(kiln_program_source(p), "kacc") != NULL;
     tiled = strstr(kiln_program_source(p), "ktile") != NULL;
+    bf16_src = strstr(kiln_program_source(p), "ktile-bf16") != NULL;
     int ok = kiln_run(p) == KILN_OK && kiln_read_output(g, "out", got, sizeof(float) * (size_t)n) == KILN_OK;
     if (!ok) snprintf(why, cap, "run: %s", kiln_graph_error(g));
+    double big = 0;
+    for (int64_t i = 0; approx && i < n; i++) big = fabs(ref[i]) > big ? fabs(ref[i]) : big;
+    max_err = 0;
     for (int64_t i = 0; ok && i < n; i++) {
         double a = ref[i], b = got[i];
         if ((isnan(a) && isnan(b)) || a == b) continue;
-        if (!isnan(a) && !isinf(a) && fabs(a - b) <= 2e-5 * (1.0 + fabs(a))) continue;
+        if (fabs(a - b) > max_err) max_err = fabs(a - b);
+        if (!isnan(a) && !isinf(a) && fabs(a - b) <= 2e-5 * (1.0 + fabs(a)) + (approx ? 0.03 * big : 0.0)) continue;
         snprintf(why, cap, "element %lld of %lld: reference %.9g, compiled %.9g", (long long)i, (long long)n, a, b);
         ok = 0;
     }
@@ -262,6 +275,49 @@ int main(void) {
         CHECK(streams && !tiled, "KILN_STREAM_TILE=0: stream kernel %d, tile form %d", streams, tiled);
         kiln_graph_free(g);
         unsetenv("KILN_STREAM_TILE");
+    }
+    CASE_END();
+
+    CASE_BEGIN("tile_bf16_form");
+    {
+        /* compile.stream_bf16 (KILN_STREAM_BF16=1): on a CPU with
+         * avx512_bf16 the tile's products run on vdpbf16ps where d is a
+         * multiple of 32 and the values of 16 ("ktile-bf16" in the source),
+         * within the approximate forms' 3% of the largest output, and not bit
+         * for bit the f32 tile (the bf16 code ran); scalar code and KILN_ISA=avx2
+         * keep the f32 tile and its tolerance; d = 16 keeps the f32 tile;
+         * without avx512_bf16 the option changes nothing. */
+        static const acase cases[] = {
+            {"bf16_rows_21_keys_45", 7, 38, 3, 1, 32, 16, 0, 0.35, KILN_F32},
+            {"bf16_window_long", 40, 67, 2, 1, 64, 64, 17, 0.25, KILN_F32}, /* 4 value vectors per pass */
+            {"bf16_two_key_heads_decode", 1, 106, 4, 2, 32, 48, 0, 0.35, KILN_F32}, /* 1 per pass, odd keys */
+            {"bf16_three_key_heads_window", 5, 102, 3, 3, 32, 32, 6, 0.4, KILN_F32}, /* 2 per pass */
+            {"d16_stays_f32", 7, 38, 3, 1, 16, 16, 0, 0.35, KILN_F32},
+        };
+        const int has = rt_cpu_has("avx512_bf16") && rt_cpu_has("avx512bw");
+        static const char *const modes[] = {"scalar", "vector", "avx2"};
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            for (int j = 0; j < 8192; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
+            for (int vec = 0; vec < 3; vec++) {
+                const int bf = has && vec == 1 && cases[i].d % 32 == 0;
+                if (vec == 2) setenv("KILN_ISA", "avx2", 1);
+                kiln_graph *g = attention_graph(&cases[i]);
+                int streams = 0;
+                want_bf16 = 1, approx = bf;
+                CHECK(run_compare(g, vec > 0, &streams, why, sizeof why), "%s (%s): %s", cases[i].name, modes[vec],
+                      why);
+                want_bf16 = 0, approx = 0;
+                unsetenv("KILN_ISA");
+                CHECK(streams && tiled, "%s: stream kernel %d, tile %d", cases[i].name, streams, tiled);
+                CHECK(bf16_src == (has && cases[i].d % 32 == 0), "%s (%s): ktile-bf16 in the source %d, CPU %d",
+                      cases[i].name, modes[vec], bf16_src, has);
+                if (bf) {
+                    CHECK(max_err > 0, "%s: the bf16 tile's outputs equal the reference bit for bit", cases[i].name);
+                    printf("  %s: bf16 tile, largest difference %.3g\n", cases[i].name, max_err);
+                }
+                kiln_graph_free(g);
+            }
+        }
     }
     CASE_END();
 
