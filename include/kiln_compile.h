@@ -190,7 +190,8 @@ KILN_API int kiln_device_peaks(int threads, double *bw_gbs, double *fma_gflops, 
  * three). malloc'd text; "" when profiling is off. */
 KILN_API char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, double dot_gops, int max_rows);
 KILN_API void kiln_program_profile_reset(kiln_program *p);
-/* profiling turned on (allocating its counters) or off after compiling */
+/* profiling turned on (allocating its counters) or off after compiling; off
+ * only resets the counts of a program compiled with a profile (KILN_PROFILE) */
 KILN_API void kiln_program_profile_on(kiln_program *p, int on);
 /* seconds per kernel since the last reset, out[0..n): the kernel count
  * filled (0 when profiling is off) */

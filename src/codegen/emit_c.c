@@ -627,13 +627,28 @@ static void emit_vec_outer_row(emitter *e, const sch_kernel *k) {
 
 /* ---- kernels ----------------------------------------------------------- */
 
+/* 1 when r's length is a constant shorter than one step of emit_vec_reduce's
+ * unrolled loop: that loop would never run, and its lanes' set-up and
+ * horizontal reduction would be all it did per point (a Relu fused per
+ * element into a map is a MAX over 2: 14 ns a point that way on Zen 4).
+ * The printer's scalar loop computes the same value (SUM in double in r's
+ * order, MAX with the first NaN) without them. */
+static int reduce_too_short(const emitter *e, const cg_reduction *r) {
+    int64_t rn = 0;
+    if (!sym_is_const(e->pr.p->g->syms, r->rdim, &rn)) return 0;
+    int unroll = e->gs && e->gs->nacc > 0 ? e->gs->nacc : r->op == OP_SUM ? 2 : 4;
+    return rn < (int64_t)unroll * vec_lanes(e);
+}
+
 /* the printer's reduction hook (print_lx.h): an f32 reduction whose operand
- * the vector path can evaluate is printed by it; anything else is left to the
- * printer's scalar loop */
+ * the vector path can evaluate is printed by it, unless it is too short for
+ * its loop (reduce_too_short); anything else is left to the printer's
+ * scalar loop */
 static int c_reduce(cg_printer *pr, const cg_reduction *r, int ind) {
     emitter *e = pr->owner;
     int keep = r->stage >= 0 && r->stage == e->keep_stage;
-    if (vec_lanes(e) && pr->p->lx[r->expr].dtype == KILN_F32 && vec_expr_ok(pr->p, r->expr, r->rvar)) {
+    if (vec_lanes(e) && pr->p->lx[r->expr].dtype == KILN_F32 && vec_expr_ok(pr->p, r->expr, r->rvar) &&
+        (keep || !reduce_too_short(e, r))) {
         emit_vec_reduce(e, r->op, r->rdim, r->rvar, r->expr, r->res, vec_lanes(e) == 16, keep, ind);
         return 1;
     }
@@ -766,7 +781,7 @@ static void emit_reuse_row(emitter *e, const sch_kernel *k, int32_t y) {
 
 /* one row [jlo, jhi) of a vectorised MAP: with flags bit 0 (the runtime
  * asks for it on outputs too large to stay in cache) the stores are
- * non-temporal, after a scalar head up to 64-byte alignment. The schedule's
+ * non-temporal, after a masked head up to the vector's alignment. The schedule's
  * unroll U > 1 stores U vectors per step (each evaluated in its own block
  * with the loop variable rebound to its first lane), then single vectors,
  * then the last lanes as one masked vector. */
@@ -779,11 +794,21 @@ static void emit_vec_map_row(emitter *e, const sch_kernel *k) {
     sym_id lv = k->var[n - 1];
     OUT("    int64_t i%d = jlo;\n", n - 1);
     OUT("    if (flags & 1) {\n");
-    OUT("      for (; i%d < jhi && ((uintptr_t)&out[", n - 1);
+    /* the head up to alignment as one masked step, not a scalar loop: a
+     * convolution's pack writes rows of 56 floats (224 bytes), so every
+     * row began with up to 15 scalar points, guards and all */
+    OUT("      { const int64_t kh = (int64_t)((%d - ((uintptr_t)&out[", W * 4);
     out_sym(e, k->store_off);
-    OUT("] & %d) != 0; i%d++) {\n", W * 4 - 1, n - 1);
-    emit_point(e, k, 8);
-    OUT("      }\n");
+    OUT("] & %d)) & %d) / 4, kn = kh < jhi - i%d ? kh : jhi - i%d;\n", W * 4 - 1, W * 4 - 1, n - 1, n - 1);
+    OUT("        if (kn > 0) {\n");
+    if (w512) OUT("          const __mmask16 ktm = kvm16(0, kn);\n          _mm512_mask_storeu_ps(&out[");
+    else OUT("          const __m256i ktm = kvm8(0, kn);\n          _mm256_maskstore_ps(&out[");
+    out_sym(e, k->store_off);
+    OUT("], ktm, ");
+    e->tail = 1;
+    emit_vec_expr(e, k->expr, w512, lv);
+    e->tail = 0;
+    OUT(");\n          i%d += kn;\n        } }\n", n - 1);
     OUT("      for (; i%d + %d <= jhi; i%d += %d)\n        %s_stream_ps(&out[", n - 1, W, n - 1, W, pre);
     out_sym(e, k->store_off);
     OUT("], ");

@@ -743,6 +743,39 @@ static void poly_divexact(poly *R, int64_t g) {
 }
 
 /* floor(x / d), d >= 2 */
+static sym_id div_const(sym_pool *p, sym_id x, int64_t d);
+
+/* a divisor c of d (1 < c < d) that is the coefficient of a term of R and
+ * splits R = c*Q + S with floor(S/c) one constant t over S's whole range:
+ * then floor(R/c) = Q + t, which lets floor(R/d) = floor(floor(R/c)/(d/c))
+ * and R mod d = c*((Q + t) mod (d/c)) + S - c*t (a channel shuffle's
+ * (3136*i1 + 56*i2 + i3) / 12544 is i1 / 4). Returns 0 when no term's
+ * coefficient does it; Q and S are then left empty. */
+static int64_t staged_divisor(const sym_pool *p, const poly *R, int64_t d, poly *Q, poly *S, int64_t *t) {
+    int64_t best = 0;
+    for (uint32_t i = 0; i < R->n; i++) {
+        int64_t c = R->t[i].c;
+        if (c <= best || c >= d || c < 2 || d % c != 0) continue;
+        poly q = {0}, s = {0};
+        split_const(R, c, &q, &s);
+        int64_t lo, hi;
+        poly_bounds(p, &s, &lo, &hi);
+        if (!is_inf(lo) && !is_inf(hi) && fdiv(lo, c) == fdiv(hi, c)) {
+            poly_free(Q);
+            poly_free(S);
+            *Q = q;
+            *S = s;
+            *t = fdiv(lo, c);
+            best = c;
+        } else {
+            poly_free(&q);
+            poly_free(&s);
+        }
+    }
+    return best;
+}
+
+/* floor(x / d), d >= 2 */
 static sym_id div_const(sym_pool *p, sym_id x, int64_t d) {
     int64_t lo = p->lo[x], hi = p->hi[x];
     if (!is_inf(lo) && !is_inf(hi) && fdiv(lo, d) == fdiv(hi, d)) return sym_const(p, fdiv(lo, d));
@@ -771,6 +804,19 @@ static sym_id div_const(sym_pool *p, sym_id x, int64_t d) {
             !__builtin_mul_overflow(R.c0, a, &ra)) {
             sym_id y = in->a;
             sym_id inner = div_const(p, sym_add(p, y, sym_const(p, ra)), ad);
+            r = poly_plus_node(p, &Q, inner);
+            goto out;
+        }
+    }
+    {
+        poly q = {0}, s = {0};
+        int64_t t = 0, c = staged_divisor(p, &R, d, &q, &s, &t);
+        poly_free(&s);
+        if (c) {
+            /* floor(R/d) = floor((q + t) / (d/c)) */
+            q.c0 = wadd(q.c0, t);
+            sym_id inner = div_const(p, poly_build(p, &q), d / c);
+            poly_free(&q);
             r = poly_plus_node(p, &Q, inner);
             goto out;
         }
@@ -814,6 +860,20 @@ static sym_id mod_const(sym_pool *p, sym_id x, int64_t d) {
         int64_t a;
         if (sym_is_const(p, in->b, &a) && a > 0 && a % d == 0) {
             r = mod_const(p, in->a, d);
+            goto out;
+        }
+    }
+    {
+        poly q = {0}, s = {0};
+        int64_t t = 0, c = staged_divisor(p, &R, d, &q, &s, &t);
+        if (c) {
+            /* R mod d = c*((q + t) mod (d/c)) + s - c*t */
+            q.c0 = wadd(q.c0, t);
+            sym_id inner = mod_const(p, poly_build(p, &q), d / c);
+            s.c0 = wadd(s.c0, wneg(wmul(c, t)));
+            r = sym_add(p, sym_mul(p, inner, sym_const(p, c)), poly_build(p, &s));
+            poly_free(&q);
+            poly_free(&s);
             goto out;
         }
     }

@@ -131,6 +131,10 @@ const char *rt_cpu_module_path(const rt_module *m);
 void rt_cpu_module_free(rt_module *m);
 int rt_cpu_launch(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n, int64_t chunk,
                   int64_t flags, int serial);
+/* the same over `pieces` contiguous runs of items that the threads claim in
+ * order (threadpool.h: rt_pool_run_claimed) */
+int rt_cpu_launch_claimed(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n,
+                          int64_t chunk, int64_t flags, int pieces);
 /* one-line CPU fingerprint (device.c; malloc'd) */
 char *rt_cpu_fingerprint(void);
 

@@ -432,3 +432,10 @@ int rt_cpu_launch(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64
     if (serial || !pool) return fn(bufs, vars, 0, n, chunk, flags);
     return rt_pool_run(pool, n, 0, launch_piece, &c);
 }
+
+int rt_cpu_launch_claimed(rt_pool *pool, rt_kernel_fn fn, void *const *bufs, const int64_t *vars, int64_t n,
+                          int64_t chunk, int64_t flags, int pieces) {
+    launch_ctx c = {fn, bufs, vars, chunk, flags};
+    if (!pool) return fn(bufs, vars, 0, n, chunk, flags);
+    return rt_pool_run_claimed(pool, n, pieces, launch_piece, &c);
+}

@@ -308,6 +308,21 @@ static int repack_wanted(const kiln_program *p, int32_t k0, int32_t b) {
     return 0;
 }
 
+/* how many pieces a contraction launch's items go in, claimed in order by
+ * the threads (rt_pool_run_claimed), or 1 for one fixed share each: a
+ * decode step's matrix-vector products (M <= 4, no shared conversion of A)
+ * are 4 pieces per thread, so that a thread that starts late (a busy core:
+ * on a loaded 2-core VM the worker started 0.4 ms after the launch, and
+ * the caller waited 136 of a 220 ms 8B step for it) takes fewer instead of
+ * the step waiting for its half. Each piece quantises A's row again (a
+ * call of the kernel; a few microseconds at K = 14336) and every item's
+ * outputs are its own, the same on any thread. */
+static int claimed_pieces(int bucket, int64_t flags, int serial, int64_t items, int nthreads) {
+    if (bucket != 0 || flags || serial || nthreads < 2) return 1;
+    int64_t pieces = 4 * (int64_t)nthreads;
+    return (int)(items < pieces ? items : pieces);
+}
+
 /* a contraction kernel's work items: (batch point, run of nc rows of B), see
  * emit_contract.c */
 static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *e, int nthreads) {
@@ -364,7 +379,10 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
         flags |= mparts << SCH_MPARTS_SHIFT;
         p->msplit_launches++;
     }
-    if (r == 0) r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags, serial);
+    if (r == 0 && claimed_pieces(bucket, flags, serial, items, nthreads) > 1)
+        r = rt_cpu_launch_claimed(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags,
+                                  claimed_pieces(bucket, flags, serial, items, nthreads));
+    else if (r == 0) r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags, serial);
     if (fills) pack_filled(p, c->b_buf, r == 0);
     if (p->prof.secs) {
         p->prof.secs[k] += kiln_now_s() - t0;
@@ -445,6 +463,7 @@ static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e
         if (gres.fn) gfn = gres.fn;
     }
     rt_gtune_split(K, e->outer, e->inner, serial, &chunk, &items);
+    if (K->gsched.serial) serial = 1; /* the search found it faster on this thread alone */
     double t0 = p->prof.secs ? kiln_now_s() : 0;
     int r = p->plan.be->launch(p->plan.pool, gfn, cs->bufs, p->run.values, items, chunk, flags, serial);
     if (gres.mod) p->plan.be->module_free(gres.mod);

@@ -15,6 +15,7 @@
 #include "dtype.h"
 #include "program.h"
 #include "search.h"
+#include "threadpool.h"
 
 /* indexed by sch_kernel_kind (SCH_K_MAP .. SCH_K_STREAM) */
 static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy", "stream"};
@@ -99,9 +100,16 @@ void rt_profile_alloc(kiln_program *p, int on) {
     }
 }
 
-/* kernels are timed on backends whose launches return when they are done */
+/* kernels are timed on backends whose launches return when they are done;
+ * off leaves a profile the program was compiled with (KILN_PROFILE, `kiln
+ * bench --profile`) on, its counts reset: the first-run search profiles and
+ * then turns its own profile off before the user's runs */
 void kiln_program_profile_on(kiln_program *p, int on) {
     if (!p || !(p->plan.be->caps & RT_CAP_HOST_CODE)) return;
+    if (!on && p->plan.opt.profile) {
+        kiln_program_profile_reset(p);
+        return;
+    }
     rt_profile_alloc(p, on);
 }
 
@@ -125,6 +133,26 @@ void kiln_program_profile_reset(kiln_program *p) {
     memset(p->prof.bytes, 0, n * sizeof *p->prof.bytes);
     memset(p->prof.flops, 0, n * sizeof *p->prof.flops);
     p->prof.runs = 0;
+    if (p->plan.pool) rt_pool_stats_reset(p->plan.pool);
+}
+
+/* how the launches split across threads went (threadpool.h's counters since
+ * the last reset): is the second thread working or waiting? */
+static void thread_line(const kiln_program *p, char **buf, size_t *len, size_t *cap) {
+    rt_pool_stats st;
+    if (!p->plan.pool || rt_pool_threads(p->plan.pool) < 2) return;
+    rt_pool_stats_get(p->plan.pool, &st);
+    if (st.jobs == 0 || st.starts == 0) return;
+    double runs = p->prof.runs > 0 ? (double)p->prof.runs : 1;
+    sch_appendf(buf, len, cap,
+                "\nthreads: %.1f split launches per run; a worker started %.1f us after the launch on average "
+                "(woken from sleep for %.1f%% of starts) and ran %.3f ms per run against the caller's %.3f ms; the "
+                "caller waited %.3f ms per run for the workers after its own part; of the pieces claimed in order "
+                "(decode contractions), the caller ran %.1f per run and the workers %.1f\n",
+                (double)st.jobs / runs, 1e-3 * (double)st.lag_ns / (double)st.starts,
+                100.0 * (double)st.woken / (double)st.starts, 1e-6 * (double)st.worker_ns / runs,
+                1e-6 * (double)st.caller_ns / runs, 1e-6 * (double)st.wait_ns / runs, (double)st.caller_pieces / runs,
+                (double)st.pieces / runs);
 }
 
 char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflops, double dot_gops, int max_rows) {
@@ -213,5 +241,6 @@ char *kiln_program_profile(const kiln_program *p, double bw_gbs, double fma_gflo
                     bw_gbs > 0 ? 100 * gbs / bw_gbs : 0.0);
     }
     free(gshown);
+    thread_line(p, &buf, &len, &cap);
     return buf;
 }

@@ -1,6 +1,7 @@
 /* threadpool.h — a persistent pool of worker threads that split a range of
- * work items [0, n) into contiguous pieces, one per thread; the calling thread
- * does the first piece itself. Kernels are launched through it.
+ * work items [0, n) into contiguous pieces, one per thread (or more, claimed
+ * in order: rt_pool_run_claimed); the calling thread does the first piece
+ * itself. Kernels are launched through it.
  *
  * Invariants: one job at a time per pool (rt_pool_run is not reentrant and
  * must be called from one thread at a time); between jobs workers wait by
@@ -23,5 +24,28 @@ int rt_pool_threads(const rt_pool *p);
 /* run fn over [0, n) split across the pool (at most `max_parts` pieces; <= 0
  * means one per thread); returns the OR of the pieces' results */
 int rt_pool_run(rt_pool *p, int64_t n, int max_parts, rt_task_fn fn, void *ctx);
+
+/* the same over `pieces` contiguous pieces of [0, n) that every thread,
+ * the caller included, claims in order until none is left: a thread that
+ * starts late (a busy core, a wake-up) takes fewer, instead of the whole
+ * job waiting for its fixed share. Which thread runs a piece may differ
+ * from run to run, so fn's results must not depend on it. */
+int rt_pool_run_claimed(rt_pool *p, int64_t n, int pieces, rt_task_fn fn, void *ctx);
+
+/* what the jobs split across threads did since the last reset (the
+ * profile's thread line, profile.c): jobs; worker starts (one per worker
+ * and job), those whose worker had gone to sleep and was woken through the
+ * condition variable, and the nanoseconds from the job's publication to
+ * them; claimed jobs a worker came to after they were closed (missed);
+ * pieces run by workers and (claimed jobs) by the caller; nanoseconds
+ * of the workers' work, of the caller's own, and of the caller's wait for
+ * the workers after it */
+typedef struct rt_pool_stats {
+    int64_t jobs, starts, woken, lag_ns, missed;
+    int64_t pieces, caller_pieces;
+    int64_t worker_ns, caller_ns, wait_ns;
+} rt_pool_stats;
+void rt_pool_stats_get(const rt_pool *p, rt_pool_stats *out);
+void rt_pool_stats_reset(rt_pool *p);
 
 #endif

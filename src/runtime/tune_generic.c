@@ -202,7 +202,7 @@ static int launch_sched(const rt_gtune_job *job, void *const *bufs, rt_kernel_fn
     K.gsched = *s;
     int64_t chunk = job->chunk, items = job->items;
     rt_gtune_split(&K, job->outer, job->inner, job->serial, &chunk, &items);
-    return job->be->launch(job->pool, fn, bufs, job->values, items, chunk, job->flags, job->serial);
+    return job->be->launch(job->pool, fn, bufs, job->values, items, chunk, job->flags, job->serial || s->serial);
 }
 
 /* the candidate's output against the reference's: exact for integers, the
@@ -286,7 +286,7 @@ static char *emit_unit(const rt_gtune_job *job, const sch_generic_sched *cands, 
     char *src = NULL;
     size_t len = 0, cap = 0;
     cg_emit_c_prelude(&co, &src, &len, &cap);
-    sch_generic_sched scalar = {1, 0, 0, 0};
+    sch_generic_sched scalar = {1, 0, 0, 0, 0};
     cg_emit_c_generic_append(job->sp, job->kernel, &co, "kiln_gref", &scalar, &src, &len, &cap);
     for (int i = 0; i < n; i++) {
         char name[32];
@@ -319,7 +319,7 @@ static kiln_status measure_candidates(rt_gtune_state *st, const rt_gtune_job *jo
     void **bufs = kiln_xmalloc(((size_t)sp->nbufs + 1) * sizeof *bufs);
     memcpy(bufs, job->bufs, (size_t)sp->nbufs * sizeof *bufs);
     int inject = job->inject_wrong ? job->inject_wrong : st->inject_wrong;
-    sch_generic_sched scalar = {1, 0, 0, 0};
+    sch_generic_sched scalar = {1, 0, 0, 0, 0};
     void *sym = job->be->symbol(mod, "kiln_gref");
     rt_kernel_fn ref_fn = NULL;
     memcpy(&ref_fn, &sym, sizeof sym);

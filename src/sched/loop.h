@@ -200,11 +200,16 @@ typedef struct sch_contract {
  *   unroll: vectors stored per step of a vectorised MAP row: 0 = 1, 2 or 4
  *   chunk:  elements of the last loop per work item (the thread split):
  *           0 = the runtime's heuristic (exec.c), else that many
+ *   serial: 1 = the kernel runs on the calling thread alone even on a pool
+ *           (a kernel whose fork and join cost more than its second
+ *           thread saves); 0 = split as the runtime does
  * Text form (sch_generic_sched_print/parse, space_generic.c):
- * "vec=V nacc=A unroll=U chunk=C". Searched by src/runtime/tune_generic.c. */
+ * "vec=V nacc=A unroll=U chunk=C", then " serial=1" when set. Searched by
+ * src/runtime/tune_generic.c. */
 typedef struct sch_generic_sched {
     int vec, nacc, unroll;
     int64_t chunk;
+    int serial;
 } sch_generic_sched;
 
 typedef struct sch_kernel {

@@ -9,6 +9,8 @@
  *   chunk   0 (the runtime's heuristic) and 1024 / 4096 / 16384 / 65536
  *           elements smaller than the last dim — only for parallel launches
  *           with a last dim of at least 2048
+ *   serial  0, and 1 (the calling thread alone, chunk moot) — only for
+ *           parallel launches on a pool of more than one thread
  * Points with the same effective form (sch_generic_effective) are one point;
  * the default schedule is always first. On a scalar ISA only chunk varies.
  *
@@ -26,7 +28,8 @@
  *            sequential accumulator). Row stages are recomputed by every
  *            chunk of a row, which the model charges.
  *   total    max(memory, compute / t x imbalance) + 20 ns per work item / t
- *            + 2 us of launch.
+ *            + 2 us of launch on a pool (fork and join), 0.5 us on one
+ *            thread (serial: t = 1).
  */
 #include "space_generic.h"
 
@@ -46,12 +49,15 @@ sch_generic_sched sch_generic_effective(const sch_generic_shape *sh, const sch_g
     if (e.nacc != 0 && !sh->has_sum && e.nacc == 4) e.nacc = 0; /* MAX only: the default is 4 */
     if (e.vec == 1 || !sh->map_vec) e.unroll = 0;
     if (e.unroll == 1) e.unroll = 0;
-    if (!sh->parallel || e.chunk >= sh->inner) e.chunk = 0;
+    if (!sh->parallel || sh->nthreads <= 1) e.serial = 0;
+    if (e.serial) e.serial = 1;
+    if (!sh->parallel || e.serial || e.chunk >= sh->inner) e.chunk = 0;
     return e;
 }
 
 int sch_generic_same(const sch_generic_sched *a, const sch_generic_sched *b) {
-    return a->vec == b->vec && a->nacc == b->nacc && a->unroll == b->unroll && a->chunk == b->chunk;
+    return a->vec == b->vec && a->nacc == b->nacc && a->unroll == b->unroll && a->chunk == b->chunk &&
+           a->serial == b->serial;
 }
 
 static int in_space(const sch_generic_shape *sh, const sch_generic_sched *list, int n, const sch_generic_sched *s) {
@@ -68,16 +74,18 @@ int sch_space_generic(const sch_generic_shape *sh, sch_generic_sched *out, int c
     static const int naccs[] = {0, 1, 2, 4, 8};
     static const int unrolls[] = {1, 2, 4};
     static const int64_t chunks[] = {0, 1024, 4096, 16384, 65536};
-    int room = 1 + 3 * 5 * 3 * 5;
+    int room = 1 + 2 * 3 * 5 * 3 * 5;
     sch_generic_sched *all = kiln_xcalloc((size_t)room, sizeof *all);
     int n = 1; /* all[0]: the default (zeroed) */
+    for (int sr = 0; sr < 2; sr++)
     for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+        if (sr && (!sh->parallel || sh->nthreads <= 1 || chunks[c] > 0)) continue;
         if (chunks[c] > 0 && (!sh->parallel || sh->inner < 2048 || chunks[c] >= sh->inner)) continue;
         for (size_t v = 0; v < sizeof vecs / sizeof *vecs; v++) {
             if (vecs[v] > 1 && vecs[v] > sh->isa_lanes) continue;
             for (size_t a = 0; a < sizeof naccs / sizeof *naccs; a++)
                 for (size_t u = 0; u < sizeof unrolls / sizeof *unrolls; u++) {
-                    sch_generic_sched s = {vecs[v], naccs[a], unrolls[u], chunks[c]};
+                    sch_generic_sched s = {vecs[v], naccs[a], unrolls[u], chunks[c], sr};
                     sch_generic_sched e = sch_generic_effective(sh, &s); /* canonical: idempotent */
                     if (in_space(sh, all, n, &e)) continue;
                     all[n++] = e;
@@ -93,14 +101,15 @@ double sch_cost_generic(const sch_generic_shape *sh, const sch_generic_sched *s)
     sch_generic_sched e = sch_generic_effective(sh, s);
     const double freq = 3.0e9, bw1 = 11e9, bwn = 17e9, cache = 2.0 * 1024 * 1024;
     int64_t outer = sh->outer > 0 ? sh->outer : 1, inner = sh->inner > 0 ? sh->inner : 1;
-    int nt = sh->nthreads > 0 ? sh->nthreads : 1;
+    int nt = sh->nthreads > 0 ? sh->nthreads : 1, pool = sh->parallel && !e.serial;
+    if (e.serial) nt = 1;
     int64_t chunk = e.chunk > 0 ? e.chunk : inner;
-    if (e.chunk == 0 && sh->parallel && outer < 4 * (int64_t)nt && inner >= 2048 && sh->stage_rn == 0)
+    if (e.chunk == 0 && pool && outer < 4 * (int64_t)nt && inner >= 2048 && sh->stage_rn == 0)
         chunk = (inner + 4 * nt - 1) / (4 * nt); /* the runtime's split of few long rows, roughly */
     int64_t per_row = (inner + chunk - 1) / chunk;
     double items = (double)outer * (double)per_row;
-    double used = sh->parallel ? (items < nt ? items : nt) : 1;
-    double imbalance = sh->parallel ? (double)(int64_t)((items + used - 1) / used) / (items / used) : 1;
+    double used = pool ? (items < nt ? items : nt) : 1;
+    double imbalance = pool ? (double)(int64_t)((items + used - 1) / used) / (items / used) : 1;
     double L = e.vec > 1 ? (double)e.vec : 1;
     double ops = sh->ops > 1 ? sh->ops : 1;
     /* the map part */
@@ -128,7 +137,7 @@ double sch_cost_generic(const sch_generic_shape *sh, const sch_generic_sched *s)
     double bw = bwn < bw1 * used ? bwn : bw1 * used;
     if (sh->bytes <= cache * used) bw *= 4;
     double t_mem = sh->bytes / bw, t_cpu = cyc / freq / used * imbalance;
-    return (t_mem > t_cpu ? t_mem : t_cpu) + 20e-9 * items / used + 2e-6;
+    return (t_mem > t_cpu ? t_mem : t_cpu) + 20e-9 * items / used + (pool && nt > 1 ? 2e-6 : 0.5e-6);
 }
 
 int sch_generic_complexity(const sch_generic_sched *s) {
@@ -137,6 +146,7 @@ int sch_generic_complexity(const sch_generic_sched *s) {
     if (s->nacc > 0) c += s->nacc >= 4 ? 2 : 1;
     if (s->unroll > 1) c += s->unroll >= 4 ? 2 : 1;
     if (s->chunk > 0) c += 1;
+    if (s->serial) c += 1;
     return c;
 }
 
@@ -145,7 +155,8 @@ int sch_generic_simpler(const sch_generic_sched *a, const sch_generic_sched *b) 
 }
 
 void sch_generic_sched_print(const sch_generic_sched *s, char *buf, size_t cap) {
-    snprintf(buf, cap, "vec=%d nacc=%d unroll=%d chunk=%lld", s->vec, s->nacc, s->unroll, (long long)s->chunk);
+    snprintf(buf, cap, "vec=%d nacc=%d unroll=%d chunk=%lld%s", s->vec, s->nacc, s->unroll, (long long)s->chunk,
+             s->serial ? " serial=1" : "");
 }
 
 int sch_generic_sched_parse(const char *text, sch_generic_sched *s) {
@@ -153,7 +164,9 @@ int sch_generic_sched_parse(const char *text, sch_generic_sched *s) {
     long long chunk = 0;
     if (!text || sscanf(text, "vec=%d nacc=%d unroll=%d chunk=%lld%n", &vec, &nacc, &unroll, &chunk, &used) != 4)
         return 0;
-    if (text[used] != 0) return 0;
+    int serial = 0;
+    if (strcmp(text + used, " serial=1") == 0) serial = 1;
+    else if (text[used] != 0) return 0;
     if (vec != 0 && vec != 1 && vec != 8 && vec != 16) return 0;
     if (nacc != 0 && nacc != 1 && nacc != 2 && nacc != 4 && nacc != 8) return 0;
     if (unroll != 0 && unroll != 1 && unroll != 2 && unroll != 4) return 0;
@@ -162,6 +175,7 @@ int sch_generic_sched_parse(const char *text, sch_generic_sched *s) {
     s->nacc = nacc;
     s->unroll = unroll;
     s->chunk = (int64_t)chunk;
+    s->serial = serial;
     return 1;
 }
 

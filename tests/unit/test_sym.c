@@ -391,6 +391,37 @@ static void canonical(void) {
     CHECK(sym_get(p, keep)->kind != SYM_VAR, "(i + t*j)/t must not simplify to a variable");
     CASE_END();
 
+    /* a channel shuffle's merged index divided by a multiple of a term's
+     * coefficient: (3136*c + 56*h + w) / 12544 is c / 4, since 56*h + w <
+     * 3136 (floor(x/(a*k)) = floor(floor(x/a)/k)); the mod keeps the rest */
+    CASE_BEGIN("canonical_div_mod_staged");
+    sym_id ch = sym_var_bounded(p, "ch", C(112)), h = sym_var_bounded(p, "h", C(56)), w = sym_var_bounded(p, "w", C(56));
+    sym_id hw = sym_add(p, sym_mul(p, h, C(56)), w);
+    sym_id shuf = sym_add(p, sym_mul(p, ch, C(3136)), hw);
+    CHECK(sym_div(p, shuf, C(12544)) == sym_div(p, ch, C(4)), "(3136c + 56h + w)/12544 = c/4");
+    CHECK(sym_mod(p, shuf, C(12544)) == sym_add(p, sym_mul(p, sym_mod(p, ch, C(4)), C(3136)), hw),
+          "(3136c + 56h + w) %% 12544 = 3136*(c%%4) + 56h + w");
+    /* a constant that stays inside one bucket of the coefficient: (3136c + w + 7)/12544 */
+    CHECK(sym_div(p, sym_add(p, sym_add(p, sym_mul(p, ch, C(3136)), w), C(7)), C(12544)) == sym_div(p, ch, C(4)),
+          "(3136c + w + 7)/12544 = c/4");
+    /* 56h + w + 3100 crosses a bucket of 3136: must stay a division of the whole */
+    sym_id cross = sym_div(p, sym_add(p, shuf, C(3100)), C(12544));
+    CHECK(cross != sym_div(p, ch, C(4)) && cross != sym_div(p, sym_add(p, ch, C(1)), C(4)),
+          "(3136c + 56h + w + 3100)/12544 not staged");
+    for (int64_t cv = 0; cv < 112; cv += 5)
+        for (int64_t hv = 0; hv < 56; hv += 11)
+            for (int64_t wv = 0; wv < 56; wv += 13) {
+                int64_t vals[64] = {0}, got = 0;
+                uint32_t miss = 0;
+                vals[sym_get(p, ch)->c] = cv, vals[sym_get(p, h)->c] = hv, vals[sym_get(p, w)->c] = wv;
+                int64_t xv = 3136 * cv + 56 * hv + wv + 3100;
+                CHECK(sym_eval(p, cross, vals, NULL, &got, &miss) == 0 && got == xv / 12544, "crossing value");
+                CHECK(sym_eval(p, sym_mod(p, sym_add(p, shuf, C(3100)), C(12544)), vals, NULL, &got, &miss) == 0 &&
+                          got == xv % 12544,
+                      "crossing mod value");
+            }
+    CASE_END();
+
     CASE_BEGIN("canonical_bounds_decisions");
     CHECK(sym_min(p, b, sym_add(p, b, C(1))) == b, "min(b, b+1)");
     CHECK(sym_max(p, b, C(100)) == C(100), "max(b,100)");

@@ -191,7 +191,7 @@ static void test_wrong_candidate(void) {
     int found = find_record("g:40x1000,r=1,s=1000,s=1000,t=2", &r);
     CHECK(found, "no record for the softmax bucket");
     CHECK(!found || r.rejected >= 1, "rejected %d", r.rejected);
-    sch_generic_sched def = {0, 0, 0, 0}, got;
+    sch_generic_sched def = {0, 0, 0, 0, 0}, got;
     CHECK(!found || sch_generic_sched_parse(r.schedule, &got), "record schedule '%s'", r.schedule);
     CHECK(!found || !sch_generic_same(&def, &got), "the corrupted default won: %s", r.schedule);
     free_case(&c);
@@ -246,7 +246,7 @@ static void test_state_never_searched(void) {
 
 static void test_text_and_space(void) {
     CASE_BEGIN("gtune_sched_text_and_space");
-    sch_generic_sched s = {16, 4, 2, 4096}, t;
+    sch_generic_sched s = {16, 4, 2, 4096, 0}, t;
     char buf[96];
     sch_generic_sched_print(&s, buf, sizeof buf);
     CHECK(strcmp(buf, "vec=16 nacc=4 unroll=2 chunk=4096") == 0, "%s", buf);
@@ -271,7 +271,7 @@ static void test_text_and_space(void) {
     int n = sch_space_generic(&sh, NULL, 0);
     sch_generic_sched *sp = calloc((size_t)n, sizeof *sp);
     sch_space_generic(&sh, sp, n);
-    sch_generic_sched def = {0, 0, 0, 0};
+    sch_generic_sched def = {0, 0, 0, 0, 0};
     CHECK(n > 20, "space of %d points", n);
     CHECK(n > 0 && sch_generic_same(&sp[0], &def), "the default is not first");
     for (int i = 0; i < n; i++) {
@@ -282,15 +282,67 @@ static void test_text_and_space(void) {
         }
     }
     /* the model prefers vectors to scalar code on a compute-heavy row */
-    sch_generic_sched scal = {1, 0, 0, 0}, vec = {16, 4, 2, 0};
+    sch_generic_sched scal = {1, 0, 0, 0, 0}, vec = {16, 4, 2, 0, 0};
     sh.bytes = 1e3;
     CHECK(sch_cost_generic(&sh, &vec) < sch_cost_generic(&sh, &scal), "vector %g vs scalar %g",
           sch_cost_generic(&sh, &vec), sch_cost_generic(&sh, &scal));
-    /* a scalar ISA: only the default and the chunks below the last dim (1024) */
+    /* a scalar ISA: only the default, the chunks below the last dim (1024)
+     * and the serial twin */
     sh.isa_lanes = 0;
     int ns = sch_space_generic(&sh, NULL, 0);
-    CHECK(ns == 2, "scalar ISA space %d", ns);
+    CHECK(ns == 3, "scalar ISA space %d", ns);
     free(sp);
+    CASE_END();
+
+    /* the thread count per kernel: serial twins on a pool, none at one
+     * thread or for a kernel the runtime launches serially; the text keeps
+     * it (and old records without it still parse); the model sends a tiny
+     * kernel to one thread and a long one to the pool */
+    CASE_BEGIN("gtune_serial_twin");
+    sch_generic_sched ser = {16, 0, 0, 0, 1}, back;
+    char txt[96];
+    sch_generic_sched_print(&ser, txt, sizeof txt);
+    CHECK(strcmp(txt, "vec=16 nacc=0 unroll=0 chunk=0 serial=1") == 0, "%s", txt);
+    CHECK(sch_generic_sched_parse(txt, &back) && back.serial == 1 && sch_generic_same(&ser, &back), "round trip");
+    CHECK(sch_generic_sched_parse("vec=16 nacc=0 unroll=0 chunk=0", &back) && back.serial == 0, "old text");
+    CHECK(!sch_generic_sched_parse("vec=16 nacc=0 unroll=0 chunk=0 serial=2", &back), "serial=2 accepted");
+    sch_generic_shape g;
+    memset(&g, 0, sizeof g);
+    g.isa_lanes = 16;
+    g.map_vec = 1;
+    g.outer = 16;
+    g.inner = 256;
+    g.rn = 1;
+    g.bytes = 2.0 * 16 * 256 * 4;
+    g.ops = 2;
+    g.nthreads = 2;
+    g.parallel = 1;
+    int nser = 0, np = sch_space_generic(&g, NULL, 0);
+    sch_generic_sched *pts = calloc((size_t)np, sizeof *pts);
+    sch_space_generic(&g, pts, np);
+    for (int i = 0; i < np; i++) {
+        sch_generic_sched e = sch_generic_effective(&g, &pts[i]);
+        nser += e.serial;
+        CHECK(!e.serial || e.chunk == 0, "point %d: serial with a chunk", i);
+    }
+    CHECK(nser > 0 && nser * 2 == np, "%d serial points of %d", nser, np);
+    sch_generic_sched par = {16, 0, 0, 0, 0};
+    CHECK(sch_cost_generic(&g, &ser) < sch_cost_generic(&g, &par), "4096 elements: serial %g vs pool %g",
+          sch_cost_generic(&g, &ser), sch_cost_generic(&g, &par));
+    g.outer = 4096;
+    g.bytes = 2.0 * 4096 * 256 * 4;
+    CHECK(sch_cost_generic(&g, &ser) > sch_cost_generic(&g, &par), "1M elements: serial %g vs pool %g",
+          sch_cost_generic(&g, &ser), sch_cost_generic(&g, &par));
+    CHECK(sch_generic_simpler(&par, &ser), "a tie goes to the pool");
+    g.nthreads = 1;
+    CHECK(sch_space_generic(&g, NULL, 0) * 2 == np, "one thread: no serial twins");
+    sch_generic_sched e1 = sch_generic_effective(&g, &ser);
+    CHECK(e1.serial == 0, "serial kept at one thread");
+    g.nthreads = 2;
+    g.parallel = 0;
+    e1 = sch_generic_effective(&g, &ser);
+    CHECK(e1.serial == 0, "serial kept on a serial launch");
+    free(pts);
     CASE_END();
 }
 
