@@ -23,7 +23,7 @@
  * The tokens of every slot still decoding then go through the model in one
  * call: the batched-decode program (arch_build_batch: one row per decoding
  * slot, with its position and slot; idle slots are not rows, so not
- * computed), compiled the first time two slots decode together, or the
+ * computed), compiled before the server listens, or the
  * model's own program when only one slot decodes. Both compute a row the
  * same way whatever the other rows (tests/py/test_serve_batch.py checks the
  * texts and the logits), so a client's greedy text does not depend on who
@@ -367,7 +367,6 @@ static void decode_all(srv_engine *e) {
         return;
     }
     if (nb == 0) return;
-    int first = !model_batch_compiled(e->batch);
     double t0 = srv_now();
     kiln_status st = model_batch_decode(e->batch, nb, e->rslot, e->rtok, e->rpos, e->blogits);
     if (st == KILN_OK) {
@@ -381,9 +380,6 @@ static void decode_all(srv_engine *e) {
         e->ac.rows_secs[nb] += srv_now() - t0;
     }
     acct_mark(&e->ac, AC_DECODEN);
-    if (first && model_batch_compiled(e->batch))
-        fprintf(stderr, "kiln serve: batched decoding: %d slots in one call (program compiled in %.1f s)\n", nb,
-                srv_now() - t0);
     for (int b = 0; b < nb; b++) {
         slot *s = &e->slots[e->rslot[b]];
         if (st != KILN_OK) {
@@ -497,6 +493,20 @@ srv_engine *srv_engine_start(model *m, const tokenizer *tk, const srv_engine_opt
     e->ac.t = srv_now();
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    if (e->n_slots > 1) {
+        /* the batched program now, not when two clients first overlap (a
+         * stall of every client for the compile: 19-53 s on gemma3-270m) */
+        double t0 = srv_now();
+        fprintf(stderr, "kiln serve: compiling the batched-decode program for %d slots...\n", e->n_slots);
+        if (model_batch_prepare(e->batch) != KILN_OK) {
+            snprintf(err, cap, "%s", model_batch_error(e->batch));
+            e->stop = 1;
+            srv_engine_stop(e);
+            srv_engine_free(e);
+            return NULL;
+        }
+        fprintf(stderr, "kiln serve: batched decoding ready (%.1f s)\n", srv_now() - t0);
+    }
     if (pthread_create(&e->th, NULL, engine_main, e)) {
         snprintf(err, cap, "cannot start the engine thread");
         e->stop = 1;

@@ -103,6 +103,9 @@ model_kv *model_batch_kv(model_batch *b, int slot);
 kiln_status model_batch_decode(model_batch *b, int nb, const int32_t *slots, const int32_t *tokens, const int32_t *pos,
                                float *logits_out);
 int model_batch_compiled(const model_batch *b); /* 1 once the batched program exists */
+/* build and compile the batched program now (kiln serve, before it listens),
+ * not at the first model_batch_decode; KILN_OK when it already exists */
+kiln_status model_batch_prepare(model_batch *b);
 const char *model_batch_error(const model_batch *b);
 
 const arch_hparams *model_hparams(const model *m);

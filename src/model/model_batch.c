@@ -16,7 +16,8 @@
  *    contractions over 8 slots rounded a row differently from the single
  *    program (tests/py/test_serve_batch.py covers both forms).
  *  - The batched graph is built, bound and compiled at the first
- *    model_batch_decode (kiln run never pays for it), the way the model's
+ *    model_batch_decode or model_batch_prepare (kiln serve --parallel N > 1
+ *    calls it before it listens; kiln run never pays for it), the way the model's
  *    own graph was (model_compile_graph: same rewrites, kernel search, tuning
  *    DB, threads); a model loaded for the reference interpreter evaluates it
  *    with the interpreter.
@@ -168,6 +169,12 @@ static kiln_status run_rows(model_batch *b, int nb, const int32_t *slots, const 
     if (!s) s = kiln_read_output(g, "logits", logits_out, (size_t)nb * (size_t)model_n_vocab(b->m) * sizeof(float));
     if (s) kiln_fail(b->err, sizeof b->err, s, "batched decode: %s", kiln_graph_error(g));
     return s;
+}
+
+kiln_status model_batch_prepare(model_batch *b) {
+    if (!b) return KILN_ERR_INVALID;
+    b->err[0] = 0;
+    return b->g ? KILN_OK : batch_build(b);
 }
 
 kiln_status model_batch_decode(model_batch *b, int nb, const int32_t *slots, const int32_t *tokens, const int32_t *pos,
