@@ -81,7 +81,9 @@ static int run_compare(kiln_graph *g, int vector, int *streams, char *why, size_
 /* attention graphs in the random batch; with 16, one of them kept the
  * materialised form (not investigated; the rewrite limits are the suspect) */
 #define NSUB 10
-static float Q[8192], K[8192], V[8192], M[4096];
+/* room for the largest case (bf16_three_key_heads_window: keys 102 x 3 x 32) */
+#define QKV_CAP 16384
+static float Q[QKV_CAP], K[QKV_CAP], V[QKV_CAP], M[4096];
 
 typedef struct acase {
     const char *name;
@@ -297,7 +299,7 @@ int main(void) {
         const int has = rt_cpu_has("avx512_bf16") && rt_cpu_has("avx512bw");
         static const char *const modes[] = {"scalar", "vector", "avx2"};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            for (int j = 0; j < 8192; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
+            for (int j = 0; j < QKV_CAP; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
             for (int vec = 0; vec < 3; vec++) {
                 const int bf = has && vec == 1 && cases[i].d % 32 == 0;
                 if (vec == 2) setenv("KILN_ISA", "avx2", 1);
