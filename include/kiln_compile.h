@@ -129,6 +129,12 @@ KILN_API char *kiln_program_forms(const kiln_program *p);
  * with no record keeps the cost model's pick. */
 enum { KILN_FORM_SHORT, KILN_FORM_LONG, KILN_FORM_DECODE, KILN_FORM_DECODE_LONG, KILN_FORM_BUCKETS };
 KILN_API int kiln_program_form_force(kiln_program *p, int form);
+/* one bucket's form set by the caller (0 materialised, 1 streaming, -1 the
+ * measured or cost-model choice again), over the tuning DB's record, under
+ * kiln_program_form_force; kiln serve pins decode to the form its batched
+ * program runs (src/model/model_batch.c). Returns 0 when the program has
+ * no alternative form or the arguments are out of range. */
+KILN_API int kiln_program_form_pin(kiln_program *p, int bucket, int form);
 KILN_API kiln_status kiln_program_form_record(kiln_program *p, int bucket, double materialised_s, double streaming_s);
 /* the generated C source (owned by the program) */
 KILN_API const char *kiln_program_source(const kiln_program *p);

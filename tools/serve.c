@@ -171,15 +171,17 @@ int cmd_serve(int argc, char **argv) {
 
     /* with several slots a lone request decodes in the single program and
      * concurrent ones in the batched program, and a client's text must not
-     * depend on which. Up to MODEL_BATCH_MAX_ROWS slots the batched
+     * depend on which. Up to MODEL_BATCH_SLOTS_PER_SLOT slots the batched
      * program's attention (per slot, src/nn/attention_slots.c) runs in the
-     * stream tile's form as the single program's does, so a text is also
-     * `kiln run --temp 0`'s; with more slots its attention per row
+     * stream tile's form as the single program's does (src/model/
+     * model_batch.c pins both to the streaming form), so a text is also
+     * `kiln run --temp 0`'s where the tuning DB did not choose the
+     * materialised form for decode; with more slots its attention per row
      * (attention_rows.c: each row's cache gathered) is not in the tile's
      * form, so every program keeps the one-row stream kernel
      * (KILN_STREAM_TILE=0 unless set). tests/py/test_serve_batch.py checks
      * both bit for bit. */
-    if (o.parallel > MODEL_BATCH_MAX_ROWS) setenv("KILN_STREAM_TILE", "0", 0);
+    if (o.parallel > MODEL_BATCH_SLOTS_PER_SLOT) setenv("KILN_STREAM_TILE", "0", 0);
     double load_s = 0;
     model *m = kiln_cli_load_model("serve", o.model, (int64_t)o.n_ctx, o.use_mmap, o.interp, (int)o.threads, &load_s);
     if (!m) return 1;

@@ -294,7 +294,7 @@ static kiln_tensor rope(bctx *b, kiln_tensor x, rows_at at, int64_t il, kiln_ten
 static kiln_status build(kiln_graph *g, const gguf_file *f, const arch_hparams *hp, kiln_dtype kv_dtype, int form,
                          char *err, size_t cap) {
     if (err && cap) err[0] = 0;
-    const int batch = form >= 2, all_rows = form == 1;
+    const int batch = form >= 2;
     if (kv_dtype != KILN_F32 && kv_dtype != KILN_F16)
         return kiln_fail(err, cap, KILN_ERR_INVALID, "arch_build: the cache must be f32 or f16");
     bctx b = {g, f, hp, err, cap, KILN_OK};
@@ -416,8 +416,14 @@ static kiln_status build(kiln_graph *g, const gguf_file *f, const arch_hparams *
     if (b.st) return b.st;
 
     kiln_graph_mark_block(g);
-    /* (1, d): the last row; all_rows: (seq - logits_from, d); a batch: every row */
-    kiln_sym from = batch ? zero : all_rows ? kiln_sym_var(g, "logits_from") : kiln_sym_sub(g, seq, kiln_sym_int(g, 1));
+    /* (seq - logits_from, d): the rows logits_from .. seq-1 (the last row
+     * only unless all_rows: logits_from bound to seq-1); a batch: every row.
+     * The last row is a symbolic slice, not the constant (1, d), so that
+     * the logits contraction has an M loop as the batched graph's does: one
+     * kernel, one tuning key, one schedule for both, and a row's logits in
+     * a batched decode are the single program's bit for bit (a constant M
+     * gave the single program a kernel of its own, tuned apart) */
+    kiln_sym from = batch ? zero : kiln_sym_var(g, "logits_from");
     kiln_tensor last = kiln_slice(g, x, 0, from, seq, 1);
     last = rmsnorm(&b, last, out_norm);
     kiln_tensor logits = linear(g, last, out_w, KILN_NONE); /* (rows, vocab) */

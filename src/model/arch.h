@@ -20,10 +20,13 @@
  *            match it, and pos + seq <= n_ctx is checked at each run), so
  *            the graph, the generated code and its tuning keys are the same
  *            for every context length;
- *   output   "logits" f32 (1, vocab): the last position only; or, built with
- *            all_rows, f32 (seq - logits_from, vocab): the rows logits_from ..
- *            seq-1, with the symbol "logits_from" (0 <= logits_from < seq)
- *            bound per call (perplexity scores many rows of one pass).
+ *   output   "logits" f32 (seq - logits_from, vocab): the rows logits_from
+ *            .. seq-1, with the symbol "logits_from" (0 <= logits_from < seq)
+ *            bound per call: seq-1 (the last position only), or any row
+ *            for a model loaded with all_rows (perplexity scores many rows
+ *            of one pass). The last row is a symbolic slice, not a constant
+ *            one, so that the logits contraction has an M loop as the
+ *            batched graph's does: the same kernel, tuning key and schedule.
  * Prefill (seq > 1) and decode (seq = 1) are the same graph with different
  * bindings; attention reads the updated cache rows 0 .. pos+seq-1.
  *

@@ -184,7 +184,7 @@ static kiln_status forward_pass(model *m, const int32_t *tokens, int n, int pos,
     if ((int64_t)pos + n > m->kv_rows) m->kv_rows = (int64_t)pos + n;
     kiln_status s = kiln_bind_dim(m->g, "seq", n);
     if (!s) s = kiln_bind_dim(m->g, "pos", pos);
-    if (!s && m->all_logits) s = kiln_bind_dim(m->g, "logits_from", from);
+    if (!s) s = kiln_bind_dim(m->g, "logits_from", from);
     if (!s) s = kiln_bind_input(m->g, "tokens", (void *)(uintptr_t)tokens, (size_t)n * sizeof(int32_t));
     if (!s) s = model_eval(m);
     if (!s && n >= MODEL_RERELEASE_ROWS) release_again(m);

@@ -97,6 +97,10 @@ typedef struct model_batch model_batch;
 /* rows per program call: the contraction schedules' decode bucket
  * (SCH_SMALL_M in src/sched/loop.h), see model_batch.c */
 #define MODEL_BATCH_MAX_ROWS 4
+/* slots up to which the batched program's attention is per slot
+ * (kiln_attention_slots, streaming, a row the single program's bit for
+ * bit); past it per row (kiln_attention_rows), see model_batch.c */
+#define MODEL_BATCH_SLOTS_PER_SLOT 16
 model_batch *model_batch_new(model *m, int n_slots);
 void model_batch_free(model_batch *b);
 model_kv *model_batch_kv(model_batch *b, int slot);

@@ -8,13 +8,18 @@
  *    and slot s's single-sequence view are the same memory, so a slot's
  *    prefill (the model's own program on model_batch_kv(b, s)) and the
  *    batched steps never copy a cache.
- *  - Up to MODEL_BATCH_MAX_ROWS slots, the graph computes attention per
- *    slot (kiln_attention_slots: each slot's cache read in place by the
- *    contractions, every slot's attention each call); with more, per row
- *    (kiln_attention_rows: each row's cache gathered, a copy of its keys
- *    and values per layer and call), since the per-slot form's
- *    contractions over 8 slots rounded a row differently from the single
- *    program (tests/py/test_serve_batch.py covers both forms).
+ *  - Up to MODEL_BATCH_SLOTS_PER_SLOT (16) slots, the graph computes
+ *    attention per slot (kiln_attention_slots: each slot's cache read in
+ *    place by the stream kernel, every slot's attention each call, a slot
+ *    no row names at one key); with more, per row (kiln_attention_rows:
+ *    each row's cache gathered, a copy of its keys and values per layer
+ *    and call). The per-slot form is the one whose rows are the single
+ *    program's bit for bit on gemma3-270m with a tuned DB (8 slots: exact;
+ *    the per-row form off by up to 7 in a logit after a first-run search,
+ *    1e-5 without one); tests/py/test_serve_batch.py covers both forms.
+ *  - The attention forms of the two programs agree (align_forms): the
+ *    batched program streams, and the single program's decode is pinned
+ *    to streaming while slots exist, over a tuning-DB record.
  *  - The batched graph is built, bound and compiled at the first
  *    model_batch_decode or model_batch_prepare (kiln serve --parallel N > 1
  *    calls it before it listens; kiln run never pays for it), the way the model's
@@ -54,6 +59,26 @@ struct model_batch {
     char err[512];
 };
 
+/* a row's logits must be the single program's bit for bit, and the two
+ * programs' attention forms agree only when both stream (the materialised
+ * forms' contractions are different kernels, tuned apart): the batched
+ * program runs the streaming form, and the single program's decode buckets
+ * are pinned to the batched program's form over a tuning-DB record that
+ * chose the materialised form for the single program alone */
+static void pin_decode(model *m, int form) {
+    kiln_program *one = model_program(m);
+    kiln_program_form_pin(one, KILN_FORM_DECODE, form);
+    kiln_program_form_pin(one, KILN_FORM_DECODE_LONG, form);
+}
+
+/* at the batched program's compile: the streaming form if it has one (the
+ * single program was pinned to it when the slots were made, so that a
+ * slot's steps before the first batched call decode alike), else its only
+ * form, the materialised one */
+static void align_forms(model_batch *b) {
+    if (!kiln_program_form_force(b->prog, 1)) pin_decode(b->m, 0);
+}
+
 model_batch *model_batch_new(model *m, int n_slots) {
     if (!m || n_slots < 1) return NULL;
     model_batch *b = kiln_xcalloc(1, sizeof *b);
@@ -73,11 +98,13 @@ model_batch *model_batch_new(model *m, int n_slots) {
     }
     free(at);
     b->seen = kiln_xcalloc((size_t)n_slots, sizeof *b->seen);
+    if (n_slots > 1) pin_decode(m, 1); /* see align_forms; one slot never decodes batched */
     return b;
 }
 
 void model_batch_free(model_batch *b) {
     if (!b) return;
+    if (b->n_slots > 1) pin_decode(b->m, -1); /* the single program alone again: its own choice */
     kiln_program_free(b->prog); /* before its graph */
     kiln_graph_free(b->g);
     for (int s = 0; s < b->n_slots; s++) model_kv_free(b->views[s]);
@@ -102,7 +129,7 @@ static kiln_status batch_build(model_batch *b) {
     kiln_graph *g = kiln_graph_new();
     /* attention per slot for a few slots (attention_slots.c: the caches read
      * in place), per row, gathering each row's cache, for more */
-    int per_slot = b->n_slots <= MODEL_BATCH_MAX_ROWS;
+    int per_slot = b->n_slots <= MODEL_BATCH_SLOTS_PER_SLOT;
     kiln_status s = arch_build_batch(g, model_gguf(m), model_hparams(m), model_opts(m)->kv_dtype, per_slot, b->err,
                                      sizeof b->err);
     if (!s) {
@@ -123,6 +150,7 @@ static kiln_status batch_build(model_batch *b) {
             kiln_fail(b->err, sizeof b->err, s, "batched decode: compiling failed: %s", kiln_graph_error(g));
         }
     }
+    if (b->prog) align_forms(b);
     if (s) {
         kiln_graph_free(g);
         return s;

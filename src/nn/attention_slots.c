@@ -24,11 +24,12 @@
  *    single program's decode, so a row's sums are the same. A slot no row
  *    names has a zero query at position 0; its output is computed from its
  *    own cache and never gathered.
- *  - So a call costs the attention of every slot, used or not: for a few
- *    slots. (With 8 slots, the contractions' work split over the batch
- *    changed a row's rounding against the single program in
- *    tests/py/test_serve_batch.py; model_batch.c uses this form up to
- *    MODEL_BATCH_MAX_ROWS slots only.)
+ *  - So a call costs the attention of every slot, used or not (a slot no
+ *    row names at one key, its other key blocks masked and skipped by the
+ *    stream kernel): model_batch.c uses this form up to
+ *    MODEL_BATCH_SLOTS_PER_SLOT slots, in the streaming form only (the
+ *    materialised form's contractions over 8 slots rounded a row
+ *    differently from the single program).
  *  - Grouped-query heads share keys through views, as in attention.c.
  */
 #include "nn_util.h"

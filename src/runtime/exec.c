@@ -174,6 +174,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->plan.compiling = 0;
     p->forms.force = -1; /* no form forced, none measured: the cost model picks (stream_select.c) */
     memset(p->forms.choice, 0xff, sizeof p->forms.choice);
+    memset(p->forms.pin, 0xff, sizeof p->forms.pin);
     /* the streaming form is compiled when first needed (rt_stream_alt): a
      * first-run search runs this program alone and then compiles it once,
      * with the winners, instead of twice */

@@ -109,10 +109,12 @@ struct kiln_program {
     uint8_t alt_pending;      /* option stream 2: alt not compiled yet (rt_stream_alt compiles it at first need) */
     /* the attention form per bucket (KILN_FORM_*), measured: -1 none (the
      * cost model picks), 0 materialised, 1 streaming; t: [bucket][form]
-     * seconds; loaded from the tuning DB at the first pick (stream_select.c) */
+     * seconds; loaded from the tuning DB at the first pick (stream_select.c);
+     * pin: a bucket's form set by the caller (kiln_program_form_pin), over
+     * the measured choice, -1 none */
     struct {
         int loaded, force;
-        int8_t choice[KILN_FORM_BUCKETS];
+        int8_t choice[KILN_FORM_BUCKETS], pin[KILN_FORM_BUCKETS];
         double t[KILN_FORM_BUCKETS][2];
     } forms;
 };

@@ -172,6 +172,7 @@ int rt_stream_pick(kiln_program *p, const kiln_graph *user) {
     if (!stream_extent(p->alt, user, &keys, &rows)) return 0;
     if (!p->forms.loaded) load_forms(p);
     int b = bucket_of(keys, rows);
+    if (p->forms.pin[b] >= 0) return p->forms.pin[b];
     if (p->forms.choice[b] >= 0) return p->forms.choice[b];
     return keys >= RT_STREAM_LONG || rows <= RT_STREAM_FEW;
 }
@@ -181,6 +182,13 @@ int kiln_program_form_force(kiln_program *p, int form) {
     /* the materialised form (or none) forced needs no alternative compiled */
     if (form == 1 ? !rt_stream_alt(p) : !p->alt && !p->alt_pending) return 0;
     p->forms.force = form;
+    return 1;
+}
+
+int kiln_program_form_pin(kiln_program *p, int bucket, int form) {
+    if (!p || bucket < 0 || bucket >= KILN_FORM_BUCKETS || form < -1 || form > 1) return 0;
+    if (!p->alt && !p->alt_pending) return 0; /* one form only: nothing to pick */
+    p->forms.pin[bucket] = (int8_t)form;
     return 1;
 }
 
@@ -244,7 +252,10 @@ char *kiln_program_forms(const kiln_program *p) {
         if (!q->forms.loaded) load_forms(q);
         for (int bk = 0; bk < KILN_FORM_BUCKETS; bk++) {
             int f = q->forms.choice[bk];
-            if (f >= 0) {
+            if (q->forms.pin[bk] >= 0) {
+                kiln_sb_printf(&b, "  %s: %s (pinned by the caller: kiln serve's batched decoding runs this form)\n",
+                               what[bk], form[q->forms.pin[bk]]);
+            } else if (f >= 0) {
                 kiln_sb_printf(&b, "  %s: %s, %.3f ms; runner-up: %s, %.3f ms (measured, tuning DB)\n", what[bk],
                                form[f], q->forms.t[bk][f] * 1e3, f ? "materialised" : "streaming",
                                q->forms.t[bk][1 - f] * 1e3);

@@ -8,17 +8,25 @@ under the reference interpreter:
   - a slot's prefill through its view gives exactly the logits of the
     model's own cache (the view is the same program on other memory);
   - (with the cost model's schedules: int8 decode tiles on the repacked
-    q8_0 weights, 1 to 4 rows of A per tile) several decode steps of 6 rows of 8 slots in the order 3, 0, 2, 7, 5, 6
-    (slots 1 and 4 idle, the sequences at different lengths; more than
-    MODEL_BATCH_MAX_ROWS, so two program calls; attention per row,
-    kiln_attention_rows), and of 3 rows of 4 slots in the order 2, 0, 3
-    (slot 1 idle; attention per slot, kiln_attention_slots, in the stream
-    tile's form; the per-row form with the tile off, as kiln serve runs it
-    past 4 slots): each row's batched logits equal the
-    logits of the same token decoded alone by the single-sequence program
-    on a second handle holding the same sequences (compiled: bit for bit,
-    which is what makes a client's greedy text independent of the other
-    clients; interpreter: to 1e-5 relative, the interpreter's own order);
+    q8_0 weights, 1 to 4 rows of A per tile) several decode steps of 6 rows
+    of 8 slots in the order 3, 0, 2, 7, 5, 6 (slots 1 and 4 idle, the
+    sequences at different lengths; more than MODEL_BATCH_MAX_ROWS, so two
+    program calls), of 3 rows of 4 slots in the order 2, 0, 3 (slot 1
+    idle), both with attention per slot (kiln_attention_slots, in the
+    stream tile's form), and of 7 rows of 17 slots (past
+    MODEL_BATCH_SLOTS_PER_SLOT: attention per row, kiln_attention_rows,
+    with the tile off as kiln serve runs it there): each row's batched
+    logits equal the logits of the same token decoded alone by the
+    single-sequence program on a second handle holding the same sequences
+    (compiled: bit for bit, which is what makes a client's greedy text
+    independent of the other clients; interpreter: to 1e-5 relative, the
+    interpreter's own order);
+  - after a first-run search, with the DB's decode attention form rewritten
+    to the materialised one, rows at positions spread past 64 (slot 0 far
+    behind) still equal the single program's bit for bit (the logits
+    contraction one kernel in both, the single program's decode pinned to
+    the batched program's streaming form while slots exist), while a handle
+    without slots decodes in the record's form;
   - a later single-slot prefill of the idle slot still matches (the batched
     steps wrote only their rows' slots);
   - bad rows (a repeated slot, a slot or position out of range, a token out
@@ -115,7 +123,7 @@ def check_model(arch, path, interpreter, ns=8, rows=(3, 0, 2, 7, 5, 6)):
         nv = L.kiln_llm_n_vocab(a)
         rng = np.random.default_rng(5)
         assert L.kiln_llm_slots(a, ns) == kc.OK and L.kiln_llm_slots(ref, ns) == kc.OK
-        lens = [5, 2, 9, 3, 4, 7, 1, 6][:ns]
+        lens = ([5, 2, 9, 3, 4, 7, 1, 6] * 3)[:ns]
         prompts = [i32(rng.integers(0, nv, n)) for n in lens]
         last = {}
         for s, pr in enumerate(prompts):
@@ -165,13 +173,21 @@ MODELS = models()
 
 
 def t_compiled():
-    # 8 slots: attention per row (attention_rows.c: each row's cache
-    # gathered), not in the stream tile's form, so kiln serve turns the
-    # tile off for every program (tools/serve.c), and so does this case
+    # 8 slots: attention per slot (attention_slots.c) in the stream tile's
+    # form, slots 1 and 4 idle, the rows in two program calls
+    for arch, path in MODELS:
+        check_model(arch, path, interpreter=False)
+
+
+def t_compiled_rows():
+    # 17 slots, past MODEL_BATCH_SLOTS_PER_SLOT: attention per row
+    # (attention_rows.c: each row's cache gathered), not in the stream
+    # tile's form, so kiln serve turns the tile off for every program
+    # (tools/serve.c), and so does this case
     os.environ["KILN_STREAM_TILE"] = "0"
     try:
         for arch, path in MODELS:
-            check_model(arch, path, interpreter=False)
+            check_model(arch, path, interpreter=False, ns=17, rows=(3, 0, 16, 2, 7, 5, 6))
     finally:
         os.environ.pop("KILN_STREAM_TILE", None)
 
@@ -189,6 +205,7 @@ def t_interpreter():
     for arch, path in MODELS[:2]:
         check_model(arch, path, interpreter=True)
     check_model(*MODELS[0], interpreter=True, ns=4, rows=(3, 2))
+    check_model(*MODELS[0], interpreter=True, ns=17, rows=(3, 16, 2))
 
 
 def t_errors():
@@ -214,8 +231,106 @@ def t_errors():
         L.kiln_llm_free(m)
 
 
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def materialise_decode_forms(db):
+    """rewrite the tuning DB's decode-bucket attention-form records to
+    choose the materialised form (as a search on a machine where it wins
+    would), each line's checksum (FNV-1a 64 of the text before " sum=",
+    src/sched/tunedb.c) made again; returns how many were rewritten"""
+    out, n = [], 0
+    for line in open(db, encoding="utf-8"):
+        if 'key="attn-form-' in line and ' bucket="decode' in line:
+            body = line.rstrip("\n").rsplit(" sum=", 1)[0]
+            if 'sched="streaming"' in body:
+                best = body.split(" best=")[1].split(" ")[0]
+                base = body.split(" base=")[1].split(" ")[0]
+                body = body.replace('sched="streaming"', 'sched="materialised"')
+                body = body.replace(" best=" + best, " best=@").replace(" base=" + base, " base=" + best)
+                body = body.replace(" best=@", " best=" + base)
+            line = "%s sum=%016x\n" % (body, fnv1a64(body.encode()))
+            n += 1
+        out.append(line)
+    with open(db + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(out)
+    os.replace(db + ".tmp", db)
+    return n
+
+
+def t_tuned_records():
+    # what kiln serve meets after a first-run search: the tuning DB holds
+    # schedules for the single program's kernels and its attention form per
+    # bucket, and a form measured faster for the single program alone
+    # (here: materialised for decode, written into the DB as a machine where
+    # it wins would) must not make a batched row differ from the same token
+    # decoded alone. The logits contraction is one kernel in both programs
+    # (arch.c: the last row is a symbolic slice) and the single program's
+    # decode is pinned to the batched program's streaming form once slots
+    # exist (model_batch.c). Positions spread past 64, slot 0 far behind.
+    ctx = 160
+    path = tiny_llm.write(os.path.join(TMP, "gemma3_160.gguf"), seed=3, n_ctx=ctx)
+    p = L.kiln_llm_default_params()
+    p.threads, p.tune_s, p.n_ctx = 1, 4.0, ctx
+    m, err = _vp(), ctypes.create_string_buffer(1024)
+    assert L.kiln_llm_load(path.encode(), ctypes.byref(p), ctypes.byref(m), err, 1024) == kc.OK, err.value.decode()
+    L.kiln_llm_free(m)
+    db = os.environ["KILN_TUNEDB"]
+    assert materialise_decode_forms(db) >= 1, "the first-run search stored no decode attention form"
+    text = open(db, encoding="utf-8").read()
+    assert 'bucket="decode,t=1" sched="materialised"' in text
+    ns = 4
+    hs = []
+    for _ in range(3):
+        p.tune_s = 0.0
+        h = _vp()
+        assert L.kiln_llm_load(path.encode(), ctypes.byref(p), ctypes.byref(h), err, 1024) == kc.OK, err.value.decode()
+        hs.append(h)
+    a, b, alone = hs  # a: batched; b: the same slots, each token alone; alone: no slots (the DB's form)
+    try:
+        nv = L.kiln_llm_n_vocab(a)
+        assert L.kiln_llm_slots(a, ns) == kc.OK and L.kiln_llm_slots(b, ns) == kc.OK
+        rng = np.random.default_rng(9)
+        lens = [3, 70, 9, 40]
+        for s, n in enumerate(lens):
+            pr = i32(rng.integers(0, nv, n))
+            la, lb1 = np.zeros(nv, np.float32), np.zeros(nv, np.float32)
+            assert L.kiln_llm_decode_slot(a, s, ip(pr), n, 0, fp(la)) == kc.OK
+            assert L.kiln_llm_decode_slot(b, s, ip(pr), n, 0, fp(lb1)) == kc.OK
+            if s == 0:
+                lo = np.zeros(nv, np.float32)
+                assert L.kiln_llm_decode(alone, ip(pr), n, 0, fp(lo)) == kc.OK
+        pos, differs = list(lens), 0
+        for step in range(12):
+            toks = i32(rng.integers(0, nv, ns))
+            lbat = np.zeros((ns, nv), np.float32)
+            assert L.kiln_llm_decode_batch(a, ns, ip(i32(range(ns))), ip(toks), ip(i32(pos)), fp(lbat)) == kc.OK
+            for s in range(ns):
+                one = np.zeros(nv, np.float32)
+                assert L.kiln_llm_decode_slot(b, s, ip(i32([toks[s]])), 1, pos[s], fp(one)) == kc.OK
+                assert np.array_equal(lbat[s], one), "step %d slot %d at %d: batched logits differ (max %g)" % (
+                    step, s, pos[s], float(np.max(np.abs(lbat[s] - one))))
+                if s == 0:
+                    lo = np.zeros(nv, np.float32)
+                    assert L.kiln_llm_decode(alone, ip(i32([toks[0]])), 1, pos[0], fp(lo)) == kc.OK
+                    differs += not np.array_equal(lo, one)
+                pos[s] += 1
+        # the handle without slots decodes in the DB's (materialised) form:
+        # had the record no effect, this case would not test the pin
+        assert differs > 0, "the materialised decode record changed nothing"
+    finally:
+        for h in hs:
+            L.kiln_llm_free(h)
+
+
 suite.case("batched_logits_compiled", t_compiled)
 suite.case("batched_logits_compiled_per_slot", t_compiled_slots)
+suite.case("batched_logits_compiled_per_row", t_compiled_rows)
 suite.case("batched_logits_interpreter", t_interpreter)
+suite.case("batched_logits_tuned_records", t_tuned_records)
 suite.case("bad_rows", t_errors)
 sys.exit(suite.finish())
