@@ -101,9 +101,15 @@ else
 $(info kiln: building without `kiln serve`: it needs libmicrohttpd and cJSON (Debian: apt-get install libmicrohttpd-dev libcjson-dev))
 endif
 
+# whether this build has the server, rewritten only when it changes: the
+# CLI is linked again once the libraries are installed (or removed)
+$(BUILD)/serve.txt: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(SERVE_OK)' | cmp -s - $@ || echo '$(SERVE_OK)' > $@
+
 # the CLI: every tools/*.c is one part of it (a new subcommand is a new file)
 CLI_SRC = $(sort $(wildcard tools/*.c))
-$(BUILD)/kiln: $(CLI_SRC) $(wildcard tools/*.h) $(BUILD)/libkiln.a $(BUILD)/commit.txt
+$(BUILD)/kiln: $(CLI_SRC) $(wildcard tools/*.h) $(BUILD)/libkiln.a $(BUILD)/commit.txt $(BUILD)/serve.txt
 	$(CC) $(CFLAGS) $(SERVE_CFLAGS) -DKILN_COMMIT='"$(KILN_COMMIT)"' -o $@ $(CLI_SRC) $(BUILD)/libkiln.a $(SERVE_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libkiln.a tests/unit/check.h tests/unit/weights.h
