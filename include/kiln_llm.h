@@ -117,8 +117,12 @@ KILN_API void kiln_llm_reset(kiln_llm *m);
  * slot's cache; kiln_llm_decode_batch runs one token for each of nb rows in
  * one batched pass (compiled at its first call): row r is token tokens[r] at
  * position pos[r] of slot slots[r] (distinct slots, each holding 0 .. pos[r]-1)
- * and its logits are logits[r * n_vocab ..]. Out-of-range rows are
- * KILN_ERR_RANGE before anything runs. */
+ * and its logits are logits[r * n_vocab ..], bit for bit the logits
+ * kiln_llm_decode_slot gives for the same token: with more than one slot,
+ * every one-token decode of the model (its own cache included) runs the
+ * streaming attention form the batched pass runs, whatever form the tuning
+ * DB chose for decode. Out-of-range rows are KILN_ERR_RANGE before anything
+ * runs. */
 KILN_API kiln_status kiln_llm_slots(kiln_llm *m, int n_slots);
 KILN_API kiln_status kiln_llm_decode_slot(kiln_llm *m, int slot, const int32_t *tokens, int n, int pos, float *logits);
 KILN_API kiln_status kiln_llm_decode_batch(kiln_llm *m, int nb, const int32_t *slots, const int32_t *tokens,
