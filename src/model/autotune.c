@@ -214,6 +214,7 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
         int nf = nforms == 3 && (l == 0 || pre[2] > 0) ? 3 : 2;
         pre[0] = pre[1] = pre[2] = dec[0] = dec[1] = 0;
         double kl = 0;
+        int checked = 0;
         for (int r = 0; r < rounds; r++)
             for (int f = 0; f < nf; f++) {
                 if (l == 1 && f >= 1 && est[f] > left - (kiln_now_s() - t0)) {
@@ -229,12 +230,13 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
                     double k = logits_kl(ref, logits, nv);
                     if (!(k <= AUTOTUNE_BF16_KL)) pre[2] = -1; /* wrong: it may not win */
                     if (!(k <= kl)) kl = k;
+                    checked = 1;
                 }
                 if (f == 2) continue; /* decode stays f32 */
                 double td = time_forward(m, toks + len, 1, len, 3, logits);
                 dec[f] = best_of(dec[f], td);
             }
-        if (nf == 3 && o->phase) {
+        if (checked && o->phase) {
             char what[200];
             snprintf(what, sizeof what, "the streaming-bf16 form's %d-row prefill against the f32 streaming form's: KL %.2g (at most %g)%s",
                      len, kl, AUTOTUNE_BF16_KL, pre[2] < 0 ? ": disqualified" : "");
