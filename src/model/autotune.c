@@ -161,7 +161,7 @@ static double best_of(double best, double t) {
 
 /* KL(softmax(a) || softmax(b)) over n logits, in nats; a non-finite logit
  * gives +inf (the check fails) */
-static double logits_kl(const float *a, const float *b, int n) {
+double model_logits_kl(const float *a, const float *b, int n) {
     double ma = -1e300, mb = -1e300, sa = 0, sb = 0, kl = 0;
     for (int i = 0; i < n; i++) {
         if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
@@ -184,6 +184,7 @@ static double logits_kl(const float *a, const float *b, int n) {
  * tile: 0.00385, the f32 tile 0.00381); one row of pseudo-random tokens
  * scatters more than a mean, hence the margin */
 #define AUTOTUNE_BF16_KL 0.02
+int model_bf16_form_ok(double kl) { return kl <= AUTOTUNE_BF16_KL; }
 
 static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, double left, float *logits,
                           const model_tune_options *o) {
@@ -227,8 +228,8 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
                 pre[f] = best_of(pre[f], tp);
                 if (f == 1 && tp > 0) memcpy(ref, logits, (size_t)nv * sizeof *ref);
                 if (f == 2 && tp > 0) {
-                    double k = logits_kl(ref, logits, nv);
-                    if (!(k <= AUTOTUNE_BF16_KL)) pre[2] = -1; /* wrong: it may not win */
+                    double k = model_logits_kl(ref, logits, nv);
+                    if (!model_bf16_form_ok(k)) pre[2] = -1; /* wrong: it may not win */
                     if (!(k <= kl)) kl = k;
                     checked = 1;
                 }

@@ -31,6 +31,7 @@
 #include "check.h"
 #include "kiln.h"
 #include "kiln_compile.h"
+#include "autotune.h"
 #include "stream_select.h"
 #include "tunedb.h"
 
@@ -217,6 +218,28 @@ int main(void) {
                 CHECK(w == cases[i].winner && r == cases[i].runner_up, "\"%s\": winner %d runner-up %d, want %d %d",
                       cases[i].text, w, r, cases[i].winner, cases[i].runner_up);
         }
+    }
+    CASE_END();
+
+    CASE_BEGIN("bf16_form_logits_check");
+    {
+        /* the form rounds' check (autotune.c) on logit rows: the same row
+         * passes, a row of the f32 form's rounding noise passes, a changed
+         * top token or a non-finite logit fails */
+        static float a[1000], b[1000];
+        for (int i = 0; i < 1000; i++) a[i] = b[i] = (float)((i * 37) % 101) * 0.1f - 5;
+        CHECK(model_logits_kl(a, b, 1000) == 0 && model_bf16_form_ok(0), "the same row");
+        for (int i = 0; i < 1000; i++) b[i] = a[i] * (1 + (float)((i % 3) - 1) * 1e-3f);
+        double k = model_logits_kl(a, b, 1000);
+        CHECK(k > 0 && model_bf16_form_ok(k), "rounding noise: KL %g", k);
+        for (int i = 0; i < 1000; i++) b[i] = a[i];
+        b[7] += 8; /* a token the row barely gave weight to now dominates */
+        k = model_logits_kl(a, b, 1000);
+        CHECK(!model_bf16_form_ok(k), "a changed top token passed: KL %g", k);
+        b[7] = NAN;
+        CHECK(!model_bf16_form_ok(model_logits_kl(a, b, 1000)), "a NaN logit passed");
+        b[7] = INFINITY;
+        CHECK(!model_bf16_form_ok(model_logits_kl(a, b, 1000)), "an inf logit passed");
     }
     CASE_END();
 
