@@ -57,7 +57,11 @@
  * bf16 contraction's bound, emit_gemm_bf16.c). Printed inside "#if KTBF16"
  * (AVX-512 F+BW in the unit) with the f32 tile in the #else, so a unit built
  * for a lower ISA (KILN_ISA) gets the f32 tile; marked "ktile-bf16
- * (approximate)".
+ * (approximate)". SCH_STREAM_BF16_ONLY (KILN_STREAM_BF16=1) prints that body
+ * alone; SCH_STREAM_BF16_BOTH (the streaming alternative of option stream 2,
+ * where the streaming-bf16 attention form is measured, stream_select.c)
+ * prints the f32 and the bf16 body as static functions and the kernel calls
+ * the bf16 one when its launch's flags hold CG_KF_BF16.
  */
 #include "emit_stream.h"
 
