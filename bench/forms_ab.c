@@ -1,6 +1,8 @@
-/* forms_ab.c — the two attention forms of a model timed alternately in one
+/* forms_ab.c — the attention forms of a model timed alternately in one
  * process (issue 26: which form a short prompt should take), so that a load
- * that comes and goes on a shared machine hits both alike.
+ * that comes and goes on a shared machine hits them alike. Where the CPU has
+ * avx512_bf16 the third form, streaming-bf16 (kiln_program_form_force 2),
+ * takes its turn too.
  *
  * The model is loaded and compiled as kiln bench does it (both forms, the
  * tuning DB's schedules and form records, no search); then for R rounds, for
@@ -9,7 +11,8 @@
  * goes first swapped every round. Prints per length each form's minimum and
  * median and the median (and range) of the per-round ratio streaming /
  * materialised: above 1.03 materialised is faster, below 0.97 streaming, in
- * between a tie (kiln_program_form_record's).
+ * between a tie (kiln_program_form_record's); with three forms also
+ * streaming-bf16 / materialised and streaming-bf16 / streaming.
  *
  *   make && cc -O2 -Iinclude -Isrc/base -Isrc/ir -Isrc/model -Isrc/runtime -Isrc/sched \
  *       bench/forms_ab.c build/libkiln.a -lm -ldl -lpthread -o build/forms_ab
@@ -67,15 +70,16 @@ int main(int argc, char **argv) {
     int32_t *toks = malloc((size_t)maxlen * sizeof *toks);
     for (int i = 0; i < maxlen; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
     float *logits = malloc((size_t)model_n_vocab(m) * sizeof *logits);
-    for (int f = 0; f < 2; f++) { /* warm-up: the weight copies, pages */
+    int nf = kiln_program_form_force(p, 2) ? 3 : 2;
+    for (int f = 0; f < nf; f++) { /* warm-up: the weight copies, pages */
         kiln_program_form_force(p, f);
         model_forward(m, toks, 8, 0, logits);
     }
-    static double t[MAX_LENS][2][MAX_ROUNDS];
+    static double t[MAX_LENS][3][MAX_ROUNDS];
     for (int r = 0; r < rounds; r++)
         for (int l = 0; l < nl; l++)
-            for (int i = 0; i < 2; i++) {
-                int f = (i + r) % 2;
+            for (int i = 0; i < nf; i++) {
+                int f = (i + r) % nf;
                 kiln_program_form_force(p, f);
                 double t0 = kiln_now_s();
                 if (model_forward(m, toks, lens[l], 0, logits) != KILN_OK) {
@@ -85,14 +89,23 @@ int main(int argc, char **argv) {
                 t[l][f][r] = kiln_now_s() - t0;
             }
     for (int l = 0; l < nl; l++) {
-        double ratio[MAX_ROUNDS];
-        for (int r = 0; r < rounds; r++) ratio[r] = t[l][1][r] / t[l][0][r];
+        double ratio[MAX_ROUNDS], rb[MAX_ROUNDS], rbs[MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++) {
+            ratio[r] = t[l][1][r] / t[l][0][r];
+            if (nf == 3) rb[r] = t[l][2][r] / t[l][0][r], rbs[r] = t[l][2][r] / t[l][1][r];
+        }
         qsort(ratio, (size_t)rounds, sizeof *ratio, cmp);
-        for (int f = 0; f < 2; f++) qsort(t[l][f], (size_t)rounds, sizeof(double), cmp);
+        if (nf == 3) qsort(rb, (size_t)rounds, sizeof *rb, cmp), qsort(rbs, (size_t)rounds, sizeof *rbs, cmp);
+        for (int f = 0; f < nf; f++) qsort(t[l][f], (size_t)rounds, sizeof(double), cmp);
         printf("t=%d pp%d: materialised min %.1f median %.1f ms | streaming min %.1f median %.1f ms | "
                "streaming/materialised per round: median %.3f (%.3f-%.3f)\n",
                threads, lens[l], 1e3 * t[l][0][0], 1e3 * t[l][0][rounds / 2], 1e3 * t[l][1][0],
                1e3 * t[l][1][rounds / 2], ratio[rounds / 2], ratio[0], ratio[rounds - 1]);
+        if (nf == 3)
+            printf("t=%d pp%d: streaming-bf16 min %.1f median %.1f ms | bf16/materialised median %.3f (%.3f-%.3f) | "
+                   "bf16/streaming median %.3f (%.3f-%.3f)\n",
+                   threads, lens[l], 1e3 * t[l][2][0], 1e3 * t[l][2][rounds / 2], rb[rounds / 2], rb[0],
+                   rb[rounds - 1], rbs[rounds / 2], rbs[0], rbs[rounds - 1]);
     }
     free(toks);
     free(logits);

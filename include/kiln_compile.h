@@ -86,7 +86,10 @@ typedef struct kiln_compile_options {
                                 its own, not the rows x keys tile (KILN_STREAM_TILE=0) */
     int stream_bf16;         /* 1: stream tiles round queries, keys, values and weights to bf16 and multiply on
                                 vdpbf16ps with f32 sums (approximate), on CPUs with avx512_bf16 only; elsewhere
-                                ignored (KILN_STREAM_BF16=1) */
+                                ignored (KILN_STREAM_BF16=1). 0 (unset): with option stream 2, the streaming
+                                form's tiles hold both products and "streaming-bf16" is a third attention form
+                                for prompts, measured like the others (stream_select.c); 2: that, asked for
+                                directly; -1: no bf16 form at all (KILN_STREAM_BF16=0) */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,
@@ -128,7 +131,15 @@ KILN_API char *kiln_program_forms(const kiln_program *p);
  * tie: the cost model's pick, whose time may then be the larger); a bucket
  * with no record keeps the cost model's pick. */
 enum { KILN_FORM_SHORT, KILN_FORM_LONG, KILN_FORM_DECODE, KILN_FORM_DECODE_LONG, KILN_FORM_BUCKETS };
+/* the forms: the third is the streaming program with its stream tiles'
+ * products in bf16 (approximate), on CPUs with avx512_bf16 and for prompts
+ * (the short and long buckets) only; forcing it returns 0 where the
+ * program has no such form */
+enum { KILN_FORM_MATERIALISED, KILN_FORM_STREAMING, KILN_FORM_STREAMING_BF16, KILN_FORMS };
 KILN_API int kiln_program_form_force(kiln_program *p, int form);
+/* 1 when p may have the streaming-bf16 form (exact once the streaming
+ * alternative is compiled; before, from the options and the CPU), no compile */
+KILN_API int kiln_program_form_bf16_possible(const kiln_program *p);
 /* one bucket's form set by the caller (0 materialised, 1 streaming, -1 the
  * measured or cost-model choice again), over the tuning DB's record, under
  * kiln_program_form_force; kiln serve pins decode to the form its batched
@@ -136,6 +147,13 @@ KILN_API int kiln_program_form_force(kiln_program *p, int form);
  * no alternative form or the arguments are out of range. */
 KILN_API int kiln_program_form_pin(kiln_program *p, int bucket, int form);
 KILN_API kiln_status kiln_program_form_record(kiln_program *p, int bucket, double materialised_s, double streaming_s);
+/* the same with the streaming-bf16 form's seconds (0: not measured), for the
+ * short and long buckets of a program that has the form (else
+ * KILN_ERR_INVALID); it wins only when more than 3% faster than the f32 form
+ * the other two's rule picks. The record's schedule: the winner, then
+ * " runner-up=<form>" unless the runner-up is the other f32 form */
+KILN_API kiln_status kiln_program_form_record3(kiln_program *p, int bucket, double materialised_s, double streaming_s,
+                                               double streaming_bf16_s);
 /* the generated C source (owned by the program) */
 KILN_API const char *kiln_program_source(const kiln_program *p);
 /* path of the loaded shared object (owned by the program) */

@@ -44,7 +44,7 @@ static void read_compile(kiln_compile_options *o) {
     o->no_contract = is_zero("KILN_CONTRACT");
     o->no_split = is_zero("KILN_SPLIT");
     o->no_stream_tile = is_zero("KILN_STREAM_TILE");
-    o->stream_bf16 = is_one("KILN_STREAM_BF16");
+    o->stream_bf16 = is_one("KILN_STREAM_BF16") ? 1 : is_zero("KILN_STREAM_BF16") ? -1 : 0;
     o->no_pack_copy = is_zero("KILN_PACK_COPY");
     const char *sm = str("KILN_STREAM_MIN");
     if (sm) {

@@ -9,6 +9,12 @@
 #include "stream_mask.h"
 #include "stream_tile.h"
 
+/* a launch's flag for a stream tile compiled with both bodies
+ * (SCH_STREAM_BF16_BOTH): run the bf16 one (the other flag bits: emit_c.h's
+ * 1 streaming stores, CG_KF_PREP 2 and CG_KF_SHARED 4, the M parts from bit
+ * 16: contraction kernels' only) */
+#define CG_KF_BF16 8
+
 /* keys per skippable block */
 #define KILN_STREAM_KB 32
 

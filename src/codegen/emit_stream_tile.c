@@ -57,7 +57,11 @@
  * bf16 contraction's bound, emit_gemm_bf16.c). Printed inside "#if KTBF16"
  * (AVX-512 F+BW in the unit) with the f32 tile in the #else, so a unit built
  * for a lower ISA (KILN_ISA) gets the f32 tile; marked "ktile-bf16
- * (approximate)".
+ * (approximate)". SCH_STREAM_BF16_ONLY (KILN_STREAM_BF16=1) prints that body
+ * alone; SCH_STREAM_BF16_BOTH (the streaming alternative of option stream 2,
+ * where the streaming-bf16 attention form is measured, stream_select.c)
+ * prints the f32 and the bf16 body as static functions and the kernel calls
+ * the bf16 one when its launch's flags hold CG_KF_BF16.
  */
 #include "emit_stream.h"
 
@@ -359,7 +363,10 @@ static void print_rows(cg_printer *pr, const sch_kernel *k, const sch_stream_til
     OUT("    const float *restrict kvr = &b%d[kvb];\n", p->lx[p->lx[k->expr].b].buf);
 }
 
-void cg_emit_stream_tile(cg_printer *pr, int32_t kid, const char *name, const sch_stream_tile *t) {
+/* one body of the tile: bf 1 the bf16 products (under #if KTBF16, the f32
+ * ones in the #else), 0 the f32 ones only; `decl` what precedes "int name(" */
+static void tile_body(cg_printer *pr, int32_t kid, const char *decl, const char *name, const sch_stream_tile *t,
+                      int bf) {
     const sch_program *p = pr->p;
     const sch_kernel *k = &p->kernels[kid];
     sym_pool *sp = p->g->syms;
@@ -368,11 +375,7 @@ void cg_emit_stream_tile(cg_printer *pr, int32_t kid, const char *name, const sc
     KILN_ASSERT(sym_is_const(sp, t->key_step, &kks) && sym_is_const(sp, t->val_step, &kvs));
     char c[48];
     snprintf(c, sizeof c, "%.9gf", k->stream_c);
-    /* bf16 where asked (the CPU has avx512_bf16) and the shapes fill 32-key
-     * pairs of d and 16-lane value vectors; the unit's ISA decides at compile
-     * time (KTBF16: AVX-512 with BW), the f32 tile otherwise */
-    int bf = p->stream_bf16 && t->d % 32 == 0 && t->d <= 1024 && t->n % 16 == 0;
-    OUT("%s", tile_prelude);
+    OUT("%s", decl);
     if (bf) OUT("KTBF16_FN ");
     OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
     OUT("  int kerr = 0; (void)v; (void)chunk; (void)flags; /* ktile %dx%d */\n", TR, TK);
@@ -441,4 +444,32 @@ void cg_emit_stream_tile(cg_printer *pr, int32_t kid, const char *name, const sc
     OUT("    w += knr;\n");
     OUT("  }\n");
     OUT("  return kerr;\n}\n\n");
+}
+
+void cg_emit_stream_tile(cg_printer *pr, int32_t kid, const char *name, const sch_stream_tile *t) {
+    const sch_program *p = pr->p;
+    /* bf16 where asked (the CPU has avx512_bf16) and the shapes fill 32-key
+     * pairs of d and 16-lane value vectors; the unit's ISA decides at compile
+     * time (KTBF16: AVX-512 with BW), the f32 tile otherwise */
+    int bf = p->stream_bf16 && sch_stream_tile_bf16_fits(t);
+    OUT("%s", tile_prelude);
+    if (!bf || p->stream_bf16 == SCH_STREAM_BF16_ONLY) {
+        tile_body(pr, kid, "", name, t, bf);
+        return;
+    }
+    /* both bodies, the launch's flags picking (SCH_STREAM_BF16_BOTH: the
+     * streaming-bf16 attention form, stream_select.c). A flag read once per
+     * launch, not a third compiled program: the streaming program is
+     * compiled once and shares everything but this branch, and the bodies
+     * are the ones the forced form (KILN_STREAM_BF16=1) prints */
+    char fname[160], bname[160];
+    snprintf(fname, sizeof fname, "%s_kf32", name);
+    snprintf(bname, sizeof bname, "%s_kbf16", name);
+    tile_body(pr, kid, "static ", fname, t, 0);
+    tile_body(pr, kid, "static ", bname, t, 1);
+    OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
+    OUT("  /* ktile-bf16 on flag %d */\n", CG_KF_BF16);
+    OUT("  return (KTBF16 && (flags & %d)) ? %s(B, v, lo, hi, chunk, flags) : %s(B, v, lo, hi, chunk, flags);\n",
+        CG_KF_BF16, bname, fname);
+    OUT("}\n\n");
 }

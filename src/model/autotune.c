@@ -28,7 +28,12 @@
  *     prompt when the time left pays for it); the faster per bucket is
  *     recorded, a tie the cost model's pick (measure_forms), in
  *     as many rounds (at most 2) as an eighth of the budget pays for, none
- *     at all for a model whose prefill is too slow for that (8B shapes).
+ *     at all for a model whose prefill is too slow for that (8B shapes);
+ *     where the streaming program has the streaming-bf16 form (avx512_bf16),
+ *     its prefills are timed too (prompts only, no decode steps), after
+ *     their last row's logits passed a check against the f32 streaming
+ *     form's (AUTOTUNE_BF16_KL), and it wins a prompt bucket only when more
+ *     than 3% faster (kiln_program_form_record3).
  * A model built with all_logits (kiln perplexity) gets these steps twice:
  * as kiln run's model (2/3 of the budget), then with prefills that output
  * their second half's logits (1/3), for the output head's many-row shape.
@@ -38,6 +43,7 @@
  * The tokens are a fixed pseudo-random sequence: kernel times do not depend
  * on their values, and the same ids give the same runs on every machine.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,9 +142,12 @@ static int forms_rounds(double budget_s, double round_s) {
 #define AUTOTUNE_FORMS_GROWTH 1.15
 static int forms_prompt(const model_tune_options *o, model *m, int n, double pre_s, double dec_s, double *round_s) {
     int rows = o->workload_prompt;
-    *round_s = 2 * pre_s + 6 * dec_s;
+    /* the prefills of a round: one per form (the streaming-bf16 form's too
+     * where it may exist: prompts only, no decode steps) */
+    double np = kiln_program_form_bf16_possible(model_program(m)) ? 3 : 2;
+    *round_s = np * pre_s + 6 * dec_s;
     if (rows <= n || rows + 4 > AUTOTUNE_LONG || model_n_ctx(m) < rows + 4) return n;
-    double at = 2 * pre_s * rows / n * AUTOTUNE_FORMS_GROWTH + 6 * dec_s;
+    double at = np * pre_s * rows / n * AUTOTUNE_FORMS_GROWTH + 6 * dec_s;
     if (forms_rounds(o->budget_s, at) < 1) return n;
     *round_s = at;
     return rows;
@@ -149,17 +158,53 @@ static double best_of(double best, double t) {
     if (best < 0 || t < 0) return -1;
     return best == 0 || t < best ? t : best;
 }
-static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, double left, float *logits) {
+
+/* KL(softmax(a) || softmax(b)) over n logits, in nats; a non-finite logit
+ * gives +inf (the check fails) */
+double model_logits_kl(const float *a, const float *b, int n) {
+    double ma = -1e300, mb = -1e300, sa = 0, sb = 0, kl = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
+        if (a[i] > ma) ma = a[i];
+        if (b[i] > mb) mb = b[i];
+    }
+    for (int i = 0; i < n; i++) sa += exp(a[i] - ma), sb += exp(b[i] - mb);
+    double la = ma + log(sa), lb = mb + log(sb); /* log-sum-exp */
+    for (int i = 0; i < n; i++) kl += exp(a[i] - la) * ((a[i] - la) - (b[i] - lb));
+    return kl;
+}
+
+/* the streaming-bf16 form (KILN_FORM_STREAMING_BF16, approximate) is a
+ * candidate like any other: before it may win, the last row's logits of its
+ * prefill are checked against those of the f32 streaming form on the same
+ * tokens (its reference: exact up to f32 rounding against the materialised
+ * form, the rewrite-soundness suite's); a KL divergence past this
+ * disqualifies it. The project's yardstick for approximate arithmetic is a
+ * mean KL of 0.0043 against --exact over a perplexity run (gemma3-270m's bf16
+ * tile: 0.00385, the f32 tile 0.00381); one row of pseudo-random tokens
+ * scatters more than a mean, hence the margin */
+#define AUTOTUNE_BF16_KL 0.02
+int model_bf16_form_ok(double kl) { return kl <= AUTOTUNE_BF16_KL; }
+
+static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, double left, float *logits,
+                          const model_tune_options *o) {
     if (short_rounds <= 0 || n + 4 > AUTOTUNE_LONG || !kiln_program_form_force(p, 0)) return; /* one form only */
     double t0 = kiln_now_s();
     int32_t *toks = kiln_xmalloc(((size_t)AUTOTUNE_LONG + 1) * sizeof *toks);
     for (int i = 0; i <= AUTOTUNE_LONG; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
+    int nv = (int)model_n_vocab(m);
+    float *ref = kiln_xmalloc((size_t)nv * sizeof *ref);
     int lens[2] = {n, AUTOTUNE_LONG};
     int buckets[2][2] = {{KILN_FORM_SHORT, KILN_FORM_DECODE}, {KILN_FORM_LONG, KILN_FORM_DECODE_LONG}};
-    double pre[2] = {0, 0}, dec[2] = {0, 0};
+    /* the third form (prompts only: decode stays f32) where the streaming
+     * program has it */
+    int nforms = kiln_program_form_force(p, KILN_FORM_STREAMING_BF16) ? 3 : 2;
+    kiln_program_form_force(p, 0);
+    double pre[3] = {0, 0, 0}, dec[2] = {0, 0};
     for (int l = 0; l < 2; l++) {
         int len = lens[l];
-        double scale = AUTOTUNE_LONG_GROWTH * AUTOTUNE_LONG / n, est[2] = {pre[0] * scale, pre[1] * scale};
+        double scale = AUTOTUNE_LONG_GROWTH * AUTOTUNE_LONG / n, est[3];
+        for (int f = 0; f < 3; f++) est[f] = pre[f] > 0 ? pre[f] * scale : 0;
         if (l == 1 && (model_n_ctx(m) < AUTOTUNE_LONG + 4 || !(pre[0] > 0 && pre[1] > 0) ||
                        est[0] + est[1] + 3 * (dec[0] + dec[1]) > left - (kiln_now_s() - t0)))
             break;
@@ -167,23 +212,43 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
          * twice), each form's best kept: the forms differ by a few percent at
          * short prompts, less than one run's drift on a shared machine */
         int rounds = l == 0 ? short_rounds : 1;
-        pre[0] = pre[1] = dec[0] = dec[1] = 0;
+        int nf = nforms == 3 && (l == 0 || pre[2] > 0) ? 3 : 2;
+        pre[0] = pre[1] = pre[2] = dec[0] = dec[1] = 0;
+        double kl = 0;
+        int checked = 0;
         for (int r = 0; r < rounds; r++)
-            for (int f = 0; f < 2; f++) {
-                if (l == 1 && f == 1 && est[1] > left - (kiln_now_s() - t0)) {
-                    pre[1] = dec[1] = -1; /* the first form's run took the time: no record */
+            for (int f = 0; f < nf; f++) {
+                if (l == 1 && f >= 1 && est[f] > left - (kiln_now_s() - t0)) {
+                    pre[f] = -1; /* the first forms' runs took the time: no record for this one */
+                    if (f == 1) pre[2] = dec[1] = -1;
                     break;
                 }
                 kiln_program_form_force(p, f);
                 double tp = time_forward(m, toks, len, 0, 1, logits);
-                double td = time_forward(m, toks + len, 1, len, 3, logits);
                 pre[f] = best_of(pre[f], tp);
+                if (f == 1 && tp > 0) memcpy(ref, logits, (size_t)nv * sizeof *ref);
+                if (f == 2 && tp > 0) {
+                    double k = model_logits_kl(ref, logits, nv);
+                    if (!model_bf16_form_ok(k)) pre[2] = -1; /* wrong: it may not win */
+                    if (!(k <= kl)) kl = k;
+                    checked = 1;
+                }
+                if (f == 2) continue; /* decode stays f32 */
+                double td = time_forward(m, toks + len, 1, len, 3, logits);
                 dec[f] = best_of(dec[f], td);
             }
-        if (pre[0] > 0 && pre[1] > 0) kiln_program_form_record(p, buckets[l][0], pre[0], pre[1]);
+        if (checked && o->phase) {
+            char what[200];
+            snprintf(what, sizeof what, "the streaming-bf16 form's %d-row prefill against the f32 streaming form's: KL %.2g (at most %g)%s",
+                     len, kl, AUTOTUNE_BF16_KL, pre[2] < 0 ? ": disqualified" : "");
+            o->phase(o->ctx, what);
+        }
+        if (pre[0] > 0 && pre[1] > 0)
+            kiln_program_form_record3(p, buckets[l][0], pre[0], pre[1], pre[2] > 0 ? pre[2] : 0);
         if (dec[0] > 0 && dec[1] > 0) kiln_program_form_record(p, buckets[l][1], dec[0], dec[1]);
     }
     kiln_program_form_force(p, -1);
+    free(ref);
     free(toks);
 }
 
@@ -345,10 +410,11 @@ finish:
         kiln_program_form_force(p, -1);
         phase(&o, "not timing the attention forms (a round would take over an eighth of the budget; the cost model picks)");
     } else if (!all_rows) {
-        phase(&o, "timing the attention forms (materialised, streaming)");
+        phase(&o, kiln_program_form_bf16_possible(p) ? "timing the attention forms (materialised, streaming, streaming-bf16 for prompts)"
+                                                       : "timing the attention forms (materialised, streaming)");
         kiln_search_status st;
         kiln_program_search_status(p, &st); /* the streaming form's deferred compile is not the search's */
-        measure_forms(m, p, form_rows, form_rounds, o.budget_s - (kiln_now_s() - t_start - st.baseline_s), logits);
+        measure_forms(m, p, form_rows, form_rounds, o.budget_s - (kiln_now_s() - t_start - st.baseline_s), logits, &o);
     }
 done:
     kiln_program_form_force(p, -1);

@@ -34,5 +34,10 @@ int model_needs_search(model *m);
  * compile is the load's time and not the first prompt's (a search compiles
  * it at its end, with the winners) */
 void model_compile_forms(model *m);
+/* the streaming-bf16 form's check in the form rounds: KL(softmax(a) ||
+ * softmax(b)) of two rows of n logits (a non-finite logit: +inf), and
+ * whether a KL lets the form win (at most 0.02) */
+double model_logits_kl(const float *a, const float *b, int n);
+int model_bf16_form_ok(double kl);
 
 #endif

@@ -30,6 +30,7 @@
 #include "../codegen/emit_contract.h"
 #include "../codegen/emit_gemm_amx_bf16.h"
 #include "../codegen/emit_gemm_i8.h"
+#include "../codegen/emit_stream.h"
 
 typedef struct rt_cpu_state {
     void **bufs;
@@ -443,6 +444,7 @@ static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e
     kiln_status s = split_work(p, K, e, nthreads, &chunk, &items, &serial);
     if (s != KILN_OK) return s;
     int64_t flags = p->run.bytes[K->out_buf] >= cs->stream_min ? 1 : 0;
+    if (K->kind == SCH_K_STREAM && p->stream_bf16_run) flags |= CG_KF_BF16; /* the streaming-bf16 form */
     rt_kernel_fn gfn = p->plan.fns[k];
     rt_gtune_result gres;
     memset(&gres, 0, sizeof gres);

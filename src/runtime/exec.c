@@ -94,8 +94,15 @@ static kiln_status compile_rewrite(kiln_program *p) {
 /* kernels, and whether the backend can run every one of them */
 static kiln_status compile_kernels(kiln_program *p, char *err, size_t errcap) {
     kiln_graph *g = p->plan.g;
+    /* compile.stream_bf16: 1 every stream tile in bf16, 2 (the streaming
+     * alternative of option stream 2, stream_select.c) both bodies, the
+     * launch picking; only where the CPU has avx512_bf16 */
+    int bf = p->plan.opt.stream_bf16;
     sch_options so = {p->plan.opt.no_fuse, p->plan.opt.no_contract, p->plan.opt.no_split, p->plan.opt.no_stream_tile,
-                      p->plan.opt.stream_bf16 && rt_cpu_has("avx512_bf16")};
+                      !rt_cpu_has("avx512_bf16") ? SCH_STREAM_BF16_NONE
+                      : bf == 1                  ? SCH_STREAM_BF16_ONLY
+                      : bf == 2                  ? SCH_STREAM_BF16_BOTH
+                                                 : SCH_STREAM_BF16_NONE};
     kiln_status s = sch_kernelize_ex(g, &p->plan.sp, &so, err, errcap);
     if (s != KILN_OK) {
         if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);
@@ -175,6 +182,7 @@ kiln_program *kiln_compile(kiln_graph *g, const kiln_compile_options *opt, kiln_
     p->forms.force = -1; /* no form forced, none measured: the cost model picks (stream_select.c) */
     memset(p->forms.choice, 0xff, sizeof p->forms.choice);
     memset(p->forms.pin, 0xff, sizeof p->forms.pin);
+    memset(p->forms.runner_up, 0xff, sizeof p->forms.runner_up);
     /* the streaming form is compiled when first needed (rt_stream_alt): a
      * first-run search runs this program alone and then compiles it once,
      * with the winners, instead of twice */

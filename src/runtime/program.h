@@ -108,15 +108,21 @@ struct kiln_program {
     struct kiln_program *alt; /* option stream 2: the streaming form, run for its buckets (stream_select.c) */
     uint8_t alt_pending;      /* option stream 2: alt not compiled yet (rt_stream_alt compiles it at first need) */
     /* the attention form per bucket (KILN_FORM_*), measured: -1 none (the
-     * cost model picks), 0 materialised, 1 streaming; t: [bucket][form]
+     * cost model picks), 0 materialised, 1 streaming, 2 streaming-bf16
+     * (KILN_FORM_*: the streaming program with its tiles in bf16); runner_up
+     * the measured second; t: [bucket][form]
      * seconds; loaded from the tuning DB at the first pick (stream_select.c);
      * pin: a bucket's form set by the caller (kiln_program_form_pin), over
      * the measured choice, -1 none */
     struct {
         int loaded, force;
-        int8_t choice[KILN_FORM_BUCKETS], pin[KILN_FORM_BUCKETS];
-        double t[KILN_FORM_BUCKETS][2];
+        int8_t choice[KILN_FORM_BUCKETS], pin[KILN_FORM_BUCKETS], runner_up[KILN_FORM_BUCKETS];
+        double t[KILN_FORM_BUCKETS][KILN_FORMS]; /* 0: not measured */
     } forms;
+    /* a streaming program run in the streaming-bf16 form: its stream kernels
+     * are launched with CG_KF_BF16 (set by kiln_run of the program whose
+     * alternative this is, stream_select.c; read by cpu_run.c) */
+    int stream_bf16_run;
 };
 
 /* ---- between the parts (run.c, exec.c, cpu_run.c, profile.c) ---- */

@@ -452,7 +452,13 @@ kiln_status kiln_run(kiln_program *p) {
     if (user->build_failed) return user->status;
     kiln_status cs = check_user_conditions(user);
     if (cs != KILN_OK) return cs;
-    if (p->forms.force != 0 && rt_stream_alt(p) && rt_stream_pick(p, user)) return kiln_run(p->alt);
+    if (p->forms.force != 0 && rt_stream_alt(p)) {
+        int form = rt_stream_pick(p, user);
+        if (form > 0) {
+            p->alt->stream_bf16_run = form == KILN_FORM_STREAMING_BF16;
+            return kiln_run(p->alt);
+        }
+    }
     if (work == user) return rt_program_run(p);
     eg_copy_bindings(user, work);
     /* hand the previous results back so that their buffers are reused */

@@ -24,6 +24,23 @@
  * EPYC, 2 threads, loaded): prefill 512 materialised 1.5-3x faster, prefill
  * 2048 and 4000 streaming 1.3x and 2x faster, decode at depth 4000 streaming
  * 2.5x faster.
+ *
+ * A third form, streaming-bf16 (form 2): the streaming program run with its
+ * stream tiles' products on vdpbf16ps (emit_stream_tile.c; approximate: bf16
+ * queries, keys, values and weights, f32 sums and softmax). It is no program
+ * of its own: where the CPU has avx512_bf16 and the compile option
+ * stream_bf16 is 0 or 2, the streaming alternative is compiled with both
+ * bodies in each tile that fits (SCH_STREAM_BF16_BOTH) and a run in this
+ * form sets the launch flag CG_KF_BF16 (kiln_program.stream_bf16_run,
+ * cpu_run.c). It serves prompts only (the short and long buckets): decode
+ * stays f32 (kiln serve's batched decoding pins it to the f32 streaming
+ * form), a record naming it for a decode bucket is set aside, and the cost
+ * model never picks it: only a measurement does, when it is more than 3%
+ * faster than the faster f32 form. The records: schedule "materialised",
+ * "streaming" or "streaming-bf16", then " runner-up=<form>" unless the
+ * runner-up is the other f32 form (the two-form records as before); best_s
+ * the winner's time, base_s the runner-up's; a schedule this kiln does not
+ * know is set aside (the cost model picks).
  */
 #include "stream_select.h"
 
@@ -38,6 +55,8 @@
 #include "tunedb.h"
 #include "program.h"
 #include "rewrite.h"
+#include "stream_tile.h"
+#include "emit_c.h"
 
 #define RT_STREAM_LONG 1024
 #define RT_STREAM_FEW 16
@@ -76,6 +95,7 @@ kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o
     memcpy(err, g->error, sizeof err);
     kiln_compile_options a = *o;
     a.stream = 1;
+    if (a.stream_bf16 == 0) a.stream_bf16 = 2; /* both tile bodies: streaming-bf16 a form the search measures */
     kiln_program *alt = kiln_compile(g, &a, NULL);
     if (!alt || !has_stream_kernel(alt)) {
         kiln_program_free(alt);
@@ -147,6 +167,42 @@ static void form_bucket_text(const kiln_program *p, int b, char *out, size_t cap
     snprintf(out, cap, "%s,t=%d", bucket_names[b], rt_pool_threads(p->plan.pool));
 }
 
+static const char *const form_names[KILN_FORMS] = {"materialised", "streaming", "streaming-bf16"};
+
+static int is_prompt_bucket(int b) { return b == KILN_FORM_SHORT || b == KILN_FORM_LONG; }
+
+/* the form a record's schedule text names (its first word, or after
+ * "runner-up="), -1 none this kiln knows */
+int rt_form_parse(const char *text, size_t len) {
+    for (int f = 0; f < KILN_FORMS; f++)
+        if (strlen(form_names[f]) == len && strncmp(text, form_names[f], len) == 0) return f;
+    return -1;
+}
+
+int rt_form_record_read(const char *schedule, int *winner, int *runner_up) {
+    size_t w = strcspn(schedule, " ");
+    *winner = rt_form_parse(schedule, w);
+    if (*winner < 0) return 0;
+    if (!schedule[w]) {
+        if (*winner == KILN_FORM_STREAMING_BF16) return 0; /* always written with its runner-up */
+        *runner_up = 1 - *winner;
+        return 1;
+    }
+    static const char tag[] = " runner-up=";
+    if (strncmp(schedule + w, tag, sizeof tag - 1) != 0) return 0;
+    const char *r = schedule + w + sizeof tag - 1;
+    *runner_up = rt_form_parse(r, strlen(r));
+    return *runner_up >= 0 && *runner_up != *winner;
+}
+
+/* 1 when p's streaming alternative can run its tiles in bf16 (form 2):
+ * compiled with both bodies (the CPU has avx512_bf16), AVX-512 code, and a
+ * tile whose shapes fit */
+static int bf16_form_ok(kiln_program *p) {
+    kiln_program *a = rt_stream_alt(p);
+    return a && a->plan.isa == CG_ISA_AVX512 && sch_stream_bf16_selectable(&a->plan.sp);
+}
+
 /* this machine's records for p's buckets, read once */
 static void load_forms(kiln_program *p) {
     p->forms.loaded = 1;
@@ -154,14 +210,18 @@ static void load_forms(kiln_program *p) {
     form_key(p->alt, key, sizeof key);
     for (int b = 0; fp && b < KILN_FORM_BUCKETS; b++) {
         sch_tune_record r;
-        int exact = 0;
+        int exact = 0, f, ru;
         form_bucket_text(p, b, bucket, sizeof bucket);
         if (!sch_tunedb_lookup(fp, key, bucket, &r, &exact) || !exact) continue;
-        int f = strcmp(r.schedule, "streaming") == 0 ? 1 : strcmp(r.schedule, "materialised") == 0 ? 0 : -1;
-        if (f < 0) continue; /* not a form this kiln knows: the cost model picks */
+        if (!rt_form_record_read(r.schedule, &f, &ru)) continue; /* not a form this kiln knows: the cost model picks */
+        /* the bf16 form serves prompts only, and only a program that has it */
+        if ((f == KILN_FORM_STREAMING_BF16 || ru == KILN_FORM_STREAMING_BF16) && (!is_prompt_bucket(b) || !bf16_form_ok(p)))
+            continue;
         p->forms.choice[b] = (int8_t)f;
+        memset(p->forms.t[b], 0, sizeof p->forms.t[b]);
         p->forms.t[b][f] = r.best_s;
-        p->forms.t[b][1 - f] = r.base_s;
+        p->forms.t[b][ru] = r.base_s;
+        p->forms.runner_up[b] = (int8_t)ru;
     }
     free(fp);
 }
@@ -178,11 +238,19 @@ int rt_stream_pick(kiln_program *p, const kiln_graph *user) {
 }
 
 int kiln_program_form_force(kiln_program *p, int form) {
-    if (!p || form < -1 || form > 1) return 0;
+    if (!p || form < -1 || form >= KILN_FORMS) return 0;
     /* the materialised form (or none) forced needs no alternative compiled */
-    if (form == 1 ? !rt_stream_alt(p) : !p->alt && !p->alt_pending) return 0;
+    if (form >= 1 ? !rt_stream_alt(p) : !p->alt && !p->alt_pending) return 0;
+    if (form == KILN_FORM_STREAMING_BF16 && !bf16_form_ok(p)) return 0;
     p->forms.force = form;
     return 1;
+}
+
+int kiln_program_form_bf16_possible(const kiln_program *p) {
+    if (!p || (!p->alt && !p->alt_pending)) return 0;
+    if (p->alt) return bf16_form_ok((kiln_program *)p);
+    int bf = p->plan.opt.stream_bf16;
+    return (bf == 0 || bf == 2) && p->plan.isa == CG_ISA_AVX512 && rt_cpu_has("avx512_bf16");
 }
 
 int kiln_program_form_pin(kiln_program *p, int bucket, int form) {
@@ -199,25 +267,43 @@ int kiln_program_form_pin(kiln_program *p, int bucket, int form) {
 #define RT_FORM_TIE 0.03
 
 kiln_status kiln_program_form_record(kiln_program *p, int bucket, double materialised_s, double streaming_s) {
-    if (!p || !p->alt || bucket < 0 || bucket >= KILN_FORM_BUCKETS || !(materialised_s > 0) || !(streaming_s > 0))
+    return kiln_program_form_record3(p, bucket, materialised_s, streaming_s, 0);
+}
+
+kiln_status kiln_program_form_record3(kiln_program *p, int bucket, double materialised_s, double streaming_s,
+                                      double streaming_bf16_s) {
+    if (!p || !p->alt || bucket < 0 || bucket >= KILN_FORM_BUCKETS || !(materialised_s > 0) || !(streaming_s > 0) ||
+        !(streaming_bf16_s >= 0))
         return KILN_ERR_INVALID;
+    /* the bf16 form: prompts only, and only a program that has it */
+    if (streaming_bf16_s > 0 && (!is_prompt_bucket(bucket) || !bf16_form_ok(p))) return KILN_ERR_INVALID;
     if (!p->forms.loaded) load_forms(p);
     double lo = materialised_s < streaming_s ? materialised_s : streaming_s;
     double hi = materialised_s < streaming_s ? streaming_s : materialised_s;
     int f = hi <= lo * (1 + RT_FORM_TIE) ? bucket != KILN_FORM_SHORT : streaming_s < materialised_s;
+    int ru = 1 - f;
+    double t[KILN_FORMS] = {materialised_s, streaming_s, streaming_bf16_s};
+    /* the bf16 form wins only when more than the tie's 3% faster than the
+     * f32 form that won (a tie keeps f32: the exact arithmetic); the
+     * runner-up is then the faster f32 form, else the faster of the rest */
+    if (streaming_bf16_s > 0) {
+        if (t[f] > streaming_bf16_s * (1 + RT_FORM_TIE)) ru = f, f = KILN_FORM_STREAMING_BF16;
+        else if (streaming_bf16_s < t[ru]) ru = KILN_FORM_STREAMING_BF16;
+    }
     p->forms.choice[bucket] = (int8_t)f;
-    p->forms.t[bucket][0] = materialised_s;
-    p->forms.t[bucket][1] = streaming_s;
+    p->forms.runner_up[bucket] = (int8_t)ru;
+    memcpy(p->forms.t[bucket], t, sizeof t);
     char *fp = kiln_device_fingerprint(), key[64], bucket_text[64], err[512];
     if (!fp) return KILN_ERR_IO;
     form_key(p->alt, key, sizeof key);
     form_bucket_text(p, bucket, bucket_text, sizeof bucket_text);
     sch_tune_record r;
     sch_tune_record_new(&r, fp, key, bucket_text);
-    snprintf(r.schedule, sizeof r.schedule, "%s", f ? "streaming" : "materialised");
-    r.best_s = f ? streaming_s : materialised_s;
-    r.base_s = f ? materialised_s : streaming_s;
-    r.tried = 2;
+    if (f + ru == 1) snprintf(r.schedule, sizeof r.schedule, "%s", form_names[f]); /* as two-form records were */
+    else snprintf(r.schedule, sizeof r.schedule, "%s runner-up=%s", form_names[f], form_names[ru]);
+    r.best_s = t[f];
+    r.base_s = t[ru];
+    r.tried = streaming_bf16_s > 0 ? 3 : 2;
     free(fp);
     kiln_status s = sch_tunedb_store(&r, err, sizeof err);
     if (s != KILN_OK) fprintf(stderr, "kiln: %s\n", err);
@@ -246,19 +332,24 @@ char *kiln_program_forms(const kiln_program *p) {
             "long prompts (at least " KILN_STR(RT_STREAM_LONG) " keys)",
             "decode (at most " KILN_STR(RT_STREAM_FEW) " rows, fewer than " KILN_STR(RT_STREAM_LONG) " keys)",
             "decode over at least " KILN_STR(RT_STREAM_LONG) " keys"};
-        static const char *const form[2] = {"materialised (score and value contractions around a softmax kernel)",
-                                            "streaming (SOFTMAX_CONTRACT stream kernels, masked key blocks skipped)"};
+        static const char *const form[KILN_FORMS] = {
+            "materialised (score and value contractions around a softmax kernel)",
+            "streaming (SOFTMAX_CONTRACT stream kernels, masked key blocks skipped)",
+            "streaming-bf16 (the streaming form's tiles on vdpbf16ps, f32 sums and softmax; approximate)"};
         kiln_program *q = (kiln_program *)p;
         if (!q->forms.loaded) load_forms(q);
         for (int bk = 0; bk < KILN_FORM_BUCKETS; bk++) {
-            int f = q->forms.choice[bk];
+            int f = q->forms.choice[bk], ru = q->forms.runner_up[bk];
             if (q->forms.pin[bk] >= 0) {
                 kiln_sb_printf(&b, "  %s: %s (pinned by the caller: kiln serve's batched decoding runs this form)\n",
                                what[bk], form[q->forms.pin[bk]]);
             } else if (f >= 0) {
-                kiln_sb_printf(&b, "  %s: %s, %.3f ms; runner-up: %s, %.3f ms (measured, tuning DB)\n", what[bk],
-                               form[f], q->forms.t[bk][f] * 1e3, f ? "materialised" : "streaming",
-                               q->forms.t[bk][1 - f] * 1e3);
+                kiln_sb_printf(&b, "  %s: %s, %.3f ms; runner-up: %s, %.3f ms", what[bk], form[f],
+                               q->forms.t[bk][f] * 1e3, form_names[ru], q->forms.t[bk][ru] * 1e3);
+                int third = 3 - f - ru;
+                if (q->forms.t[bk][third] > 0)
+                    kiln_sb_printf(&b, "; %s, %.3f ms", form_names[third], q->forms.t[bk][third] * 1e3);
+                kiln_sb_puts(&b, " (measured, tuning DB)\n");
             } else {
                 f = bk != KILN_FORM_SHORT;
                 kiln_sb_printf(&b, "  %s: %s; runner-up: %s (the cost model's pick: no measurement yet)\n", what[bk],
@@ -269,6 +360,9 @@ char *kiln_program_forms(const kiln_program *p) {
         for (int32_t k = 0; k < p->alt->plan.sp.nkernels; k++) n += p->alt->plan.sp.kernels[k].kind == SCH_K_STREAM;
         kiln_sb_printf(&b, "  the streaming program: %d kernels, %d of them stream kernels\n",
                        (int)p->alt->plan.sp.nkernels, n);
+        if (bf16_form_ok(q))
+            kiln_sb_puts(&b, "  streaming-bf16: the streaming program's tiles also hold bf16 products, a form for "
+                             "prompts only (picked when measured more than 3% faster)\n");
     } else if (streams) {
         kiln_sb_puts(&b, "  every run: streaming (SOFTMAX_CONTRACT stream kernels; option stream 1)\n");
     } else {

@@ -20,10 +20,16 @@ int rt_stream_kernelizes(kiln_graph *g);
  * stream kernel, another backend, a profiled program, or its compilation
  * failed: g's status is then as before) */
 kiln_program *rt_stream_compile_alt(kiln_graph *g, const kiln_compile_options *o, const char *backend);
-/* 1 when the run under user's bindings is one p's streaming alternative
- * (p->alt) serves: the form forced, else the bucket's measured choice from
- * the tuning DB, else the cost model's (decode, long prompts) */
+/* the form (KILN_FORM_MATERIALISED ...) that serves the run under user's
+ * bindings: the form forced, else the bucket's pin, else its measured choice
+ * from the tuning DB, else the cost model's (streaming for decode and long
+ * prompts); > 0: p's streaming alternative (p->alt) runs it, with its tiles
+ * in bf16 for KILN_FORM_STREAMING_BF16 */
 int rt_stream_pick(kiln_program *p, const kiln_graph *user);
+/* a form record's schedule text ("streaming", "materialised runner-up=
+ * streaming-bf16", ...): 1 and the winner and runner-up forms, 0 when it
+ * names a form this kiln does not know or is malformed (set aside) */
+int rt_form_record_read(const char *schedule, int *winner, int *runner_up);
 /* 1 when a compilation with these options on this backend has a streaming
  * alternative to compile (option stream 2 on the CPU, no profile) */
 int rt_stream_alt_wanted(const kiln_compile_options *o, const char *backend);

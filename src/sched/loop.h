@@ -249,7 +249,7 @@ typedef struct sch_var {
 typedef struct sch_program {
     kiln_graph *g;
     int no_stream_tile; /* sch_options.no_stream_tile: contract.c gives every stream kernel's dot product a kernel */
-    int stream_bf16;    /* sch_options.stream_bf16: stream tiles multiply in bf16 (emit_stream_tile.c) */
+    int stream_bf16;    /* sch_options.stream_bf16: SCH_STREAM_BF16_* (emit_stream_tile.c) */
     sch_buf *bufs;
     int32_t nbufs, cap_bufs;
     sch_kernel *kernels;
@@ -311,8 +311,11 @@ typedef struct sch_options {
     int no_contract; /* no contraction recognition: generic reductions only */
     int no_split;    /* no splitting of MAP kernels at guard boundaries */
     int no_stream_tile; /* stream kernels keep the one-row form (their scores a kernel of their own) */
-    int stream_bf16;    /* stream tiles' products on vdpbf16ps (approximate; the caller checked the CPU has avx512_bf16) */
+    int stream_bf16;    /* stream tiles' products on vdpbf16ps (approximate; the caller checked the CPU has
+                           avx512_bf16): 0 never (SCH_STREAM_BF16_NONE), SCH_STREAM_BF16_ONLY always,
+                           SCH_STREAM_BF16_BOTH both bodies, each launch's flags picking (CG_KF_BF16) */
 } sch_options;
+enum { SCH_STREAM_BF16_NONE, SCH_STREAM_BF16_ONLY, SCH_STREAM_BF16_BOTH };
 /* cut g into kernels. Returns KILN_OK or an error with a message in err.
  * sch_kernelize is sch_kernelize_ex with every option 0 (o may be NULL). */
 kiln_status sch_kernelize(kiln_graph *g, sch_program *out, char *err, size_t errcap);

@@ -78,3 +78,13 @@ int sch_stream_tile_of(const sch_program *p, const sch_kernel *k, sch_stream_til
     t->val_base = affine_base(sp, vb0, j, &t->val_step);
     return t->val_base != SYM_NONE;
 }
+
+int sch_stream_tile_bf16_fits(const sch_stream_tile *t) { return t->d % 32 == 0 && t->d <= 1024 && t->n % 16 == 0; }
+
+int sch_stream_bf16_selectable(const sch_program *p) {
+    if (p->stream_bf16 != SCH_STREAM_BF16_BOTH) return 0;
+    sch_stream_tile t;
+    for (int32_t k = 0; k < p->nkernels; k++)
+        if (!p->no_stream_tile && sch_stream_tile_of(p, &p->kernels[k], &t) && sch_stream_tile_bf16_fits(&t)) return 1;
+    return 0;
+}

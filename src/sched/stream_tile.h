@@ -28,5 +28,13 @@ typedef struct sch_stream_tile {
 /* 1 and *t when stream kernel k has the tile's form, else 0 (the one-row
  * form then stays, its dot product a kernel of its own) */
 int sch_stream_tile_of(const sch_program *p, const sch_kernel *k, sch_stream_tile *t);
+/* 1 when tile t has the bf16 form's shapes (emit_stream_tile.c): d a
+ * multiple of 32 (pairs of 16-lane bf16 products) up to 1024, the values a
+ * multiple of 16 */
+int sch_stream_tile_bf16_fits(const sch_stream_tile *t);
+/* 1 when program p runs stream tiles with both bodies (SCH_STREAM_BF16_BOTH)
+ * and at least one of them has the bf16 form's shapes: a launch flag
+ * (CG_KF_BF16) then selects the bf16 products */
+int sch_stream_bf16_selectable(const sch_program *p);
 
 #endif
