@@ -86,10 +86,11 @@ typedef struct kiln_compile_options {
                                 its own, not the rows x keys tile (KILN_STREAM_TILE=0) */
     int stream_bf16;         /* 1: stream tiles round queries, keys, values and weights to bf16 and multiply on
                                 vdpbf16ps with f32 sums (approximate), on CPUs with avx512_bf16 only; elsewhere
-                                ignored (KILN_STREAM_BF16=1). 0 (unset): with option stream 2, the streaming
-                                form's tiles hold both products and "streaming-bf16" is a third attention form
-                                for prompts, measured like the others (stream_select.c); 2: that, asked for
-                                directly; -1: no bf16 form at all (KILN_STREAM_BF16=0) */
+                                ignored (KILN_STREAM_BF16=1). 0: with option stream 2, the streaming form's
+                                tiles hold both products and "streaming-bf16" is a third attention form for
+                                prompts, measured like the others (stream_select.c; KILN_STREAM_BF16=search);
+                                2: that, asked for directly; -1: no bf16 form at all (what
+                                kiln_compile_defaults gives unless the environment asks) */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,

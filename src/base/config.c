@@ -44,7 +44,12 @@ static void read_compile(kiln_compile_options *o) {
     o->no_contract = is_zero("KILN_CONTRACT");
     o->no_split = is_zero("KILN_SPLIT");
     o->no_stream_tile = is_zero("KILN_STREAM_TILE");
-    o->stream_bf16 = is_one("KILN_STREAM_BF16") ? 1 : is_zero("KILN_STREAM_BF16") ? -1 : 0;
+    /* the streaming-bf16 form: off unless asked for (=1 forced, =search a
+     * form the first-run search measures): its second tile body made a
+     * model's first compile 1.7x longer on an Intel Xeon where it was 3-13%
+     * slower than the f32 tile and never won (bench/results, session 23) */
+    const char *bf = str("KILN_STREAM_BF16");
+    o->stream_bf16 = is_one("KILN_STREAM_BF16") ? 1 : bf && !strcmp(bf, "search") ? 0 : -1;
     o->no_pack_copy = is_zero("KILN_PACK_COPY");
     const char *sm = str("KILN_STREAM_MIN");
     if (sm) {

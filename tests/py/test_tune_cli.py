@@ -50,8 +50,8 @@ def fresh_db():
     return os.path.join(TMP, "db%d" % _n[0], "tune.db")
 
 
-def kiln(args, db, timeout=120):
-    env = dict(ENV, KILN_TUNEDB=db)
+def kiln(args, db, timeout=120, **extra):
+    env = dict(ENV, KILN_TUNEDB=db, **extra)
     p = subprocess.run([KILN, "tune"] + args, env=env, capture_output=True, timeout=timeout)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
@@ -398,7 +398,8 @@ def case_tune_bf16_form():
     path = os.path.join(TMP, "tiny32.gguf")
     kg.write_random_model(path, kg.tiny_config("llama", head_dim=32), lambda name, shape: kc.F32)
     db = fresh_db()
-    rc, out, err = kiln(["-m", path, "--budget", "8s", "-t", "1", "--json"], db, timeout=600)
+    # the form is searched only when asked for (src/base/config.c)
+    rc, out, err = kiln(["-m", path, "--budget", "8s", "-t", "1", "--json"], db, timeout=600, KILN_STREAM_BF16="search")
     assert rc == 0, (rc, err)
     has = {"avx512_bf16", "avx512bw", "avx512f"} <= cpu_flags()
     timed = re.search(r"timing the attention forms \(([^)]*)\)", err)
@@ -422,6 +423,12 @@ def case_tune_bf16_form():
     if has:
         kl = float(check.group(2))
         assert (kl <= float(check.group(3))) == (not check.group(4)), check.group(0)
+    # by default the form is not offered at all: no bf16 tile is compiled
+    rc, out, err = kiln(["-m", path, "--budget", "8s", "-t", "1", "--json"], fresh_db(), timeout=600)
+    assert rc == 0, (rc, err)
+    timed = re.search(r"timing the attention forms \(([^)]*)\)", err)
+    assert "streaming-bf16" not in err, err[-2000:]
+    assert timed is None or "streaming" in timed.group(1), timed.group(0)
 
 
 suite.case("show_empty_db", case_show_empty)
