@@ -108,7 +108,9 @@ kiln_status model_batch_decode(model_batch *b, int nb, const int32_t *slots, con
                                float *logits_out);
 int model_batch_compiled(const model_batch *b); /* 1 once the batched program exists */
 /* build and compile the batched program now (kiln serve, before it listens),
- * not at the first model_batch_decode; KILN_OK when it already exists */
+ * not at the first model_batch_decode, and run it once (one row at slot 0's
+ * position 0, which slot 0's first prefill writes again) so its first-run
+ * costs are paid here too; KILN_OK when it already exists */
 kiln_status model_batch_prepare(model_batch *b);
 const char *model_batch_error(const model_batch *b);
 
