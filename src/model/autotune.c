@@ -391,6 +391,8 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
         out->measurements += first.measurements;
         if (first.best_speedup > out->best_speedup) out->best_speedup = first.best_speedup;
         out->baseline_s += first.baseline_s;
+        out->recompile_s += first.recompile_s;
+        out->reserve_s += first.reserve_s;
     }
     return s;
 }

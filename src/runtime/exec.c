@@ -402,6 +402,7 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     p->tune.plan_w = NULL;
     p->tune.reserve_s = 0;
     p->tune.baseline_s = 0;
+    p->tune.recompile_s = 0;
     if (!weights) return KILN_OK;
     size_t n = (size_t)p->plan.sp.nkernels * 2;
     p->tune.plan_w = kiln_xcalloc(n + 1, sizeof *p->tune.plan_w);
@@ -593,6 +594,7 @@ static kiln_status alt_with_winners(kiln_program *p) {
     rt_cpu_drop_pack_copies(alt);
     kiln_status s = rt_cpu_emit_and_load(alt, err, sizeof err);
     p->tune.spent += kiln_now_s() - t;
+    p->tune.recompile_s += kiln_now_s() - t;
     if (verbose)
         fprintf(stderr, "kiln tune: recompiled the streaming form with the winners in %.2f s\n", kiln_now_s() - t);
     if (s != KILN_OK) graph_run_error(alt->plan.g, s, "kiln: recompiling the streaming form with the tuned schedules: %s", err);
@@ -622,8 +624,10 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
         p->tune.retune = 0;
         rt_cpu_drop_pack_copies(p);
         double est = recompile_estimate(p);
+        p->tune.reserve_s = est;
         s = rt_cpu_emit_and_load(p, err, sizeof err);
         p->tune.spent += kiln_now_s() - t;
+        p->tune.recompile_s = kiln_now_s() - t;
         if (p->plan.opt.tune_verbose)
             fprintf(stderr,
                     "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s; a %zu-byte unit, "
@@ -651,6 +655,7 @@ void kiln_program_search_status(const kiln_program *p, kiln_search_status *out) 
     out->spent_s = p->tune.spent;
     out->reserve_s = p->tune.reserve_s;
     out->baseline_s = p->tune.baseline_s;
+    out->recompile_s = p->tune.recompile_s;
     out->searched = p->tune.plan_searched;
     out->skipped = p->tune.plan_skipped;
     out->untuned = kiln_program_untuned(p);

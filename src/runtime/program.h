@@ -89,6 +89,7 @@ typedef struct rt_tuner {
     uint8_t *short_over;      /* per slot: passed over for a share too small to search (a later pass may) */
     double reserve_s;
     double baseline_s; /* the streaming form's compile after the search (alt_with_winners), not in spent */
+    double recompile_s; /* the recompile with the winners (main program and a compiled streaming form), in spent */
     size_t unit_bytes;
     double stretch;           /* measured at the plan: the machine's slowdown for this process (>= 1) */
     int plan_searched, plan_skipped, plan_pending;
