@@ -27,7 +27,8 @@
  *     round of it would not fit) and decode steps after it (and on a long
  *     prompt when the time left pays for it); the faster per bucket is
  *     recorded, a tie the cost model's pick (measure_forms), in
- *     as many rounds (at most 2) as an eighth of the budget pays for, none
+ *     as many rounds (at most 2) as an eighth of the budget pays for (the
+ *     second only when the time left still pays for one), none
  *     at all for a model whose prefill is too slow for that (8B shapes).
  * A model built with all_logits (kiln perplexity) gets these steps twice:
  * as kiln run's model (2/3 of the budget), then with prefills that output
@@ -168,7 +169,14 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
          * short prompts, less than one run's drift on a shared machine */
         int rounds = l == 0 ? short_rounds : 1;
         pre[0] = pre[1] = dec[0] = dec[1] = 0;
-        for (int r = 0; r < rounds; r++)
+        double t_round = kiln_now_s();
+        for (int r = 0; r < rounds; r++) {
+            /* a later round only when the time left pays for one as long as
+             * the last: the plan sized the rounds from the profile, and a
+             * load that rose since stretches them (each form's best so far
+             * stands) */
+            if (r > 0 && (kiln_now_s() - t0) + (kiln_now_s() - t_round) > left) break;
+            t_round = kiln_now_s();
             for (int f = 0; f < 2; f++) {
                 if (l == 1 && f == 1 && est[1] > left - (kiln_now_s() - t0)) {
                     pre[1] = dec[1] = -1; /* the first form's run took the time: no record */
@@ -180,6 +188,7 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
                 pre[f] = best_of(pre[f], tp);
                 dec[f] = best_of(dec[f], td);
             }
+        }
         if (pre[0] > 0 && pre[1] > 0) kiln_program_form_record(p, buckets[l][0], pre[0], pre[1]);
         if (dec[0] > 0 && dec[1] > 0) kiln_program_form_record(p, buckets[l][1], dec[0], dec[1]);
     }
