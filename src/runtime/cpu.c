@@ -255,7 +255,8 @@ static _Thread_local int cc_next_program;
 
 /* this machine's rate, remembered across processes: the kernel cache's
  * cc-rate-<compiler hash> file holds the seconds per unit byte a program's
- * recompile took here, over the slowdown measured then (rt_cc_rate_remember,
+ * recompile took here, over the stretch the estimate applied then
+ * (exec.c's guess_stretch; rt_cc_rate_remember,
  * after a search's recompile). A process that compiles no program (a warm
  * kernel cache) starts from it instead of the guess, which is another
  * machine's: a shared 2-core Intel Xeon (AMX) took 8.1e-6 s a byte against

@@ -337,6 +337,21 @@ double rt_tune_reserve_scale(double applied, double s_plan, double s_now) {
     return applied * f > 4 ? (applied < 4 ? 4 / applied : 1) : f;
 }
 
+/* the stretch a guessed (or remembered) rate is given: the load per core
+ * when the machine is busier than its cores, at most the slowdown probe
+ * measured (1 when the rate was learnt in this process) */
+static double guess_stretch(double probe) {
+    double load = 0, stretch = 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = rt_cc_rate_learnt() ? NULL : fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
+        fclose(f);
+        if (probe >= 1 && probe < stretch) stretch = probe;
+    }
+    return stretch;
+}
+
 static double recompile_estimate(const kiln_program *p) {
     size_t len = p->tune.unit_bytes ? p->tune.unit_bytes : p->plan.source ? strlen(p->plan.source) : 0;
     /* a machine busier than its cores stretches a compile by about the load
@@ -346,15 +361,7 @@ static double recompile_estimate(const kiln_program *p) {
      * the search. A rate this process learnt from a real compile holds the
      * load already (gemma-3-270m at load 10.8: 16 s real, 29 s when
      * stretched again) */
-    double load = 0, stretch = 1;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    FILE *f = rt_cc_rate_learnt() ? NULL : fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
-        fclose(f);
-        if (p->tune.stretch >= 1 && p->tune.stretch < stretch) stretch = p->tune.stretch;
-    }
-    return rt_tune_recompile_s(len, rt_cc_seconds_per_byte(), stretch);
+    return rt_tune_recompile_s(len, rt_cc_seconds_per_byte(), guess_stretch(p->tune.stretch));
 }
 
 /* the recompile's reserve now, during a search: the plan's estimate scaled
@@ -662,14 +669,21 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
         rt_cpu_drop_pack_copies(p);
         double est = p->tune.plan_w ? live_reserve(p) : recompile_estimate(p);
         p->tune.reserve_s = est;
+        /* taken before the compile, which teaches this process the rate */
+        double g = guess_stretch(p->tune.stretch_now);
+        g = g > 4 ? 4 : g;
         s = rt_cpu_emit_and_load(p, err, sizeof err);
         p->tune.spent += kiln_now_s() - t;
         p->tune.recompile_s = kiln_now_s() - t;
-        /* this machine's rate for later processes, over the slowdown
-         * measured last (a second or two before: the closest there is) */
+        /* this machine's rate for later processes, over the stretch the
+         * estimate would give it now (guess_stretch with the slowdown
+         * measured last), so that the same conditions estimate the time it
+         * took: the probe alone over-reads a compile's slowdown here (3.7x
+         * measured, the recompile 1.35x its quiet time, load 6 on a shared
+         * 2-core Xeon), and divided by it the rate fell below a quiet one */
         if (s == KILN_OK && p->tune.recompile_s > 0.5 && p->tune.unit_bytes_main > ((size_t)256 << 10) &&
-            p->tune.stretch_now >= 1) /* a cached unit loads in milliseconds and teaches nothing */
-            rt_cc_rate_remember(p->tune.recompile_s / (double)p->tune.unit_bytes_main / p->tune.stretch_now);
+            g >= 1) /* a cached unit loads in milliseconds and teaches nothing */
+            rt_cc_rate_remember(p->tune.recompile_s / (double)p->tune.unit_bytes_main / g);
         if (p->plan.opt.tune_verbose)
             fprintf(stderr,
                     "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s; a %zu-byte unit, "
