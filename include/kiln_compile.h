@@ -243,6 +243,8 @@ typedef struct kiln_search_status {
     double best_speedup;                 /* the largest default/best time ratio found */
     double baseline_s;                   /* compiling the streaming form after the search (its baseline compile,
                                             deferred until the winners are known; not in spent_s) */
+    double recompile_s;                  /* the recompile with the winners (in spent_s; 0: none), against the
+                                            reserve_s it had when the plan ended */
 } kiln_search_status;
 KILN_API kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share);
 KILN_API kiln_status kiln_program_search_finish(kiln_program *p);

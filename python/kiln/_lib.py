@@ -62,7 +62,7 @@ class Stats(ctypes.Structure):
 class SearchStatus(ctypes.Structure):
     _fields_ = [("budget_s", _d), ("spent_s", _d), ("reserve_s", _d), ("searched", _i), ("skipped", _i),
                 ("untuned", _i), ("slots", _i), ("measurements", _i), ("best_speedup", _d),
-                ("baseline_s", _d)]
+                ("baseline_s", _d), ("recompile_s", _d)]
 
 
 class ChatMsg(ctypes.Structure):

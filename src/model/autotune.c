@@ -27,6 +27,7 @@
  *     round of it would not fit) and decode steps after it (and on a long
  *     prompt when the time left pays for it); the faster per bucket is
  *     recorded, a tie the cost model's pick (measure_forms), in
+<<<<<<< HEAD
  *     as many rounds (at most 2) as an eighth of the budget pays for, none
  *     at all for a model whose prefill is too slow for that (8B shapes);
  *     where the streaming program has the streaming-bf16 form (avx512_bf16),
@@ -34,6 +35,11 @@
  *     their last row's logits passed a check against the f32 streaming
  *     form's (AUTOTUNE_BF16_KL), and it wins a prompt bucket only when more
  *     than 3% faster (kiln_program_form_record3).
+=======
+ *     as many rounds (at most 2) as an eighth of the budget pays for (the
+ *     second only when the time left still pays for one), none
+ *     at all for a model whose prefill is too slow for that (8B shapes).
+>>>>>>> h-first
  * A model built with all_logits (kiln perplexity) gets these steps twice:
  * as kiln run's model (2/3 of the budget), then with prefills that output
  * their second half's logits (1/3), for the output head's many-row shape.
@@ -216,7 +222,14 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
         pre[0] = pre[1] = pre[2] = dec[0] = dec[1] = 0;
         double kl = 0;
         int checked = 0;
-        for (int r = 0; r < rounds; r++)
+        double t_round = kiln_now_s();
+        for (int r = 0; r < rounds; r++) {
+            /* a later round only when the time left pays for one as long as
+             * the last: the plan sized the rounds from the profile, and a
+             * load that rose since stretches them (each form's best so far
+             * stands) */
+            if (r > 0 && (kiln_now_s() - t0) + (kiln_now_s() - t_round) > left) break;
+            t_round = kiln_now_s();
             for (int f = 0; f < nf; f++) {
                 if (l == 1 && f >= 1 && est[f] > left - (kiln_now_s() - t0)) {
                     pre[f] = -1; /* the first forms' runs took the time: no record for this one */
@@ -237,6 +250,7 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
                 double td = time_forward(m, toks + len, 1, len, 3, logits);
                 dec[f] = best_of(dec[f], td);
             }
+        }
         if (checked && o->phase) {
             char what[200];
             snprintf(what, sizeof what, "the streaming-bf16 form's %d-row prefill against the f32 streaming form's: KL %.2g (at most %g)%s",
@@ -457,6 +471,8 @@ kiln_status model_autotune(model *m, const model_tune_options *opt, kiln_search_
         out->measurements += first.measurements;
         if (first.best_speedup > out->best_speedup) out->best_speedup = first.best_speedup;
         out->baseline_s += first.baseline_s;
+        out->recompile_s += first.recompile_s;
+        out->reserve_s += first.reserve_s;
     }
     return s;
 }

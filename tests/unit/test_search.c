@@ -7,7 +7,8 @@
  * corrupted DB is survived. Two processes tuning at once both land their
  * records. The space and the cost model are checked for sanity, and the
  * rank correlation helper against known values. The contraction kernels'
- * work split is checked against a naive model of it.
+ * work split is checked against a naive model of it. The recompile's reserve
+ * (its estimate, its growth with the load, the remembered rate) as arithmetic.
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +25,8 @@
 #include "family.h"
 #include "search.h"
 #include "tunedb.h"
+#include "tune.h"
+#include "cc_split.h"
 
 static char db_path[256];
 
@@ -862,7 +865,73 @@ out:
     CASE_END();
 }
 
+/* the recompile's reserve, as arithmetic on given rates (no timing): the
+ * estimate of a unit at a rate, stretched by the load (at most 4x); the
+ * factor a search applies when the machine has become slower since its plan
+ * (never below 1, the whole stretch at most 4x); and this machine's rate
+ * remembered in the kernel cache for the next process, a damaged record set
+ * aside. Run first, in a child: no compile of this process has taught the
+ * rate yet */
+static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b) + 1e-12; }
+static void test_reserve_arithmetic(void) {
+    CASE_BEGIN("search_reserve_follows_the_load");
+    /* gemma3-270m's unit at the guessed rate, alone: the 5.50 s the CLI printed */
+    double alone = rt_tune_recompile_s(868074, 5.5e-6, 1);
+    CHECK(near(alone, 1.1 * 5.5e-6 * 868074 + 0.25), "alone %g", alone);
+    CHECK(alone > 5.49 && alone < 5.51, "alone %g", alone);
+    CHECK(near(rt_tune_recompile_s(868074, 5.5e-6, 2.5), 2.5 * alone), "stretched 2.5x");
+    CHECK(near(rt_tune_recompile_s(868074, 5.5e-6, 9), 4 * alone), "stretch capped at 4x");
+    CHECK(near(rt_tune_recompile_s(868074, 5.5e-6, 0.5), alone), "no stretch below 1");
+    /* the plan measured 1.5x; the same later: the plan's reserve */
+    CHECK(near(rt_tune_reserve_scale(1, 1.5, 1.5), 1), "same load");
+    CHECK(near(rt_tune_reserve_scale(1, 1.5, 3.0), 2), "twice as slow: twice the reserve");
+    CHECK(near(rt_tune_reserve_scale(1, 2.0, 1.0), 1), "a lighter load keeps the reserve");
+    CHECK(near(rt_tune_reserve_scale(3, 1.5, 3.0), 4.0 / 3), "3x applied, twice as slow: capped at 4x in all");
+    CHECK(near(rt_tune_reserve_scale(4, 1.0, 2.0), 1), "4x applied already");
+    /* a 30 s plan with 2 s of profile and a 5.5 s reserve leaves 22.5 s to
+     * search; at twice the slowdown 17 s */
+    double left = 28;
+    CHECK(near(left - alone * rt_tune_reserve_scale(1, 1.2, 2.4), left - 2 * alone), "the searches' time");
+    char dir[] = "/tmp/kiln-test-ccrate-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("XDG_CACHE_HOME", dir, 1);
+        rt_cc_rate_remember(8e-6);
+        int bad = fabs(rt_cc_seconds_per_byte() - 8e-6) > 1e-11;
+        rt_cc_rate_remember(4e-6); /* averaged with the record */
+        _exit(bad ? 1 : 0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a remembered rate is not the next process's rate (status %d)", st);
+    /* the record holds the average of the two */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cat %s/kiln/cc-rate-* 2>/dev/null", dir);
+    FILE *f = popen(cmd, "r");
+    double r = 0;
+    CHECK(f && fscanf(f, "kiln-cc-rate 1 %lf", &r) == 1 && fabs(r - 6e-6) < 1e-11, "record %g", r);
+    if (f) pclose(f);
+    /* a damaged record: set aside, the guess stands */
+    snprintf(cmd, sizeof cmd, "for x in %s/kiln/cc-rate-*; do echo 'kiln-cc-rate 1 banana' > $x; done", dir);
+    CHECK(system(cmd) == 0, "damage");
+    pid = fork();
+    if (pid == 0) {
+        setenv("XDG_CACHE_HOME", dir, 1);
+        double g = rt_cc_seconds_per_byte();
+        _exit(g > 1e-6 && g < 2e-5 && fabs(g - 6e-6) > 1e-9 ? 0 : 1);
+    }
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a damaged record was used (status %d)", st);
+    snprintf(cmd, sizeof cmd, "ls %s/kiln/cc-rate-*.bad >/dev/null 2>&1", dir);
+    CHECK(system(cmd) == 0, "the damaged record was not set aside");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    CASE_END();
+}
+
 int main(void) {
+    test_reserve_arithmetic();
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
     setenv("KILN_TUNEDB", db_path, 1);
     test_contract_runs();
