@@ -27,19 +27,14 @@
  *     round of it would not fit) and decode steps after it (and on a long
  *     prompt when the time left pays for it); the faster per bucket is
  *     recorded, a tie the cost model's pick (measure_forms), in
-<<<<<<< HEAD
- *     as many rounds (at most 2) as an eighth of the budget pays for, none
- *     at all for a model whose prefill is too slow for that (8B shapes);
- *     where the streaming program has the streaming-bf16 form (avx512_bf16),
- *     its prefills are timed too (prompts only, no decode steps), after
- *     their last row's logits passed a check against the f32 streaming
- *     form's (AUTOTUNE_BF16_KL), and it wins a prompt bucket only when more
- *     than 3% faster (kiln_program_form_record3).
-=======
  *     as many rounds (at most 2) as an eighth of the budget pays for (the
  *     second only when the time left still pays for one), none
- *     at all for a model whose prefill is too slow for that (8B shapes).
->>>>>>> h-first
+ *     at all for a model whose prefill is too slow for that (8B shapes);
+ *     where the streaming program has the streaming-bf16 form (avx512_bf16,
+ *     KILN_STREAM_BF16=search), its prefills are timed too (prompts only,
+ *     no decode steps), after their last row's logits passed a check
+ *     against the f32 streaming form's (AUTOTUNE_BF16_KL), and it wins a
+ *     prompt bucket only when more than 3% faster (kiln_program_form_record3).
  * A model built with all_logits (kiln perplexity) gets these steps twice:
  * as kiln run's model (2/3 of the budget), then with prefills that output
  * their second half's logits (1/3), for the output head's many-row shape.
