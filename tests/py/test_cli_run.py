@@ -422,9 +422,10 @@ def t_terminal_order():
 
 
 def llm_logits(path, ids, n_gen, interpreter, db):
-    """the logits of the last n_gen + 1 positions of ids (a prompt and its
-    generated tokens), teacher-forced through libkiln.so: compiled with the
-    tuning DB db (the searched schedules), or the reference interpreter"""
+    """the logits that chose each of the last n_gen tokens of ids (a prompt
+    and its generated tokens), teacher-forced through libkiln.so: compiled
+    with the tuning DB db (the searched schedules), or the reference
+    interpreter"""
     d = kg.dll()
     was = os.environ.get("KILN_TUNEDB")
     os.environ["KILN_TUNEDB"] = db
@@ -436,16 +437,19 @@ def llm_logits(path, ids, n_gen, interpreter, db):
     finally:
         os.environ["KILN_TUNEDB"] = was if was is not None else ""
     try:
+        # as kiln run computes them: the prompt in one pass, then one token
+        # per decode step (the decode bucket's schedules, not a prefill's)
         nv = d.kiln_llm_n_vocab(m)
         out, first = [], len(ids) - n_gen
-        for k in range(first, len(ids) + 1):
-            seq = np.ascontiguousarray(np.array(ids[:k], dtype=np.int32))
+        seq = np.ascontiguousarray(np.array(ids, dtype=np.int32))
+        at = 0
+        for k in range(first, len(ids)):
             lg = np.zeros(nv, np.float32)
-            d.kiln_llm_reset(m)
-            st = d.kiln_llm_decode(m, seq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), k, 0,
+            st = d.kiln_llm_decode(m, seq[at:].ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), k - at, at,
                                    lg.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
             assert st == kc.OK, d.kiln_llm_error(m)
             out.append(lg)
+            at = k
         return out
     finally:
         d.kiln_llm_free(m)
@@ -461,16 +465,16 @@ def check_against_interpreter(path, prompt_ids, gen_ids, db):
     ids = list(prompt_ids) + list(gen_ids)
     comp = llm_logits(path, ids, len(gen_ids), False, db)
     ref = llm_logits(path, ids, len(gen_ids), True, db)
+    assert len(comp) == len(ref) == len(gen_ids)
     for k, (c, i) in enumerate(zip(comp, ref)):
         diff = float(np.max(np.abs(c - i)))
         span = float(np.max(i) - np.min(i))
         assert np.all(np.isfinite(c)) and diff <= 0.03 * span, "position %d: logits differ by %g (range %g)" % (k, diff, span)
-        if k < len(gen_ids):
-            top2 = np.sort(i)[-2:]
-            assert int(np.argmax(c)) == gen_ids[k], "position %d: the CLI's greedy token is not its logits' argmax" % k
-            if top2[1] - top2[0] > 2 * diff:
-                assert gen_ids[k] == int(np.argmax(i)), "position %d: token %d, interpreter %d (margin %g, diff %g)" % (
-                    k, gen_ids[k], int(np.argmax(i)), top2[1] - top2[0], diff)
+        top2 = np.sort(i)[-2:]
+        assert int(np.argmax(c)) == gen_ids[k], "position %d: the CLI's greedy token is not its logits' argmax" % k
+        if top2[1] - top2[0] > 2 * diff:
+            assert gen_ids[k] == int(np.argmax(i)), "position %d: token %d, interpreter %d (margin %g, diff %g)" % (
+                k, gen_ids[k], int(np.argmax(i)), top2[1] - top2[0], diff)
 
 
 def t_first_run_search():
