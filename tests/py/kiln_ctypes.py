@@ -37,6 +37,14 @@ if "KILN_TUNEDB" not in os.environ:
     import tempfile
     os.environ["KILN_TUNEDB"] = os.path.join(tempfile.mkdtemp(prefix="kiln_tests_db_"), "tune.db")
 
+def fnv1a64(data):
+    """FNV-1a 64 of bytes: the tuning DB's line checksum (src/sched/tunedb.c)"""
+    h = 0xcbf29ce484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
 MAX_DIMS = 8
 NONE = -1
 

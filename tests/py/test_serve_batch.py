@@ -231,13 +231,6 @@ def t_errors():
         L.kiln_llm_free(m)
 
 
-def fnv1a64(data):
-    h = 0xcbf29ce484222325
-    for c in data:
-        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
 def materialise_decode_forms(db):
     """rewrite the tuning DB's decode-bucket attention-form records to
     choose the materialised form (as a search on a machine where it wins
@@ -253,7 +246,7 @@ def materialise_decode_forms(db):
                 body = body.replace('sched="streaming"', 'sched="materialised"')
                 body = body.replace(" best=" + best, " best=@").replace(" base=" + base, " base=" + best)
                 body = body.replace(" best=@", " best=" + base)
-            line = "%s sum=%016x\n" % (body, fnv1a64(body.encode()))
+            line = "%s sum=%016x\n" % (body, kc.fnv1a64(body.encode()))
             n += 1
         out.append(line)
     with open(db + ".tmp", "w", encoding="utf-8") as f:

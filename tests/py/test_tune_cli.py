@@ -59,13 +59,6 @@ def kiln(args, db, timeout=120, **extra):
 # ---------------------------------------------------------------- the format
 
 
-def fnv1a64(data):
-    h = 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
-    return h
-
-
 def esc(s):
     out = []
     for b in s.encode("utf-8"):
@@ -82,7 +75,7 @@ def encode(r):
     body = "fp=%s key=%s bucket=%s sched=%s best=%r base=%r tried=%d rejected=%d date=%s ir=%d" % (
         esc(r["fingerprint"]), esc(r["key"]), esc(r["bucket"]), esc(r["schedule"]), r["best_s"], r["base_s"],
         r["tried"], r["rejected"], esc(r["date"]), r["ir_version"])
-    return "%s sum=%016x\n" % (body, fnv1a64(body.encode()))
+    return "%s sum=%016x\n" % (body, kc.fnv1a64(body.encode()))
 
 
 def unquote(s, i):
@@ -108,7 +101,7 @@ def decode(line):
     """one record line -> dict; raises on a bad checksum"""
     line = line.rstrip("\n")
     body, _, tail = line.rpartition(" sum=")
-    assert len(tail) == 16 and int(tail, 16) == fnv1a64(body.encode()), "bad checksum: " + line[:60]
+    assert len(tail) == 16 and int(tail, 16) == kc.fnv1a64(body.encode()), "bad checksum: " + line[:60]
     names = [("fp", "fingerprint", str), ("key", "key", str), ("bucket", "bucket", str), ("sched", "schedule", str),
              ("best", "best_s", float), ("base", "base_s", float), ("tried", "tried", int),
              ("rejected", "rejected", int), ("date", "date", str), ("ir", "ir_version", int)]
