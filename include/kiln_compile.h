@@ -91,6 +91,10 @@ typedef struct kiln_compile_options {
                                 prompts, measured like the others (stream_select.c; KILN_STREAM_BF16=search);
                                 2: that, asked for directly; -1: no bf16 form at all (what
                                 kiln_compile_defaults gives unless the environment asks) */
+    int decode_tile_rows;    /* a CPU contraction launched on 5 to this many rows of A runs its decode bucket's
+                                schedule where that is the int8 tiles on B's repacked copy (dot-i8-rp: each
+                                row's sums the 1-row tile's), not the prefill bucket's; 0: the default, 24
+                                (SCH_DECODE_TILE_ROWS); 4 or less: never (KILN_DECODE_TILE_ROWS) */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,

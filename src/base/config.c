@@ -51,6 +51,7 @@ static void read_compile(kiln_compile_options *o) {
     const char *bf = str("KILN_STREAM_BF16");
     o->stream_bf16 = is_one("KILN_STREAM_BF16") ? 1 : bf && !strcmp(bf, "search") ? 0 : -1;
     o->no_pack_copy = is_zero("KILN_PACK_COPY");
+    o->decode_tile_rows = num("KILN_DECODE_TILE_ROWS", 0);
     const char *sm = str("KILN_STREAM_MIN");
     if (sm) {
         long long v = strtoll(sm, NULL, 10);

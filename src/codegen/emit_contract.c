@@ -611,8 +611,8 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     /* items: each batch point's N B rows in ntiles = chunk runs of whole
      * strips of the bucket's nr rows (contract.h: sch_contract_runs) */
     OUT("  const int64_t ntiles = chunk > 0 ? chunk : 1;\n");
-    OUT("  const int64_t snr = M <= %d ? %d : %d, nstrips = (N + snr - 1) / snr;\n", SCH_SMALL_M,
-        sched[0].nr > 0 ? sched[0].nr : 1, sched[1].nr > 0 ? sched[1].nr : 1);
+    OUT("  const int64_t snr = M <= %d || (flags & %d) ? %d : %d, nstrips = (N + snr - 1) / snr;\n", SCH_SMALL_M,
+        CG_KF_DECODE_ROWS, sched[0].nr > 0 ? sched[0].nr : 1, sched[1].nr > 0 ? sched[1].nr : 1);
     unsigned pro = 0;
     for (int b = 0; b < 2; b++) {
         const sch_family *f = sch_family_of(&sched[b]);
@@ -662,7 +662,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
         OUT("    const int64_t i%d = o %% d%d; o /= d%d;\n", d, d, d);
     }
     OUT("    (void)o;\n");
-    OUT("    if (M <= %d) {\n", SCH_SMALL_M);
+    OUT("    if (M <= %d || (flags & %d)) {\n", SCH_SMALL_M, CG_KF_DECODE_ROWS);
     emit_schedule(p, k, &sched[0], s, len, cap);
     OUT("    } else {\n");
     emit_schedule(p, k, &sched[1], s, len, cap);

@@ -7,6 +7,12 @@
 
 #include "emit_c.h"
 
+/* a contraction launch's flag: run the decode bucket's schedule, sched[0],
+ * on more than SCH_SMALL_M rows (the runtime sets it only where that is the
+ * int8 tiles on B's repacked copy, up to SCH_DECODE_TILE_ROWS rows:
+ * src/runtime/cpu_run.c contract_bucket) */
+#define CG_KF_DECODE_ROWS 32
+
 /* 1 when kernel k is a contraction this ISA has a micro-kernel for: both
  * schedules valid rows of the family table (sched/family.h) for its B */
 int cg_contract_emittable(const sch_program *p, const sch_kernel *k, cg_isa isa);

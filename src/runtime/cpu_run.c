@@ -319,9 +319,26 @@ static int repack_wanted(const kiln_program *p, int32_t k0, int32_t b) {
  * call of the kernel; a few microseconds at K = 14336) and every item's
  * outputs are its own, the same on any thread. */
 static int claimed_pieces(int bucket, int64_t flags, int serial, int64_t items, int nthreads) {
-    if (bucket != 0 || flags || serial || nthreads < 2) return 1;
+    if (bucket != 0 || (flags & ~(int64_t)CG_KF_DECODE_ROWS) || serial || nthreads < 2) return 1;
     int64_t pieces = 4 * (int64_t)nthreads;
     return (int)(items < pieces ? items : pieces);
+}
+
+/* the bucket whose schedule a launch of m rows runs (0: decode, sched[0]; 1:
+ * prefill), and *flags' CG_KF_DECODE_ROWS: past SCH_SMALL_M rows, up to the
+ * program's decode_tile_rows (SCH_DECODE_TILE_ROWS), the decode bucket where
+ * its compiled schedule is the int8 tiles on B's repacked copy. Those read
+ * each 8-row weight group once for all the rows, 4 rows a tile call, each
+ * row's sums the 1-row tile's bit for bit, with no per-launch packing: on
+ * gemma3-270m (Intel Xeon, AMX, 2 threads) a 5-row pass took 27 ms in the
+ * prefill bucket's bf16 tiles against 11 ms for 4 rows in the decode tiles.
+ * Nothing searches the decode bucket at these rows (it is searched at 1). */
+static int contract_bucket(const kiln_program *p, const sch_contract *c, int64_t m, int64_t *flags) {
+    if (m <= SCH_SMALL_M) return 0;
+    int most = p->plan.opt.decode_tile_rows ? p->plan.opt.decode_tile_rows : SCH_DECODE_TILE_ROWS;
+    if (m > most || !sch_family_is(&c->sched[0], SCH_FAM_DOT_I8_RP, p->plan.sp.bufs[c->b_buf].dtype)) return 1;
+    *flags |= CG_KF_DECODE_ROWS;
+    return 0;
 }
 
 /* a contraction kernel's work items: (batch point, run of nc rows of B), see
@@ -338,7 +355,8 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     }
     kiln_status s = rt_run_eval(p, K->rdim, &rn, "a contraction");
     if (s != KILN_OK) return s;
-    int bucket = m <= SCH_SMALL_M ? 0 : 1;
+    int64_t flags = 0, r = 0;
+    int bucket = contract_bucket(p, c, m, &flags);
     rt_kernel_fn fn = p->plan.fns[k];
     rt_module *mods[2] = {NULL, NULL};
     /* the decode copy is made at the first launch of either bucket: made by a
@@ -346,7 +364,8 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
      * weight go at once, instead of a pack copy of its own beside it */
     int rp_b = rt_repack_x8_ok(p->plan.sp.bufs[c->b_buf].dtype);
     if (rp_b) repack_b(p, k, rn, repack_wanted(p, k, c->b_buf));
-    if (p->tune.budget > p->tune.spent && !p->tune.tuned[k * 2 + bucket]) {
+    /* searched at its own rows only: a decode bucket's search times 1 row */
+    if (p->tune.budget > p->tune.spent && !p->tune.tuned[k * 2 + bucket] && !(flags & CG_KF_DECODE_ROWS)) {
         rt_kernel_fn won = NULL;
         rt_tune_contract_now(p, k, bucket, &won, mods);
         if (won) fn = won;
@@ -364,12 +383,11 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     int64_t items = nbatch * chunk;
     int serial = nthreads <= 1 || nbatch * m * n * (rn > 0 ? rn : 1) < 32768;
     double t0 = p->prof.secs ? kiln_now_s() : 0;
-    int64_t flags = 0, r = 0;
-    if (shared_a(p, K, sc, nbatch, m, rn, serial)) {
+    if (bucket == 1 && shared_a(p, K, sc, nbatch, m, rn, serial)) {
         /* A converted once, each thread a share of its 16-row groups, then
          * read by every thread's items (emit_gemm_amx_bf16.h) */
         r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
-        flags = CG_KF_SHARED;
+        flags |= CG_KF_SHARED;
     }
     /* too few items for the threads: cut M as well (sched/contract_split.h) */
     int64_t mparts = 1;

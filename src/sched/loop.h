@@ -171,6 +171,14 @@ typedef struct sch_contract_sched {
  * Set by kernelize (contract.c); only the CPU backend uses it: other
  * backends emit the kernel's generic expression. */
 #define SCH_SMALL_M 4 /* sched[0] serves M <= SCH_SMALL_M (decode), sched[1] larger M */
+/* ... and up to this many rows where sched[0] is the int8 tiles on B's
+ * repacked copy (dot-i8-rp) and the launch asks (CG_KF_DECODE_ROWS,
+ * src/runtime/cpu_run.c): a short prompt's rows take the decode tiles, each
+ * weight group read once for all of them, not the prefill bucket's pack and
+ * tile machinery (gemma3-270m, Intel Xeon with AMX, 2 threads: 5 rows took
+ * 27 ms a pass against 11 ms at 4; with the decode tiles pp24 845 t/s
+ * against 705, equal at 32 rows, behind at 48: docs/ARCHITECTURE.md) */
+#define SCH_DECODE_TILE_ROWS 24
 typedef struct sch_contract {
     int32_t a_buf, b_buf;
     sym_id a_base, b_base; /* the operands' offsets at r = 0 */

@@ -766,33 +766,51 @@ static void test_causal_attention_bf16(void) {
     CASE_END();
 }
 
-/* a decode's rows are independent: y of 4 rows of x (the rp tiles' 4-row
- * form, each group of B read once for the 4) equals, bit for bit, each
- * row's y computed alone at m = 1 (the 1-row tile), so a client's text in a
- * batched server step does not depend on the other clients */
-static void check_rows_alone(kiln_graph *g, int64_t K, int64_t N) {
-    float *x4 = rand_f32(4 * K, -1, 1), *y4 = malloc((size_t)(4 * N) * sizeof *y4), *y1 = malloc((size_t)N * sizeof *y1);
-    kiln_bind_dim(g, "m", 4);
-    kiln_bind_input(g, "x", x4, (size_t)(4 * K) * sizeof(float));
+/* a decode's rows are independent: y of `rows` rows of x (the rp tiles' 4-row
+ * form, each group of B read once for the 4; past SCH_SMALL_M rows, up to
+ * SCH_DECODE_TILE_ROWS, the same tiles 4 rows a call: a short prompt's
+ * launch, CG_KF_DECODE_ROWS) equals, bit for bit, each row's y computed
+ * alone at m = 1 (the 1-row tile), so a client's text in a batched server
+ * step does not depend on the other clients, and a short prompt's rows are
+ * its decode steps' rows. Returns how many rows differed. */
+static int rows_alone_differ(kiln_graph *g, int64_t K, int64_t N, int64_t rows) {
+    float *xs = rand_f32(rows * K, -1, 1), *ys = malloc((size_t)(rows * N) * sizeof *ys),
+          *y1 = malloc((size_t)N * sizeof *y1);
+    kiln_bind_dim(g, "m", rows);
+    kiln_bind_input(g, "x", xs, (size_t)(rows * K) * sizeof(float));
     kiln_status st;
     kiln_program *p = kiln_compile(g, NULL, &st);
-    int ok = p && kiln_run(p) == KILN_OK;
-    CHECK(ok, "m=4: %s", kiln_graph_error(g));
-    if (ok) kiln_read_output(g, "y", y4, (size_t)(4 * N) * sizeof *y4);
-    for (int64_t r = 0; ok && r < 4; r++) {
+    int ok = p && kiln_run(p) == KILN_OK, differ = 0;
+    CHECK(ok, "m=%lld: %s", (long long)rows, kiln_graph_error(g));
+    if (ok) kiln_read_output(g, "y", ys, (size_t)(rows * N) * sizeof *ys);
+    for (int64_t r = 0; ok && r < rows; r++) {
         kiln_bind_dim(g, "m", 1);
-        kiln_bind_input(g, "x", x4 + r * K, (size_t)K * sizeof(float));
+        kiln_bind_input(g, "x", xs + r * K, (size_t)K * sizeof(float));
         ok = kiln_run(p) == KILN_OK;
         CHECK(ok, "m=1, row %lld: %s", (long long)r, kiln_graph_error(g));
         if (!ok) break;
         kiln_read_output(g, "y", y1, (size_t)N * sizeof *y1);
-        CHECK(memcmp(y1, y4 + r * N, (size_t)N * sizeof *y1) == 0, "row %lld of 4 differs from the row alone",
-              (long long)r);
+        differ += memcmp(y1, ys + r * N, (size_t)N * sizeof *y1) != 0;
     }
     kiln_program_free(p);
-    free(x4);
-    free(y4);
+    free(xs);
+    free(ys);
     free(y1);
+    return ok ? differ : -1;
+}
+
+static void check_rows_alone(kiln_graph *g, int64_t K, int64_t N) {
+    int d = rows_alone_differ(g, K, N, 4);
+    CHECK(d == 0, "%d of 4 rows differ from the rows alone", d);
+    /* a short prompt: 13 rows (three 4-row calls and a 1-row one) */
+    d = rows_alone_differ(g, K, N, 13);
+    CHECK(d == 0, "%d of 13 rows differ from the rows alone: a short prompt did not run the decode tiles", d);
+    /* the knob observed: at KILN_DECODE_TILE_ROWS=4 the 13 rows take the
+     * prefill bucket (here the fixed f32 default: not the int8 rows) */
+    setenv("KILN_DECODE_TILE_ROWS", "4", 1);
+    d = rows_alone_differ(g, K, N, 13);
+    unsetenv("KILN_DECODE_TILE_ROWS");
+    CHECK(d > 0, "KILN_DECODE_TILE_ROWS=4: 13 rows still ran the decode tiles");
 }
 
 /* the decode tiles on B's repacked copy (rp=1, sched/repack_layout.h): q4_0,
@@ -845,6 +863,7 @@ static void test_int8_repack(void) {
                 snprintf(tile, sizeof tile, "kcr_%s_%lldx8_p", kiln_dtype_name(t), (long long)M);
                 check_int8_at(g, M, K, N, wf, grp, tile);
             }
+            check_int8_at(g, 13, K, N, wf, grp, tile);
             check_rows_alone(g, K, N);
             /* one program, three bindings of the same memory */
             float *xb = rand_f32(2 * K, -1, 1), *y1 = malloc(yn * sizeof *y1), *y2 = malloc(yn * sizeof *y2);
