@@ -338,6 +338,7 @@ static void dot_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int
                     sch_contract_sched rs = *sc;
                     rs.mr = r;
                     cg_emit_i8_rp_tile(t, &rs, s, len, cap);
+                    if (cg_i8_rp16_ok(t)) cg_emit_i8_rp16_tile(t, &rs, s, len, cap);
                 }
             continue;
         }
@@ -412,6 +413,32 @@ static void emit_rp_call(kiln_dtype t, const sch_contract_sched *sc, const char 
         char rn[64];
         cg_i8_rp_tile_name(t, &rs, rn, sizeof rn);
         if (r > 1) OUT("if (rr == %d) %s(q1, s1, l1, u1, %s);\n              else ", r, rn, args);
+        else OUT("%s(q1, s1, l1, u1, %s);\n", rn, args);
+    }
+}
+
+/* the call of the rr-row two-group rp tile (cg_emit_i8_rp16_tile) on
+ * (q1, s1, l1, u1, rest); each RPB in rest stands for the copy's bytes per
+ * 32 of K */
+static void emit_rp16_call(kiln_dtype t, const sch_contract_sched *sc, const char *rest, char **s, size_t *len,
+                           size_t *cap) {
+    char args[256] = "";
+    size_t n = 0;
+    for (const char *c = rest; *c && n + 8 < sizeof args;) {
+        if (!strncmp(c, "RPB", 3)) {
+            n += (size_t)snprintf(args + n, sizeof args - n, "%d", cg_i8_rp_bytes32(t));
+            c += 3;
+        } else {
+            args[n++] = *c++;
+            args[n] = 0;
+        }
+    }
+    for (int r = rp_rows; r >= 1; r--) {
+        sch_contract_sched rs = *sc;
+        rs.mr = r;
+        char rn[64];
+        cg_i8_rp16_tile_name(t, &rs, rn, sizeof rn);
+        if (r > 1) OUT("if (rr == %d) %s(q1, s1, l1, u1, %s);\n                else ", r, rn, args);
         else OUT("%s(q1, s1, l1, u1, %s);\n", rn, args);
     }
 }
@@ -522,6 +549,31 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
         /* the copy's group: the decode's rows CG_RP_ROWS at a time, each 8
          * B rows read once for all of them (K from rpk1 on, plus the passes'
          * sums; rpk1 = 0: all of K) */
+        if (cg_i8_rp16_ok(t)) {
+            /* two whole groups in a row: the 16-row tile, 512-bit */
+            OUT("          if (rpok && qready && nn + 16 <= n1 && rg + 1 < rpg) {\n");
+            OUT("            int64_t bo8;\n            { const int64_t i%d = nn + 8; bo8 = ", c->ndim);
+            out_sym(p, c->b_base, s, len, cap);
+            OUT("; }\n");
+            OUT("            if (bo8 == wo[0] + 8 * K) {\n");
+            OUT("              for (int64_t mm = m0; mm < m1; mm += %d) {\n", rp_rows);
+            OUT("                const int64_t rr = m1 - mm < %d ? m1 - mm : %d;\n", rp_rows, rp_rows);
+            emit_rp_rows("mm", "rpk1", s, len, cap);
+            OUT("                float r16[%d];\n                ", 16 * rp_rows);
+            emit_rp16_call(t, sc,
+                           "rpw + (rpk1 / 32 * rpg + rg * (qch - rpk1 / 32)) * RPB, (qch - rpk1 / 32) * RPB, qch - rpk1 / 32, r16",
+                           s, len, cap);
+            OUT("                for (int i = 0; i < rr; i++) {\n");
+            if (c->mdim >= 0) OUT("                  const int64_t i%d = mm + i;\n", c->mdim);
+            OUT("                  for (int j = 0; j < 16; j++) {\n");
+            OUT("                    const int64_t i%d = nn + j;\n", c->ndim);
+            OUT("                    float v = r16[16 * i + j];\n");
+            OUT("                    if (rpacc) v += rpacc[(mm + i) * rpw8 + nn - n0 + j];\n");
+            OUT("                    out[");
+            out_sym(p, k->store_off, s, len, cap);
+            OUT("] = v;\n                  }\n                }\n              }\n              nn += 8;\n              continue;\n");
+            OUT("            }\n          }\n");
+        }
         OUT("          if (rpok && qready) {\n");
         OUT("            for (int64_t mm = m0; mm < m1; mm += %d) {\n", rp_rows);
         OUT("              const int64_t rr = m1 - mm < %d ? m1 - mm : %d;\n", rp_rows, rp_rows);

@@ -720,6 +720,68 @@ void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, si
     OUT("}\n\n");
 }
 
+int cg_i8_rp16_ok(kiln_dtype t) { return t == KILN_Q8_0 || t == KILN_Q4_0 || t == KILN_Q5_0; }
+
+void cg_i8_rp16_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
+    snprintf(buf, bufcap, "kcr_%s_%dx16_p%d", tag(t), sc->mr, sc->pf);
+}
+
+/* two groups of the copy (16 B rows: g's 8 and the 8 at g + gstep) in
+ * 512-bit registers, each group's 32 bytes of a step in one half, A's
+ * dword broadcast to both: half the dot-product instructions of two calls
+ * of the 8-row tile above, whose lane-wise arithmetic each half repeats
+ * (integer sums, then the same convert, multiply and fused add per lane),
+ * so a row's results are the 8-row tile's bit for bit */
+void cg_emit_i8_rp16_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap) {
+    char name[64];
+    cg_i8_rp16_tile_name(t, sc, name, sizeof name);
+    int mr = sc->mr, q5 = t == KILN_Q5_0, q8 = t == KILN_Q8_0, rec = 8 * bytes_per_32(t), nib = q5 ? 48 : 16;
+    int zero = q8 ? 128 : q5 ? 16 : 8;
+    OUT("static KVNNI __attribute__((target(\"avx512f,avx512bw\"))) void %s(const int8_t *const *qa, const float *const *sa,\n"
+        "    const __m256i *const *l8, const int32_t *const *qsum, const uint8_t *g, int64_t gstep, int64_t nch, float *res) {\n",
+        name);
+    OUT("  (void)l8;\n");
+    if (!q8) OUT("  const __m512i m4 = _mm512_set1_epi8(15);\n");
+    if (q5) OUT("  const __m512i v16 = _mm512_set1_epi8(16);\n");
+    for (int i = 0; i < mr; i++) OUT("  __m512 c%d = _mm512_setzero_ps();\n", i);
+    OUT("  for (int64_t c = 0; c < nch; c++, g += %d) {\n", rec);
+    OUT("    const uint8_t *h = g + gstep;\n");
+    if (sc->pf > 0) {
+        emit_rp_prefetch3(rec * sc->pf, s, len, cap);
+        OUT("    _mm_prefetch((const char *)h + %d, _MM_HINT_T0); _mm_prefetch((const char *)h + %d, _MM_HINT_T0);"
+            " _mm_prefetch((const char *)h + %d, _MM_HINT_T0);\n", rec * sc->pf, rec * sc->pf + 64, rec * sc->pf + 128);
+    }
+    OUT("    const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)g)),"
+        " _mm_loadu_si128((const __m128i *)h), 1));\n");
+    for (int q = 0; q < 8 && q8; q++)
+        OUT("    const __m512i w%d = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(g + %d))),"
+            " _mm256_loadu_si256((const __m256i *)(h + %d)), 1);\n", q, 16 + 32 * q, 16 + 32 * q);
+    for (int q = 0; q < 4 && !q8; q++) {
+        OUT("    const __m512i y%d = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(g + %d))),"
+            " _mm256_loadu_si256((const __m256i *)(h + %d)), 1);\n", q, nib + 32 * q, nib + 32 * q);
+        OUT("    __m512i w%d = _mm512_and_si512(y%d, m4), w%d = _mm512_and_si512(_mm512_srli_epi16(y%d, 4), m4);\n", q,
+            q, q + 4, q);
+    }
+    if (q5)
+        for (int q = 0; q < 8; q++)
+            OUT("    { uint32_t k0, k1; memcpy(&k0, g + %d, 4); memcpy(&k1, h + %d, 4);"
+                " w%d = _mm512_mask_add_epi8(w%d, (__mmask64)k0 | ((__mmask64)k1 << 32), w%d, v16); }\n",
+                16 + 4 * q, 16 + 4 * q, q, q, q);
+    for (int i = 0; i < mr; i++) {
+        OUT("    { const int8_t *x = qa[%d] + 32 * c;\n", i);
+        OUT("      __m512i p = _mm512_set1_epi32(-(qsum[%d][c] * %d)), u = _mm512_setzero_si512();\n", i, zero);
+        for (int q = 0; q < 8; q += 2)
+            OUT("      p = _mm512_dpbusd_epi32(p, w%d, _mm512_broadcastd_epi32(_mm_loadu_si32(x + %d)));"
+                " u = _mm512_dpbusd_epi32(u, w%d, _mm512_broadcastd_epi32(_mm_loadu_si32(x + %d)));\n", q, 4 * q,
+                q + 1, 4 * q + 4);
+        OUT("      c%d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, u)), _mm512_mul_ps(d, _mm512_set1_ps(sa[%d][c])),"
+            " c%d); }\n", i, i, i);
+    }
+    OUT("  }\n");
+    for (int i = 0; i < mr; i++) OUT("  _mm512_storeu_ps(res + %d, c%d);\n", 16 * i, i);
+    OUT("}\n\n");
+}
+
 void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
     snprintf(buf, bufcap, "kci8_%s_%dx%d_p%d", tag(t), sc->mr, sc->nr, sc->pf);
 }

@@ -33,6 +33,12 @@ void cg_i8_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size
 #define CG_RP_ROWS 4 /* the decode bucket's M (sched/loop.h: SCH_SMALL_M) */
 void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap);
 void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap);
+/* the same over two groups (16 B rows: the group at g and the one at
+ * g + gstep) in 512-bit registers, each row's results the 8-row tile's bit
+ * for bit; for the 32-element block formats (q8_0, q4_0, q5_0) only */
+int cg_i8_rp16_ok(kiln_dtype t);
+void cg_emit_i8_rp16_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, size_t *len, size_t *cap);
+void cg_i8_rp16_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap);
 /* bytes of the copy per 32 elements of K of a group of 8 rows */
 int cg_i8_rp_bytes32(kiln_dtype t);
 

@@ -921,6 +921,65 @@ static int run_read(kiln_program *p, kiln_graph *g, float *out, size_t n) {
     return ok;
 }
 
+/* the two-group rp tile (cg_emit_i8_rp16_tile: 16 B rows in 512-bit
+ * registers) against the 8-row one, bit for bit: q4_0, q5_0 and q8_0, M = 3
+ * and 6 (a 4-row call and the rest), N = 64 (four 16-row pairs) in items
+ * of 16 rows (the pair tile called, seen in the source) and of 8 rows
+ * (nn + 16 past the item: the 8-row tile only), 1 and 2 threads, K of 17
+ * blocks and past 4096 (the K passes' partial sums added to the pair's) */
+static void test_int8_repack16(void) {
+    const kiln_dtype bt[3] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0};
+    const int64_t N = 64;
+    for (int ti = 0; ti < 3; ti++)
+        for (int big = 0; big < 2; big++) {
+            kiln_dtype t = bt[ti];
+            const int64_t K = 544 + (big ? 4096 : 0);
+            char xs[32], ws[32], name[96], tile[48];
+            snprintf(xs, sizeof xs, "m, %lld", (long long)K);
+            snprintf(ws, sizeof ws, "%lld, %lld", (long long)N, (long long)K);
+            snprintf(name, sizeof name, "contract_int8_repack16_%s%s", kiln_dtype_name(t), big ? "_k_passes" : "");
+            snprintf(tile, sizeof tile, "kcr_%s_1x16_p", kiln_dtype_name(t));
+            CASE_BEGIN(name);
+            kiln_graph *g = kiln_graph_new();
+            kiln_tensor x = kiln_input(g, "x", KILN_F32, xs);
+            kiln_tensor w = kiln_input(g, "w", t, ws);
+            kiln_output(g, kiln_linear(g, x, w, KILN_NONE), "y");
+            float *wf = rand_f32(N * K, -1, 1), *xb = rand_f32(6 * K, -1, 1);
+            size_t wbytes;
+            void *wb = make_weights(t, wf, N * K, &wbytes);
+            CHECK(kiln_bind_weight(g, "w", wb, wbytes) == KILN_OK, "%s", kiln_graph_error(g));
+            float *y[2];
+            for (int m = 3; m <= 6; m += 3)
+                for (int th = 1; th <= 2; th++) {
+                    for (int v = 0; v < 2; v++) { /* items of 16 rows, then of 8 */
+                        setenv("KILN_CONTRACT_SCHED_SMALL",
+                               v == 0 ? "mr=1 nr=8 nc=16 mc=16 arith=i8 rp=1" : "mr=1 nr=8 nc=8 mc=16 arith=i8 rp=1", 1);
+                        kiln_bind_dim(g, "m", m);
+                        kiln_bind_input(g, "x", xb, (size_t)(m * K) * sizeof(float));
+                        kiln_compile_options o = kiln_compile_defaults();
+                        o.threads = th;
+                        kiln_status st;
+                        kiln_program *p = kiln_compile(g, &o, &st);
+                        y[v] = malloc((size_t)(m * N) * sizeof(float));
+                        CHECK(run_read(p, g, y[v], (size_t)(m * N)), "m=%d, threads %d", m, th);
+                        const char *src = p ? kiln_program_source(p) : NULL;
+                        if (v == 0) CHECK(src && strstr(src, tile), "items of 16 rows: no call of %s", tile);
+                        kiln_program_free(p);
+                    }
+                    unsetenv("KILN_CONTRACT_SCHED_SMALL");
+                    CHECK(memcmp(y[0], y[1], (size_t)(m * N) * sizeof(float)) == 0,
+                          "m=%d, threads %d: the 16-row tile's results are not the 8-row tile's", m, th);
+                    free(y[0]);
+                    free(y[1]);
+                }
+            free(wf);
+            free(xb);
+            free(wb);
+            kiln_graph_free(g);
+            CASE_END();
+        }
+}
+
 /* the pack copy (sched/repack_layout.h): a weight's strips packed by the first
  * prefill launch and read by the later ones. For the five block formats, at
  * 1 and 2 threads (each thread fills its own strips), N = 37 in strips of
@@ -1035,6 +1094,7 @@ int main(void) {
         test_cost_defaults();
         test_int8_batch_points();
         test_int8_repack();
+        test_int8_repack16();
         test_int8_pack_copy();
         test_int8_form("_packed", "mr=1 nr=4 nc=0 mc=64 arith=i8 pf=8",
                        "mr=4 nr=32 nc=0 mc=16 arith=i8 form=packed kc=256", packed_ms, "_4x32(qr, sr, zr, ur");
