@@ -139,7 +139,8 @@ static void test_scratch(void) {
 }
 
 /* a search's candidate unit timed on fewer rows than an rp tile takes emits
- * only those rows' tiles (cg_contract_rp_rows); the default emits all */
+ * only those rows' tiles (cg_contract_rp_rows); the default emits all, the
+ * multi-row ones with software prefetch where the schedule has none */
 static void test_rp_rows(void) {
     CASE_BEGIN("rp_tiles_only_for_the_rows_run");
     sch_contract_sched sc;
@@ -150,7 +151,9 @@ static void test_rp_rows(void) {
         size_t len = 0, cap = 0;
         cg_emit_contract_tiles(KILN_Q4_K, &sc, 1, &s, &len, &cap);
         cg_contract_rp_rows(was);
-        int one = s && strstr(s, "kcr_q4_k_1x8_p0(") != NULL, four = s && strstr(s, "kcr_q4_k_4x8_p0(") != NULL;
+        /* the 1-row tile at the schedule's prefetch distance (0), the
+         * others at least 4 (emit_contract.c rp_tile_pf) */
+        int one = s && strstr(s, "kcr_q4_k_1x8_p0(") != NULL, four = s && strstr(s, "kcr_q4_k_4x8_p4(") != NULL;
         if (rows == 1) CHECK(one && !four && !strstr(s, "kcr_q4_k_2x8"), "one row: the 1-row tile only");
         else CHECK(one && four, "the default: tiles for 1 to 4 rows");
         free(s);
