@@ -287,7 +287,11 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         n = scaled < 32 ? 32 : (int)scaled;
     }
     if (n > model_n_ctx(m) - 3) n = (int)model_n_ctx(m) - 3;
-    if (n < 5) n = 5; /* the prefill bucket starts above 4 rows */
+    /* the prefill bucket starts above 4 rows (above SCH_DECODE_TILE_ROWS
+     * for contractions whose decode schedule is the rp tiles: cpu_run.c
+     * contract_bucket; a context too short for such a prompt never runs
+     * their prefill code, so it is neither profiled nor searched) */
+    if (n < 5) n = 5;
     if (model_n_ctx(m) < n + 3) {
         snprintf(err, cap, "a context of %lld rows is too short to search schedules", (long long)model_n_ctx(m));
         return KILN_ERR_INVALID;
