@@ -185,7 +185,15 @@ double sch_cost_amx(const sch_machine *mc, const sch_contract_shape *sh, const s
          * A converted on every thread; B dequantised, converted and
          * transposed once */
         double kblocks = (double)cdiv(sh->k, s->kc > 0 && s->kc < sh->k ? s->kc : (sh->k > 0 ? sh->k : 1));
-        compute_slots = tiles16 * blocks * 32.0 + tiles16 * kblocks * 48.0 + (double)nt * (double)sh->m * (double)sh->k / 16.0 * 2.0 +
+        /* and per 16x16 tile and 32 of k, its share of the A and B tile
+         * loads (~24 slots each): a block of mr x nr loads mr/16 + nr/16
+         * tiles for (mr/16)(nr/16) multiplies, so 32x32 loads one per
+         * multiply where 16x16 loads two (Intel Xeon with AMX, Llama-1B-shaped
+         * q4_k prefill, 512 x 8192 x 2048 at 1 thread: 17.6 ms at 16x16,
+         * 11.5 ms at 32x32, bench/results/firstrun-budget-xeon-amx.md) */
+        double loads = ((double)(s->mr / 16) + (double)(s->nr / 16)) / ((double)(s->mr / 16) * (double)(s->nr / 16));
+        compute_slots = tiles16 * blocks * (32.0 + 24.0 * loads) + tiles16 * kblocks * 48.0 +
+                        (double)nt * (double)sh->m * (double)sh->k / 16.0 * 2.0 +
                         (double)sh->n * (double)sh->nbatch * blocks * (dequant_cost(sh->b_dtype) + 12.0);
     }
     double fma_rate = mc->fma_gflops * 1e9 / 32.0;
