@@ -418,31 +418,13 @@ static void emit_rp_rows(const char *row, const char *k0, char **s, size_t *len,
         " u1[i] = qsum + mi_ * qch + %s / 32; }\n", k0, k0, k0, k0);
 }
 
-/* the call of the rr-row rp tile on (q1, s1, l1, u1, rest); RPB in rest
- * stands for the copy's bytes per 32 of K */
-static void emit_rp_call(kiln_dtype t, const sch_contract_sched *sc, const char *rest, char **s, size_t *len,
-                         size_t *cap) {
-    char rb[16], args[160];
-    snprintf(rb, sizeof rb, "%d", cg_i8_rp_bytes32(t));
-    const char *at = strstr(rest, "RPB");
-    if (at) snprintf(args, sizeof args, "%.*s%s%s", (int)(at - rest), rest, rb, at + 3);
-    else snprintf(args, sizeof args, "%s", rest);
-    for (int r = rp_rows; r >= 1; r--) {
-        sch_contract_sched rs = *sc;
-        rs.mr = r;
-        rs.pf = rp_tile_pf(sc->pf, r);
-        char rn[64];
-        cg_i8_rp_tile_name(t, &rs, rn, sizeof rn);
-        if (r > 1) OUT("if (rr == %d) %s(q1, s1, l1, u1, %s);\n              else ", r, rn, args);
-        else OUT("%s(q1, s1, l1, u1, %s);\n", rn, args);
-    }
-}
-
-/* the call of the rr-row two-group rp tile (cg_emit_i8_rp16_tile) on
- * (q1, s1, l1, u1, rest); each RPB in rest stands for the copy's bytes per
+/* the call of the rr-row rp tile on (q1, s1, l1, u1, rest), the 8-row
+ * tile's (cg_i8_rp_tile_name) or the two-group one's
+ * (cg_i8_rp16_tile_name); each RPB in rest stands for the copy's bytes per
  * 32 of K */
-static void emit_rp16_call(kiln_dtype t, const sch_contract_sched *sc, const char *rest, char **s, size_t *len,
-                           size_t *cap) {
+static void emit_rp_call_named(kiln_dtype t, const sch_contract_sched *sc, const char *rest,
+                               void (*name_of)(kiln_dtype, const sch_contract_sched *, char *, size_t),
+                               const char *indent, char **s, size_t *len, size_t *cap) {
     char args[256] = "";
     size_t n = 0;
     for (const char *c = rest; *c && n + 8 < sizeof args;) {
@@ -459,10 +441,20 @@ static void emit_rp16_call(kiln_dtype t, const sch_contract_sched *sc, const cha
         rs.mr = r;
         rs.pf = rp_tile_pf(sc->pf, r);
         char rn[64];
-        cg_i8_rp16_tile_name(t, &rs, rn, sizeof rn);
-        if (r > 1) OUT("if (rr == %d) %s(q1, s1, l1, u1, %s);\n                else ", r, rn, args);
+        name_of(t, &rs, rn, sizeof rn);
+        if (r > 1) OUT("if (rr == %d) %s(q1, s1, l1, u1, %s);\n%selse ", r, rn, args, indent);
         else OUT("%s(q1, s1, l1, u1, %s);\n", rn, args);
     }
+}
+
+static void emit_rp_call(kiln_dtype t, const sch_contract_sched *sc, const char *rest, char **s, size_t *len,
+                         size_t *cap) {
+    emit_rp_call_named(t, sc, rest, cg_i8_rp_tile_name, "              ", s, len, cap);
+}
+
+static void emit_rp16_call(kiln_dtype t, const sch_contract_sched *sc, const char *rest, char **s, size_t *len,
+                           size_t *cap) {
+    emit_rp_call_named(t, sc, rest, cg_i8_rp16_tile_name, "                ", s, len, cap);
 }
 
 /* the dot form's loops (dot-f32, dot-i8, dot-i8-rp) */
