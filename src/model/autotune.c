@@ -100,15 +100,20 @@ static double time_forward(model *m, const int32_t *toks, int n, int pos, int re
  * it in each (both forms write the same cache), the forms taking turns for
  * AUTOTUNE_FORM_ROUNDS rounds, each form's best counting; long prompts and decode over
  * a long cache likewise (RT_STREAM_LONG in stream_select.c: 1024 keys) when
- * the time left pays for them: each form's long prefill is estimated at
- * AUTOTUNE_LONG_GROWTH times its short one scaled by the rows (attention
- * grows faster than the rows: on a loaded 2-core AMD EPYC, gemma3-270m's
- * step took 21 s where its 256-row prefills scaled by 8 came to about 11),
- * and the second
- * form is not started when the first one's run has left too little time.
+ * the time left pays for them: the same n rows run as the pass of a long
+ * prompt that ends at AUTOTUNE_LONG keys (at position AUTOTUNE_LONG - n, the
+ * cache rows before it whatever earlier runs left there: the time of a pass
+ * does not depend on the values it reads), then decode steps after it; each
+ * form's long pass is estimated at AUTOTUNE_LONG_GROWTH times its short one
+ * (gemma3-270m, 2 threads, Intel Xeon: a 512-row pass over up to 4000 keys
+ * took 1.34x (materialised) and 1.6x (streaming) one from position 0), and the
+ * second form is not started when the first one's run has left too little
+ * time. A long pass costs what a short one does, where a long prompt from
+ * position 0 (2048 rows) cost 10 short ones and was never paid for by a
+ * 30 s first-run search: the long buckets kept the cost model's pick.
  * The faster form per bucket goes to the tuning DB (kiln_program_form_record). */
 #define AUTOTUNE_LONG 2048
-#define AUTOTUNE_LONG_GROWTH 2.5
+#define AUTOTUNE_LONG_GROWTH 2.0
 #define AUTOTUNE_FORM_ROUNDS 2
 /* the short measurement may take at most this part of the budget: at 8B
  * (Llama-8B-shaped q4_k, 2 threads) a round of a 63-row prefill and three
@@ -195,7 +200,7 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
     for (int i = 0; i <= AUTOTUNE_LONG; i++) toks[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)model_n_vocab(m));
     int nv = (int)model_n_vocab(m);
     float *ref = kiln_xmalloc((size_t)nv * sizeof *ref);
-    int lens[2] = {n, AUTOTUNE_LONG};
+    int at[2] = {0, AUTOTUNE_LONG - n}; /* where each bucket's pass starts */
     int buckets[2][2] = {{KILN_FORM_SHORT, KILN_FORM_DECODE}, {KILN_FORM_LONG, KILN_FORM_DECODE_LONG}};
     /* the third form (prompts only: decode stays f32) where the streaming
      * program has it */
@@ -203,9 +208,9 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
     kiln_program_form_force(p, 0);
     double pre[3] = {0, 0, 0}, dec[2] = {0, 0};
     for (int l = 0; l < 2; l++) {
-        int len = lens[l];
-        double scale = AUTOTUNE_LONG_GROWTH * AUTOTUNE_LONG / n, est[3];
-        for (int f = 0; f < 3; f++) est[f] = pre[f] > 0 ? pre[f] * scale : 0;
+        int len = n, pos = at[l];
+        double est[3];
+        for (int f = 0; f < 3; f++) est[f] = pre[f] > 0 ? pre[f] * AUTOTUNE_LONG_GROWTH : 0;
         if (l == 1 && (model_n_ctx(m) < AUTOTUNE_LONG + 4 || !(pre[0] > 0 && pre[1] > 0) ||
                        est[0] + est[1] + 3 * (dec[0] + dec[1]) > left - (kiln_now_s() - t0)))
             break;
@@ -232,7 +237,7 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
                     break;
                 }
                 kiln_program_form_force(p, f);
-                double tp = time_forward(m, toks, len, 0, 1, logits);
+                double tp = time_forward(m, toks, len, pos, 1, logits);
                 pre[f] = best_of(pre[f], tp);
                 if (f == 1 && tp > 0) memcpy(ref, logits, (size_t)nv * sizeof *ref);
                 if (f == 2 && tp > 0) {
@@ -242,7 +247,7 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
                     checked = 1;
                 }
                 if (f == 2) continue; /* decode stays f32 */
-                double td = time_forward(m, toks + len, 1, len, 3, logits);
+                double td = time_forward(m, toks + len, 1, pos + len, 3, logits);
                 dec[f] = best_of(dec[f], td);
             }
         }
@@ -340,9 +345,10 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         w[2 * k] = dec[k] / 2 * o.workload_gen;
         w[2 * k + 1] = pre[k] * o.workload_prompt / n;
     }
-    /* step 6's short measurement is kept out of the search's time: a
-     * prefill and three decode steps in each form, twice (a program with
-     * one form: none; the main form stays forced) */
+    /* step 6's measurement is kept out of the search's time: a prefill and
+     * three decode steps in each form, twice, and the long buckets' round
+     * (estimated at AUTOTUNE_LONG_GROWTH short ones) (a program with one
+     * form: none; the main form stays forced) */
     double forms_s = 0;
     int form_rounds = 0, form_rows = n;
     if (!all_rows && kiln_program_form_force(p, 0)) {
@@ -350,7 +356,9 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
         for (int32_t k = 0; k < nk; k++) pre_all += pre[k], dec_one += dec[k] / 2;
         form_rows = forms_prompt(&o, m, n, pre_all, dec_one, &forms_s);
         form_rounds = forms_rounds(o.budget_s, forms_s);
-        forms_s *= form_rounds;
+        /* and the long buckets' one round (step 6), where the context has room */
+        int long_ok = form_rounds > 0 && model_n_ctx(m) >= AUTOTUNE_LONG + 4 && form_rows + 4 <= AUTOTUNE_LONG;
+        forms_s *= form_rounds + (long_ok ? AUTOTUNE_LONG_GROWTH : 0);
     }
     /* the runs that carry the searches (a decode step and a prefill, as
      * profiled) are the search's time too: at 8B on a loaded 2-core machine

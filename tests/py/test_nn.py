@@ -733,6 +733,10 @@ case("attention_f32_q_transposed_view", t_attention, F32, 4, 4, 4, 4, 4, 0, 0, F
 case("attention_f16_gqa_cache", t_attention, F16, 3, 4, 2, 9, 8, 6, 0)
 case("attention_bf16_gqa_window", t_attention, BF16, 3, 4, 2, 9, 8, 6, 4)
 case("attention_f16_window1", t_attention, F16, 3, 2, 1, 5, 4, 2, 1)
+# the keys below q_pos + 1 - window are sliced away (attention.c): a window
+# wider than the cache so far (nothing sliced), and one far behind it
+case("attention_f32_sym_window_wider", t_attention, F32, 3, 4, 2, 5, 8, 2, 7, True)
+case("attention_f32_sym_window_far", t_attention, F32, 6, 4, 1, 46, 8, 40, 4, True)
 
 
 def t_attention_v_dim():
