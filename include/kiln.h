@@ -124,8 +124,6 @@ KILN_API kiln_sym kiln_sym_add(kiln_graph *g, kiln_sym a, kiln_sym b);
 KILN_API kiln_sym kiln_sym_sub(kiln_graph *g, kiln_sym a, kiln_sym b);
 KILN_API kiln_sym kiln_sym_mul(kiln_graph *g, kiln_sym a, kiln_sym b);
 KILN_API kiln_sym kiln_sym_div(kiln_graph *g, kiln_sym a, kiln_sym b); /* floor division */
-KILN_API kiln_sym kiln_sym_min(kiln_graph *g, kiln_sym a, kiln_sym b);
-KILN_API kiln_sym kiln_sym_max(kiln_graph *g, kiln_sym a, kiln_sym b);
 /* writes the expression as text into buf (always NUL-terminated); returns buf */
 KILN_API char *kiln_sym_str(const kiln_graph *g, kiln_sym s, char *buf, size_t cap);
 /* the constant value of s, if it is one: returns 1 and sets *value */

@@ -239,8 +239,6 @@ kiln_sym kiln_sym_add(kiln_graph *g, kiln_sym a, kiln_sym b) { return sym_apply(
 kiln_sym kiln_sym_sub(kiln_graph *g, kiln_sym a, kiln_sym b) { return sym_apply(g, "kiln_sym_sub", sym_sub, a, b); }
 kiln_sym kiln_sym_mul(kiln_graph *g, kiln_sym a, kiln_sym b) { return sym_apply(g, "kiln_sym_mul", sym_mul, a, b); }
 kiln_sym kiln_sym_div(kiln_graph *g, kiln_sym a, kiln_sym b) { return sym_apply(g, "kiln_sym_div", sym_div, a, b); }
-kiln_sym kiln_sym_min(kiln_graph *g, kiln_sym a, kiln_sym b) { return sym_apply(g, "kiln_sym_min", sym_min, a, b); }
-kiln_sym kiln_sym_max(kiln_graph *g, kiln_sym a, kiln_sym b) { return sym_apply(g, "kiln_sym_max", sym_max, a, b); }
 
 char *kiln_sym_str(const kiln_graph *g, kiln_sym s, char *buf, size_t cap) {
     if (cap == 0) return buf;

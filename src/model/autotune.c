@@ -234,8 +234,8 @@ static void measure_forms(model *m, kiln_program *p, int n, int short_rounds, do
         /* the long bucket too: a form's first pass at a new length grows its
          * buffers (the materialised form's scores: 16 MB a layer at 2048
          * keys), and one pass each timed that: 361 ms materialised against
-         * 349 streaming on an Intel Xeon where pp4000 ran 2300 against 1380
-         * t/s (materialised ahead) */
+         * 349 streaming on an Intel Xeon where the materialised form's
+         * pp4000 is ahead (1800 against 1390 t/s) */
         int rounds = short_rounds;
         int nf = nforms == 3 && (l == 0 || pre[2] > 0) ? 3 : 2;
         pre[0] = pre[1] = pre[2] = dec[0] = dec[1] = 0;
@@ -458,7 +458,7 @@ finish:
         /* at least the time reserved for it: the recompile before it may
          * overrun its estimate (12.0 s for 10.8 kept aside, gemma3-270m on
          * a loaded Intel Xeon), and taking the forms' reserve left the long
-         * buckets unmeasured, to the cost model's pick, 1.65x slower at
+         * buckets unmeasured, to the cost model's pick, 1.3x slower at
          * pp4000 there; the overrun is then the recompile's, at most forms_s */
         double forms_left = o.budget_s - (kiln_now_s() - t_start - st.baseline_s);
         measure_forms(m, p, form_rows, form_rounds, forms_left > forms_s ? forms_left : forms_s, logits, &o);

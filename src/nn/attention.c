@@ -11,10 +11,6 @@
  *    k or v per query head.
  *  - Masked scores are replaced by a large negative finite value (never -inf),
  *    so softmax never forms inf - inf; every query row keeps its own key.
- *  - With a window, the keys no row can see (below q_pos + 1 - window) are
- *    sliced away before scoring: the result is the full computation's (their
- *    weights were exp(-big) = 0), and a long prompt's windowed layer costs
- *    its window per row, in every attention form.
  *  - The score and output contractions use the canonical SUM(MUL(expand,
  *    expand)) form (see linalg.c); softmax is kiln_softmax.
  */
@@ -80,16 +76,14 @@ kiln_tensor kiln_rope(kiln_graph *g, kiln_tensor x, kiln_sym pos, double freq_ba
     return kiln_reshape(g, st, 3, shape);
 }
 
-/* allowed[i, j] (seq, kv - k0) in dtype t: key k0 + j is visible to query i
- * at position q_pos + i when k0 + j <= q_pos + i and, with a window,
- * q_pos + i - (k0 + j) < window */
-static kiln_tensor causal_mask(kiln_graph *g, kiln_sym q_pos, kiln_sym seq, kiln_sym k0, kiln_sym kv, int64_t window,
-                               kiln_dtype t) {
+/* allowed[i, j] (seq, kv) in dtype t: key j is visible to query i at
+ * position q_pos + i when j <= q_pos + i and, with a window, q_pos + i - j < window */
+static kiln_tensor causal_mask(kiln_graph *g, kiln_sym q_pos, kiln_sym seq, kiln_sym kv, int64_t window, kiln_dtype t) {
     kiln_sym end = kiln_sym_add(g, q_pos, seq);
     kiln_tensor qp = kiln_slice(g, kiln_iota(g, KILN_I32, 1, &end, 0), 0, q_pos, end, 1);
     qp = kiln_unsqueeze(g, qp, 1); /* (seq, 1) */
-    kiln_tensor kj = kiln_slice(g, kiln_iota(g, KILN_I32, 1, &kv, 0), 0, k0, kv, 1);
-    kj = kiln_unsqueeze(g, kj, 0); /* (1, kv - k0) */
+    kiln_sym ks[2] = {kiln_sym_int(g, 1), kv};
+    kiln_tensor kj = kiln_iota(g, KILN_I32, 2, ks, 1); /* (1, kv) */
     kiln_tensor allowed = kiln_lt(g, kj, nn_shift(g, qp, 1.0));
     if (window > 0) {
         kiln_tensor dist = kiln_sub(g, qp, kj);
@@ -125,20 +119,6 @@ kiln_tensor kiln_attention(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_ten
         return KILN_NONE;
     }
     kiln_sym grp = kiln_sym_div(g, hq, hkv), one = kiln_sym_int(g, 1);
-    /* a window hides every key below q_pos + 1 - window from every row (row
-     * i sees keys above q_pos + i - window): those keys are left out, not
-     * scored and masked, so a windowed layer's scores are seq x (seq +
-     * window - 1) at most, whatever the prompt's position */
-    kiln_sym k0 = kiln_sym_int(g, 0), kv_all = kv;
-    if (window > 0) {
-        /* the count kv - max(0, q_pos + 1 - window) written as a min, so that
-         * it is provably >= 1 and the sizes derived from it divide cleanly
-         * (with kv = q_pos + seq: min(q_pos + seq, seq + window - 1)) */
-        kv = kiln_sym_min(g, kv_all, kiln_sym_add(g, kiln_sym_sub(g, kv_all, q_pos), kiln_sym_int(g, window - 1)));
-        k0 = kiln_sym_sub(g, kv_all, kv);
-        k = kiln_slice(g, k, 0, k0, kv_all, 1);
-        v = kiln_slice(g, v, 0, k0, kv_all, 1);
-    }
     kiln_tensor kt = nn_as(g, k, q), vt = nn_as(g, v, q);
 
     /* q (seq, hkv, grp, 1, d) * k (1, hkv, 1, kv, d) -> scores (seq, hkv, grp, kv) */
@@ -151,7 +131,7 @@ kiln_tensor kiln_attention(kiln_graph *g, kiln_tensor q, kiln_tensor k, kiln_ten
     /* masked = scores where allowed, else -big (arithmetic select: scores are finite) */
     kiln_dtype t = nn_dtype(g, q);
     double big = t == KILN_F16 ? nn_max_finite(t) : 1e30;
-    kiln_tensor allowed = causal_mask(g, q_pos, seq, k0, kv_all, window, t);
+    kiln_tensor allowed = causal_mask(g, q_pos, seq, kv, window, t);
     kiln_sym ms[4] = {seq, one, one, kv};
     allowed = kiln_reshape(g, allowed, 4, ms);
     kiln_tensor neg = nn_scale(g, nn_shift(g, allowed, -1.0), big); /* 0 or -big */
