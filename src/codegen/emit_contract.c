@@ -410,6 +410,23 @@ static void emit_schedule(const sch_program *p, const sch_kernel *k, const sch_c
 
 /* q1, s1, l1, u1: the rr (<= CG_RP_ROWS) quantised rows of A from row
  * `row` on, each from K offset `k0`, as the rp tiles take them */
+/* the rp tile's results res[width * i + j] stored to the output, the rows
+ * [mm, mm + rr) and the columns [nn, nn + width), each plus the K-pass
+ * accumulator rpacc when there is one; ind is the loop's indent */
+static void emit_rp_store(const sch_program *p, const sch_kernel *k, const char *res, int width, const char *ind,
+                          char **s, size_t *len, size_t *cap) {
+    const sch_contract *c = k->contract;
+    OUT("%sfor (int i = 0; i < rr; i++) {\n", ind);
+    if (c->mdim >= 0) OUT("%s  const int64_t i%d = mm + i;\n", ind, c->mdim);
+    OUT("%s  for (int j = 0; j < %d; j++) {\n", ind, width);
+    OUT("%s    const int64_t i%d = nn + j;\n", ind, c->ndim);
+    OUT("%s    float v = %s[%d * i + j];\n", ind, res, width);
+    OUT("%s    if (rpacc) v += rpacc[(mm + i) * rpw8 + nn - n0 + j];\n", ind);
+    OUT("%s    out[", ind);
+    out_sym(p, k->store_off, s, len, cap);
+    OUT("] = v;\n%s  }\n%s}\n", ind, ind);
+}
+
 static void emit_rp_rows(const char *row, const char *k0, char **s, size_t *len, size_t *cap) {
     OUT("              const int8_t *q1[%d] = {0}; const float *s1[%d] = {0}; const __m256i *l1[%d] = {0};"
         " const int32_t *u1[%d] = {0};\n", rp_rows, rp_rows, rp_rows, rp_rows);
@@ -577,15 +594,8 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
             emit_rp16_call(t, sc,
                            "rpw + (rpk1 / 32 * rpg + rg * (qch - rpk1 / 32)) * RPB, (qch - rpk1 / 32) * RPB, qch - rpk1 / 32, r16",
                            s, len, cap);
-            OUT("                for (int i = 0; i < rr; i++) {\n");
-            if (c->mdim >= 0) OUT("                  const int64_t i%d = mm + i;\n", c->mdim);
-            OUT("                  for (int j = 0; j < 16; j++) {\n");
-            OUT("                    const int64_t i%d = nn + j;\n", c->ndim);
-            OUT("                    float v = r16[16 * i + j];\n");
-            OUT("                    if (rpacc) v += rpacc[(mm + i) * rpw8 + nn - n0 + j];\n");
-            OUT("                    out[");
-            out_sym(p, k->store_off, s, len, cap);
-            OUT("] = v;\n                  }\n                }\n              }\n              nn += 8;\n              continue;\n");
+            emit_rp_store(p, k, "r16", 16, "                ", s, len, cap);
+            OUT("              }\n              nn += 8;\n              continue;\n");
             OUT("            }\n          }\n");
         }
         OUT("          if (rpok && qready) {\n");
@@ -594,15 +604,8 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
         emit_rp_rows("mm", "rpk1", s, len, cap);
         OUT("              float r8[%d];\n              ", 8 * rp_rows);
         emit_rp_call(t, sc, "rpw + (rpk1 / 32 * rpg + rg * (qch - rpk1 / 32)) * RPB, qch - rpk1 / 32, r8", s, len, cap);
-        OUT("              for (int i = 0; i < rr; i++) {\n");
-        if (c->mdim >= 0) OUT("                const int64_t i%d = mm + i;\n", c->mdim);
-        OUT("                for (int j = 0; j < 8; j++) {\n");
-        OUT("                  const int64_t i%d = nn + j;\n", c->ndim);
-        OUT("                  float v = r8[8 * i + j];\n");
-        OUT("                  if (rpacc) v += rpacc[(mm + i) * rpw8 + nn - n0 + j];\n");
-        OUT("                  out[");
-        out_sym(p, k->store_off, s, len, cap);
-        OUT("] = v;\n                }\n              }\n            }\n            continue;\n          }\n");
+        emit_rp_store(p, k, "r8", 8, "              ", s, len, cap);
+        OUT("            }\n            continue;\n          }\n");
     }
     OUT("          for (int64_t mm = m0; mm < m1; mm += %d) {\n", mr);
     OUT("            const float *ar[%d];\n", mr);
