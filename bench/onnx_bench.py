@@ -6,8 +6,8 @@ Per model and thread count: both sides load the model and are warmed up
 unless 0, as `kiln run` does for GGUF; onnxruntime: all graph optimizations,
 intra-op threads = the count, one inter-op thread, sequential execution);
 then --rounds rounds, each timing -r runs of kiln and -r runs of
-onnxruntime back to back (interleaved), and the medians of all samples are
-compared. kiln's output is checked against onnxruntime's first (rtol 1e-3).
+onnxruntime back to back (interleaved, each block after a pause of
+SETTLE_S and one untimed run), and the medians of all samples are compared. kiln's output is checked against onnxruntime's first (rtol 1e-3).
 
 Prints a table (model, threads, kiln ms, onnxruntime ms, speed ratio =
 ort/kiln, so > 1 means kiln is faster) and writes --json when asked.
@@ -39,6 +39,19 @@ def inputs_of(path):
     return feeds
 
 
+# a pause before each engine's block of runs: onnxruntime's pool threads
+# spin for tens of milliseconds after its last run (allow_spinning, its
+# default and best setting), and kiln's runs right after shared the cores
+# with them: SqueezeNet at 2 threads (Intel Xeon, 2 cores) ran 4.2-4.7 ms for
+# the first 6-8 runs after onnxruntime's, 3.3-3.5 ms after a 0.1 s pause or
+# alone. The pause is the same before both blocks (kiln's workers spin for
+# 0.1 ms); neither engine is timed while the other's threads still run.
+# After the pause each engine runs once untimed: its threads (and the
+# cores) wake during that run (kiln's first run after a 0.2 s pause took
+# 4.0 ms where the next took 3.1-3.3).
+SETTLE_S = 0.2
+
+
 def bench(path, threads, reps, rounds, budget):
     import onnxruntime as ort
     feeds = inputs_of(path)
@@ -61,10 +74,14 @@ def bench(path, threads, reps, rounds, budget):
         sess.run(None, feeds)
     tk, to = [], []
     for _ in range(rounds):
+        time.sleep(SETTLE_S)
+        m.run_again()  # untimed: the first run after the pause wakes the threads
         for _ in range(reps):
             a = time.perf_counter()
             m.run_again()
             tk.append(time.perf_counter() - a)
+        time.sleep(SETTLE_S)
+        sess.run(None, feeds)
         for _ in range(reps):
             a = time.perf_counter()
             sess.run(None, feeds)

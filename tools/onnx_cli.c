@@ -5,10 +5,11 @@
  *   kiln run -m M.onnx --input NAME=FILE.npy ... [--output-dir D] [-t N] [--interp]
  *       runs the model once on the given inputs (compiled, or the reference
  *       interpreter with --interp) and writes each output as D/NAME.npy
- *   kiln bench -m M.onnx [--dim NAME=VALUE ...] [-t 1,2] [-r 20] [--no-tune] [--json]
+ *   kiln bench -m M.onnx [--dim NAME=VALUE ...] [-t 1,2] [-r 20] [--no-tune] [--json] [--profile]
  *       random inputs of the declared shapes (symbolic dims from --dim);
  *       warm-up, then the median of -r timed runs per thread count; the
- *       first-run schedule search applies (KILN_TUNE seconds, default 30)
+ *       first-run schedule search applies (KILN_TUNE seconds, default 30);
+ *       --profile prints the timed runs' per-kernel times and thread use
  *   kiln explain -m M.onnx [--graph] [--kernels] [--source]
  *       inputs, outputs, the graph, the kernels and the generated C
  *
@@ -184,7 +185,7 @@ typedef struct opts {
     const char *dim_name[MAX_IO];
     int64_t dim_val[MAX_IO];
     int n_dim;
-    int threads[8], n_threads, reps, interp, no_tune, json, graph, kernels, source;
+    int threads[8], n_threads, reps, interp, no_tune, json, graph, kernels, source, profile;
 } opts;
 
 static int parse(const char *cmd, int argc, char **argv, opts *o) {
@@ -236,6 +237,7 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--graph")) o->graph = 1;
         else if (!strcmp(a, "--kernels")) o->kernels = 1;
         else if (!strcmp(a, "--source")) o->source = 1;
+        else if (!strcmp(a, "--profile")) o->profile = 1;
         else return usage2(cmd, "unknown option", a);
         i += takes ? 2 : 1;
     }
@@ -423,15 +425,23 @@ static int onnx_bench(const char *cmd, opts *o) {
             kiln_program_search(p, budget, NULL, 0.0);
             double ts = now_s();
             kiln_search_status ss;
-            do {
+            kiln_program_search_status(p, &ss);
+            /* until the budget is spent, every slot is settled, or a run
+             * searched nothing: a slot whose bucket this model never
+             * launches (the decode-sized M of a convolution) stays open */
+            for (;;) {
+                int seen = ss.measurements, open = ss.untuned;
                 if (kiln_run(p) != KILN_OK) break;
                 kiln_program_search_status(p, &ss);
-            } while (now_s() - ts < budget * 1.5 && ss.spent_s < ss.budget_s && kiln_program_untuned(p) > 0);
+                if (now_s() - ts >= budget * 1.5 || ss.spent_s >= ss.budget_s || ss.untuned == 0) break;
+                if (ss.measurements == seen && ss.untuned == open) break;
+            }
             kiln_program_search_finish(p);
             fprintf(stderr, "kiln %s: searched %d kernels, %d candidates, in %.1f s\n", cmd, ss.searched, ss.measurements,
                     now_s() - ts);
         }
         for (int w = 0; w < 3 && st == KILN_OK; w++) st = kiln_run(p);
+        if (o->profile) kiln_program_profile_on(p, 1); /* the timed runs' per-kernel times, printed after them */
         double *ts = calloc((size_t)o->reps, sizeof *ts);
         for (int r = 0; ts && r < o->reps && st == KILN_OK; r++) {
             double a = now_s();
@@ -448,6 +458,11 @@ static int onnx_bench(const char *cmd, opts *o) {
             else
                 printf("%s  threads %d  median %.3f ms  min %.3f ms  (%d runs; compile %.1f s)\n", o->model, o->threads[ti], med,
                        best, o->reps, compile_s);
+        }
+        if (!rc && o->profile) {
+            char *rep = kiln_program_profile(p, 0, 0, 0, 25);
+            fprintf(stderr, "%s", rep ? rep : "");
+            kiln_free(rep);
         }
         free(ts);
         kiln_program_free(p);

@@ -32,6 +32,18 @@
 #include "../codegen/emit_gemm_i8.h"
 #include "../codegen/emit_stream.h"
 
+/* a contraction's A converted by its CG_KF_PREP launch and kept across runs:
+ * valid while A is the weight bound to src by the binding numbered gen and
+ * the kernel's code is fn of family fam (the scratch layout is the family's) */
+typedef struct rt_prepped_a {
+    void *data;
+    size_t bytes;
+    const void *src;
+    uint64_t gen;
+    rt_kernel_fn fn;
+    const void *fam;
+} rt_prepped_a;
+
 typedef struct rt_cpu_state {
     void **bufs;
     void *arena; /* the intermediates' arena (64-byte aligned) */
@@ -46,6 +58,7 @@ typedef struct rt_cpu_state {
     size_t stream_min;     /* outputs of at least this many bytes get non-temporal stores */
     uint8_t *msplit;       /* per kernel: 1 when its contraction's code can be split along M
                               (cg_contract_msplit_steps, asked once here: it builds expressions) */
+    rt_prepped_a *prepped; /* per kernel: its constant A as the CG_KF_PREP launch left it (const_a) */
 } rt_cpu_state;
 
 static rt_cpu_state *cpu_state(const kiln_program *p) { return p->dev; }
@@ -141,6 +154,48 @@ static const input_binding *weight_binding(const kiln_program *p, int32_t b) {
     if (p->plan.sp.bufs[b].kind != SCH_BUF_INPUT || p->run.bind_at[b] < 0 || p->run.bind_at[b] >= p->plan.g->ninputs) return NULL;
     const input_binding *bind = &p->plan.g->inputs[p->run.bind_at[b]];
     return bind->constant ? bind : NULL;
+}
+
+/* A that is a weight (a convolution's filters, an ONNX Gemm's matrix) is
+ * converted by the CG_KF_PREP launch once and kept (rt_prepped_a), not on
+ * every run: SqueezeNet converted its 1.2 M filter weights to bf16 tiles
+ * on every run. Returns 1 when bufs[nbufs] holds A converted (the caller
+ * launches with CG_KF_SHARED), 0 when A is not a weight of one batch
+ * point or the family keeps no scratch; -1 (the launch's result in *r)
+ * when the conversion failed. At 1 thread too: without it each call converts
+ * A for itself. */
+static int const_a(kiln_program *p, int32_t k, rt_kernel_fn fn, const sch_contract_sched *sc, int64_t nbatch, int64_t m,
+                   int64_t rn, int serial, int64_t *r) {
+    rt_cpu_state *cs = cpu_state(p);
+    const sch_kernel *K = &p->plan.sp.kernels[k];
+    const input_binding *bind = weight_binding(p, K->contract->a_buf);
+    const sch_family *f = sch_family_of(sc);
+    if (!bind || nbatch != 1 || m <= SCH_SMALL_M || rn <= 0 || !f || !f->scratch || f->arith != SCH_ARITH_BF16) return 0;
+    rt_prepped_a *a = &cs->prepped[k];
+    size_t need = f->scratch(p->plan.sp.bufs[K->contract->b_buf].dtype, m, rn);
+    if (a->data && a->src == bind->data && a->gen == bind->gen && a->fn == fn && a->fam == (const void *)f && a->bytes == need) {
+        cs->bufs[p->plan.sp.nbufs] = a->data;
+        return 1;
+    }
+    free(a->data);
+    memset(a, 0, sizeof *a);
+    if (posix_memalign(&a->data, 64, need) != 0) {
+        a->data = NULL;
+        return 0; /* each call converts A for itself */
+    }
+    cs->bufs[p->plan.sp.nbufs] = a->data;
+    *r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
+    if (*r != 0) {
+        free(a->data);
+        a->data = NULL;
+        return -1;
+    }
+    a->bytes = need;
+    a->src = bind->data;
+    a->gen = bind->gen;
+    a->fn = fn;
+    a->fam = f;
+    return 1;
 }
 
 /* rt_repack_x8_ex's consumed: the owner's hook on part of the weight */
@@ -383,7 +438,9 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     int64_t items = nbatch * chunk;
     int serial = nthreads <= 1 || nbatch * m * n * (rn > 0 ? rn : 1) < 32768;
     double t0 = p->prof.secs ? kiln_now_s() : 0;
-    if (bucket == 1 && shared_a(p, K, sc, nbatch, m, rn, serial)) {
+    int ca = bucket == 1 ? const_a(p, k, fn, sc, nbatch, m, rn, serial, &r) : 0;
+    if (ca > 0) flags |= CG_KF_SHARED;
+    else if (ca == 0 && bucket == 1 && shared_a(p, K, sc, nbatch, m, rn, serial)) {
         /* A converted once, each thread a share of its 16-row groups, then
          * read by every thread's items (emit_gemm_amx_bf16.h) */
         r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
@@ -537,6 +594,7 @@ static kiln_status cpu_prepare(kiln_program *p, const kiln_compile_options *o, c
     cs->bufs = kiln_xcalloc((size_t)(nb + 2 * p->plan.sp.nbufs), sizeof *cs->bufs);
     cs->pack_copies = !p->plan.opt.no_pack_copy;
     cs->msplit = kiln_xcalloc((size_t)p->plan.sp.nkernels + 1, 1);
+    cs->prepped = kiln_xcalloc((size_t)p->plan.sp.nkernels + 1, sizeof *cs->prepped);
     for (int32_t k = 0; k < p->plan.sp.nkernels; k++)
         cs->msplit[k] = (uint8_t)cg_contract_msplit_steps(&p->plan.sp, &p->plan.sp.kernels[k], NULL, NULL);
     cs->copies = rt_copies_new(copies_limit());
@@ -568,6 +626,8 @@ static void cpu_release(kiln_program *p) {
     free(cs->repacked);
     free(cs->packed);
     free(cs->msplit);
+    for (int32_t k = 0; cs->prepped && k < p->plan.sp.nkernels; k++) free(cs->prepped[k].data);
+    free(cs->prepped);
     free(cs);
     p->dev = NULL;
 }

@@ -89,6 +89,7 @@ def lib():
         "kiln_program_search": (st, [vp, ctypes.c_double, ctypes.POINTER(ctypes.c_double), ctypes.c_double]),
         "kiln_program_search_finish": (st, [vp]),
         "kiln_program_untuned": (i, [vp]),
+        "kiln_program_measurements": (i, [vp]),
         "kiln_program_kernels": (vp, [vp]),
         "kiln_free": (None, [vp]),
     }
@@ -239,8 +240,13 @@ def _search(self, budget):
         return
     L.kiln_program_search(self.prog, budget, None, 0.0)
     t0 = time.time()
+    # until every slot is settled or a run searched nothing: a slot whose
+    # bucket the model never launches (a convolution's decode-sized M) stays open
     while time.time() - t0 < budget * 1.5 and L.kiln_program_untuned(self.prog) > 0:
+        seen = (L.kiln_program_measurements(self.prog), L.kiln_program_untuned(self.prog))
         if L.kiln_run(self.prog):
+            break
+        if (L.kiln_program_measurements(self.prog), L.kiln_program_untuned(self.prog)) == seen:
             break
     L.kiln_program_search_finish(self.prog)
 

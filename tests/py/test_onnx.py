@@ -14,6 +14,7 @@
 """
 import os
 import subprocess
+import time
 import sys
 import tempfile
 
@@ -168,8 +169,9 @@ def damaged_files():
     assert failed > len(data) // 2, (loaded, failed)  # most truncations must be refused
 
 
-def run_cli(*args, ok=True):
-    p = subprocess.run([KILN_BIN] + list(args), capture_output=True, text=True, timeout=300)
+def run_cli(*args, ok=True, env=None):
+    p = subprocess.run([KILN_BIN] + list(args), capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, **env) if env else None)
     if ok and p.returncode != 0:
         raise AssertionError("kiln %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr[-500:]))
     return p
@@ -191,6 +193,15 @@ def cli():
         assert kr.close_enough(got, np.maximum(x @ w, 0), 1e-5, 1e-6) is None
         p = run_cli("bench", "-m", path, "--dim", "N=8", "-r", "3", "--no-tune")
         assert "median" in p.stdout, p.stdout
+        p = run_cli("bench", "-m", path, "--dim", "N=8", "-r", "3", "--no-tune", "--profile")
+        assert "ms per run" in p.stderr and "median" in p.stdout, p.stderr
+        # the first-run search ends when a run searched nothing, not at 1.5x
+        # its budget: the Gemm's decode-sized slot (M <= 4) is never launched
+        # at N = 8 and stays open
+        t0 = time.time()
+        p = run_cli("bench", "-m", path, "--dim", "N=8", "-r", "3",
+                    env={"KILN_TUNE": "20", "KILN_TUNEDB": os.path.join(d, "tune.db")})
+        assert "kiln bench: searched" in p.stderr and time.time() - t0 < 15, (time.time() - t0, p.stderr)
         p = run_cli("explain", "-m", path)
         assert "inputs:" in p.stdout and "x f32 (N, 4)" in p.stdout, p.stdout
         p = run_cli("bench", "-m", path, "-r", "3", ok=False)  # N not given

@@ -546,6 +546,83 @@ static void test_bf16_f32(const char *form, const char *large, const char *pack_
     }
 }
 
+/* A bound as a weight (a convolution's filters): the runtime converts it to
+ * bf16 tiles once and keeps the conversion across runs (cpu_run.c,
+ * const_a). A program compiled once, run on one weight, then on new values
+ * in the same memory bound again, then on another buffer: each result
+ * within the bf16 bound of its own reference, so a conversion kept past a
+ * new bind fails; 1 and 2 threads give the same bits. */
+static void test_bf16_const_a(const char *form, const char *large) {
+    const int64_t M = 40, K = 45, N = 37;
+    char name[96], why[300] = "";
+    snprintf(name, sizeof name, "contract_bf16%s_weight_a", form);
+    CASE_BEGIN(name);
+    setenv("KILN_CONTRACT_SCHED_LARGE", large, 1);
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor a = kiln_input(g, "a", KILN_F32, "40, 45");
+    kiln_tensor b = kiln_add(g, kiln_input(g, "b1", KILN_F32, "37, 45"), kiln_input(g, "b2", KILN_F32, "37, 45"));
+    kiln_output(g, kiln_matmul(g, a, kiln_transpose(g, b, 0, 1)), "y");
+    CHECK(kiln_graph_status(g) == KILN_OK, "%s", kiln_graph_error(g));
+    float *b1 = rand_f32(N * K, -1, 1), *b2 = rand_f32(N * K, -1, 1);
+    float *a1 = rand_f32(M * K, -1, 1), *a2 = rand_f32(M * K, -1, 1);
+    kiln_bind_input(g, "b1", b1, (size_t)(N * K) * sizeof(float));
+    kiln_bind_input(g, "b2", b2, (size_t)(N * K) * sizeof(float));
+    float *ref = malloc((size_t)(M * N) * sizeof *ref), *got[2] = {malloc((size_t)(M * N) * sizeof(float)),
+                                                                     malloc((size_t)(M * N) * sizeof(float))};
+    kiln_program *p[2] = {NULL, NULL};
+    for (int t = 0; t < 2; t++) {
+        kiln_status st;
+        kiln_compile_options o = kiln_compile_defaults();
+        o.threads = t + 1;
+        kiln_bind_weight(g, "a", a1, (size_t)(M * K) * sizeof(float));
+        p[t] = kiln_compile(g, &o, &st);
+        CHECK(p[t] != NULL, "%d threads: %s", t + 1, kiln_graph_error(g));
+    }
+    if (p[0] && p[1]) {
+        char *text = kiln_program_kernels(p[0]);
+        CHECK(strstr(text, "arith=bf16 (approximate)") != NULL, "no bf16 schedule");
+        free(text);
+        /* step 0: a1; step 1: a1's memory overwritten with a2's values and
+         * bound again; step 2: a2's own buffer */
+        float *keep = malloc((size_t)(M * K) * sizeof *keep);
+        memcpy(keep, a1, (size_t)(M * K) * sizeof *keep);
+        for (int step = 0; step < 3 && !why[0]; step++) {
+            const float *aw = step == 2 ? a2 : a1;
+            if (step == 1) memcpy(a1, a2, (size_t)(M * K) * sizeof *a1);
+            kiln_bind_weight(g, "a", aw, (size_t)(M * K) * sizeof(float));
+            CHECK(kiln_eval_reference(g) == KILN_OK, "%s", kiln_graph_error(g));
+            kiln_read_output(g, "y", ref, (size_t)(M * N) * sizeof *ref);
+            for (int t = 0; t < 2; t++) {
+                CHECK(kiln_run(p[t]) == KILN_OK, "step %d, %d threads: %s", step, t + 1, kiln_graph_error(g));
+                kiln_read_output(g, "y", got[t], (size_t)(M * N) * sizeof(float));
+            }
+            CHECK(memcmp(got[0], got[1], (size_t)(M * N) * sizeof(float)) == 0, "step %d: 1 and 2 threads differ", step);
+            for (int64_t m = 0; m < M && !why[0]; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    double sum = 0;
+                    for (int64_t e = 0; e < K; e++) sum += fabs(aw[m * K + e]) * fabs(b1[n * K + e] + b2[n * K + e]);
+                    double bound = sum / 128.0 + 1e-5 * (double)K, err = fabs(ref[m * N + n] - got[0][m * N + n]);
+                    if (err > bound)
+                        snprintf(why, sizeof why, "step %d m=%lld n=%lld: reference %g, bf16 %g, bound %g", step,
+                                 (long long)m, (long long)n, ref[m * N + n], got[0][m * N + n], bound);
+                }
+        }
+        CHECK(!why[0], "%s", why);
+        free(keep);
+    }
+    for (int t = 0; t < 2; t++) kiln_program_free(p[t]);
+    unsetenv("KILN_CONTRACT_SCHED_LARGE");
+    free(ref);
+    free(got[0]);
+    free(got[1]);
+    free(a1);
+    free(a2);
+    free(b1);
+    free(b2);
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 /* the packed bf16 form stops each tile at its rows' last nonzero pair of A
  * (emit_gemm_bf16.c): rows of A end in zeros after 0..40 of K = 45, as
  * causal attention's probabilities do, and B's k >= 40 are NaN. The result
@@ -1121,6 +1198,8 @@ int main(void) {
                       "kah_pack_f32s(W");
         test_bf16_f32("_amx_16", "mr=16 nr=16 nc=16 mc=32 arith=bf16 form=amx kc=0", "kah_pack_f32((const void *)W",
                       "kah_pack_f32s(W");
+        test_bf16_const_a("_amx", "mr=32 nr=32 nc=0 mc=64 arith=bf16 form=amx kc=32");
+        test_bf16_const_a("_amx_16", "mr=16 nr=16 nc=16 mc=32 arith=bf16 form=amx kc=0");
     } else {
         printf("# AMX bf16 contractions not tested: this CPU has no amx_bf16\n");
     }
