@@ -540,7 +540,10 @@ static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e
         if (gres.fn) gfn = gres.fn;
     }
     rt_gtune_split(K, e->outer, e->inner, serial, &chunk, &items);
-    if (K->gsched.serial) serial = 1; /* the search found it faster on this thread alone */
+    /* the search found it faster on this thread alone (a record of an older
+     * search may say so of a larger kernel than the space now allows) */
+    if (K->gsched.serial && rt_profile_kernel_bytes(p, K, K->ndim == 0 ? 1 : e->outer * e->inner) <= SCH_SERIAL_MAX_BYTES)
+        serial = 1;
     double t0 = p->prof.secs ? kiln_now_s() : 0;
     int r = p->plan.be->launch(p->plan.pool, gfn, cs->bufs, p->run.values, items, chunk, flags, serial);
     if (gres.mod) p->plan.be->module_free(gres.mod);

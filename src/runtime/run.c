@@ -335,7 +335,7 @@ static kiln_status kernel_error(kiln_program *p, int32_t k, int code) {
 }
 
 /* the kernels in order; host steps (COPY, QUANTIZE) between them */
-static kiln_status run_kernels(kiln_program *p) {
+static kiln_status run_kernels_in_order(kiln_program *p) {
     const rt_backend *be = p->plan.be;
     const sch_program *sp = &p->plan.sp;
     char err[4096] = "";
@@ -364,6 +364,18 @@ static kiln_status run_kernels(kiln_program *p) {
         }
     }
     return KILN_OK;
+}
+
+/* the same with the pool held (threadpool.h: its workers do not sleep
+ * between this run's kernels), except while a search is open: its
+ * compiles and timings run inside launches, and a worker spinning through
+ * a compile would take a core from it */
+static kiln_status run_kernels(kiln_program *p) {
+    int hold = p->plan.pool && !(p->tune.budget > p->tune.spent);
+    if (hold) rt_pool_hold(p->plan.pool, 1);
+    kiln_status s = run_kernels_in_order(p);
+    if (hold) rt_pool_hold(p->plan.pool, 0);
+    return s;
 }
 
 /* sync, then the first kernel a device flagged */

@@ -5,8 +5,8 @@
  *
  * Invariants: one job at a time per pool (rt_pool_run is not reentrant and
  * must be called from one thread at a time); between jobs workers wait by
- * yielding spins for about 0.1 ms, then sleep on a condition variable; they
- * exit only in rt_pool_free.
+ * yielding spins for about 0.1 ms (without a limit while held), then sleep
+ * on a condition variable; they exit only in rt_pool_free.
  */
 #ifndef KILN_RUNTIME_THREADPOOL_H
 #define KILN_RUNTIME_THREADPOOL_H
@@ -21,6 +21,10 @@ typedef struct rt_pool rt_pool;
 rt_pool *rt_pool_new(int nthreads);
 void rt_pool_free(rt_pool *p);
 int rt_pool_threads(const rt_pool *p);
+/* on: 1 to hold, 0 to release (counted; NULL is a no-op). While held the
+ * workers spin between jobs however long the caller runs alone, instead of
+ * sleeping after about 0.1 ms (a program holds its pool for a run) */
+void rt_pool_hold(rt_pool *p, int on);
 /* run fn over [0, n) split across the pool (at most `max_parts` pieces; <= 0
  * means one per thread); returns the OR of the pieces' results */
 int rt_pool_run(rt_pool *p, int64_t n, int max_parts, rt_task_fn fn, void *ctx);

@@ -10,7 +10,8 @@
  *           elements smaller than the last dim — only for parallel launches
  *           with a last dim of at least 2048
  *   serial  0, and 1 (the calling thread alone, chunk moot) — only for
- *           parallel launches on a pool of more than one thread
+ *           parallel launches on a pool of more than one thread, of at most
+ *           SCH_SERIAL_MAX_BYTES
  * Points with the same effective form (sch_generic_effective) are one point;
  * the default schedule is always first. On a scalar ISA only chunk varies.
  *
@@ -49,7 +50,7 @@ sch_generic_sched sch_generic_effective(const sch_generic_shape *sh, const sch_g
     if (e.nacc != 0 && !sh->has_sum && e.nacc == 4) e.nacc = 0; /* MAX only: the default is 4 */
     if (e.vec == 1 || !sh->map_vec) e.unroll = 0;
     if (e.unroll == 1) e.unroll = 0;
-    if (!sh->parallel || sh->nthreads <= 1) e.serial = 0;
+    if (!sh->parallel || sh->nthreads <= 1 || sh->bytes > SCH_SERIAL_MAX_BYTES) e.serial = 0;
     if (e.serial) e.serial = 1;
     if (!sh->parallel || e.serial || e.chunk >= sh->inner) e.chunk = 0;
     return e;
@@ -79,7 +80,7 @@ int sch_space_generic(const sch_generic_shape *sh, sch_generic_sched *out, int c
     int n = 1; /* all[0]: the default (zeroed) */
     for (int sr = 0; sr < 2; sr++)
     for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
-        if (sr && (!sh->parallel || sh->nthreads <= 1 || chunks[c] > 0)) continue;
+        if (sr && (!sh->parallel || sh->nthreads <= 1 || sh->bytes > SCH_SERIAL_MAX_BYTES || chunks[c] > 0)) continue;
         if (chunks[c] > 0 && (!sh->parallel || sh->inner < 2048 || chunks[c] >= sh->inner)) continue;
         for (size_t v = 0; v < sizeof vecs / sizeof *vecs; v++) {
             if (vecs[v] > 1 && vecs[v] > sh->isa_lanes) continue;

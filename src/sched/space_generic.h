@@ -26,6 +26,14 @@ typedef struct sch_generic_shape {
     int parallel;         /* 0: the runtime launches it serially (chunk is moot) */
 } sch_generic_shape;
 
+/* the largest kernel (bytes read and written) whose serial twin is in the
+ * space. A larger kernel's inputs were written by a launch split across
+ * the threads, so a serial run reads half of them from the other core's
+ * cache, which a search timing the kernel alone never sees: on an Intel
+ * Xeon (2 threads) Inception v2's 40 serial winners (0.4-3 MB, 5-30%
+ * faster alone) made the model 1.4 ms slower (15.7 vs 14.3 ms a run) */
+#define SCH_SERIAL_MAX_BYTES (256.0 * 1024)
+
 /* the schedule as its lanes really are on this ISA: vec 0 -> the ISA width,
  * 16 -> 8 on AVX2, knobs that do not apply to the kernel zeroed. Two
  * schedules with the same effective form emit the same code. */
