@@ -4,11 +4,12 @@
  * every other piece to the other thread (a fixed half each would wait for
  * it); claimed and fixed jobs in turn, a late worker skipping a closed
  * one, each item still once; the counters add up (jobs, pieces, worker
- * starts). */
+ * starts); a held pool's worker is never started from sleep. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base.h"
 #include "check.h"
@@ -123,9 +124,48 @@ static void test_jobs_in_turn(void) {
     CASE_END();
 }
 
+/* a held pool's worker never sleeps (rt_pool_hold: a program's run), however
+ * long the caller works alone between jobs: 20 jobs each after 2 ms of the
+ * caller's own (20 times the spin's limit) start no worker from sleep;
+ * released, the worker may sleep again, and the jobs still run */
+static void sleep_ms(int ms) {
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_hold(void) {
+    CASE_BEGIN("threadpool_held_workers_do_not_sleep");
+    rt_pool *p = rt_pool_new(2);
+    rt_pool_hold(p, 1);
+    rt_pool_run(p, 2, 0, count_items, (int[2]){0, 0}); /* the worker is up and spinning */
+    rt_pool_stats_reset(p);
+    int bad = 0;
+    for (int k = 0; k < 20; k++) {
+        sleep_ms(2);
+        int hits[2] = {0, 0};
+        bad |= rt_pool_run(p, 2, 0, count_items, hits) != 0 || hits[0] != 1 || hits[1] != 1;
+    }
+    rt_pool_stats st;
+    rt_pool_stats_get(p, &st);
+    CHECK(!bad, "an item did not run exactly once");
+    CHECK(st.starts == 20 && st.woken == 0, "held: %lld worker starts, %lld from sleep", (long long)st.starts,
+          (long long)st.woken);
+    rt_pool_hold(p, 0);
+    for (int k = 0; k < 5; k++) {
+        sleep_ms(2);
+        int hits[2] = {0, 0};
+        bad |= rt_pool_run(p, 2, 0, count_items, hits) != 0 || hits[0] != 1 || hits[1] != 1;
+    }
+    CHECK(!bad, "released: an item did not run exactly once");
+    rt_pool_hold(NULL, 1); /* a no-op */
+    rt_pool_free(p);
+    CASE_END();
+}
+
 int main(void) {
     test_claimed_pieces();
     test_claimed_edges();
     test_jobs_in_turn();
+    test_hold();
     return check_exit();
 }
