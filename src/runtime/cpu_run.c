@@ -43,12 +43,12 @@ typedef struct rt_prepped_a {
     const void *src;
     uint64_t gen;
     rt_kernel_fn fn;
-    const void *fam;
+    const sch_family *fam;
 } rt_prepped_a;
 
 typedef struct rt_cpu_state {
     void **bufs;
-    void *arena; /* the intermediates' arena (64-byte aligned) */
+    void *arena; /* the intermediates' arena (64-byte aligned; 2 MiB pages from 1 MiB up, cpu_place) */
     size_t arena_cap;
     void *scratch; /* bufs[nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h) */
     size_t scratch_cap;
@@ -158,6 +158,12 @@ static const input_binding *weight_binding(const kiln_program *p, int32_t b) {
     return bind->constant ? bind : NULL;
 }
 
+/* the CG_KF_PREP launch: A converted into bufs[nbufs] over its 16-row
+ * groups (and two zeroed), each thread a share (emit_gemm_amx_bf16.h) */
+static int64_t launch_prep_a(kiln_program *p, rt_kernel_fn fn, int64_t m, int serial) {
+    return p->plan.be->launch(p->plan.pool, fn, cpu_state(p)->bufs, p->run.values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
+}
+
 /* A that is a weight (a convolution's filters, an ONNX Gemm's matrix) is
  * converted by the CG_KF_PREP launch once and kept (rt_prepped_a), not on
  * every run: SqueezeNet converted its 1.2 M filter weights to bf16 tiles
@@ -175,7 +181,7 @@ static int const_a(kiln_program *p, int32_t k, rt_kernel_fn fn, const sch_contra
     if (!bind || nbatch != 1 || m <= SCH_SMALL_M || rn <= 0 || !f || !f->scratch || f->arith != SCH_ARITH_BF16) return 0;
     rt_prepped_a *a = &cs->prepped[k];
     size_t need = f->scratch(p->plan.sp.bufs[K->contract->b_buf].dtype, m, rn);
-    if (a->data && a->src == bind->data && a->gen == bind->gen && a->fn == fn && a->fam == (const void *)f && a->bytes == need) {
+    if (a->data && a->src == bind->data && a->gen == bind->gen && a->fn == fn && a->fam == f && a->bytes == need) {
         cs->bufs[p->plan.sp.nbufs] = a->data;
         return 1;
     }
@@ -186,7 +192,7 @@ static int const_a(kiln_program *p, int32_t k, rt_kernel_fn fn, const sch_contra
         return 0; /* each call converts A for itself */
     }
     cs->bufs[p->plan.sp.nbufs] = a->data;
-    *r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
+    *r = launch_prep_a(p, fn, m, serial);
     if (*r != 0) {
         free(a->data);
         a->data = NULL;
@@ -445,7 +451,7 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     else if (ca == 0 && bucket == 1 && shared_a(p, K, sc, nbatch, m, rn, serial)) {
         /* A converted once, each thread a share of its 16-row groups, then
          * read by every thread's items (emit_gemm_amx_bf16.h) */
-        r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, (m + 15) / 16 + 2, 1, CG_KF_PREP, serial);
+        r = launch_prep_a(p, fn, m, serial);
         flags |= CG_KF_SHARED;
     }
     /* too few items for the threads: cut M as well (sched/contract_split.h) */
