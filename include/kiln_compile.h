@@ -95,6 +95,9 @@ typedef struct kiln_compile_options {
                                 schedule where that is the int8 tiles on B's repacked copy (dot-i8-rp: each
                                 row's sums the 1-row tile's), not the prefill bucket's; 0: the default, 24
                                 (SCH_DECODE_TILE_ROWS); 4 or less: never (KILN_DECODE_TILE_ROWS) */
+    int no_epilogue;         /* 1: the elementwise kernel after a contraction runs as a kernel of its own,
+                                not inside the contraction's work items (src/sched/epilogue.c;
+                                KILN_EPILOGUE=0) */
 } kiln_compile_options;
 
 /* Progress of kiln_compile in this process, for a ticker: fn(ctx, stage,

@@ -37,7 +37,7 @@ class CompileOptions(ctypes.Structure):
                 ("gtune_inject_wrong", _i), ("contract_sched_small", _cp), ("contract_sched_large", _cp),
                 ("gpu_contract", _cp), ("gpu_group", _i), ("gpu_resident", _i), ("gpu_emit_only", _i),
                 ("cuda_archs", _cp), ("stream", _i), ("no_stream_tile", _i), ("stream_bf16", _i),
-                ("decode_tile_rows", _i)]
+                ("decode_tile_rows", _i), ("no_epilogue", _i)]
 
 
 class LlmParams(ctypes.Structure):

@@ -43,6 +43,7 @@ static void read_compile(kiln_compile_options *o) {
     o->no_fuse = is_zero("KILN_FUSE");
     o->no_contract = is_zero("KILN_CONTRACT");
     o->no_split = is_zero("KILN_SPLIT");
+    o->no_epilogue = is_zero("KILN_EPILOGUE");
     o->no_stream_tile = is_zero("KILN_STREAM_TILE");
     /* the streaming-bf16 form: off unless asked for (=1 forced, =search a
      * form the first-run search measures): its second tile body made a

@@ -551,6 +551,13 @@ static void emit_vec_outer_step(emitter *e, const sch_kernel *k, int U, int ind)
     OUT("  const int64_t rn = ");
     out_sym(e, k->rdim);
     OUT(";\n");
+    /* a short constant r (a pooling window, a Relu's pair) unrolled: its
+     * window offsets (r / 3, r % 3) and guards fold into constants */
+    int64_t rconst = 0;
+    if (sym_is_const(e->pr.p->g->syms, k->rdim, &rconst) && rconst <= 16) {
+        indent(e, ind);
+        OUT("  _Pragma(\"GCC unroll 16\")\n");
+    }
     indent(e, ind);
     OUT("  for (int64_t %s = 0; %s < rn; %s++) {\n", rn, rn, rn);
     for (int u = 0; u < U; u++) {
@@ -850,13 +857,10 @@ static void collect_kernel_bufs(const sch_program *p, const sch_kernel *k, uint8
     for (int32_t i = 0; i < k->nstages; i++) cg_lx_collect_bufs(p, k->stages[i].expr, used);
 }
 
-static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_generic_sched *gs) {
+/* the pointers to the buffers kernel k reads (restrict: only its output
+ * buffer may be read in place, and that one is not), and `out` */
+static void emit_kernel_bufs(emitter *e, const sch_kernel *k) {
     const sch_program *p = e->pr.p;
-    const sch_kernel *k = &p->kernels[kid];
-    e->gs = gs ? gs : &k->gsched;
-    OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n",
-        name);
-    OUT("  int kerr = 0; (void)v; (void)chunk; (void)flags;\n");
     uint8_t *used = kiln_xcalloc((size_t)p->nbufs + 1, 1);
     collect_kernel_bufs(p, k, used);
     for (int32_t b = 0; b < p->nbufs; b++) {
@@ -871,12 +875,11 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
     else
         OUT("  %s *restrict out = (%s *)B[%d];\n", cg_storage_type(&cg_dialect_c, ot), cg_storage_type(&cg_dialect_c, ot), k->out_buf);
     free(used);
-    int vec_map = vec_lanes(e) && vec_map_ok(p, k);
-    int32_t reuse_y = -1;
-    e->keep_stage = -1;
-    if (vec_map && stage_reuse(p, k, &e->keep_stage, &reuse_y))
-        OUT("  float *krow = NULL;\n");
-    open_outer(e, k);
+}
+
+/* one row of the domain: i0..i{n-2} and the columns [jlo, jhi) in scope
+ * (and d0..d{n-1}, flags, kerr, krow when a stage's values are kept) */
+static void emit_kernel_row(emitter *e, const sch_kernel *k, int vec_map, int32_t reuse_y) {
     if (e->keep_stage >= 0) {
         OUT("    if (!krow) krow = (float *)malloc((size_t)(d%d > 0 ? d%d : 1) * sizeof(float));\n", k->ndim - 1,
             k->ndim - 1);
@@ -889,7 +892,7 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
         OUT("    }\n");
     } else if (vec_map) {
         emit_vec_map_row(e, k);
-    } else if (vec_lanes(e) && vec_outer_ok(p, k)) {
+    } else if (vec_lanes(e) && vec_outer_ok(e->pr.p, k)) {
         emit_vec_outer_row(e, k);
     } else if (k->ndim == 0) {
         emit_point(e, k, 4);
@@ -899,11 +902,54 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
         emit_point(e, k, 6);
         OUT("    }\n");
     }
+}
+
+static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_generic_sched *gs) {
+    const sch_program *p = e->pr.p;
+    const sch_kernel *k = &p->kernels[kid];
+    e->gs = gs ? gs : &k->gsched;
+    OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n",
+        name);
+    OUT("  int kerr = 0; (void)v; (void)chunk; (void)flags;\n");
+    emit_kernel_bufs(e, k);
+    int vec_map = vec_lanes(e) && vec_map_ok(p, k);
+    int32_t reuse_y = -1;
+    e->keep_stage = -1;
+    if (vec_map && stage_reuse(p, k, &e->keep_stage, &reuse_y))
+        OUT("  float *krow = NULL;\n");
+    open_outer(e, k);
+    emit_kernel_row(e, k, vec_map, reuse_y);
     close_outer(e);
     if (e->keep_stage >= 0) OUT("  free(krow);\n");
     e->keep_stage = -1;
     if (vec_map) OUT("  if (flags & 1) _mm_sfence();\n");
     OUT("  return kerr;\n}\n\n");
+    e->gs = NULL;
+}
+
+/* kernel kid as an epilogue (sched/epilogue.c): static int name(B, v, blo,
+ * bhi) computes the box blo[d] <= i_d < bhi[d] of its domain, row by row
+ * as the kernel would (its schedule's vector paths, temporal stores),
+ * returning a range error as the kernel does */
+static void emit_epilogue_as(emitter *e, int32_t kid, const char *name) {
+    const sch_program *p = e->pr.p;
+    const sch_kernel *k = &p->kernels[kid];
+    KILN_ASSERT(k->ndim >= 1 && k->nstages == 0);
+    e->gs = &k->gsched;
+    e->keep_stage = -1;
+    int n = k->ndim;
+    OUT("static int %s(void *const *B, const int64_t *v, const int64_t *blo, const int64_t *bhi) {\n", name);
+    OUT("  int kerr = 0; const int64_t flags = 0; (void)v; (void)flags;\n");
+    emit_kernel_bufs(e, k);
+    for (int d = 0; d < n; d++) {
+        OUT("  const int64_t d%d = ", d);
+        out_sym(e, k->dim[d]);
+        OUT("; (void)d%d;\n", d);
+    }
+    for (int d = 0; d + 1 < n; d++) OUT("  for (int64_t i%d = blo[%d]; i%d < bhi[%d]; i%d++)\n", d, d, d, d, d);
+    OUT("  {\n    const int64_t jlo = blo[%d], jhi = bhi[%d];\n", n - 1, n - 1);
+    emit_kernel_row(e, k, vec_lanes(e) && vec_map_ok(p, k), -1);
+    OUT("  }\n  return kerr;\n}\n\n");
     e->gs = NULL;
 }
 
@@ -1016,6 +1062,19 @@ void cg_emit_c_generic_append(const sch_program *p, int32_t kid, const cg_option
     e->pr.len = *len;
     e->pr.cap = *cap;
     emit_kernel_as(e, kid, name, s);
+    *buf = e->pr.s;
+    *len = e->pr.len;
+    *cap = e->pr.cap;
+}
+
+void cg_emit_c_epilogue(const sch_program *p, int32_t kid, const cg_options *opt, const char *name, char **buf,
+                        size_t *len, size_t *cap) {
+    emitter e0, *e = &e0;
+    emitter_init(e, p, opt);
+    e->pr.s = *buf;
+    e->pr.len = *len;
+    e->pr.cap = *cap;
+    emit_epilogue_as(e, kid, name);
     *buf = e->pr.s;
     *len = e->pr.len;
     *cap = e->pr.cap;

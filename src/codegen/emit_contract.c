@@ -38,6 +38,7 @@
 #include "contract.h"
 #include "dtype.h"
 #include "contract_split.h"
+#include "emit_c.h"
 #include "emit_contract.h"
 #include "emit_contract_i8.h"
 #include "../sched/repack_layout.h"
@@ -661,11 +662,24 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     sch_contract_sched sched[2] = {c->sched[0], c->sched[1]};
     if (over) sched[over_bucket ? 1 : 0] = *over;
     const char *wt = t == KILN_F32 ? "float" : (t == KILN_F16 || t == KILN_BF16) ? "uint16_t" : "uint8_t";
+    /* the epilogue (sched/epilogue.c) reads what out wrote through B: out
+     * is then not restrict. A search's candidate (over) has none: it is
+     * checked against the contraction alone, and its launch runs the
+     * epilogue as a kernel of its own (cpu_run.c) */
+    int epi = k->epilogue > 0 && !over;
+    const char *ores = epi ? "" : "restrict ";
+    char epi_name[64];
+    snprintf(epi_name, sizeof epi_name, "%s_epi", name);
+    if (epi) {
+        cg_options co = {CG_ISA_AVX512}; /* what an emittable contraction is emitted for */
+        cg_emit_c_epilogue(p, k->epilogue, &co, epi_name, s, len, cap);
+    }
     OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
     OUT("  (void)v; (void)flags;\n");
     OUT("  const float *restrict A = (const float *)B[%d];\n", c->a_buf);
     OUT("  const %s *restrict W = (const %s *)B[%d];\n", wt, wt, c->b_buf);
-    OUT("  float *restrict out = (float *)B[%d];\n", k->out_buf);
+    OUT("  float *%sout = (float *)B[%d];\n", ores, k->out_buf);
+    OUT("  int kepi = 0;\n");
     for (int d = 0; d < k->ndim; d++) {
         OUT("  const int64_t d%d = ", d);
         out_sym(p, k->dim[d], s, len, cap);
@@ -720,7 +734,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
         OUT("    float *const out_m = out + mlo * (int64_t)%lld;\n", (long long)o_step);
         OUT("    const int64_t M_m = mhi - mlo;\n");
         OUT("    if (M_m <= 0) continue;\n");
-        OUT("    const float *restrict A = A_m; float *restrict out = out_m; const int64_t M = M_m;\n");
+        OUT("    const float *restrict A = A_m; float *%sout = out_m; const int64_t M = M_m;\n", ores);
         OUT("    (void)A; (void)out; (void)M;\n");
     }
     OUT("    const int64_t s0 = nstrips * (w %% ntiles) / ntiles, s1 = nstrips * (w %% ntiles + 1) / ntiles;\n");
@@ -731,14 +745,31 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
         OUT("    const int64_t i%d = o %% d%d; o /= d%d;\n", d, d, d);
     }
     OUT("    (void)o;\n");
+    /* with an epilogue the schedule is a do-while(0), so that a schedule
+     * leaving the item early (continue) still reaches the epilogue call */
+    if (epi) OUT("    do {\n");
     OUT("    if (M <= %d || (flags & %d)) {\n", SCH_SMALL_M, CG_KF_DECODE_ROWS);
     emit_schedule(p, k, &sched[0], s, len, cap);
     OUT("    } else {\n");
     emit_schedule(p, k, &sched[1], s, len, cap);
-    OUT("    }\n  }\n");
+    OUT("    }\n");
+    if (epi) {
+        /* the block this item wrote: its batch point, its rows of M (its
+         * part of them when split along M), its columns [n0, n1) */
+        OUT("    } while (0);\n");
+        OUT("    { int64_t elo[%d], ehi[%d];\n", k->ndim, k->ndim);
+        for (int d = 0; d < k->ndim; d++) {
+            if (d == c->ndim) OUT("      elo[%d] = n0; ehi[%d] = n1;\n", d, d);
+            else if (d == c->mdim && msplit) OUT("      elo[%d] = mlo; ehi[%d] = mhi;\n", d, d);
+            else if (d == c->mdim) OUT("      elo[%d] = 0; ehi[%d] = M;\n", d, d);
+            else OUT("      elo[%d] = i%d; ehi[%d] = i%d + 1;\n", d, d, d, d);
+        }
+        OUT("      kepi |= %s(B, v, elo, ehi); }\n", epi_name);
+    }
+    OUT("  }\n");
     if (pro & PRO_I8A) cg_emit_packed_i8_post(s, len, cap);
     if (pro & PRO_AMX_BF16) cg_emit_amx_bf16_post(s, len, cap);
     if (pro & PRO_BF16A) cg_emit_packed_bf16_post(s, len, cap);
     if (pro & PRO_DOT_I8) OUT("  free(dq_a); free(dq_s); free(dq_z); free(dq_l); free(dq_p);\n");
-    OUT("  return 0;\n}\n\n");
+    OUT("  return kepi;\n}\n\n");
 }

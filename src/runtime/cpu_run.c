@@ -404,6 +404,8 @@ static int contract_bucket(const kiln_program *p, const sch_contract *c, int64_t
     return 0;
 }
 
+static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e, int nthreads);
+
 /* a contraction kernel's work items: (batch point, run of nc rows of B), see
  * emit_contract.c */
 static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *e, int nthreads) {
@@ -467,6 +469,9 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
         r = rt_cpu_launch_claimed(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags,
                                   claimed_pieces(bucket, flags, serial, items, nthreads));
     else if (r == 0) r = p->plan.be->launch(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags, serial);
+    /* code from a search's module has no epilogue (emit_contract.c): it
+     * runs as a kernel of its own */
+    if (r == 0 && K->epilogue > 0 && fn != p->plan.fns[k] && launch_generic(p, K->epilogue, e, nthreads) != KILN_OK) r = 1;
     if (fills) pack_filled(p, c->b_buf, r == 0);
     if (p->prof.secs) {
         p->prof.secs[k] += kiln_now_s() - t0;
@@ -568,6 +573,8 @@ static kiln_status cpu_run_kernel(kiln_program *p, int32_t k, const rt_extent *e
     (void)err, (void)errcap;
     const sch_kernel *K = &p->plan.sp.kernels[k];
     int nthreads = rt_pool_threads(p->plan.pool);
+    /* an epilogue ran inside its contraction's work items (sched/epilogue.c) */
+    if (K->in_host && cg_contract_emittable(&p->plan.sp, &p->plan.sp.kernels[k - 1], p->plan.isa)) return KILN_OK;
     if (cg_contract_emittable(&p->plan.sp, K, p->plan.isa)) return launch_contract(p, k, e, nthreads);
     return launch_generic(p, k, e, nthreads);
 }

@@ -102,7 +102,11 @@ static kiln_status compile_kernels(kiln_program *p, char *err, size_t errcap) {
                       !rt_cpu_has("avx512_bf16") ? SCH_STREAM_BF16_NONE
                       : bf == 1                  ? SCH_STREAM_BF16_ONLY
                       : bf == 2                  ? SCH_STREAM_BF16_BOTH
-                                                 : SCH_STREAM_BF16_NONE};
+                                                 : SCH_STREAM_BF16_NONE,
+                      /* epilogues where contractions are the AVX-512 micro-kernels (an
+                         epilogue writes its contraction's buffer in place: sched/epilogue.c) */
+                      p->plan.opt.no_epilogue || strcmp(p->plan.be->name, "cpu") != 0 || p->plan.opt.vector < 0 ||
+                          !p->plan.be->isa || p->plan.be->isa() != CG_ISA_AVX512};
     kiln_status s = sch_kernelize_ex(g, &p->plan.sp, &so, err, errcap);
     if (s != KILN_OK) {
         if (!g->build_failed) graph_run_error(g, s, "kiln_compile: %s", err);

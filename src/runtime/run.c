@@ -175,10 +175,14 @@ static void plan_liveness(kiln_program *p) {
     }
     for (int32_t k = 0; k < sp->nkernels; k++) {
         const sch_kernel *K = &sp->kernels[k];
-        touch(&live[K->out_buf], k);
-        if (K->src_buf >= 0) touch(&live[K->src_buf], k);
-        touch_expr(sp, live, K->expr, k);
-        for (int32_t i = 0; i < K->nstages; i++) touch_expr(sp, live, K->stages[i].expr, k);
+        /* an epilogue (sched/epilogue.c) may run inside kernel k - 1's items:
+         * its buffers are live from there */
+        for (int32_t at = K->in_host ? k - 1 : k; at <= k; at++) {
+            touch(&live[K->out_buf], at);
+            if (K->src_buf >= 0) touch(&live[K->src_buf], at);
+            touch_expr(sp, live, K->expr, at);
+            for (int32_t i = 0; i < K->nstages; i++) touch_expr(sp, live, K->stages[i].expr, at);
+        }
     }
     for (int32_t b = 0; b < sp->nbufs; b++)
         if (!in_arena(sp, b)) {

@@ -499,7 +499,7 @@ kiln_status sch_kernelize(kiln_graph *g, sch_program *p, char *err, size_t errca
 }
 
 kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *p, const sch_options *opt, char *err, size_t errcap) {
-    static const sch_options normal = {0, 0, 0, 0, 0};
+    static const sch_options normal = {0, 0, 0, 0, 0, 0};
     const sch_options *o = opt ? opt : &normal;
     uint8_t *force = kiln_xcalloc((size_t)g->nnodes + 1, 1);
     /* no_fuse keeps every reduction in a kernel of its own (to compare) */
@@ -524,6 +524,7 @@ kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *p, const sch_options *o
         if (!o->no_split) sch_split_guards(p);
         for (int32_t k = 0; k < p->nkernels; k++) sch_coalesce_generic(p, k); /* rows of whole images (pack.c) */
         for (int32_t k = 0; k < p->nkernels; k++) p->kernels[k].disjoint = sch_scatter_disjoint(p, &p->kernels[k]);
+        if (!o->no_epilogue) sch_mark_epilogues(p); /* after coalescing: the domains compared are final */
     }
     return s;
 }

@@ -477,6 +477,9 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
     for (int32_t i = 0; i < k->nfused; i++)
         sch_appendf(buf, len, cap, " %s#%d", op_table[p->g->nodes[k->fused[i]].op].name, k->fused[i]);
     sch_appendf(buf, len, cap, "\n");
+    if (k->epilogue > 0)
+        sch_appendf(buf, len, cap, "  epilogue: kernel %d, per work item on the block it wrote (CPU)\n", (int)k->epilogue);
+    if (k->in_host) sch_appendf(buf, len, cap, "  epilogue of kernel %d (CPU: no launch of its own)\n", (int)(kid - 1));
     if (k->contract) {
         const sch_contract *c = k->contract;
         sch_appendf(buf, len, cap, "  contraction %s: A b%d (f32), B b%d (%s), m = %s%d, n = i%d; schedules:", c->key,

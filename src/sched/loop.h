@@ -243,6 +243,10 @@ typedef struct sch_kernel {
     double stream_c;          /* STREAM: the softmax's scale c (exp2((x - max) c)) */
     int pack;                 /* MAP: writes an operand of the contraction kernel after it densely
                                  (pack.c); root is that contraction's */
+    int32_t epilogue;         /* contraction: the kernel (k + 1) that reads only the block each of
+                                 this kernel's work items wrote, run inside the item where the
+                                 contraction's code is emitted (epilogue.c); 0: none */
+    int in_host;              /* 1: this kernel is kernels[k - 1]'s epilogue (see epilogue) */
 } sch_kernel;
 
 /* how the emitter names a variable of the sym pool inside a kernel */
@@ -322,6 +326,7 @@ typedef struct sch_options {
     int stream_bf16;    /* stream tiles' products on vdpbf16ps (approximate; the caller checked the CPU has
                            avx512_bf16): 0 never (SCH_STREAM_BF16_NONE), SCH_STREAM_BF16_ONLY always,
                            SCH_STREAM_BF16_BOTH both bodies, each launch's flags picking (CG_KF_BF16) */
+    int no_epilogue;    /* no kernel runs as a contraction's epilogue (epilogue.c) */
 } sch_options;
 enum { SCH_STREAM_BF16_NONE, SCH_STREAM_BF16_ONLY, SCH_STREAM_BF16_BOTH };
 /* cut g into kernels. Returns KILN_OK or an error with a message in err.
@@ -332,6 +337,9 @@ kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *out, const sch_options 
  * variable switch (split.c; sch_kernelize calls it unless no_split); returns
  * how many were split. */
 int sch_split_guards(sch_program *p);
+/* mark the elementwise kernels that can run as their contraction's
+ * epilogue (sch_kernel.epilogue / in_host; epilogue.c); returns how many */
+int sch_mark_epilogues(sch_program *p);
 /* 1 when SCATTER kernel k provably writes a distinct element at every point
  * of its domain (scatter.c; sch_kernelize sets k->disjoint from it) */
 int sch_scatter_disjoint(const sch_program *p, const sch_kernel *k);

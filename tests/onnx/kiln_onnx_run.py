@@ -51,7 +51,7 @@ class CompileOptions(ctypes.Structure):
                 ("contract_sched_small", ctypes.c_char_p), ("contract_sched_large", ctypes.c_char_p),
                 ("gpu_contract", ctypes.c_char_p), ("gpu_group", ctypes.c_int), ("gpu_resident", ctypes.c_int),
                 ("gpu_emit_only", ctypes.c_int), ("cuda_archs", ctypes.c_char_p), ("stream", ctypes.c_int),
-                ("no_stream_tile", ctypes.c_int), ("stream_bf16", ctypes.c_int), ("decode_tile_rows", ctypes.c_int)]
+                ("no_stream_tile", ctypes.c_int), ("stream_bf16", ctypes.c_int), ("decode_tile_rows", ctypes.c_int), ("no_epilogue", ctypes.c_int)]
 
 
 _lib = None
