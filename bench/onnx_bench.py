@@ -7,7 +7,7 @@ unless 0, as `kiln run` does for GGUF; onnxruntime: all graph optimizations,
 intra-op threads = the count, one inter-op thread, sequential execution);
 then --rounds rounds, each timing -r runs of kiln and -r runs of
 onnxruntime back to back (interleaved, each block after a pause of
-SETTLE_S and one untimed run), and the medians of all samples are compared. kiln's output is checked against onnxruntime's first (rtol 1e-3).
+SETTLE_S and WARM_S of untimed runs), and the medians of all samples are compared. kiln's output is checked against onnxruntime's first (rtol 1e-3).
 
 Prints a table (model, threads, kiln ms, onnxruntime ms, speed ratio =
 ort/kiln, so > 1 means kiln is faster) and writes --json when asked.
@@ -50,6 +50,20 @@ def inputs_of(path):
 # cores) wake during that run (kiln's first run after a 0.2 s pause took
 # 4.0 ms where the next took 3.1-3.3).
 SETTLE_S = 0.2
+# ... and then runs untimed until WARM_S has passed (at least two runs), the
+# same for both engines: one run was not enough where a run takes 3 ms
+# (SqueezeNet at 2 threads, Intel Xeon: kiln's first runs after the pause
+# took 4.4 and 3.4 ms, the next 2.6-2.9; with 5 timed runs a block, two slow
+# ones moved a median by up to 30% from one bench run to the next)
+WARM_S = 0.02
+
+
+def warm(run):
+    t0 = time.perf_counter()
+    n = 0
+    while n < 2 or time.perf_counter() - t0 < WARM_S:
+        run()
+        n += 1
 
 
 def bench(path, threads, reps, rounds, budget):
@@ -75,13 +89,13 @@ def bench(path, threads, reps, rounds, budget):
     tk, to = [], []
     for _ in range(rounds):
         time.sleep(SETTLE_S)
-        m.run_again()  # untimed: the first run after the pause wakes the threads
+        warm(m.run_again)  # untimed: the runs after the pause wake the threads
         for _ in range(reps):
             a = time.perf_counter()
             m.run_again()
             tk.append(time.perf_counter() - a)
         time.sleep(SETTLE_S)
-        sess.run(None, feeds)
+        warm(lambda: sess.run(None, feeds))
         for _ in range(reps):
             a = time.perf_counter()
             sess.run(None, feeds)

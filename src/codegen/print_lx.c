@@ -282,6 +282,13 @@ void cg_print_reduce(cg_printer *pr, const cg_reduction *r, int ind) {
     OUT("  const %s rn = ", d->i64);
     cg_print_sym(pr, r->rdim);
     OUT(";\n");
+    /* C: a short constant r unrolled (its window offsets fold, as on the
+     * vector path: emit_c.c) */
+    int64_t rconst = 0;
+    if (d == &cg_dialect_c && sym_is_const(pr->p->g->syms, r->rdim, &rconst) && rconst <= 16) {
+        cg_print_indent(pr, ind);
+        OUT("  _Pragma(\"GCC unroll 16\")\n");
+    }
     cg_print_indent(pr, ind);
     OUT("  for (%s %s = 0; %s < rn; %s++) {\n", d->i64, rn, rn, rn);
     cg_print_lx(pr, t, ind + 4);
