@@ -66,7 +66,7 @@ static int reads_only_at(const sch_program *p, const sch_kernel *E, int32_t id, 
     return reads_only_at(p, E, x->a, b, at) && reads_only_at(p, E, x->b, b, at);
 }
 
-static int kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b) {
+int sch_kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b) {
     if (K->src_buf == b || reads_buf(p, K->expr, b)) return 1;
     for (int32_t i = 0; i < K->nstages; i++)
         if (reads_buf(p, K->stages[i].expr, b)) return 1;
@@ -85,9 +85,9 @@ static int can_follow(const sch_program *p, int32_t k) {
     for (int d = 0; d < K->ndim; d++)
         if (E->dim[d] != K->dim[d]) return 0;
     int32_t b = K->out_buf;
-    if (p->bufs[b].kind != SCH_BUF_NODE || E->out_buf == b || !kernel_reads(p, E, b)) return 0;
+    if (p->bufs[b].kind != SCH_BUF_NODE || E->out_buf == b || !sch_kernel_reads(p, E, b)) return 0;
     for (int32_t j = 0; j < p->nkernels; j++)
-        if (j != k && j != k + 1 && kernel_reads(p, &p->kernels[j], b)) return 0;
+        if (j != k && j != k + 1 && sch_kernel_reads(p, &p->kernels[j], b)) return 0;
     /* k's store offset at e's coordinates */
     sym_id at = K->store_off;
     for (int d = 0; d < K->ndim; d++) at = sym_subst_var(sp, at, K->var[d], E->var[d]);

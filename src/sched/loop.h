@@ -340,6 +340,8 @@ int sch_split_guards(sch_program *p);
 /* mark the elementwise kernels that can run as their contraction's
  * epilogue (sch_kernel.epilogue / in_host; epilogue.c); returns how many */
 int sch_mark_epilogues(sch_program *p);
+/* 1 when kernel K reads buffer b (a load in its trees or stages, or its source) */
+int sch_kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b);
 /* 1 when SCATTER kernel k provably writes a distinct element at every point
  * of its domain (scatter.c; sch_kernelize sets k->disjoint from it) */
 int sch_scatter_disjoint(const sch_program *p, const sch_kernel *k);
