@@ -927,11 +927,11 @@ static void emit_kernel_as(emitter *e, int32_t kid, const char *name, const sch_
     e->gs = NULL;
 }
 
-/* kernel kid as an epilogue (sched/epilogue.c): static int name(B, v, blo,
- * bhi) computes the box blo[d] <= i_d < bhi[d] of its domain, row by row
+/* kernel kid as a contraction's epilogue or prologue (sched/epilogue.c):
+ * static int name(B, v, blo, bhi) computes the box blo[d] <= i_d < bhi[d] of its domain, row by row
  * as the kernel would (its schedule's vector paths, temporal stores),
  * returning a range error as the kernel does */
-static void emit_epilogue_as(emitter *e, int32_t kid, const char *name) {
+static void emit_box_as(emitter *e, int32_t kid, const char *name) {
     const sch_program *p = e->pr.p;
     const sch_kernel *k = &p->kernels[kid];
     KILN_ASSERT(k->ndim >= 1 && k->nstages == 0);
@@ -1067,14 +1067,14 @@ void cg_emit_c_generic_append(const sch_program *p, int32_t kid, const cg_option
     *cap = e->pr.cap;
 }
 
-void cg_emit_c_epilogue(const sch_program *p, int32_t kid, const cg_options *opt, const char *name, char **buf,
+void cg_emit_c_box(const sch_program *p, int32_t kid, const cg_options *opt, const char *name, char **buf,
                         size_t *len, size_t *cap) {
     emitter e0, *e = &e0;
     emitter_init(e, p, opt);
     e->pr.s = *buf;
     e->pr.len = *len;
     e->pr.cap = *cap;
-    emit_epilogue_as(e, kid, name);
+    emit_box_as(e, kid, name);
     *buf = e->pr.s;
     *len = e->pr.len;
     *cap = e->pr.cap;

@@ -648,6 +648,31 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
     if (rp) OUT("      free(rpacc);\n");
 }
 
+/* the item's columns [n0, n1) of B packed by the prologue P (sched/
+ * epilogue.c): B(r, n) is P's element r N + n, n row-major over P's
+ * dimensions after r, so the columns are rows of P's last dimension, each
+ * a box of all of r */
+static void emit_prologue_call(const sch_program *p, const sch_kernel *P, const char *fn, char **s, size_t *len,
+                               size_t *cap) {
+    int nd = P->ndim;
+    OUT("    { int64_t plo[%d], phi[%d];\n", nd, nd);
+    OUT("      const int64_t pw = ");
+    out_sym(p, P->dim[nd - 1], s, len, cap);
+    OUT(";\n      plo[0] = 0; phi[0] = ");
+    out_sym(p, P->dim[0], s, len, cap);
+    OUT(";\n");
+    OUT("      for (int64_t q = n0 / pw; q * pw < n1; q++) {\n");
+    OUT("        int64_t qq = q; (void)qq;\n");
+    for (int d = nd - 2; d >= 1; d--) {
+        OUT("        { const int64_t e = ");
+        out_sym(p, P->dim[d], s, len, cap);
+        OUT("; plo[%d] = qq %% e; phi[%d] = plo[%d] + 1; qq /= e; }\n", d, d, d);
+    }
+    OUT("        plo[%d] = n0 - q * pw > 0 ? n0 - q * pw : 0;\n", nd - 1);
+    OUT("        phi[%d] = n1 - q * pw < pw ? n1 - q * pw : pw;\n", nd - 1);
+    OUT("        kepi |= %s(B, v, plo, phi);\n      }\n    }\n", fn);
+}
+
 void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap) {
     char name[32];
     snprintf(name, sizeof name, "kiln_k%d", (int)kid);
@@ -666,14 +691,14 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
      * is then not restrict. A search's candidate (over) has none: it is
      * checked against the contraction alone, and its launch runs the
      * epilogue as a kernel of its own (cpu_run.c) */
-    int epi = k->epilogue > 0 && !over;
+    int epi = k->epilogue > 0 && !over, prol = k->prologue && !over;
     const char *ores = epi ? "" : "restrict ";
-    char epi_name[64];
+    char epi_name[64], pro_name[64];
     snprintf(epi_name, sizeof epi_name, "%s_epi", name);
-    if (epi) {
-        cg_options co = {CG_ISA_AVX512}; /* what an emittable contraction is emitted for */
-        cg_emit_c_epilogue(p, k->epilogue, &co, epi_name, s, len, cap);
-    }
+    snprintf(pro_name, sizeof pro_name, "%s_pro", name);
+    cg_options co = {CG_ISA_AVX512}; /* what an emittable contraction is emitted for */
+    if (epi) cg_emit_c_box(p, k->epilogue, &co, epi_name, s, len, cap);
+    if (prol) cg_emit_c_box(p, kid - 1, &co, pro_name, s, len, cap);
     OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
     OUT("  (void)v; (void)flags;\n");
     OUT("  const float *restrict A = (const float *)B[%d];\n", c->a_buf);
@@ -745,6 +770,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
         OUT("    const int64_t i%d = o %% d%d; o /= d%d;\n", d, d, d);
     }
     OUT("    (void)o;\n");
+    if (prol) emit_prologue_call(p, &p->kernels[kid - 1], pro_name, s, len, cap);
     /* with an epilogue the schedule is a do-while(0), so that a schedule
      * leaving the item early (continue) still reaches the epilogue call */
     if (epi) OUT("    do {\n");

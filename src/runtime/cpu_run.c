@@ -431,7 +431,16 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     int rp_b = rt_repack_x8_ok(p->plan.sp.bufs[c->b_buf].dtype);
     if (rp_b) repack_b(p, k, rn, repack_wanted(p, k, c->b_buf));
     /* searched at its own rows only: a decode bucket's search times 1 row */
-    if (p->tune.budget > p->tune.spent && !p->tune.tuned[k * 2 + bucket] && !(flags & CG_KF_DECODE_ROWS)) {
+    int searching = p->tune.budget > p->tune.spent && !p->tune.tuned[k * 2 + bucket] && !(flags & CG_KF_DECODE_ROWS);
+    /* B's pack runs inside the plan's items (sched/epilogue.c); a search's
+     * candidates, emitted without it, read B packed beforehand */
+    if (searching && K->prologue) {
+        rt_extent pe;
+        kiln_status ps = rt_kernel_extent(p, k - 1, &pe);
+        if (ps == KILN_OK) ps = launch_generic(p, k - 1, &pe, nthreads);
+        if (ps != KILN_OK) return ps;
+    }
+    if (searching) {
         rt_kernel_fn won = NULL;
         rt_tune_contract_now(p, k, bucket, &won, mods);
         if (won) fn = won;
@@ -459,7 +468,8 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     }
     /* too few items for the threads: cut M as well (sched/contract_split.h) */
     int64_t mparts = 1;
-    if (!serial && !flags && bucket == 1 && cs->msplit && cs->msplit[k] && cg_contract_msplit_family(&p->plan.sp, K, sc))
+    if (!serial && !flags && bucket == 1 && cs->msplit && cs->msplit[k] && !K->prologue &&
+        cg_contract_msplit_family(&p->plan.sp, K, sc)) /* (a prologue packs each item's columns once) */
         mparts = sch_contract_mparts(sc, m, n, nbatch, chunk, nthreads);
     if (mparts > 1) {
         items *= mparts;
@@ -574,8 +584,10 @@ static kiln_status cpu_run_kernel(kiln_program *p, int32_t k, const rt_extent *e
     (void)err, (void)errcap;
     const sch_kernel *K = &p->plan.sp.kernels[k];
     int nthreads = rt_pool_threads(p->plan.pool);
-    /* an epilogue ran inside its contraction's work items (sched/epilogue.c) */
+    /* an epilogue or a prologue runs inside its contraction's work items
+     * (sched/epilogue.c) */
     if (K->in_host && cg_contract_emittable(&p->plan.sp, &p->plan.sp.kernels[k - 1], p->plan.isa)) return KILN_OK;
+    if (K->in_next && cg_contract_emittable(&p->plan.sp, &p->plan.sp.kernels[k + 1], p->plan.isa)) return KILN_OK;
     if (cg_contract_emittable(&p->plan.sp, K, p->plan.isa)) return launch_contract(p, k, e, nthreads);
     return launch_generic(p, k, e, nthreads);
 }

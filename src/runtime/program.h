@@ -135,6 +135,8 @@ struct kiln_program {
 kiln_status rt_program_run(kiln_program *p);
 /* sym_eval under the run's values; an unbound symbol is reported to the graph, naming `what` (run.c) */
 kiln_status rt_run_eval(kiln_program *p, sym_id s, int64_t *out, const char *what);
+/* the loop extents of kernel k at the bound sizes */
+kiln_status rt_kernel_extent(kiln_program *p, int32_t k, rt_extent *e);
 /* buffer b's binding (an input or a state) in the working graph, or NULL (run.c) */
 const input_binding *rt_run_binding(kiln_program *p, int32_t b);
 /* after a run: a search that changed schedules recompiles the plan (exec.c) */

@@ -175,9 +175,9 @@ static void plan_liveness(kiln_program *p) {
     }
     for (int32_t k = 0; k < sp->nkernels; k++) {
         const sch_kernel *K = &sp->kernels[k];
-        /* an epilogue (sched/epilogue.c) may run inside kernel k - 1's items:
-         * its buffers are live from there */
-        for (int32_t at = K->in_host ? k - 1 : k; at <= k; at++) {
+        /* an epilogue (sched/epilogue.c) may run inside kernel k - 1's items,
+         * a prologue inside kernel k + 1's: its buffers are live there too */
+        for (int32_t at = K->in_host ? k - 1 : k; at <= (K->in_next ? k + 1 : k); at++) {
             touch(&live[K->out_buf], at);
             if (K->src_buf >= 0) touch(&live[K->src_buf], at);
             touch_expr(sp, live, K->expr, at);
@@ -304,7 +304,7 @@ static kiln_status quantize_step(kiln_program *p, const sch_kernel *K, char *err
 }
 
 /* a kernel's loops under the run's values (the message only when needed) */
-static kiln_status kernel_extent(kiln_program *p, int32_t k, rt_extent *e) {
+kiln_status rt_kernel_extent(kiln_program *p, int32_t k, rt_extent *e) {
     const sch_kernel *K = &p->plan.sp.kernels[k];
     kiln_graph *g = p->plan.g;
     e->outer = e->inner = e->total = 1;
@@ -355,7 +355,7 @@ static kiln_status run_kernels_in_order(kiln_program *p) {
             s = quantize_step(p, K, err, sizeof err);
         } else {
             rt_extent e;
-            s = kernel_extent(p, k, &e);
+            s = rt_kernel_extent(p, k, &e);
             if (s != KILN_OK) return s;
             if (e.outer == 0 || (K->ndim > 0 && e.inner == 0)) continue;
             s = be->run_kernel(p, k, &e, err, sizeof err);

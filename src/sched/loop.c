@@ -480,6 +480,9 @@ void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len
     if (k->epilogue > 0)
         sch_appendf(buf, len, cap, "  epilogue: kernel %d, per work item on the block it wrote (CPU)\n", (int)k->epilogue);
     if (k->in_host) sch_appendf(buf, len, cap, "  epilogue of kernel %d (CPU: no launch of its own)\n", (int)(kid - 1));
+    if (k->prologue)
+        sch_appendf(buf, len, cap, "  prologue: kernel %d, per work item on the columns it reads (CPU)\n", (int)(kid - 1));
+    if (k->in_next) sch_appendf(buf, len, cap, "  prologue of kernel %d (CPU: no launch of its own)\n", (int)(kid + 1));
     if (k->contract) {
         const sch_contract *c = k->contract;
         sch_appendf(buf, len, cap, "  contraction %s: A b%d (f32), B b%d (%s), m = %s%d, n = i%d; schedules:", c->key,

@@ -247,6 +247,10 @@ typedef struct sch_kernel {
                                  this kernel's work items wrote, run inside the item where the
                                  contraction's code is emitted (epilogue.c); 0: none */
     int in_host;              /* 1: this kernel is kernels[k - 1]'s epilogue (see epilogue) */
+    int prologue;             /* contraction: 1 when kernels[k - 1], the pack of its B (pack.c), is run
+                                 inside its work items, each packing the columns it reads
+                                 (epilogue.c) */
+    int in_next;              /* 1: this kernel is kernels[k + 1]'s prologue */
 } sch_kernel;
 
 /* how the emitter names a variable of the sym pool inside a kernel */
@@ -338,7 +342,8 @@ kiln_status sch_kernelize_ex(kiln_graph *g, sch_program *out, const sch_options 
  * how many were split. */
 int sch_split_guards(sch_program *p);
 /* mark the elementwise kernels that can run as their contraction's
- * epilogue (sch_kernel.epilogue / in_host; epilogue.c); returns how many */
+ * epilogue (sch_kernel.epilogue / in_host) and the packs that can run as
+ * its prologue (prologue / in_next; epilogue.c); returns how many */
 int sch_mark_epilogues(sch_program *p);
 /* 1 when kernel K reads buffer b (a load in its trees or stages, or its source) */
 int sch_kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b);
