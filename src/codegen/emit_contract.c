@@ -702,7 +702,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
     OUT("  (void)v; (void)flags;\n");
     OUT("  const float *restrict A = (const float *)B[%d];\n", c->a_buf);
-    OUT("  const %s *restrict W = (const %s *)B[%d];\n", wt, wt, c->b_buf);
+    /* ... and with a prologue, B is written through B[] inside the items
+     * before the schedule reads it: W is then not restrict either */
+    OUT("  const %s *%sW = (const %s *)B[%d];\n", wt, prol ? "" : "restrict ", wt, c->b_buf);
     OUT("  float *%sout = (float *)B[%d];\n", ores, k->out_buf);
     OUT("  int kepi = 0;\n");
     for (int d = 0; d < k->ndim; d++) {
