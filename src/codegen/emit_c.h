@@ -57,12 +57,12 @@ void cg_emit_c_prelude(const cg_options *opt, char **buf, size_t *len, size_t *c
 void cg_emit_c_generic_append(const sch_program *p, int32_t kid, const cg_options *opt, const char *name,
                               const sch_generic_sched *s, char **buf, size_t *len, size_t *cap);
 /* append kernel kid (a contraction's epilogue or prologue:
- * sched/epilogue.c) as `static int name(B, v, blo, bhi)`, which computes
- * the box blo[d] <= i_d < bhi[d] of its domain and returns nonzero on a
- * range error; the contraction's code calls it per work item
- * (emit_contract.c) */
-void cg_emit_c_box(const sch_program *p, int32_t kid, const cg_options *opt, const char *name, char **buf,
-                        size_t *len, size_t *cap);
+ * sched/epilogue.c) as a block, inline in the contraction's function
+ * (emit_contract.c), that computes the box blo[d] <= i_d < bhi[d] of its
+ * domain (blo, bhi: int64_t arrays in scope) and or-s a range error into
+ * the int `res` */
+void cg_emit_c_box(const sch_program *p, int32_t kid, const cg_options *opt, const char *blo, const char *bhi,
+                   const char *res, char **buf, size_t *len, size_t *cap);
 /* what the vector paths can take in kernel kid (given a vector ISA): *map_vec
  * = 1 when its MAP rows vectorise, *red_vec = 1 when its own reduction or a
  * fused stage does */

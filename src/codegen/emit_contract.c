@@ -648,12 +648,12 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
     if (rp) OUT("      free(rpacc);\n");
 }
 
-/* the item's columns [n0, n1) of B packed by the prologue P (sched/
+/* the item's columns [n0, n1) of B packed by the prologue P = kernels[pid] (sched/
  * epilogue.c): B(r, n) is P's element r N + n, n row-major over P's
  * dimensions after r, so the columns are rows of P's last dimension, each
  * a box of all of r */
-static void emit_prologue_call(const sch_program *p, const sch_kernel *P, const char *fn, char **s, size_t *len,
-                               size_t *cap) {
+static void emit_prologue_call(const sch_program *p, int32_t pid, char **s, size_t *len, size_t *cap) {
+    const sch_kernel *P = &p->kernels[pid];
     int nd = P->ndim;
     OUT("    { int64_t plo[%d], phi[%d];\n", nd, nd);
     OUT("      const int64_t pw = ");
@@ -670,7 +670,9 @@ static void emit_prologue_call(const sch_program *p, const sch_kernel *P, const 
     }
     OUT("        plo[%d] = n0 - q * pw > 0 ? n0 - q * pw : 0;\n", nd - 1);
     OUT("        phi[%d] = n1 - q * pw < pw ? n1 - q * pw : pw;\n", nd - 1);
-    OUT("        kepi |= %s(B, v, plo, phi);\n      }\n    }\n", fn);
+    cg_options co = {CG_ISA_AVX512}; /* what an emittable contraction is emitted for */
+    cg_emit_c_box(p, pid, &co, "plo", "phi", "kepi", s, len, cap);
+    OUT("      }\n    }\n");
 }
 
 void cg_emit_contract_kernel(const sch_program *p, int32_t kid, char **s, size_t *len, size_t *cap) {
@@ -693,12 +695,6 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
      * epilogue as a kernel of its own (cpu_run.c) */
     int epi = k->epilogue > 0 && !over, prol = k->prologue && !over;
     const char *ores = epi ? "" : "restrict ";
-    char epi_name[64], pro_name[64];
-    snprintf(epi_name, sizeof epi_name, "%s_epi", name);
-    snprintf(pro_name, sizeof pro_name, "%s_pro", name);
-    cg_options co = {CG_ISA_AVX512}; /* what an emittable contraction is emitted for */
-    if (epi) cg_emit_c_box(p, k->epilogue, &co, epi_name, s, len, cap);
-    if (prol) cg_emit_c_box(p, kid - 1, &co, pro_name, s, len, cap);
     OUT("int %s(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n", name);
     OUT("  (void)v; (void)flags;\n");
     OUT("  const float *restrict A = (const float *)B[%d];\n", c->a_buf);
@@ -772,7 +768,7 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
         OUT("    const int64_t i%d = o %% d%d; o /= d%d;\n", d, d, d);
     }
     OUT("    (void)o;\n");
-    if (prol) emit_prologue_call(p, &p->kernels[kid - 1], pro_name, s, len, cap);
+    if (prol) emit_prologue_call(p, kid - 1, s, len, cap);
     /* with an epilogue the schedule is a do-while(0), so that a schedule
      * leaving the item early (continue) still reaches the epilogue call */
     if (epi) OUT("    do {\n");
@@ -792,7 +788,9 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
             else if (d == c->mdim) OUT("      elo[%d] = 0; ehi[%d] = M;\n", d, d);
             else OUT("      elo[%d] = i%d; ehi[%d] = i%d + 1;\n", d, d, d, d);
         }
-        OUT("      kepi |= %s(B, v, elo, ehi); }\n", epi_name);
+        cg_options co = {CG_ISA_AVX512}; /* what an emittable contraction is emitted for */
+        cg_emit_c_box(p, k->epilogue, &co, "elo", "ehi", "kepi", s, len, cap);
+        OUT("    }\n");
     }
     OUT("  }\n");
     if (pro & PRO_I8A) cg_emit_packed_i8_post(s, len, cap);
