@@ -655,7 +655,7 @@ static void dot_schedule(const sch_program *p, const sch_kernel *k, const sch_co
 static void emit_prologue_call(const sch_program *p, int32_t pid, char **s, size_t *len, size_t *cap) {
     const sch_kernel *P = &p->kernels[pid];
     int nd = P->ndim;
-    OUT("    { int64_t plo[%d], phi[%d];\n", nd, nd);
+    OUT("    if (!(flags & %d)) { int64_t plo[%d], phi[%d];\n", CG_KF_B_READY, nd, nd);
     OUT("      const int64_t pw = ");
     out_sym(p, P->dim[nd - 1], s, len, cap);
     OUT(";\n      plo[0] = 0; phi[0] = ");

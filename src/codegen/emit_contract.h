@@ -12,6 +12,10 @@
  * int8 tiles on B's repacked copy, up to SCH_DECODE_TILE_ROWS rows:
  * src/runtime/cpu_run.c contract_bucket) */
 #define CG_KF_DECODE_ROWS 32
+/* launch flag: B's pack (the kernel's prologue, sched/epilogue.c) ran before the
+ * launch, so the items do not pack their columns (cpu_run.c: before a search, or
+ * with items split along M, whose items share columns) */
+#define CG_KF_B_READY 64
 
 /* 1 when kernel k is a contraction this ISA has a micro-kernel for: both
  * schedules valid rows of the family table (sched/family.h) for its B */

@@ -407,6 +407,14 @@ static int contract_bucket(const kiln_program *p, const sch_contract *c, int64_t
 
 static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e, int nthreads);
 
+/* contraction k's prologue, the pack of its B (sched/epilogue.c), as a
+ * kernel of its own */
+static kiln_status launch_pack(kiln_program *p, int32_t k, int nthreads) {
+    rt_extent pe;
+    kiln_status s = rt_kernel_extent(p, k - 1, &pe);
+    return s == KILN_OK ? launch_generic(p, k - 1, &pe, nthreads) : s;
+}
+
 /* a contraction kernel's work items: (batch point, run of nc rows of B), see
  * emit_contract.c */
 static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *e, int nthreads) {
@@ -434,11 +442,11 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     int searching = p->tune.budget > p->tune.spent && !p->tune.tuned[k * 2 + bucket] && !(flags & CG_KF_DECODE_ROWS);
     /* B's pack runs inside the plan's items (sched/epilogue.c); a search's
      * candidates, emitted without it, read B packed beforehand */
+    int b_ready = 0;
     if (searching && K->prologue) {
-        rt_extent pe;
-        kiln_status ps = rt_kernel_extent(p, k - 1, &pe);
-        if (ps == KILN_OK) ps = launch_generic(p, k - 1, &pe, nthreads);
+        kiln_status ps = launch_pack(p, k, nthreads);
         if (ps != KILN_OK) return ps;
+        b_ready = 1;
     }
     if (searching) {
         rt_kernel_fn won = NULL;
@@ -468,14 +476,20 @@ static kiln_status launch_contract(kiln_program *p, int32_t k, const rt_extent *
     }
     /* too few items for the threads: cut M as well (sched/contract_split.h) */
     int64_t mparts = 1;
-    if (!serial && !flags && bucket == 1 && cs->msplit && cs->msplit[k] && !K->prologue &&
-        cg_contract_msplit_family(&p->plan.sp, K, sc)) /* (a prologue packs each item's columns once) */
+    if (!serial && !flags && bucket == 1 && cs->msplit && cs->msplit[k] && cg_contract_msplit_family(&p->plan.sp, K, sc))
         mparts = sch_contract_mparts(sc, m, n, nbatch, chunk, nthreads);
     if (mparts > 1) {
         items *= mparts;
         flags |= mparts << SCH_MPARTS_SHIFT;
         p->msplit_launches++;
+        /* the parts of M share their columns: B packed once, before */
+        if (K->prologue && !b_ready) {
+            kiln_status ps = launch_pack(p, k, nthreads);
+            if (ps != KILN_OK) return ps;
+            b_ready = 1;
+        }
     }
+    if (b_ready) flags |= CG_KF_B_READY;
     if (r == 0 && claimed_pieces(bucket, flags, serial, items, nthreads) > 1)
         r = rt_cpu_launch_claimed(p->plan.pool, fn, cs->bufs, p->run.values, items, chunk, flags,
                                   claimed_pieces(bucket, flags, serial, items, nthreads));
