@@ -1046,42 +1046,42 @@ char *cg_emit_c_generic_one(const sch_program *p, int32_t kid, const cg_options 
     return e->pr.s;
 }
 
-void cg_emit_c_prelude(const cg_options *opt, char **buf, size_t *len, size_t *cap) {
-    emitter e0, *e = &e0;
-    emitter_init(e, NULL, opt);
+/* an emitter appending to the caller's growable string (emitter_give_back
+ * hands the string, grown, back) */
+static void emitter_on(emitter *e, const sch_program *p, const cg_options *opt, char **buf, size_t *len, size_t *cap) {
+    emitter_init(e, p, opt);
     e->pr.s = *buf;
     e->pr.len = *len;
     e->pr.cap = *cap;
-    emit_prelude(e);
+}
+
+static void emitter_give_back(emitter *e, char **buf, size_t *len, size_t *cap) {
     *buf = e->pr.s;
     *len = e->pr.len;
     *cap = e->pr.cap;
+}
+
+void cg_emit_c_prelude(const cg_options *opt, char **buf, size_t *len, size_t *cap) {
+    emitter e;
+    emitter_on(&e, NULL, opt, buf, len, cap);
+    emit_prelude(&e);
+    emitter_give_back(&e, buf, len, cap);
 }
 
 void cg_emit_c_generic_append(const sch_program *p, int32_t kid, const cg_options *opt, const char *name,
                               const sch_generic_sched *s, char **buf, size_t *len, size_t *cap) {
-    emitter e0, *e = &e0;
-    emitter_init(e, p, opt);
-    e->pr.s = *buf;
-    e->pr.len = *len;
-    e->pr.cap = *cap;
-    emit_kernel_as(e, kid, name, s);
-    *buf = e->pr.s;
-    *len = e->pr.len;
-    *cap = e->pr.cap;
+    emitter e;
+    emitter_on(&e, p, opt, buf, len, cap);
+    emit_kernel_as(&e, kid, name, s);
+    emitter_give_back(&e, buf, len, cap);
 }
 
 void cg_emit_c_box(const sch_program *p, int32_t kid, const cg_options *opt, const char *blo, const char *bhi,
                    const char *res, char **buf, size_t *len, size_t *cap) {
-    emitter e0, *e = &e0;
-    emitter_init(e, p, opt);
-    e->pr.s = *buf;
-    e->pr.len = *len;
-    e->pr.cap = *cap;
-    emit_box_block(e, kid, blo, bhi, res);
-    *buf = e->pr.s;
-    *len = e->pr.len;
-    *cap = e->pr.cap;
+    emitter e;
+    emitter_on(&e, p, opt, buf, len, cap);
+    emit_box_block(&e, kid, blo, bhi, res);
+    emitter_give_back(&e, buf, len, cap);
 }
 
 void cg_generic_vec_info(const sch_program *p, int32_t kid, int *map_vec, int *red_vec) {

@@ -32,22 +32,6 @@
 #include "emit_gemm_i8.h"
 #include "family.h"
 
-static int loads(const sch_program *p, int32_t id, int32_t buf) {
-    if (id < 0) return 0;
-    const lx *x = &p->lx[id];
-    if (x->kind == LX_LOAD && x->buf == buf) return 1;
-    return loads(p, x->a, buf) || loads(p, x->b, buf);
-}
-
-static int kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b) {
-    if (K->src_buf == b && (K->kind == SCH_K_QUANTIZE || K->kind == SCH_K_COPY)) return 1;
-    if (K->contract && (K->contract->a_buf == b || K->contract->b_buf == b)) return 1;
-    if (loads(p, K->expr, b)) return 1;
-    for (int32_t i = 0; i < K->nstages; i++)
-        if (loads(p, K->stages[i].expr, b)) return 1;
-    return 0;
-}
-
 /* every load of buf in tree id is a gather's: inside the body of a LET
  * whose variable (the innermost one, var) its index uses */
 static int gathered_only(const sch_program *p, int32_t id, int32_t buf, sym_id var, int in_let) {
@@ -80,7 +64,7 @@ static int reads_copy_only(const sch_program *p, const sch_kernel *K, int32_t b,
     const sch_contract *c = K->contract;
     if (K->kind != SCH_K_REDUCE || !c || c->b_buf != b || c->a_buf == b || !cg_contract_emittable(p, K, isa)) return 0;
     for (int32_t i = 0; i < K->nstages; i++)
-        if (loads(p, K->stages[i].expr, b)) return 0;
+        if (sch_lx_reads(p, K->stages[i].expr, b)) return 0;
     kiln_dtype t = p->bufs[b].dtype;
     const sch_contract_sched *big = &c->sched[1];
     int packs_copy = cg_i8_copy_source(t) && (sch_family_is(big, SCH_FAM_PACKED_I8, t) || sch_family_is(big, SCH_FAM_AMX_I8, t));
@@ -99,7 +83,7 @@ int rt_copy_replaces(const kiln_program *prog, int32_t b, int copy_whole) {
     int readers = 0;
     for (int32_t k = 0; k < p->nkernels; k++) {
         const sch_kernel *K = &p->kernels[k];
-        if (!kernel_reads(p, K, b) || gathers_only(p, K, b)) continue;
+        if (!sch_kernel_reads(p, K, b) || gathers_only(p, K, b)) continue;
         if (!reads_copy_only(p, K, b, prog->plan.isa) || pending(prog, k, 0) || (big_runs(p, K) && pending(prog, k, 1)))
             return 0;
         readers++;

@@ -51,22 +51,15 @@ struct rt_gtune_state {
     int tunedb_off, verbose, inject_wrong; /* from kiln_compile_options */
 };
 
-static int reads_buf(const sch_program *p, int32_t id, int32_t buf) {
-    if (id < 0) return 0;
-    const lx *x = &p->lx[id];
-    if (x->kind == LX_LOAD && x->buf == buf) return 1;
-    return reads_buf(p, x->a, buf) || reads_buf(p, x->b, buf);
-}
-
 static int searchable(const sch_program *p, int32_t k, cg_isa isa) {
     const sch_kernel *K = &p->kernels[k];
     if (K->kind != SCH_K_MAP && K->kind != SCH_K_REDUCE) return 0;
     if (K->ndim == 0 || cg_contract_emittable(p, K, isa)) return 0;
     const sch_buf *ob = &p->bufs[K->out_buf];
     if (ob->kind == SCH_BUF_STATE || ob->kind == SCH_BUF_INPUT || kiln_dtype_is_block(ob->dtype)) return 0;
-    if (reads_buf(p, K->expr, K->out_buf)) return 0;
+    if (sch_lx_reads(p, K->expr, K->out_buf)) return 0;
     for (int32_t i = 0; i < K->nstages; i++)
-        if (reads_buf(p, K->stages[i].expr, K->out_buf)) return 0;
+        if (sch_lx_reads(p, K->stages[i].expr, K->out_buf)) return 0;
     return 1;
 }
 

@@ -47,14 +47,6 @@
 
 #define EPI_MAX_R 16
 
-/* 1 when tree id reads buffer b anywhere */
-static int reads_buf(const sch_program *p, int32_t id, int32_t b) {
-    if (id < 0) return 0;
-    const lx *x = &p->lx[id];
-    if (x->kind == LX_LOAD && x->buf == b) return 1;
-    return reads_buf(p, x->a, b) || reads_buf(p, x->b, b);
-}
-
 /* offset s with the loop variables of unit extent at 0 (a view may drop
  * them where the store keeps them: the canonical forms then differ) */
 static sym_id unit_vars_zero(const sch_program *p, const sch_kernel *E, sym_id s) {
@@ -74,12 +66,6 @@ static int reads_only_at(const sch_program *p, const sch_kernel *E, int32_t id, 
     return reads_only_at(p, E, x->a, b, at) && reads_only_at(p, E, x->b, b, at);
 }
 
-int sch_kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b) {
-    if (K->src_buf == b || reads_buf(p, K->expr, b)) return 1;
-    for (int32_t i = 0; i < K->nstages; i++)
-        if (reads_buf(p, K->stages[i].expr, b)) return 1;
-    return 0;
-}
 
 static int can_follow(const sch_program *p, int32_t k) {
     const sch_kernel *K = &p->kernels[k], *E = &p->kernels[k + 1];

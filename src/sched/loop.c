@@ -455,6 +455,22 @@ static void print_stage(const sch_program *p, const sch_kernel *k, int32_t i, in
                 st->row ? "row" : "element");
 }
 
+int sch_lx_reads(const sch_program *p, int32_t id, int32_t b) {
+    if (id < 0) return 0;
+    const lx *x = &p->lx[id];
+    if (x->kind == LX_LOAD && x->buf == b) return 1;
+    return sch_lx_reads(p, x->a, b) || sch_lx_reads(p, x->b, b);
+}
+
+int sch_kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b) {
+    if (K->src_buf == b && (K->kind == SCH_K_QUANTIZE || K->kind == SCH_K_COPY)) return 1;
+    if (K->contract && (K->contract->a_buf == b || K->contract->b_buf == b)) return 1;
+    if (sch_lx_reads(p, K->expr, b)) return 1;
+    for (int32_t i = 0; i < K->nstages; i++)
+        if (sch_lx_reads(p, K->stages[i].expr, b)) return 1;
+    return 0;
+}
+
 void sch_kernel_print(const sch_program *p, int32_t kid, char **buf, size_t *len, size_t *cap) {
     const sch_kernel *k = &p->kernels[kid];
     static const char *kinds[] = {"map", "reduce", "scatter", "quantize", "copy", "stream"};

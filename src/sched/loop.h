@@ -314,6 +314,11 @@ extern const sch_sym_spelling sch_sym_c;
 void sch_print_sym(const sch_program *p, sym_id s, char **buf, size_t *len, size_t *cap);
 void sch_print_sym_as(const sch_program *p, sym_id s, const sch_sym_spelling *sp, char **buf, size_t *len,
                       size_t *cap);
+/* 1 when tree id loads buffer b */
+int sch_lx_reads(const sch_program *p, int32_t id, int32_t b);
+/* 1 when kernel K reads buffer b: a load in its tree or stages, a
+ * contraction's operand, a host step's source */
+int sch_kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b);
 /* one kernel as readable text, appended to the growable string */
 void sch_kernel_print(const sch_program *p, int32_t k, char **buf, size_t *len, size_t *cap);
 /* printf into a growable string */
@@ -345,8 +350,7 @@ int sch_split_guards(sch_program *p);
  * epilogue (sch_kernel.epilogue / in_host) and the packs that can run as
  * its prologue (prologue / in_next; epilogue.c); returns how many */
 int sch_mark_epilogues(sch_program *p);
-/* 1 when kernel K reads buffer b (a load in its trees or stages, or its source) */
-int sch_kernel_reads(const sch_program *p, const sch_kernel *K, int32_t b);
+
 /* 1 when SCATTER kernel k provably writes a distinct element at every point
  * of its domain (scatter.c; sch_kernelize sets k->disjoint from it) */
 int sch_scatter_disjoint(const sch_program *p, const sch_kernel *k);

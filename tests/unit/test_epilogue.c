@@ -44,7 +44,16 @@ static int count(const char *text, const char *what) {
     return n;
 }
 
-/* a temporary tuning DB and its lock file */
+/* a fresh tuning DB for the search (db: a "...XXXXXX" template), named in
+ * KILN_TUNEDB; drop_db removes it and its lock file */
+static void use_fresh_db(char *db) {
+    int fd = mkstemp(db);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd >= 0) close(fd);
+    unlink(db);
+    setenv("KILN_TUNEDB", db, 1);
+}
+
 static void drop_db(const char *db) {
     char lock[256];
     snprintf(lock, sizeof lock, "%s.lock", db);
@@ -180,11 +189,7 @@ static void test_layers(int batched) {
 static void test_search(void) {
     CASE_BEGIN("epilogue_first_run_search");
     char db[] = "/tmp/kiln-test-epilogue-XXXXXX";
-    int fd = mkstemp(db);
-    CHECK(fd >= 0, "mkstemp");
-    if (fd >= 0) close(fd);
-    unlink(db);
-    setenv("KILN_TUNEDB", db, 1);
+    use_fresh_db(db);
     unsigned seed = 11u;
     kiln_graph *g = layers(0);
     float *w1 = rand_f32(N1 * K1, &seed), *b1 = rand_f32(N1, &seed), *w2 = rand_f32(N2 * N1, &seed),
@@ -234,13 +239,7 @@ static kiln_graph *convs(void) {
 static void test_convs(int search) {
     CASE_BEGIN(search ? "prologue_conv_first_run_search" : "prologue_conv_pack_per_item");
     char db[] = "/tmp/kiln-test-prologue-XXXXXX";
-    if (search) {
-        int fd = mkstemp(db);
-        CHECK(fd >= 0, "mkstemp");
-        if (fd >= 0) close(fd);
-        unlink(db);
-        setenv("KILN_TUNEDB", db, 1);
-    }
+    if (search) use_fresh_db(db);
     unsigned seed = 5u;
     enum { NX = 6 * 13 * 11, NY = 5 * 13 * 11 };
     kiln_graph *g = convs();
