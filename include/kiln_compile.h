@@ -67,7 +67,8 @@ typedef struct kiln_compile_options {
                                 only (KILN_PROFILE=1 / quiet) */
     int poison;              /* 1: outputs start as all-ones bits, NaN (KILN_POISON_RESULTS) */
     int tunedb_off;          /* 1: ignore the tuning DB's records (KILN_TUNEDB_OFF=1) */
-    int tune_verbose;        /* 1: a line per kernel search and per rejected candidate (KILN_TUNE_VERBOSE) */
+    int tune_verbose;        /* 1: a line per kernel search and per rejected candidate (KILN_TUNE_VERBOSE);
+                                2: and each candidate's time (KILN_TUNE_VERBOSE=2) */
     int tune_warm;           /* 1: time decode candidates with B warm in cache (KILN_TUNE_WARM) */
     int inject_wrong;        /* tests: contraction candidate n is made wrong (KILN_TUNE_INJECT_WRONG) */
     int gtune_inject_wrong;  /* tests: the same for generic kernels (KILN_GTUNE_INJECT_WRONG) */

@@ -64,7 +64,7 @@ static void read_compile(kiln_compile_options *o) {
     o->poison = poison && strcmp(poison, "0") != 0;
     const char *off = getenv("KILN_TUNEDB_OFF");
     o->tunedb_off = off && off[0] == '1';
-    o->tune_verbose = is_set("KILN_TUNE_VERBOSE");
+    o->tune_verbose = is_set("KILN_TUNE_VERBOSE") ? (num("KILN_TUNE_VERBOSE", 1) > 1 ? 2 : 1) : 0; /* 2: each candidate's time too */
     o->tune_warm = is_set("KILN_TUNE_WARM");
     o->inject_wrong = num("KILN_TUNE_INJECT_WRONG", 0);
     o->gtune_inject_wrong = num("KILN_GTUNE_INJECT_WRONG", 0);

@@ -8,6 +8,7 @@
  * symbolic sizes under the current bindings and runs the plan on any
  * backend. kiln_program's four parts are described in program.h.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,7 @@ static void free_tuner(rt_tuner *t) {
     free(t->has_pend);
     free(t->rank_next);
     free(t->short_over);
+    free(t->carry_d);
     free(t->kept);
     free(t->unmeasured);
     free(t->tuned);
@@ -466,6 +468,8 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     p->tune.rank_next = kiln_xcalloc(n + 1, sizeof *p->tune.rank_next);
     free(p->tune.short_over);
     p->tune.short_over = kiln_xcalloc(n + 1, 1);
+    free(p->tune.carry_d);
+    p->tune.carry_d = kiln_xcalloc(n + 1, sizeof *p->tune.carry_d);
     for (size_t i = 0; i < n; i++) p->tune.plan_w[i] = weights[i] > 0 ? weights[i] : 0;
     /* gemma3-270m: 4.9 MB of C, a 0.58 MB unit, 0.31-0.35 s to find it at load 8 */
     p->tune.unit_bytes = p->plan.source ? rt_cc_unit_bytes(p->plan.source) : 0;
@@ -584,6 +588,16 @@ static void record_kept(kiln_program *p) {
         for (int b = 0; b < 2; b++) {
             if (b == 1 && K->contract->mdim < 0) continue;
             if (p->tune.tuned[k * 2 + b] && !p->tune.kept[k * 2 + b]) continue; /* measured, or from the DB */
+            if (p->tune.carry_d && p->tune.carry_d[k * 2 + b] > 0 && p->tune.has_seed[k * 2 + b]) {
+                /* a family measured on this key at another shape (carry_family) */
+                char was[128], now[128];
+                sch_contract_sched_print(&K->contract->sched[b], was, sizeof was);
+                sch_contract_sched_print(&p->tune.seeds[k * 2 + b], now, sizeof now);
+                if (strcmp(was, now) != 0) {
+                    K->contract->sched[b] = p->tune.seeds[k * 2 + b];
+                    p->tune.retune = 1;
+                }
+            }
             sch_contract_shape sh;
             if (!contract_shape(p, k, NULL, b, &sh)) continue; /* symbolic sizes: the latest record serves */
             char bucket[96], err[512];
@@ -711,6 +725,8 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
     p->tune.rank_next = NULL;
     free(p->tune.short_over);
     p->tune.short_over = NULL;
+    free(p->tune.carry_d);
+    p->tune.carry_d = NULL;
     /* the search is over: later runs keep what it found, and search nothing */
     p->tune.budget = p->tune.spent;
     return s;
@@ -1027,6 +1043,37 @@ static double plan_share(kiln_program *p, double w, double left) {
     return pending > w ? avail * w / pending : avail;
 }
 
+/* a winner of another family than the kernel's default (the int8 tiles
+ * reading q4_k in place where the cost model put the repacked ones first)
+ * is carried to the unsettled slots of the same key and bucket kind at
+ * other shapes: each is seeded with the schedule of that family nearest to
+ * the winner that its shape can take (rt_tune_nearest_of), from the nearest
+ * shape measured, and a slot the plan does not reach runs it (record_kept)
+ * instead of the cost model's first choice. The model's own first choice in
+ * the family was the wrong seed: it took the family's place in round one
+ * (Llama-1B-shaped q4_k at 1 thread: the 8-row plain tile, 688 us, where
+ * the 1-row one a shape away had won and runs 569 us), and the search
+ * never timed the tile that had won */
+static void carry_family(kiln_program *p, int32_t k, int bucket, const sch_contract_shape *sh,
+                         const sch_contract_sched *winner) {
+    const sch_kernel *K = &p->plan.sp.kernels[k];
+    if (!p->tune.carry_d || !sch_family_of(winner)) return;
+    for (int32_t j = 0; j < p->plan.sp.nkernels; j++) {
+        const sch_kernel *J = &p->plan.sp.kernels[j];
+        int s = j * 2 + bucket;
+        if (!J->contract || p->tune.tuned[s] || strcmp(J->contract->key, K->contract->key) != 0) continue;
+        sch_contract_shape sj;
+        if (!contract_shape(p, j, p->run.values, bucket, &sj) || (sj.n == sh->n && sj.k == sh->k)) continue;
+        double d = 1 + fabs(log((double)sj.n / (double)sh->n)) + fabs(log((double)sj.k / (double)sh->k));
+        sch_contract_sched sc;
+        if (p->tune.carry_d[s] > 0 && p->tune.carry_d[s] <= d) continue;
+        if (!rt_tune_nearest_of(&p->plan.sp, j, &sj, p->plan.isa, winner, &sc)) continue;
+        p->tune.seeds[s] = sc;
+        p->tune.has_seed[s] = 1;
+        p->tune.carry_d[s] = (float)d;
+    }
+}
+
 /* search kernel k's schedule for this bucket now, on this run's buffers;
  * the winner runs this launch and every kernel with the same key and
  * bucket takes its schedule (emitted into the program after the run) */
@@ -1081,6 +1128,7 @@ kiln_status rt_tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_kern
     if (show)
         fprintf(stderr, "kiln tune: kernel %d (%s, %s): searching %d-point space ...\n", (int)k, K->contract->key,
                 bucket_text, sch_space_contract(&sh, NULL, 0));
+    sch_contract_sched was_sched = K->contract->sched[bucket];
     kiln_status s = rt_tune_contract(&job, &res, err, sizeof err);
     p->tune.spent += res.seconds;
     p->tune.measurements += res.tried;
@@ -1111,6 +1159,8 @@ kiln_status rt_tune_contract_now(kiln_program *p, int32_t k, int bucket, rt_kern
     r.tried = res.tried;
     r.rejected = res.rejected;
     if (sch_tunedb_store(&r, err, sizeof err) != KILN_OK) fprintf(stderr, "kiln tune: %s\n", err);
+    if (res.best_s < res.base_s * 0.97 && sch_family_of(&res.winner) != sch_family_of(&was_sched))
+        carry_family(p, k, bucket, &sh, &res.winner);
     /* every kernel of the same key and shape takes the winner */
     for (int32_t j = 0; j < p->plan.sp.nkernels; j++) {
         sch_kernel *J = &p->plan.sp.kernels[j];

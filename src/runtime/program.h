@@ -87,6 +87,8 @@ typedef struct rt_tuner {
     uint8_t *has_pend;
     int32_t *rank_next;       /* per slot, searched by this plan: the rank its next pass starts at (0: none left) */
     uint8_t *short_over;      /* per slot: passed over for a share too small to search (a later pass may) */
+    float *carry_d;           /* per slot: seeded with a family a winner of the same key at another shape
+                                 measured (exec.c carry_family): 1 + the shapes' log distance; 0: none */
     double reserve_s;
     double baseline_s; /* the streaming form's compile after the search (alt_with_winners), not in spent */
     double recompile_s; /* the recompile with the winners (main program and a compiled streaming form), in spent */

@@ -37,6 +37,7 @@
 #include "dtype.h"
 #include "quant.h"
 #include "emit_contract.h"
+#include "family.h"
 #include "probe.h"
 #include "search.h"
 #include "tune.h"
@@ -237,9 +238,15 @@ static int close_to(const float *ref, const float *got, int64_t n, int64_t k, in
     return 1;
 }
 
+/* every field: rp, serial and direct make other kernels of the same tile
+ * (left out, a plain int8 tile equal to the default's repacked one but for
+ * rp was taken for the default and never timed: Llama-1B-shaped q4_k decode
+ * kept the rp tiles, 20-25% slower at 1 thread than the plain ones a long
+ * tune found) */
 static int same_sched(const sch_contract_sched *a, const sch_contract_sched *b) {
     return a->mr == b->mr && a->nr == b->nr && a->mc == b->mc && a->nc == b->nc && a->arith == b->arith &&
-           a->form == b->form && a->kc == b->kc && a->pf == b->pf;
+           a->form == b->form && a->kc == b->kc && a->pf == b->pf && a->rp == b->rp && a->serial == b->serial &&
+           a->direct == b->direct;
 }
 
 static int in_list(const sch_contract_sched *list, int n, const sch_contract_sched *s) {
@@ -508,6 +515,11 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
             continue;
         }
         times[i] = time_candidate(&l2, job, fns[i], &cands[i]);
+        if (job->verbose > 1) {
+            char txt[128];
+            sch_contract_sched_print(&cands[i], txt, sizeof txt);
+            fprintf(stderr, "kiln tune:   %-64s %9.1f us\n", txt, times[i] * 1e6);
+        }
     }
     free(sr);
     free(unused);
@@ -560,6 +572,39 @@ int rt_tune_cost_first(const sch_program *sp, int32_t kernel, const sch_contract
     return n > 0;
 }
 
+static int log2_gap(int a, int b) {
+    int d = 0;
+    a = a > 0 ? a : 1;
+    b = b > 0 ? b : 1;
+    while (a > b) a >>= 1, d++;
+    while (b > a) b >>= 1, d++;
+    return d;
+}
+
+int rt_tune_nearest_of(const sch_program *sp, int32_t kernel, const sch_contract_shape *sh, cg_isa isa,
+                       const sch_contract_sched *like, sch_contract_sched *out) {
+    sch_contract_sched *space;
+    double *cost;
+    int *order;
+    int n = ranked_space(sp, kernel, sh, isa, &space, &cost, &order), best = -1, best_d = 0;
+    const sch_family *f = sch_family_of(like);
+    for (int i = 0; i < n; i++) {
+        const sch_contract_sched *q = &space[order[i]];
+        if (sch_family_of(q) != f) continue;
+        int d = log2_gap(q->mr, like->mr) + log2_gap(q->nr, like->nr) + log2_gap(q->mc, like->mc) +
+                (q->nc != like->nc) + (q->pf != like->pf) + (q->kc != like->kc) + (q->serial != like->serial);
+        if (best < 0 || d < best_d) { /* ranks ascend: a tie keeps the model's better point */
+            best = i;
+            best_d = d;
+        }
+    }
+    if (best >= 0) *out = space[order[best]];
+    free(space);
+    free(cost);
+    free(order);
+    return best >= 0;
+}
+
 /* the cost model's predictions against the measurements of round 1 */
 static void rank_correlation(const rt_tune_job *job, const sch_contract_sched *cands, const double *times, int n,
                              rt_tune_result *res) {
@@ -574,6 +619,62 @@ static void rank_correlation(const rt_tune_job *job, const sch_contract_sched *c
         }
     res->spearman = sch_spearman(pm, pt, np);
     res->nmeasured = np;
+}
+
+/* round one's first cost-model candidates: one point of each family
+ * (sch_family_of: dot f32 / int8 / int8 on the repacked copy, packed,
+ * AMX, ...) the list lacks, families in the order of their best rank,
+ * where the model puts that best within TUNE_FAMILY_SPAN of the overall
+ * best; the rest of the round follows the ranks. The point is the family's
+ * simplest (sch_sched_simpler, the measured ties' rule too) among those
+ * the model puts within TUNE_FAMILY_TIE of the family's best: a
+ * memory-bound decode kernel's tiles are near-ties to the model, and it
+ * cannot rank them. The model ranks points of one family better than it
+ * ranks families against each other: on an Intel Xeon with AMX it put
+ * Llama-1B-shaped q4_k decode's rp tiles first, where the plain int8 1 x 1
+ * tile runs 20-25% faster at 1 thread, and a first-run search of 8
+ * candidates, all rp, never timed a plain one */
+#define TUNE_FAMILY_SPAN 1.5
+#define TUNE_FAMILY_TIE 1.1
+#define TUNE_FAMILY_LEADERS 3
+
+static int family_in_list(const sch_contract_sched *list, int n, const sch_family *f) {
+    for (int i = 0; i < n; i++)
+        if (sch_family_of(&list[i]) == f) return 1;
+    return 0;
+}
+
+static void family_leaders(const sch_contract_sched *space, const double *cost, const int *order, int nspace,
+                           sch_contract_sched *cands, int *n, int cap) {
+    int added = 0;
+    for (int i = 0; i < nspace && *n < cap && added < TUNE_FAMILY_LEADERS; i++) {
+        const sch_contract_sched *q = &space[order[i]];
+        const sch_family *f = sch_family_of(q);
+        if (!(cost[order[i]] <= cost[order[0]] * TUNE_FAMILY_SPAN)) break;
+        if (family_in_list(cands, *n, f)) continue;
+        /* q is the family's best: its simplest near-tie */
+        const sch_contract_sched *pick = q;
+        for (int j = i + 1; j < nspace && cost[order[j]] <= cost[order[i]] * TUNE_FAMILY_TIE; j++)
+            if (sch_family_of(&space[order[j]]) == f && sch_sched_simpler(&space[order[j]], pick)) pick = &space[order[j]];
+        if (in_list(cands, *n, pick)) continue;
+        cands[(*n)++] = *pick;
+        added++;
+    }
+}
+
+int rt_tune_round_one(const sch_contract_sched *space, const double *cost, const int *order, int nspace,
+                      const sch_contract_sched *dflt, const sch_contract_sched *seed, int rank_from, int cap,
+                      sch_contract_sched *cands, int *rank_end) {
+    int n = 0;
+    cands[n++] = *dflt;
+    if (seed && !in_list(cands, n, seed)) cands[n++] = *seed;
+    if (cap > TUNE_MAX_CAND) cap = TUNE_MAX_CAND;
+    int r = rank_from > 0 && rank_from < nspace ? rank_from : 0;
+    if (r == 0) family_leaders(space, cost, order, nspace, cands, &n, cap);
+    for (; r < nspace && n < cap; r++)
+        if (!in_list(cands, n, &space[order[r]])) cands[n++] = space[order[r]];
+    if (rank_end) *rank_end = r;
+    return n;
 }
 
 /* the winner so far: its schedule, time and function */
@@ -595,7 +696,8 @@ static void round_two(const rt_tune_job *job, const launch_args *la, const sch_c
         const sch_contract_sched *q = &space[order[i]];
         const sch_contract_sched *w = &b->sched;
         int dist = (q->mr != w->mr) + (q->nr != w->nr) + (q->mc != w->mc) + (q->nc != w->nc) + (q->pf != w->pf) +
-                   (q->kc != w->kc) + (q->form != w->form);
+                   (q->kc != w->kc) + (q->form != w->form) + (q->arith != w->arith) + (q->rp != w->rp) +
+                   (q->serial != w->serial) + (q->direct != w->direct);
         if (dist == 1 && !in_list(cands, n, q) && !in_list(nb, nn, q)) nb[nn++] = *q;
     }
     int afford2 = (int)((job->budget_s - (kiln_now_s() - t_start)) / cand_cost[job->bucket == 0 ? 0 : 1]);
@@ -668,18 +770,13 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
     res->space = nspace;
 
     sch_contract_sched cands[TUNE_MAX_CAND];
-    int n = 0;
-    cands[n++] = c->sched[job->bucket];
-    if (job->seed && !in_list(cands, n, job->seed)) cands[n++] = *job->seed;
     int first = job->round1 > 0 && job->round1 < TUNE_MAX_CAND / 2 ? job->round1 : 8;
     /* as many as the budget pays for: a candidate costs its compile, check
      * and timing (cand_cost, learnt from the rounds before) */
     int afford = job->inject_wrong ? first : (int)(job->budget_s / cand_cost[job->bucket == 0 ? 0 : 1]) - 2;
     if (first > afford) first = afford > 1 ? afford : 1; /* the default and the cost model's first choice at least */
-    int r = job->rank_from > 0 && job->rank_from < nspace ? job->rank_from : 0;
-    for (; r < nspace && n < first + 2; r++)
-        if (!in_list(cands, n, &space[order[r]])) cands[n++] = space[order[r]];
-    res->rank_end = r;
+    int n = rt_tune_round_one(space, cost, order, nspace, &c->sched[job->bucket], job->seed, job->rank_from, first + 2,
+                              cands, &res->rank_end);
 
     double times[TUNE_MAX_CAND];
     rt_kernel_fn fns[TUNE_MAX_CAND];

@@ -45,6 +45,17 @@ typedef struct rt_tune_result {
 
 kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *err, size_t errcap);
 
+/* round one's candidates (tune.c): the default, the seed, one point of each
+ * family the model puts near its best (the family's simplest near-tie),
+ * then the space in the model's rank order from rank_from (order: indices
+ * of space, best first; cost per space point), at most cap (and
+ * TUNE_MAX_CAND) schedules, none twice (every field compared: rp, serial
+ * and direct too). *rank_end: the rank after the last one taken. Returns
+ * the count. */
+int rt_tune_round_one(const sch_contract_sched *space, const double *cost, const int *order, int nspace,
+                      const sch_contract_sched *dflt, const sch_contract_sched *seed, int rank_from, int cap,
+                      sch_contract_sched *cands, int *rank_end);
+
 /* the least a search costs: its first round's default and cost-model first
  * choice compiled, checked and timed, at the cost per candidate this
  * process learnt for the bucket (0: decode, 1: prefill; a share below it
@@ -69,5 +80,11 @@ double rt_tune_reserve_scale(double applied, double s_plan, double s_now);
  * without a tuning record runs (exec.c). Returns 0 when there is none. */
 int rt_tune_cost_first(const sch_program *sp, int32_t kernel, const sch_contract_shape *sh, cg_isa isa,
                        sch_contract_sched *out);
+/* the schedule of like's family nearest to like (tile sizes by their
+ * log2 steps, the other axes by difference; a tie: the model's better
+ * rank) among those the kernel can emit at shape sh: a winner measured at
+ * another shape carried here (exec.c carry_family). 0: the family has none */
+int rt_tune_nearest_of(const sch_program *sp, int32_t kernel, const sch_contract_shape *sh, cg_isa isa,
+                       const sch_contract_sched *like, sch_contract_sched *out);
 
 #endif

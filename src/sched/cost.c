@@ -235,7 +235,13 @@ double sch_cost_dot(const sch_machine *mc, const sch_contract_shape *sh, const s
     int64_t mt = cdiv(sh->m, s->mr), ntile = cdiv(sh->n, s->nr);
     double per_chunk_fma = 2.0 * s->mr * s->nr;
     /* rp=1: one load and mask yield 4 bytes of all 8 rows, half the work of per-row dequantisation */
-    double per_chunk_other = 2.0 * s->mr + dequant_cost(sh->b_dtype) * s->nr * (s->rp ? 0.5 : 1.0);
+    double dq = dequant_cost(sh->b_dtype) * (s->rp ? 0.5 : 1.0);
+    /* a block format dequantised to f32 costs about three times the table's
+     * count (Llama-1B-shaped q4_k, 2048 x 2048 decode at 1 thread, Intel
+     * Xeon with AMX: f32 617 us, int8 173 us, which the model had equal,
+     * both at the memory time) */
+    if (s->arith == SCH_ARITH_F32 && (dtype_table[sh->b_dtype].flags & DT_INT8)) dq *= 3.0;
+    double per_chunk_other = 2.0 * s->mr + dq * s->nr;
     double tiles = (double)mt * (double)ntile * (double)sh->nbatch;
     double fma = tiles * (double)chunks * per_chunk_fma;
     double other = tiles * ((double)chunks * per_chunk_other + 4.0 * (s->mr + s->nr)) +
@@ -255,6 +261,12 @@ double sch_cost_dot(const sch_machine *mc, const sch_contract_shape *sh, const s
     bytes += a_bytes > mc->l2_bytes ? a_bytes * (double)items / (double)sh->nbatch : a_bytes;
     double used = (double)(items < nt ? items : nt);
     double memory = bytes / bandwidth(mc, used);
+    /* B streamed from beyond L2 without software prefetch: each of the
+     * tile's nr rows is a stream that stalls on its misses, the fewer the
+     * streams the longer (Intel Xeon with AMX, q4_k decode 2048 x 2048 at
+     * 1 thread: the plain int8 1 x 1 tile 246 us at pf=0, 139 us at pf=16;
+     * the 8-row repacked tile 743 against 692 us) */
+    if (s->pf == 0 && b_bytes > mc->l2_bytes) memory *= 1.0 + 0.75 / (double)(s->nr > 0 ? s->nr : 1);
     double balance = run_balance(sh, s, runs, nt);
     double par_compute = compute / used / balance;
     return overlapped(par_compute, memory) + launch_cost(used);

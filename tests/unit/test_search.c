@@ -930,12 +930,68 @@ static void test_reserve_arithmetic(void) {
     CASE_END();
 }
 
+/* round one's candidates (rt_tune_round_one) for a q4_k decode kernel whose
+ * B streams from beyond L2 (2048 x 2048, 2.4 MB): the default is the
+ * model's first choice (the repacked int8 tiles); the next candidate is
+ * another family's, int8 (the model prices f32 dequantisation of a block
+ * format above it) and prefetching B (it prices a stream without software
+ * prefetch above one with it); a plain twin of a repacked schedule is not
+ * taken for it (every field compared); no schedule twice; the cap holds */
+static void test_round_one(void) {
+    CASE_BEGIN("round_one_families");
+    sch_contract_shape sh = {1, 2048, 2048, 1, KILN_Q4_K, 1, 1, 0, 0, 0, 0, 0};
+    sch_machine mc = sch_machine_default();
+    int ns = sch_space_contract(&sh, NULL, 0);
+    sch_contract_sched *sp = malloc((size_t)ns * sizeof *sp);
+    double *cost = malloc((size_t)ns * sizeof *cost);
+    int *order = malloc((size_t)ns * sizeof *order);
+    CHECK(sch_space_contract(&sh, sp, ns) == ns, "enumeration size differs");
+    for (int i = 0; i < ns; i++) cost[i] = sch_cost_contract(&mc, &sh, &sp[i]);
+    sch_rank_by_cost(cost, order, ns);
+    const sch_contract_sched *best = &sp[order[0]];
+    CHECK(best->rp && best->pf > 0, "the model's first choice is not the prefetching repacked tile");
+    for (int i = 0; i < ns; i++) {
+        if (sp[i].arith == SCH_ARITH_F32 || sp[i].pf != 0) continue;
+        sch_contract_sched f = sp[i], pf = sp[i];
+        f.arith = SCH_ARITH_F32;
+        f.rp = 0;
+        pf.pf = 8;
+        CHECK(sch_cost_contract(&mc, &sh, &pf) < sch_cost_contract(&mc, &sh, &sp[i]),
+              "prefetch not priced below none (nr=%d)", sp[i].nr);
+        if (!sp[i].rp)
+            CHECK(sch_cost_contract(&mc, &sh, &f) > sch_cost_contract(&mc, &sh, &sp[i]),
+                  "f32 dequantisation of q4_k not priced above int8 (nr=%d)", sp[i].nr);
+    }
+    sch_contract_sched c[32];
+    int end = -1;
+    int n = rt_tune_round_one(sp, cost, order, ns, best, NULL, 0, 2, c, &end);
+    CHECK(n == 2, "%d candidates for a cap of 2", n);
+    CHECK(n == 2 && !c[1].rp && c[1].arith == SCH_ARITH_I8 && c[1].pf > 0,
+          "the second candidate is not the plain prefetching int8 tile (rp=%d arith=%d pf=%d)", c[1].rp, (int)c[1].arith,
+          c[1].pf);
+    CHECK(end == 0, "the family's point consumed ranks (%d)", end);
+    /* the default's plain twin is its own candidate */
+    sch_contract_sched twin = *best;
+    twin.rp = 0;
+    n = rt_tune_round_one(sp, cost, order, ns, best, &twin, 0, 3, c, &end);
+    CHECK(n >= 2 && memcmp(&c[1], &twin, sizeof twin) == 0, "a seed that differs only in rp was dropped");
+    n = rt_tune_round_one(sp, cost, order, ns, best, NULL, 0, 12, c, &end);
+    CHECK(n == 12, "%d candidates for a cap of 12", n);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) CHECK(memcmp(&c[i], &c[j], sizeof c[i]) != 0, "candidate %d repeats %d", i, j);
+    free(sp);
+    free(cost);
+    free(order);
+    CASE_END();
+}
+
 int main(void) {
     test_reserve_arithmetic();
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
     setenv("KILN_TUNEDB", db_path, 1);
     test_contract_runs();
     test_space_and_model();
+    test_round_one();
     test_search_and_reuse();
     test_symbolic_reuse();
     test_wrong_candidate_rejected();
