@@ -832,12 +832,16 @@ static int contract_shape(const kiln_program *p, int32_t k, const int64_t *value
 
 /* every contraction slot without a record takes the cost model's first
  * choice for its shape (a prefill-sized M of 256 for the large-M bucket);
- * slots whose sizes besides M are symbolic keep the fixed default */
+ * slots whose sizes besides M are symbolic: the prefill bucket ranked at
+ * 256 for every size variable, the decode bucket the fixed default */
 static void cost_model_defaults(kiln_program *p) {
     /* the layers repeat a handful of (key, shape) pairs: each is ranked once,
      * the rest take its choice (gemma3-270m: 326 slots, 0.4-1 s ranked one by one) */
     int32_t nk = p->plan.sp.nkernels, ndone = 0;
     struct ranked { int32_t k; int b; sch_contract_shape sh; } *done = kiln_xcalloc((size_t)nk * 2 + 1, sizeof *done);
+    uint32_t nv = sym_var_count(p->plan.g->syms);
+    int64_t *at256 = kiln_xmalloc(((size_t)nv + 1) * sizeof *at256);
+    for (uint32_t v = 0; v <= nv; v++) at256[v] = 256;
     for (int32_t k = 0; k < nk; k++) {
         sch_kernel *K = &p->plan.sp.kernels[k];
         if (!cg_contract_emittable(&p->plan.sp, K, p->plan.isa)) continue;
@@ -845,7 +849,14 @@ static void cost_model_defaults(kiln_program *p) {
             sch_contract_shape sh;
             sch_contract_sched sc;
             if (p->tune.tuned[k * 2 + b] || (K->contract->mdim < 0 && b == 1)) continue;
-            if (!contract_shape(p, k, NULL, b, &sh)) continue;
+            /* symbolic sizes besides M (attention over the positions so
+             * far): the prefill bucket ranked with every size variable at
+             * 256, the profile's prompt from position 0. The fixed default
+             * (packed f32) ran the attention products of Llama-1B-shaped
+             * q4_k where the model and a tune take the AMX bf16 tiles:
+             * pp512 at 1 thread 226 -> 249 t/s with them forced (Intel Xeon
+             * with AMX). The decode bucket keeps the fixed default. */
+            if (!contract_shape(p, k, NULL, b, &sh) && !(b == 1 && contract_shape(p, k, at256, b, &sh))) continue;
             if (b == 1) sh.m = 256;
             int i = 0;
             while (i < ndone && !(done[i].b == b && memcmp(&done[i].sh, &sh, sizeof sh) == 0 &&
@@ -860,6 +871,7 @@ static void cost_model_defaults(kiln_program *p) {
         }
     }
     free(done);
+    free(at256);
 }
 
 /* schedules from the tuning DB: this machine's records are used as they

@@ -204,6 +204,21 @@ double sch_cost_amx(const sch_machine *mc, const sch_contract_shape *sh, const s
     double bytes = b_row * (double)sh->n * (double)sh->nbatch + 4.0 * (double)sh->m * (double)sh->k * (double)sh->nbatch;
     double used = (double)(items < nt ? items : nt);
     double memory = bytes / bandwidth(mc, used);
+    if (s->arith == SCH_ARITH_BF16) {
+        /* every nr-column strip reads A's K block (M x kc bf16) again: past
+         * a quarter of L2 (the bucket is ranked at M = 256 and runs longer
+         * prompts too) it comes from L3, at about three times the memory's
+         * rate (Intel Xeon with AMX, Llama-1B-shaped q4_k pp512 at 1
+         * thread, every prefill product forced to AMX bf16 32 x 32: 249 t/s
+         * with kc = all of K, 274 with kc = 1024; a 120 s tune took
+         * kc = 1024 for the 2048 x 8192 down projection) */
+        double kc = (double)(s->kc > 0 && s->kc < sh->k ? s->kc : sh->k);
+        double a_slice = 2.0 * (double)sh->m * kc;
+        if (a_slice > 0.25 * mc->l2_bytes) {
+            double strips = (double)cdiv(sh->n, s->nr) * (double)sh->nbatch;
+            memory += strips * 2.0 * (double)sh->m * (double)sh->k / (3.0 * bandwidth(mc, used));
+        }
+    }
     double balance = run_balance(sh, s, runs, nt);
     double par_compute = compute / used / balance;
     return overlapped(par_compute, memory) + launch_cost(used);

@@ -962,6 +962,21 @@ static void test_round_one(void) {
             CHECK(sch_cost_contract(&mc, &sh, &f) > sch_cost_contract(&mc, &sh, &sp[i]),
                   "f32 dequantisation of q4_k not priced above int8 (nr=%d)", sp[i].nr);
     }
+    /* AMX bf16 prefill: A's K block re-read per strip past a quarter of L2
+     * is priced, so K is blocked where A's rows of all K do not fit */
+    {
+        sch_contract_shape big = {256, 2048, 8192, 1, KILN_Q4_K, 1, 1, 1, 1, 0, 1, 0};
+        sch_contract_sched whole = {32, 32, 0, 32, SCH_ARITH_BF16, SCH_FORM_AMX, 0, 0, 0, 0, 0}, blocked = whole;
+        blocked.kc = 1024;
+        CHECK(sch_cost_contract(&mc, &big, &blocked) < sch_cost_contract(&mc, &big, &whole),
+              "kc = 1024 not priced below all of K at 256 x 2048 x 8192");
+        sch_contract_shape small = big;
+        small.k = 512;
+        sch_contract_sched half = whole;
+        half.kc = 256;
+        CHECK(sch_cost_contract(&mc, &small, &half) >= sch_cost_contract(&mc, &small, &whole),
+              "a K block priced below all of K where A fits (k = 512)");
+    }
     sch_contract_sched c[32];
     int end = -1;
     int n = rt_tune_round_one(sp, cost, order, ns, best, NULL, 0, 2, c, &end);
