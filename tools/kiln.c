@@ -236,6 +236,7 @@ static int cmd_graph(int argc, char **argv) {
 static int cmd_explain(int argc, char **argv) {
     const char *name = NULL, *model_path = NULL;
     int show_graph = 0, show_egraph = 0, show_opt = 0, json = 0, show_kernels = 0, show_source = 0, threads = 0;
+    kiln_dtype kv_type = KILN_F32;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
@@ -263,9 +264,13 @@ static int cmd_explain(int argc, char **argv) {
             show_kernels = 1;
         } else if (strcmp(a, "--source") == 0) {
             show_source = 1;
+        } else if (strcmp(a, "--kv-type") == 0) {
+            if (i + 1 >= argc || (strcmp(argv[i + 1], "f16") && strcmp(argv[i + 1], "f32")))
+                return usage_error("explain: %s needs f16 or f32", a);
+            kv_type = strcmp(argv[++i], "f16") == 0 ? KILN_F16 : KILN_F32;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             printf("usage: kiln explain (--example NAME | -m MODEL.gguf) [--graph] [--egraph] [--optimized] [--json]\n"
-                   "                    [--kernels] [--source] [-t N]\n"
+                   "                    [--kernels] [--source] [-t N] [--kv-type f32|f16]\n"
                    "  --graph      the graph as built\n"
                    "  --egraph     the e-graph run: classes, nodes, iterations, time, stop reason, rule firings\n"
                    "  --optimized  the graph extracted after saturation\n"
@@ -274,6 +279,7 @@ static int cmd_explain(int argc, char **argv) {
                    "  --source     the generated C\n"
                    "  -t N         compile for N threads (default: every core): the schedules and the\n"
                    "               attention forms measured for that thread count\n"
+                   "  --kv-type T  the KV cache's type the model is built with, as run and bench take it\n"
                    "with no selection, --egraph is shown\n");
             return 0;
         } else {
@@ -293,6 +299,7 @@ static int cmd_explain(int argc, char **argv) {
          * symbolic); the interpreter mode compiles nothing at load */
         model_options mo = model_default_options();
         mo.compiled = 0;
+        mo.kv_dtype = kv_type;
         char err[512];
         if (model_load_ex(model_path, &mo, &m, err, sizeof err) != KILN_OK) {
             fprintf(stderr, "kiln explain: %s\n", err);

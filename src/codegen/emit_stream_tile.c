@@ -89,6 +89,11 @@ static const char *tile_prelude =
     "typedef float ktvu __attribute__((vector_size(32), aligned(4)));\n"
     "#define KTLD(p) ((ktv)(*(const ktvu *)(p)))\n"
     "#define KTSET(x) ((ktv){0, 0, 0, 0, 0, 0, 0, 0} + (x))\n"
+    "#if defined(__F16C__) && (defined(_IMMINTRIN_H_INCLUDED) || defined(__IMMINTRIN_H))\n"
+    "#define KTLDH(p) ((ktv)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p))))\n"
+    "#else\n"
+    "#define KTLDH(p) ((ktv){kh2f((p)[0]), kh2f((p)[1]), kh2f((p)[2]), kh2f((p)[3]), kh2f((p)[4]), kh2f((p)[5]), kh2f((p)[6]), kh2f((p)[7])})\n"
+    "#endif\n"
     "#if defined(__FMA__) && (defined(_IMMINTRIN_H_INCLUDED) || defined(__IMMINTRIN_H))\n"
     "#define KTFMA(a, b, c) ((ktv)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))\n"
     "#else\n"
@@ -187,9 +192,10 @@ static void group_open(cg_printer *pr, int g, int ind) {
 /* the TR x TK scores of keys [kt, kt + TK) into ksc[r][kt - kjb + c], TG rows at a time */
 static void print_scores(cg_printer *pr, const sch_stream_tile *t) {
     const lx *kl = &pr->p->lx[t->keys];
+    const char *kt = t->key_f16 ? cg_storage_type(pr->d, KILN_F16) : "float", *ld = t->key_f16 ? "KTLDH" : "KTLD";
     OUT("      for (int64_t kt = kjb; kt < kje; kt += %d) {\n", TK);
     for (int c = 0; c < TK; c++)
-        OUT("        const float *kk%d = &b%d[kkb + (kt + %d < kje ? kt + %d : kje - 1) * kks];\n", c, kl->buf, c, c);
+        OUT("        const %s *kk%d = &b%d[kkb + (kt + %d < kje ? kt + %d : kje - 1) * kks];\n", kt, c, kl->buf, c, c);
     for (int g = 0; g < TR / TG; g++) {
         group_open(pr, g, 8);
         for (int r = 0; r < TG; r++)
@@ -197,7 +203,7 @@ static void print_scores(cg_printer *pr, const sch_stream_tile *t) {
         OUT("        for (int64_t kd = 0; kd < %lld; kd += %d) {\n", (long long)t->d, SCH_TILE_VW);
         for (int r = 0; r < TG; r++) OUT("          const ktv kq%d = KTLD(kq[%d] + kd);\n", r, g * TG + r);
         for (int c = 0; c < TK; c++) {
-            OUT("          const ktv kx%d = KTLD(kk%d + kd);\n", c, c);
+            OUT("          const ktv kx%d = %s(kk%d + kd);\n", c, ld, c);
             for (int r = 0; r < TG; r++) OUT("          ks%d%d = KTFMA(kq%d, kx%d, ks%d%d);\n", r, c, r, c, r, c);
         }
         OUT("        }\n");
@@ -247,8 +253,10 @@ static void print_values_qb(cg_printer *pr, const sch_stream_tile *t, int qmax) 
         for (int r = 0; r < TG; r++)
             for (int b = 0; b < qb; b++) OUT("        ktv kc%d%d = kacc[%d][q + %d];\n", r, b, g * TG + r, b);
         OUT("        for (int64_t kj = 0; kj < kje - kjb; kj++) {\n");
-        OUT("          const float *kvj = kvr + (kjb + kj) * kvs + q * %d;\n", SCH_TILE_VW);
-        for (int b = 0; b < qb; b++) OUT("          const ktv kv%d = KTLD(kvj + %d);\n", b, b * SCH_TILE_VW);
+        OUT("          const %s *kvj = kvr + (kjb + kj) * kvs + q * %d;\n",
+            t->val_f16 ? cg_storage_type(pr->d, KILN_F16) : "float", SCH_TILE_VW);
+        for (int b = 0; b < qb; b++)
+            OUT("          const ktv kv%d = %s(kvj + %d);\n", b, t->val_f16 ? "KTLDH" : "KTLD", b * SCH_TILE_VW);
         for (int r = 0; r < TG; r++) {
             OUT("          const ktv kp%d = KTBC(&ksc[%d][kj]);\n", r, g * TG + r);
             for (int b = 0; b < qb; b++) OUT("          kc%d%d = KTFMA(kp%d, kv%d, kc%d%d);\n", r, b, r, b, r, b);
@@ -360,7 +368,8 @@ static void print_rows(cg_printer *pr, const sch_kernel *k, const sch_stream_til
     cg_print_sym(pr, t->row_base);
     OUT("];\n    }\n");
     OUT("    for (int kr = knr; kr < %d; kr++) kq[kr] = kq[0];\n", TR);
-    OUT("    const float *restrict kvr = &b%d[kvb];\n", p->lx[p->lx[k->expr].b].buf);
+    OUT("    const %s *restrict kvr = &b%d[kvb];\n", t->val_f16 ? cg_storage_type(pr->d, KILN_F16) : "float",
+        p->lx[t->vals].buf);
 }
 
 /* one body of the tile: bf 1 the bf16 products (under #if KTBF16, the f32

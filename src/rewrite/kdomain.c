@@ -106,6 +106,17 @@ uint32_t ek_intern_input(eg_kiln *ek, const char *name, kiln_dtype t, int ndim, 
     in->ndim = ndim;
     for (int d = 0; d < ndim; d++) in->shape[d] = shape[d];
     in->is_state = is_state;
+    if (is_state) {
+        uint32_t nv = sym_var_count(ek->syms);
+        if (ek->ncapacity_var < nv) {
+            ek->capacity_var = kiln_xrealloc(ek->capacity_var, nv);
+            memset(ek->capacity_var + ek->ncapacity_var, 0, nv - ek->ncapacity_var);
+            ek->ncapacity_var = nv;
+        }
+        for (uint32_t v = 0; v < nv; v++)
+            for (int d = 0; d < ndim; d++)
+                if (sym_uses_var(ek->syms, shape[d], sym_var_node(ek->syms, v))) ek->capacity_var[v] = 1;
+    }
     return ek->ninputs++;
 }
 
@@ -337,6 +348,7 @@ void ek_free(eg_kiln *ek) {
     free(ek->root_names);
     free(ek->shared);
     free(ek->shared_uses);
+    free(ek->capacity_var);
     free(ek);
 }
 
@@ -426,11 +438,28 @@ int ek_cond_eval(eg_kiln *ek, const eg_clause *c, const eg_subst *s) {
 
 /* ---- default cost ------------------------------------------------------------------------ */
 
+/* a symbolic size: 64 (moderate), or where it uses a state's capacity
+ * variable (eg_kiln.capacity_var) the expression at 4096 for those and 64
+ * for the others, so a state's slice guesses smaller than the state */
+static double symbolic_size(const eg_kiln *ek, sym_id s) {
+    uint32_t nv = sym_var_count(ek->syms);
+    int capacity = 0;
+    for (uint32_t v = 0; v < nv && v < ek->ncapacity_var && !capacity; v++)
+        capacity = ek->capacity_var[v] && sym_uses_var(ek->syms, s, sym_var_node(ek->syms, v));
+    if (!capacity) return 64.0;
+    int64_t stack[16], *vals = nv <= 16 ? stack : kiln_xcalloc(nv, sizeof *vals), out = 0;
+    for (uint32_t v = 0; v < nv; v++) vals[v] = v < ek->ncapacity_var && ek->capacity_var[v] ? 4096 : 64;
+    uint32_t missing = 0;
+    int ok = sym_eval(ek->syms, s, vals, NULL, &out, &missing) == 0;
+    if (vals != stack) free(vals);
+    return ok && out > 0 ? (double)out : 64.0;
+}
+
 static double elements(const eg_kiln *ek, const eg_data *d) {
     double e = 1;
     for (int i = 0; i < d->ndim; i++) {
         int64_t v;
-        e *= sym_is_const(ek->syms, d->shape[i], &v) ? (double)v : 64.0; /* a symbolic size: assume moderate */
+        e *= sym_is_const(ek->syms, d->shape[i], &v) ? (double)v : symbolic_size(ek, d->shape[i]);
     }
     return e;
 }

@@ -65,6 +65,12 @@ typedef struct eg_kiln {
     eg_id *shared;
     uint32_t *shared_uses;
     uint32_t nshared;
+    /* per sym variable: 1 when a state input's shape uses it (a capacity,
+     * such as a KV cache's n_ctx): the default cost guesses such a size
+     * large, so work over a slice of a state is cheaper than over the whole
+     * state (a cast of the cache's first kv_len rows, not of all n_ctx) */
+    uint8_t *capacity_var;
+    uint32_t ncapacity_var;
 } eg_kiln;
 
 eg_kiln *ek_new(sym_pool *syms);

@@ -7,10 +7,13 @@
  *  - one side is a load of an f32 buffer at row_base + d whose offset does
  *    not move with j (the row operand: a query row),
  *  - the other a load at key_base + j * key_step + d (key_step constant):
- *    the key operand, the same for every row whose key_base is equal;
+ *    the key operand, the same for every row whose key_base is equal, of
+ *    an f32 buffer or of an f16 buffer converted to f32 (a KV cache kept
+ *    in f16: the tile converts as it loads, exactly);
  *  - d has a constant length, a multiple of SCH_TILE_VW;
- * and values loaded from an f32 buffer at val_base + j * val_step + n (n the
- * value axis, of a constant size that is a multiple of SCH_TILE_VW). The
+ * and values loaded from an f32 (or converted f16) buffer at
+ * val_base + j * val_step + n (n the value axis, of a constant size that is
+ * a multiple of SCH_TILE_VW). The
  * logits may wrap the dot's result in anything (a scale, a soft-cap, masks
  * as index arithmetic): the tile evaluates that tree per score as the
  * one-row kernel does. Everything else keeps the one-row form.
@@ -50,6 +53,20 @@ static int f32_load(const sch_program *p, int32_t id) {
     return x->kind == LX_LOAD && x->dtype == KILN_F32 && x->buf >= 0 && p->bufs[x->buf].dtype == KILN_F32;
 }
 
+/* a key or value operand: an f32 load of an f32 buffer, or an f16 load of
+ * an f16 buffer converted to f32 (a KV cache kept in f16): the load's id,
+ * *f16 set for the second; -1 otherwise */
+static int32_t kv_load(const sch_program *p, int32_t id, int *f16) {
+    const lx *x = &p->lx[id];
+    *f16 = 0;
+    if (f32_load(p, id)) return id;
+    if (x->kind != LX_CAST || x->dtype != KILN_F32 || x->a < 0) return -1;
+    const lx *l = &p->lx[x->a];
+    if (l->kind != LX_LOAD || l->dtype != KILN_F16 || l->buf < 0 || p->bufs[l->buf].dtype != KILN_F16) return -1;
+    *f16 = 1;
+    return x->a;
+}
+
 int sch_stream_tile_of(const sch_program *p, const sch_kernel *k, sch_stream_tile *t) {
     memset(t, 0, sizeof *t);
     if (k->kind != SCH_K_STREAM || k->ndim < 2 || k->nstages != 1) return 0;
@@ -60,26 +77,34 @@ int sch_stream_tile_of(const sch_program *p, const sch_kernel *k, sch_stream_til
     if (!sym_is_const(sp, st->rdim, &t->d) || t->d < SCH_TILE_VW || t->d % SCH_TILE_VW) return 0;
     if (!sym_is_const(sp, k->rdim, &t->n) || t->n < SCH_TILE_VW || t->n % SCH_TILE_VW) return 0;
     const lx *mul = &p->lx[st->expr];
-    if (mul->kind != LX_BINARY || mul->op != OP_MUL || !f32_load(p, mul->a) || !f32_load(p, mul->b)) return 0;
-    int ka = sym_uses_var(sp, p->lx[mul->a].s, j), kb = sym_uses_var(sp, p->lx[mul->b].s, j);
+    if (mul->kind != LX_BINARY || mul->op != OP_MUL) return 0;
+    int fa = 0, fb = 0;
+    int32_t la = kv_load(p, mul->a, &fa), lb = kv_load(p, mul->b, &fb);
+    if (la < 0 || lb < 0) return 0;
+    int ka = sym_uses_var(sp, p->lx[la].s, j), kb = sym_uses_var(sp, p->lx[lb].s, j);
     if (ka == kb) return 0;
     t->stage = 0;
-    t->rows = ka ? mul->b : mul->a;
-    t->keys = ka ? mul->a : mul->b;
+    t->rows = ka ? lb : la;
+    t->keys = ka ? la : lb;
+    t->key_f16 = ka ? fa : fb;
+    if (ka ? fb : fa) return 0; /* the row operand (a query row) stays f32 */
     t->row_base = unit_base(sp, p->lx[t->rows].s, st->rvar);
     sym_id kb0 = unit_base(sp, p->lx[t->keys].s, st->rvar);
     if (t->row_base == SYM_NONE || kb0 == SYM_NONE) return 0;
     t->key_base = affine_base(sp, kb0, j, &t->key_step);
     if (t->key_base == SYM_NONE) return 0;
     const lx *e = &p->lx[k->expr];
-    if (!f32_load(p, e->b)) return 0;
-    sym_id vb0 = unit_base(sp, p->lx[e->b].s, k->rvar);
+    t->vals = kv_load(p, e->b, &t->val_f16);
+    if (t->vals < 0) return 0;
+    sym_id vb0 = unit_base(sp, p->lx[t->vals].s, k->rvar);
     if (vb0 == SYM_NONE) return 0;
     t->val_base = affine_base(sp, vb0, j, &t->val_step);
     return t->val_base != SYM_NONE;
 }
 
-int sch_stream_tile_bf16_fits(const sch_stream_tile *t) { return t->d % 32 == 0 && t->d <= 1024 && t->n % 16 == 0; }
+int sch_stream_tile_bf16_fits(const sch_stream_tile *t) {
+    return t->d % 32 == 0 && t->d <= 1024 && t->n % 16 == 0 && !t->key_f16 && !t->val_f16;
+}
 
 int sch_stream_bf16_selectable(const sch_program *p) {
     if (p->stream_bf16 != SCH_STREAM_BF16_BOTH) return 0;

@@ -1,8 +1,9 @@
 /* stream_tile.h — when a stream kernel (stream.c) can run as a register
  * tile of query rows x keys with the scores computed inside it: its logits
  * hold one dot product over an axis d of a row operand (free of the stream
- * axis j) and a key operand (moving with j), both plain f32 loads
- * contiguous along d. See stream_tile.c for the conditions; the emitter
+ * axis j) and a key operand (moving with j), both loads contiguous along d:
+ * the row operand f32, keys and values f32 or f16 converted to f32 (a KV
+ * cache kept in f16). See stream_tile.c for the conditions; the emitter
  * (src/codegen/emit_stream_tile.c) prints the tile, and contract.c leaves
  * such a dot product inside the kernel instead of giving it a kernel and a
  * rows x keys buffer of its own. */
@@ -17,6 +18,8 @@
 typedef struct sch_stream_tile {
     int32_t stage;        /* the fused stage holding the dot product */
     int32_t rows, keys;   /* lx ids of the row operand's and the key operand's loads */
+    int32_t vals;         /* lx id of the values' load */
+    int key_f16, val_f16; /* 1: that operand's load reads f16 (converted to f32 as loaded) */
     sym_id row_base;      /* the row operand's offset at d = 0 (row variables only) */
     sym_id key_base;      /* the key operand's offset at d = 0, j = 0 (row variables only) */
     sym_id key_step;      /* ... + j * key_step (a constant) */
@@ -30,7 +33,7 @@ typedef struct sch_stream_tile {
 int sch_stream_tile_of(const sch_program *p, const sch_kernel *k, sch_stream_tile *t);
 /* 1 when tile t has the bf16 form's shapes (emit_stream_tile.c): d a
  * multiple of 32 (pairs of 16-lane bf16 products) up to 1024, the values a
- * multiple of 16 */
+ * multiple of 16, keys and values f32 */
 int sch_stream_tile_bf16_fits(const sch_stream_tile *t);
 /* 1 when program p runs stream tiles with both bodies (SCH_STREAM_BF16_BOTH)
  * and at least one of them has the bf16 form's shapes: a launch flag

@@ -632,6 +632,12 @@ def t_explain_model():
     expect_error(["explain", "-m", os.path.join(TMP, "nope.gguf")], 1, "nope.gguf")
     r = kiln("explain", "-m", LLAMA, "--example", "softmax")
     assert r.returncode == 2 and "exclude each other" in r.err and r.out == "", (r.returncode, r.err)
+    # the KV cache's type, as run and bench build the model with it
+    r = kiln("explain", "-m", GEMMA, "--kernels", "--kv-type", "f16")
+    assert r.returncode == 0 and "state f16 'cache.k.0'" in r.out, (r.err[-400:], r.out[:400])
+    assert "state f32 'cache.k.0'" in kiln("explain", "-m", GEMMA, "--kernels").out
+    r = kiln("explain", "-m", GEMMA, "--kernels", "--kv-type", "f8")
+    assert r.returncode == 2 and "--kv-type needs f16 or f32" in r.err and r.out == "", (r.returncode, r.err)
 
 
 suite.case("run_greedy_llama_bpe", t_greedy, LLAMA, BPE)

@@ -11,7 +11,9 @@
  *   (the compile observer sees "cached", never "cc");
  * - a write past the bound length is a clear KILN_ERR_RANGE that leaves the
  *   state untouched; a length that disagrees with the state's bytes is
- *   KILN_ERR_INVALID; an unbound length is KILN_ERR_UNBOUND; none crashes.
+ *   KILN_ERR_INVALID; an unbound length is KILN_ERR_UNBOUND; none crashes;
+ * - an f16 state read as f32 through a slice converts the slice's rows, not
+ *   the whole state.
  */
 #include <math.h>
 #include <stdint.h>
@@ -181,6 +183,55 @@ static void test_bad_bindings(void) {
     CASE_END();
 }
 
+/* an f16 state (a KV cache kept in f16) read as f32 through a slice of
+ * its first `len` rows, by a product that reads it strided along the
+ * reduction (out = q x cache[0:len], as attention reads its values): the
+ * conversion is a kernel of its own (src/sched/contract.c gives the cast a
+ * buffer), and it must convert the len rows read, not all n_ctx rows (the
+ * e-graph may hoist the cast above the slice; the extraction's cost guesses
+ * a state's capacity large: src/rewrite/kdomain.c). Checked on the kernel
+ * list's loop bounds and against the reference. */
+static void test_f16_state_cast_over_slice(void) {
+    CASE_BEGIN("ctx_sym_f16_state_cast_over_slice");
+    kiln_graph *g = kiln_graph_new();
+    kiln_sym len = kiln_sym_var(g, "len"), zero = kiln_sym_int(g, 0);
+    (void)kiln_sym_var(g, "n_ctx");
+    kiln_tensor cache = kiln_state(g, "hcache", KILN_F16, "n_ctx, 8");
+    kiln_tensor q = kiln_input(g, "q", KILN_F32, "3, len");
+    kiln_tensor rows = kiln_cast(g, kiln_slice(g, cache, 0, zero, len, 1), KILN_F32);
+    kiln_output(g, kiln_matmul(g, q, rows), "out");
+    enum { NCTX = 40, LEN = 13 };
+    static uint16_t h[NCTX * W];
+    static float qv[3 * LEN], ref[3 * W], got[3 * W];
+    for (int i = 0; i < NCTX * W; i++) h[i] = (uint16_t)((i % 2) << 15 | (0x3000 + (i * 97) % 0x0c00));
+    for (int i = 0; i < 3 * LEN; i++) qv[i] = (float)((i * 13) % 7) * 0.5f - 1.5f;
+    kiln_bind_dim(g, "n_ctx", NCTX);
+    kiln_bind_dim(g, "len", LEN);
+    kiln_bind_input(g, "q", qv, sizeof qv);
+    kiln_bind_input(g, "hcache", h, sizeof h);
+    CHECK(kiln_eval_reference(g) == KILN_OK && kiln_read_output(g, "out", ref, sizeof ref) == KILN_OK, "reference: %s",
+          kiln_graph_error(g));
+    kiln_program *p = kiln_compile(g, NULL, NULL);
+    CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+    if (p) {
+        const char *ks = kiln_program_kernels(p);
+        const char *cast = ks ? strstr(ks, " CAST)") : NULL;
+        CHECK(cast != NULL, "no kernel of its own for the cast:\n%s", ks ? ks : "(none)");
+        const char *next = cast ? strstr(cast + 1, "kernel ") : NULL;
+        const char *full = cast ? strstr(cast, "[0, n_ctx)") : NULL;
+        CHECK(cast && (!full || (next && full > next)), "the cast converts all n_ctx rows:\n%s", ks);
+        CHECK(kiln_run(p) == KILN_OK && kiln_read_output(g, "out", got, sizeof got) == KILN_OK, "run: %s",
+              kiln_graph_error(g));
+        for (int i = 0; i < 3 * W; i++)
+            CHECK(fabsf(ref[i] - got[i]) <= 1e-4f * (1 + fabsf(ref[i])), "out[%d]: reference %g, compiled %g", i,
+                  (double)ref[i], (double)got[i]);
+        free((void *)ks);
+        kiln_program_free(p);
+    }
+    kiln_graph_free(g);
+    CASE_END();
+}
+
 int main(void) {
     char dir[256];
     snprintf(dir, sizeof dir, "/tmp/kiln-test-ctxsym-%ld-%ld", (long)getuid(), (long)getpid());
@@ -188,6 +239,7 @@ int main(void) {
     test_same_source_from_cache(); /* first: its first compile finds the cache empty */
     test_one_program_two_lengths();
     test_bad_bindings();
+    test_f16_state_cast_over_slice();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "test_ctx_sym: could not remove %s\n", dir);

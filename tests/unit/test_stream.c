@@ -32,6 +32,8 @@ static int tiled;
  * reference output (tune.c's tolerance for approximate forms), the largest
  * difference seen in max_err */
 static int want_bf16, bf16_src, approx;
+/* the last program's tile loaded its keys from f16 (KTLDH) */
+static int kv16_src;
 static double max_err;
 int rt_cpu_has(const char *flag); /* src/runtime/cpu.c, in libkiln.a */
 
@@ -61,6 +63,7 @@ static int run_compare(kiln_graph *g, int vector, int *streams, char *why, size_
     *streams = strstr(kiln_program_source(p), "kacc") != NULL;
     tiled = strstr(kiln_program_source(p), "ktile") != NULL;
     bf16_src = strstr(kiln_program_source(p), "ktile-bf16") != NULL;
+    kv16_src = strstr(kiln_program_source(p), "KTLDH(kk0") != NULL;
     int ok = kiln_run(p) == KILN_OK && kiln_read_output(g, "out", got, sizeof(float) * (size_t)n) == KILN_OK;
     if (!ok) snprintf(why, cap, "run: %s", kiln_graph_error(g));
     double big = 0;
@@ -107,6 +110,28 @@ static kiln_graph *attention_graph(const acase *c) {
     kiln_bind_input(g, "q", Q, es * (size_t)(c->seq * c->hq * c->d));
     kiln_bind_input(g, "k", K, es * (size_t)((c->seq + c->pos) * c->hkv * c->d));
     kiln_bind_input(g, "v", V, es * (size_t)((c->seq + c->pos) * c->hkv * c->dv));
+    return g;
+}
+
+/* attention over a KV cache kept in f16: q f32, k and v f16 inputs
+ * converted to f32 (as src/model/arch.c's --kv-type f16 reads its cache),
+ * K and V holding the f16 words */
+static kiln_graph *attention_graph_kv16(const acase *c) {
+    kiln_graph *g = kiln_graph_new();
+    char qs[64], ks[64], vs[64];
+    snprintf(qs, sizeof qs, "seq, %d, %d", c->hq, c->d);
+    snprintf(ks, sizeof ks, "seq + pos, %d, %d", c->hkv, c->d);
+    snprintf(vs, sizeof vs, "seq + pos, %d, %d", c->hkv, c->dv);
+    kiln_sym pos = kiln_sym_var(g, "pos");
+    kiln_tensor q = kiln_input(g, "q", KILN_F32, qs);
+    kiln_tensor k = kiln_cast(g, kiln_input(g, "k", KILN_F16, ks), KILN_F32);
+    kiln_tensor v = kiln_cast(g, kiln_input(g, "v", KILN_F16, vs), KILN_F32);
+    kiln_output(g, kiln_attention(g, q, k, v, pos, c->scale, c->window), "out");
+    kiln_bind_dim(g, "seq", c->seq);
+    kiln_bind_dim(g, "pos", c->pos);
+    kiln_bind_input(g, "q", Q, 4 * (size_t)(c->seq * c->hq * c->d));
+    kiln_bind_input(g, "k", K, 2 * (size_t)((c->seq + c->pos) * c->hkv * c->d));
+    kiln_bind_input(g, "v", V, 2 * (size_t)((c->seq + c->pos) * c->hkv * c->dv));
     return g;
 }
 
@@ -277,6 +302,43 @@ int main(void) {
         CHECK(streams && !tiled, "KILN_STREAM_TILE=0: stream kernel %d, tile form %d", streams, tiled);
         kiln_graph_free(g);
         unsetenv("KILN_STREAM_TILE");
+    }
+    CASE_END();
+
+    CASE_BEGIN("tile_f16_cache");
+    {
+        /* keys and values read from f16 (a KV cache kept in f16) still take
+         * the tile form, converting as they load (KTLDH), with the f32
+         * tile's tolerance against the reference (the conversion is exact):
+         * decode over grouped heads, a window, rows short of the tile, and
+         * 3 value vectors per pass; scalar, vector and AVX2 code */
+        static const acase cases[] = {
+            {"f16_decode_deep", 1, 106, 4, 1, 32, 32, 0, 0.35, KILN_F32},
+            {"f16_rows_21_keys_45_window", 7, 38, 3, 1, 16, 24, 9, 0.35, KILN_F32},
+            {"f16_two_key_heads", 9, 4, 4, 2, 8, 16, 0, 0.3, KILN_F32},
+        };
+        static const char *const modes[] = {"scalar", "vector", "avx2"};
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            uint16_t *kh = (uint16_t *)K, *vh = (uint16_t *)V;
+            for (int j = 0; j < 8192; j++) {
+                Q[j] = frand(-1, 1);
+                /* f16 words in +-[2^-8, 2) */
+                kh[j] = (uint16_t)((rand() % 2) << 15 | (0x1c00 + rand() % 0x2400));
+                vh[j] = (uint16_t)((rand() % 2) << 15 | (0x1c00 + rand() % 0x2400));
+            }
+            for (int vec = 0; vec < 3; vec++) {
+                if (vec == 2) setenv("KILN_ISA", "avx2", 1);
+                kiln_graph *g = attention_graph_kv16(&cases[i]);
+                int streams = 0;
+                CHECK(run_compare(g, vec > 0, &streams, why, sizeof why), "%s (%s): %s", cases[i].name, modes[vec],
+                      why);
+                unsetenv("KILN_ISA");
+                CHECK(streams && tiled, "%s (%s): stream kernel %d, tile form %d", cases[i].name, modes[vec], streams,
+                      tiled);
+                CHECK(kv16_src, "%s (%s): the keys are not loaded as f16", cases[i].name, modes[vec]);
+                kiln_graph_free(g);
+            }
+        }
     }
     CASE_END();
 
