@@ -99,6 +99,7 @@ static void read_host(kiln_host_options *h) {
     h->device = num("KILN_DEVICE", 0);
     h->opencl_options = str("KILN_OPENCL_OPTIONS");
     h->nvrtc = str("KILN_NVRTC");
+    h->no_stream_split = is_zero("KILN_STREAM_SPLIT");
     h->ubatch = num("KILN_UBATCH", 512);
     if (h->ubatch < 0) h->ubatch = 512;
     h->tune_s = 30;

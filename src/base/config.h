@@ -37,6 +37,7 @@ typedef struct kiln_host_options {
     const char *nvrtc;          /* the NVRTC library to try first; NULL: the usual names (KILN_NVRTC) */
     double tune_s;              /* seconds of a model's first-run search; 0: off (KILN_TUNE; default 30) */
     int ubatch;                 /* a model's prompt rows per forward pass; 0: all at once (KILN_UBATCH; default 512) */
+    int no_stream_split;        /* 1: stream tiles never split their keys between threads (KILN_STREAM_SPLIT=0) */
 } kiln_host_options;
 
 typedef struct kiln_env {

@@ -351,8 +351,10 @@ static void print_rows(cg_printer *pr, const sch_kernel *k, const sch_stream_til
     const sch_program *p = pr->p;
     int nrow = k->ndim - 1;
     OUT("    int knr = 0;\n    int64_t kkb = 0, kvb = 0;\n");
-    OUT("    for (; knr < %d && w + knr < hi; knr++) {\n", TR);
-    OUT("      int64_t o = w + knr;\n");
+    OUT("    const int64_t ksp = w / knrows; /* the key split of this tile's items (split mode) */\n");
+    OUT("    for (; knr < %d && w + knr < hi && (w + knr) / knrows == ksp; knr++) {\n", TR);
+    OUT("      int64_t o = (w + knr) %% knrows;\n");
+    OUT("      krow[knr] = o;\n");
     for (int d = nrow - 1; d >= 0; d--) {
         if (d > 0) OUT("      const int64_t i%d = o %% d%d; o /= d%d;\n", d, d, d);
         else OUT("      const int64_t i0 = o;\n");
@@ -402,6 +404,21 @@ static void tile_body(cg_printer *pr, int32_t kid, const char *decl, const char 
         OUT(";\n");
     }
     OUT("  const int64_t kks = %lldLL, kvs = %lldLL;\n", (long long)kks, (long long)kvs);
+    /* split mode (chunk = S > 1, the runtime's choice): items are
+     * S x rows, split-major; split s reads every S-th block of keys from
+     * block s and leaves its running max, sum, skipped constant and
+     * products in the scratch B[nbufs] (after one counter per row, zeroed
+     * by the runtime); the split that finishes a row last merges the row's
+     * partials */
+    OUT("  const int64_t knrows = ");
+    for (int d = 0; d < n - 1; d++) OUT("%sd%d", d ? " * " : "", d);
+    if (n - 1 == 0) OUT("1");
+    OUT(";\n");
+    OUT("  const int64_t kS = chunk > 1 ? chunk : 1;\n");
+    OUT("  int *const kcnt = kS > 1 ? (int *)B[%d] : NULL;\n", p->nbufs);
+    OUT("  float *const kpart = kS > 1 ? (float *)((char *)B[%d] + (knrows * (int64_t)sizeof(int) + 63) / 64 * 64) : NULL;\n",
+        p->nbufs);
+    OUT("  int64_t krow[%d];\n", TR);
     OUT("  ktv kacc[%d][%lld];\n", TR, (long long)(t->n / SCH_TILE_VW));
     OUT("  float ksc[%d][%d];\n", TR, KILN_STREAM_KB);
     OUT("  int64_t kix[%d][%d];\n", TR, n - 1);
@@ -423,7 +440,9 @@ static void tile_body(cg_printer *pr, int32_t kid, const char *decl, const char 
     OUT("      km[kr] = -%s, kl[kr] = 0, kskip[kr] = -%s;\n", pr->d->inf, pr->d->inf);
     OUT("      for (int64_t q = 0; q < %lld; q++) kacc[kr][q] = KTSET(0.0f);\n", (long long)(t->n / SCH_TILE_VW));
     OUT("    }\n");
-    OUT("    for (int64_t kjb = 0; kjb < d%d; kjb += %d) {\n", j, KILN_STREAM_KB);
+    /* split s takes key blocks s, s + S, s + 2S, ...: any run of visible
+     * keys (a window) is shared by the splits */
+    OUT("    for (int64_t kjb = ksp * %d; kjb < d%d; kjb += kS * %d) {\n", KILN_STREAM_KB, j, KILN_STREAM_KB);
     OUT("      const int64_t kje = kjb + %d < d%d ? kjb + %d : d%d;\n", KILN_STREAM_KB, j, KILN_STREAM_KB, j);
     if (skip) print_tile_skip(pr, k, &mk);
     if (bf) OUT("#if KTBF16\n");
@@ -439,16 +458,50 @@ static void tile_body(cg_printer *pr, int32_t kid, const char *decl, const char 
     if (bf) OUT("#endif\n");
     OUT("    }\n");
     if (skip) {
-        OUT("    if (nskip && !kfull)\n");
+        OUT("    if (nskip && !kfull && kS == 1)\n");
         OUT("      for (int kr = 0; kr < knr; kr++)\n");
         OUT("        if (!(%s((kskip[kr] - km[kr]) * %s) == 0.0f)) { kfull = 1; goto kagain; }\n", pr->d->exp2, c);
     }
     OUT("    for (int kr = 0; kr < knr; kr++) {\n");
     row_vars(pr, n - 1, "kr", 6);
-    OUT("      const float kinv = 1.0f / kl[kr];\n");
-    OUT("      for (int64_t i%d = 0; i%d < %lld; i%d++) out[", n, n, (long long)t->n, n);
+    OUT("      if (kS == 1) {\n");
+    OUT("        const float kinv = 1.0f / kl[kr];\n");
+    OUT("        for (int64_t i%d = 0; i%d < %lld; i%d++) out[", n, n, (long long)t->n, n);
     cg_print_sym(pr, k->store_off);
     OUT("] = kacc[kr][i%d / %d][i%d %% %d] * kinv;\n", n, SCH_TILE_VW, n, SCH_TILE_VW);
+    OUT("        continue;\n      }\n");
+    /* split mode: this split's partial of row krow[kr], then the merge by
+     * the last split to arrive (the counter's acquire-release orders the
+     * partials' writes before their reads) */
+    OUT("      const int64_t kpw = %lld;\n", (long long)(t->n + 3));
+    OUT("      float *kp = kpart + (ksp * knrows + krow[kr]) * kpw;\n");
+    OUT("      kp[0] = km[kr], kp[1] = kl[kr], kp[2] = kskip[kr];\n");
+    OUT("      for (int64_t i%d = 0; i%d < %lld; i%d++) kp[3 + i%d] = kacc[kr][i%d / %d][i%d %% %d];\n", n, n,
+        (long long)t->n, n, n, n, SCH_TILE_VW, n, SCH_TILE_VW);
+    OUT("      if (__atomic_add_fetch(&kcnt[krow[kr]], 1, __ATOMIC_ACQ_REL) != (int)kS) continue;\n");
+    OUT("      float kM = -%s;\n", pr->d->inf);
+    OUT("      for (int64_t s = 0; s < kS; s++) { const float ms = kpart[(s * knrows + krow[kr]) * kpw]; if (ms > kM) kM = ms; }\n");
+    /* a row whose skipped blocks matter (no visible key: a fully masked
+     * row) or with no finite max is recomputed whole, as the one-row
+     * kernel's kfull pass would */
+    OUT("      int kbad = !(kM > -%s);\n", pr->d->inf);
+    OUT("      for (int64_t s = 0; s < kS && !kbad; s++)\n");
+    OUT("        kbad = !(%s((kpart[(s * knrows + krow[kr]) * kpw + 2] - kM) * %s) == 0.0f);\n", pr->d->exp2, c);
+    OUT("      if (kbad) { kerr |= %s(B, v, krow[kr], krow[kr] + 1, 0, flags); continue; }\n", name);
+    OUT("      float kL = 0;\n");
+    OUT("      float kaccm[%lld];\n", (long long)t->n);
+    OUT("      for (int64_t i%d = 0; i%d < %lld; i%d++) kaccm[i%d] = 0.0f;\n", n, n, (long long)t->n, n, n);
+    OUT("      for (int64_t s = 0; s < kS; s++) {\n");
+    OUT("        const float *ks = kpart + (s * knrows + krow[kr]) * kpw;\n");
+    OUT("        const float kf = %s((ks[0] - kM) * %s);\n", pr->d->exp2, c);
+    OUT("        kL += ks[1] * kf;\n");
+    OUT("        for (int64_t i%d = 0; i%d < %lld; i%d++) kaccm[i%d] += ks[3 + i%d] * kf;\n", n, n, (long long)t->n, n,
+        n, n);
+    OUT("      }\n");
+    OUT("      const float kinv = 1.0f / kL;\n");
+    OUT("      for (int64_t i%d = 0; i%d < %lld; i%d++) out[", n, n, (long long)t->n, n);
+    cg_print_sym(pr, k->store_off);
+    OUT("] = kaccm[i%d] * kinv;\n", n);
     OUT("    }\n");
     OUT("    w += knr;\n");
     OUT("  }\n");

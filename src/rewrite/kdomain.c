@@ -455,11 +455,13 @@ static double symbolic_size(const eg_kiln *ek, sym_id s) {
     return ok && out > 0 ? (double)out : 64.0;
 }
 
-static double elements(const eg_kiln *ek, const eg_data *d) {
+/* capacity: guess a state's capacity large (symbolic_size), else every
+ * symbolic size 64 */
+static double elements(const eg_kiln *ek, const eg_data *d, int capacity) {
     double e = 1;
     for (int i = 0; i < d->ndim; i++) {
         int64_t v;
-        e *= sym_is_const(ek->syms, d->shape[i], &v) ? (double)v : symbolic_size(ek, d->shape[i]);
+        e *= sym_is_const(ek->syms, d->shape[i], &v) ? (double)v : capacity ? symbolic_size(ek, d->shape[i]) : 64.0;
     }
     return e;
 }
@@ -475,12 +477,17 @@ double ek_default_cost(void *ctx, egraph *eg, const eg_node *n) {
         eg_data d;
         memset(&d, 0, sizeof d);
         set_shape(&d, view_ndim(&ek->views[n->arg2]), view_shape(&ek->views[n->arg2]));
-        return 1 + elements(ek, &d);
+        return 1 + elements(ek, &d, 0);
     }
     /* a node's result size, re-derived from its operands (its own class's
-     * data is shared), times the op's weight (ops.def's XCOST) */
+     * data is shared), times the op's weight (ops.def's XCOST); a cast's
+     * with a state's capacity guessed large, so that a cast of a state's
+     * slice (an f16 KV cache's rows read as f32) stays below the slice
+     * instead of converting the whole state. Only casts: other ops keep the
+     * flat guess, which the programs' bit-for-bit agreements (batched
+     * decoding's rows against the single program's) were made under */
     const eg_data *k0 = n->nkids ? eg_data_of(eg, n->kids[0]) : NULL;
     double out = 1;
-    if (k0) out = elements(ek, k0);
+    if (k0) out = elements(ek, k0, n->op == OP_CAST);
     return 1 + (n->op < OP_COUNT ? op_table[n->op].xcost : 1) * out;
 }

@@ -21,6 +21,7 @@
 
 #include "base.h"
 #include "cc_split.h"
+#include "config.h"
 #include "contract_split.h"
 #include "copies.h"
 #include "dtype.h"
@@ -50,7 +51,8 @@ typedef struct rt_cpu_state {
     void **bufs;
     void *arena; /* the intermediates' arena (64-byte aligned; 2 MiB pages from 1 MiB up, cpu_place) */
     size_t arena_cap;
-    void *scratch; /* bufs[nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h) */
+    void *scratch; /* bufs[nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h); split stream tiles' partials */
+    int no_stream_split; /* KILN_STREAM_SPLIT=0 (host.no_stream_split), read at cpu_prepare */
     size_t scratch_cap;
     rt_repacked *repacked; /* per buffer b: its repacked copy (runtime/repack.h) */
     rt_repacked *packed;   /* per buffer b: its pack copy (runtime/repack.h) */
@@ -547,6 +549,35 @@ static kiln_status split_work(kiln_program *p, const sch_kernel *K, const rt_ext
     return KILN_OK;
 }
 
+/* a stream kernel in the tile form on more than one thread runs in split
+ * mode (stream_tile.h): the keys in splits shared by the threads (a decode
+ * step's few rows no longer on one thread), the partials in the scratch
+ * bufs[nbufs] with one counter per row zeroed here. chunk then holds the
+ * split count S, items S x rows; 1 when it does. KILN_STREAM_SPLIT=0, or a
+ * scratch past its bound or not to be had: one item per row. */
+static int stream_split(kiln_program *p, const sch_kernel *K, const rt_extent *e, int nthreads, int64_t *chunk,
+                        int64_t *items) {
+    rt_cpu_state *cs = cpu_state(p);
+    sch_stream_tile t;
+    if (cs->no_stream_split || !sch_stream_tile_of(&p->plan.sp, K, &t)) return 0;
+    int64_t S = sch_stream_tile_splits(e->outer, nthreads);
+    if (S < 2) return 0;
+    size_t need = sch_stream_tile_scratch(e->outer, S, t.n);
+    if (need > SCH_STREAM_SPLIT_MAX_SCRATCH) return 0;
+    if (need > cs->scratch_cap) {
+        void *b = NULL;
+        if (posix_memalign(&b, 64, need) != 0) return 0;
+        free(cs->scratch);
+        cs->scratch = b;
+        cs->scratch_cap = need;
+    }
+    memset(cs->scratch, 0, (size_t)e->outer * sizeof(int));
+    cs->bufs[p->plan.sp.nbufs] = cs->scratch;
+    *chunk = S;
+    *items = e->outer * S;
+    return 1;
+}
+
 /* a generic (MAP, REDUCE, SCATTER) kernel; its schedule searched at its
  * first launch when the budget allows (tune_generic.c) */
 static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e, int nthreads) {
@@ -578,6 +609,9 @@ static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e
         if (gres.fn) gfn = gres.fn;
     }
     rt_gtune_split(K, e->outer, e->inner, serial, &chunk, &items);
+    /* (a decode step's 4 rows x 4000 keys count as little work to
+     * split_work, which knows nothing of the d-long products per key) */
+    if (K->kind == SCH_K_STREAM && stream_split(p, K, e, nthreads, &chunk, &items)) serial = 0;
     /* the search found it faster on this thread alone (a record of an older
      * search may say so of a larger kernel than the space now allows) */
     if (K->gsched.serial && rt_profile_kernel_bytes(p, K, K->ndim == 0 ? 1 : e->outer * e->inner) <= SCH_SERIAL_MAX_BYTES)
@@ -629,6 +663,11 @@ static kiln_status cpu_prepare(kiln_program *p, const kiln_compile_options *o, c
     p->dev = cs;
     p->plan.isa = o->vector < 0 ? CG_ISA_SCALAR : p->plan.be->isa();
     p->plan.pool = rt_pool_new(o->threads);
+    {
+        kiln_env env;
+        kiln_env_read(&env);
+        cs->no_stream_split = env.host.no_stream_split;
+    }
     rt_tune_apply_db(p);
     kiln_status s = rt_cpu_emit_and_load(p, err, errcap);
     if (s != KILN_OK) return s;

@@ -113,3 +113,13 @@ int sch_stream_bf16_selectable(const sch_program *p) {
         if (!p->no_stream_tile && sch_stream_tile_of(p, &p->kernels[k], &t) && sch_stream_tile_bf16_fits(&t)) return 1;
     return 0;
 }
+
+int64_t sch_stream_tile_splits(int64_t nrows, int nthreads) {
+    if (nthreads < 2 || nrows < 1) return 1;
+    return nthreads < 16 ? nthreads : 16;
+}
+
+size_t sch_stream_tile_scratch(int64_t nrows, int64_t splits, int64_t n) {
+    size_t head = ((size_t)nrows * sizeof(int) + 63) / 64 * 64;
+    return head + (size_t)splits * (size_t)nrows * (size_t)(n + 3) * sizeof(float);
+}

@@ -28,6 +28,24 @@ typedef struct sch_stream_tile {
     int64_t d, n;         /* the dot's length and the value axis' size */
 } sch_stream_tile;
 
+/* Split mode (flash-decoding): a launch on more than one thread runs its
+ * items as S key splits x rows, split s reading key blocks s, s + S, s + 2S,
+ * ... (KILN_STREAM_KB keys each), so the threads share the keys (a decode
+ * step's 4 query heads over one key head were one tile on one thread), a
+ * window's too; each split leaves a partial (max, sum, skipped constant,
+ * products) in the program's scratch and the last split of a row merges
+ * them in split order. S is the thread count, not a function of the keys
+ * or the rows, so a row's arithmetic is the same in every launch of a
+ * thread count: a batched decode's rows are the lone sequence's bit for
+ * bit (tests/py/test_serve_batch.py). */
+#define SCH_STREAM_SPLIT_MAX_SCRATCH ((size_t)256 << 20)
+/* the splits S of a launch of nrows rows on nthreads threads: the thread
+ * count (at most 16) when there are at least two, else 1 */
+int64_t sch_stream_tile_splits(int64_t nrows, int nthreads);
+/* the scratch bytes split mode needs: one int counter per row (padded to
+ * 64 bytes), then S x nrows partials of n + 3 floats */
+size_t sch_stream_tile_scratch(int64_t nrows, int64_t splits, int64_t n);
+
 /* 1 and *t when stream kernel k has the tile's form, else 0 (the one-row
  * form then stays, its dot product a kernel of its own) */
 int sch_stream_tile_of(const sch_program *p, const sch_kernel *k, sch_stream_tile *t);

@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "kiln_compile.h"
+#include "../../src/sched/stream_tile.h"
 
 static float frand(float lo, float hi) { return lo + (hi - lo) * (float)rand() / (float)RAND_MAX; }
 
@@ -32,6 +33,8 @@ static int tiled;
  * reference output (tune.c's tolerance for approximate forms), the largest
  * difference seen in max_err */
 static int want_bf16, bf16_src, approx;
+/* run_compare's thread count (0: every core) */
+static int test_threads;
 /* the last program's tile loaded its keys from f16 (KTLDH) */
 static int kv16_src;
 static double max_err;
@@ -55,6 +58,7 @@ static int run_compare(kiln_graph *g, int vector, int *streams, char *why, size_
     kiln_compile_options o = kiln_compile_defaults();
     o.vector = vector ? 0 : -1;
     o.stream_bf16 = want_bf16;
+    o.threads = test_threads;
     kiln_program *p = kiln_compile(g, &o, NULL);
     if (!p) {
         snprintf(why, cap, "compile: %s", kiln_graph_error(g));
@@ -85,7 +89,7 @@ static int run_compare(kiln_graph *g, int vector, int *streams, char *why, size_
  * materialised form (not investigated; the rewrite limits are the suspect) */
 #define NSUB 10
 /* room for the largest case (bf16_three_key_heads_window: keys 102 x 3 x 32) */
-#define QKV_CAP 16384
+#define QKV_CAP 65536
 static float Q[QKV_CAP], K[QKV_CAP], V[QKV_CAP], M[4096];
 
 typedef struct acase {
@@ -339,6 +343,52 @@ int main(void) {
                 kiln_graph_free(g);
             }
         }
+    }
+    CASE_END();
+
+    CASE_BEGIN("tile_split_mode");
+    {
+        /* on more than one thread the tile runs in split mode
+         * (stream_tile.h): key blocks dealt to as many splits as threads,
+         * each row's partials merged by its last split. Decode and a 3-row prefill over 1201-2100 keys at 2 and 3
+         * threads, with a window, grouped heads, f16 keys and values, large
+         * logits; and a decode over 40 keys (splits with no key): against
+         * the reference at the f32 tile's tolerance. */
+        CHECK(sch_stream_tile_splits(4, 2) == 2 && sch_stream_tile_splits(4, 3) == 3 && sch_stream_tile_splits(4, 1) == 1 &&
+                  sch_stream_tile_splits(4096, 2) == 2 && sch_stream_tile_splits(8, 64) == 16,
+              "the split counts");
+        static const acase cases[] = {
+            {"split_decode", 1, 1500, 4, 1, 32, 32, 0, 0.35, KILN_F32},
+            {"split_decode_window", 1, 2099, 4, 1, 32, 16, 300, 0.35, KILN_F32},
+            {"split_prefill_two_key_heads", 3, 1400, 4, 2, 16, 16, 0, 0.3, KILN_F32},
+            {"split_large_logits", 1, 1200, 2, 1, 16, 16, 0, 40.0, KILN_F32},
+            {"split_few_keys", 1, 39, 4, 1, 16, 16, 0, 0.35, KILN_F32},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            for (int j = 0; j < QKV_CAP; j++) Q[j] = frand(-1, 1), K[j] = frand(-1, 1), V[j] = frand(-2, 2);
+            for (int nt = 2; nt <= 3; nt++) {
+                test_threads = nt;
+                kiln_graph *g = attention_graph(&cases[i]);
+                int streams = 0;
+                CHECK(run_compare(g, 1, &streams, why, sizeof why), "%s (%d threads): %s", cases[i].name, nt, why);
+                CHECK(streams && tiled, "%s: stream kernel %d, tile form %d", cases[i].name, streams, tiled);
+                kiln_graph_free(g);
+            }
+        }
+        acase c16 = {"split_f16_decode", 1, 1700, 4, 1, 32, 32, 0, 0.35, KILN_F32};
+        uint16_t *kh = (uint16_t *)K, *vh = (uint16_t *)V;
+        for (int j = 0; j < QKV_CAP; j++) {
+            Q[j] = frand(-1, 1);
+            kh[j] = (uint16_t)((rand() % 2) << 15 | (0x1c00 + rand() % 0x2400));
+            vh[j] = (uint16_t)((rand() % 2) << 15 | (0x1c00 + rand() % 0x2400));
+        }
+        test_threads = 2;
+        kiln_graph *g = attention_graph_kv16(&c16);
+        int streams = 0;
+        CHECK(run_compare(g, 1, &streams, why, sizeof why), "%s: %s", c16.name, why);
+        CHECK(streams && tiled && kv16_src, "%s: stream %d, tile %d, f16 loads %d", c16.name, streams, tiled, kv16_src);
+        kiln_graph_free(g);
+        test_threads = 0;
     }
     CASE_END();
 
