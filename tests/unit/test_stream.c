@@ -109,7 +109,10 @@ static void fits(const acase *c) {
     }
 }
 
-static kiln_graph *attention_graph(const acase *c) {
+/* attention over q, k, v of dtype c->t; kv16: q f32 and k, v f16 inputs
+ * converted to f32 (a KV cache kept in f16, as src/model/arch.c's
+ * --kv-type f16 reads it; K and V then hold the f16 words) */
+static kiln_graph *attention_graph_as(const acase *c, int kv16) {
     fits(c);
     kiln_graph *g = kiln_graph_new();
     char qs[64], ks[64], vs[64];
@@ -117,39 +120,21 @@ static kiln_graph *attention_graph(const acase *c) {
     snprintf(ks, sizeof ks, "seq + pos, %d, %d", c->hkv, c->d);
     snprintf(vs, sizeof vs, "seq + pos, %d, %d", c->hkv, c->dv);
     kiln_sym pos = kiln_sym_var(g, "pos");
-    kiln_tensor q = kiln_input(g, "q", c->t, qs), k = kiln_input(g, "k", c->t, ks), v = kiln_input(g, "v", c->t, vs);
+    kiln_dtype qt = kv16 ? KILN_F32 : c->t, kt = kv16 ? KILN_F16 : c->t;
+    kiln_tensor q = kiln_input(g, "q", qt, qs), k = kiln_input(g, "k", kt, ks), v = kiln_input(g, "v", kt, vs);
+    if (kv16) k = kiln_cast(g, k, KILN_F32), v = kiln_cast(g, v, KILN_F32);
     kiln_output(g, kiln_attention(g, q, k, v, pos, c->scale, c->window), "out");
     kiln_bind_dim(g, "seq", c->seq);
     kiln_bind_dim(g, "pos", c->pos);
-    size_t es = c->t == KILN_F32 ? 4 : 2;
-    kiln_bind_input(g, "q", Q, es * (size_t)(c->seq * c->hq * c->d));
-    kiln_bind_input(g, "k", K, es * (size_t)((c->seq + c->pos) * c->hkv * c->d));
-    kiln_bind_input(g, "v", V, es * (size_t)((c->seq + c->pos) * c->hkv * c->dv));
+    size_t qs_b = qt == KILN_F32 ? 4 : 2, ks_b = kt == KILN_F32 ? 4 : 2;
+    kiln_bind_input(g, "q", Q, qs_b * (size_t)(c->seq * c->hq * c->d));
+    kiln_bind_input(g, "k", K, ks_b * (size_t)((c->seq + c->pos) * c->hkv * c->d));
+    kiln_bind_input(g, "v", V, ks_b * (size_t)((c->seq + c->pos) * c->hkv * c->dv));
     return g;
 }
 
-/* attention over a KV cache kept in f16: q f32, k and v f16 inputs
- * converted to f32 (as src/model/arch.c's --kv-type f16 reads its cache),
- * K and V holding the f16 words */
-static kiln_graph *attention_graph_kv16(const acase *c) {
-    fits(c);
-    kiln_graph *g = kiln_graph_new();
-    char qs[64], ks[64], vs[64];
-    snprintf(qs, sizeof qs, "seq, %d, %d", c->hq, c->d);
-    snprintf(ks, sizeof ks, "seq + pos, %d, %d", c->hkv, c->d);
-    snprintf(vs, sizeof vs, "seq + pos, %d, %d", c->hkv, c->dv);
-    kiln_sym pos = kiln_sym_var(g, "pos");
-    kiln_tensor q = kiln_input(g, "q", KILN_F32, qs);
-    kiln_tensor k = kiln_cast(g, kiln_input(g, "k", KILN_F16, ks), KILN_F32);
-    kiln_tensor v = kiln_cast(g, kiln_input(g, "v", KILN_F16, vs), KILN_F32);
-    kiln_output(g, kiln_attention(g, q, k, v, pos, c->scale, c->window), "out");
-    kiln_bind_dim(g, "seq", c->seq);
-    kiln_bind_dim(g, "pos", c->pos);
-    kiln_bind_input(g, "q", Q, 4 * (size_t)(c->seq * c->hq * c->d));
-    kiln_bind_input(g, "k", K, 2 * (size_t)((c->seq + c->pos) * c->hkv * c->d));
-    kiln_bind_input(g, "v", V, 2 * (size_t)((c->seq + c->pos) * c->hkv * c->dv));
-    return g;
-}
+static kiln_graph *attention_graph(const acase *c) { return attention_graph_as(c, 0); }
+static kiln_graph *attention_graph_kv16(const acase *c) { return attention_graph_as(c, 1); }
 
 /* softmax(f(q k^T) + mask) v with q (4, 8), k (6, 8), mask (4, 6), v (6, dv);
  * form 0: f = identity, 1: soft-cap 30 tanh(s / 30) */
