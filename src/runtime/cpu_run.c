@@ -53,6 +53,7 @@ typedef struct rt_cpu_state {
     size_t arena_cap;
     void *scratch; /* bufs[nbufs]: A converted once for all threads (emit_gemm_amx_bf16.h); split stream tiles' partials */
     int no_stream_split; /* KILN_STREAM_SPLIT=0 (host.no_stream_split), read at cpu_prepare */
+    int64_t *tile_n;     /* per kernel: the value axis of a stream kernel in the tile form (stream_tile.h), else 0 */
     size_t scratch_cap;
     rt_repacked *repacked; /* per buffer b: its repacked copy (runtime/repack.h) */
     rt_repacked *packed;   /* per buffer b: its pack copy (runtime/repack.h) */
@@ -127,6 +128,21 @@ void rt_cpu_drop_pack_copies(kiln_program *p) {
 }
 
 
+/* the scratch buffer, bufs[nbufs], grown to at least need bytes (64-byte
+ * aligned): 1, or 0 when the memory is not to be had (it stays as it was) */
+static int scratch_reserve(kiln_program *p, size_t need) {
+    rt_cpu_state *cs = cpu_state(p);
+    if (need > cs->scratch_cap) {
+        void *b = NULL;
+        if (posix_memalign(&b, 64, need) != 0) return 0;
+        free(cs->scratch);
+        cs->scratch = b;
+        cs->scratch_cap = need;
+    }
+    cs->bufs[p->plan.sp.nbufs] = cs->scratch;
+    return 1;
+}
+
 /* whether the threads of a launch share one conversion of A, with the
  * scratch buffer, bufs[nbufs], grown to hold it: the AMX bf16 form with
  * one batch point (every thread needs all of A), on more than one thread;
@@ -135,22 +151,13 @@ void rt_cpu_drop_pack_copies(kiln_program *p) {
  * rows, 4 MiB of page faults) */
 static int shared_a(kiln_program *p, const sch_kernel *K, const sch_contract_sched *sc, int64_t nbatch, int64_t m,
                     int64_t rn, int serial) {
-    rt_cpu_state *cs = cpu_state(p);
     if (nbatch != 1 || m <= SCH_SMALL_M || rn <= 0) return 0;
     kiln_dtype bt = p->plan.sp.bufs[K->contract->b_buf].dtype;
     /* the family's scratch: bf16 A shared only across threads; int8 A only
      * where the kernel's fast path runs (K in 32s) */
     const sch_family *f = sch_family_of(sc);
     if (!f || !f->scratch || (f->arith == SCH_ARITH_BF16 ? serial : !cg_i8_shared_a(bt, sc) || rn % 32 != 0)) return 0;
-    size_t need = f->scratch(bt, m, rn);
-    if (need > cs->scratch_cap) {
-        void *b = NULL;
-        if (posix_memalign(&b, 64, need) != 0) return 0; /* each thread converts for itself */
-        free(cs->scratch);
-        cs->scratch = b;
-        cs->scratch_cap = need;
-    }
-    cs->bufs[p->plan.sp.nbufs] = cs->scratch;
+    if (!scratch_reserve(p, f->scratch(bt, m, rn))) return 0; /* each thread converts for itself */
     return 1;
 }
 
@@ -555,24 +562,14 @@ static kiln_status split_work(kiln_program *p, const sch_kernel *K, const rt_ext
  * bufs[nbufs] with one counter per row zeroed here. chunk then holds the
  * split count S, items S x rows; 1 when it does. KILN_STREAM_SPLIT=0, or a
  * scratch past its bound or not to be had: one item per row. */
-static int stream_split(kiln_program *p, const sch_kernel *K, const rt_extent *e, int nthreads, int64_t *chunk,
+static int stream_split(kiln_program *p, int32_t k, const rt_extent *e, int nthreads, int64_t *chunk,
                         int64_t *items) {
     rt_cpu_state *cs = cpu_state(p);
-    sch_stream_tile t;
-    if (cs->no_stream_split || !sch_stream_tile_of(&p->plan.sp, K, &t)) return 0;
     int64_t S = sch_stream_tile_splits(e->outer, nthreads);
-    if (S < 2) return 0;
-    size_t need = sch_stream_tile_scratch(e->outer, S, t.n);
-    if (need > SCH_STREAM_SPLIT_MAX_SCRATCH) return 0;
-    if (need > cs->scratch_cap) {
-        void *b = NULL;
-        if (posix_memalign(&b, 64, need) != 0) return 0;
-        free(cs->scratch);
-        cs->scratch = b;
-        cs->scratch_cap = need;
-    }
+    if (cs->no_stream_split || !cs->tile_n[k] || S < 2) return 0;
+    size_t need = sch_stream_tile_scratch(e->outer, S, cs->tile_n[k]);
+    if (need > SCH_STREAM_SPLIT_MAX_SCRATCH || !scratch_reserve(p, need)) return 0;
     memset(cs->scratch, 0, (size_t)e->outer * sizeof(int));
-    cs->bufs[p->plan.sp.nbufs] = cs->scratch;
     *chunk = S;
     *items = e->outer * S;
     return 1;
@@ -611,7 +608,7 @@ static kiln_status launch_generic(kiln_program *p, int32_t k, const rt_extent *e
     rt_gtune_split(K, e->outer, e->inner, serial, &chunk, &items);
     /* (a decode step's 4 rows x 4000 keys count as little work to
      * split_work, which knows nothing of the d-long products per key) */
-    if (K->kind == SCH_K_STREAM && stream_split(p, K, e, nthreads, &chunk, &items)) serial = 0;
+    if (K->kind == SCH_K_STREAM && stream_split(p, k, e, nthreads, &chunk, &items)) serial = 0;
     /* the search found it faster on this thread alone (a record of an older
      * search may say so of a larger kernel than the space now allows) */
     if (K->gsched.serial && rt_profile_kernel_bytes(p, K, K->ndim == 0 ? 1 : e->outer * e->inner) <= SCH_SERIAL_MAX_BYTES)
@@ -679,8 +676,12 @@ static kiln_status cpu_prepare(kiln_program *p, const kiln_compile_options *o, c
     cs->pack_copies = !p->plan.opt.no_pack_copy;
     cs->msplit = kiln_xcalloc((size_t)p->plan.sp.nkernels + 1, 1);
     cs->prepped = kiln_xcalloc((size_t)p->plan.sp.nkernels + 1, sizeof *cs->prepped);
-    for (int32_t k = 0; k < p->plan.sp.nkernels; k++)
+    cs->tile_n = kiln_xcalloc((size_t)p->plan.sp.nkernels + 1, sizeof *cs->tile_n);
+    for (int32_t k = 0; k < p->plan.sp.nkernels; k++) {
         cs->msplit[k] = (uint8_t)cg_contract_msplit_steps(&p->plan.sp, &p->plan.sp.kernels[k], NULL, NULL);
+        sch_stream_tile t;
+        if (sch_stream_tile_of(&p->plan.sp, &p->plan.sp.kernels[k], &t)) cs->tile_n[k] = t.n;
+    }
     cs->copies = rt_copies_new(copies_limit());
     /* beyond the caches' reach, stores that bypass them save the read of
      * every written line (measured on the 2-core VM: 16 MiB copy 9 -> 26
@@ -718,6 +719,7 @@ static void cpu_release(kiln_program *p) {
     free(cs->repacked);
     free(cs->packed);
     free(cs->msplit);
+    free(cs->tile_n);
     for (int32_t k = 0; cs->prepped && k < p->plan.sp.nkernels; k++) free(cs->prepped[k].data);
     free(cs->prepped);
     free(cs);
