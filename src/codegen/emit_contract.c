@@ -342,10 +342,12 @@ static void dot_tiles(kiln_dtype t, const sch_contract_sched *scheds, int n, int
             *i8_done |= 1;
             if (!dup) cg_emit_i8_tile(t, sc, s, len, cap);
             /* the rp tiles already emitted: 1-row ones by pf, the others by
-             * their prefetch distance (rp_tile_pf) */
+             * their prefetch distance (rp_tile_pf), both with the same far
+             * level (pf2) */
             int have1 = 0, haven = 0;
             for (int j = 0; j < i; j++) {
                 if (!sch_family_is(&scheds[j], SCH_FAM_DOT_I8_RP, t)) continue;
+                if (scheds[j].pf2 != sc->pf2) continue;
                 have1 |= scheds[j].pf == sc->pf;
                 haven |= rp_tile_pf(scheds[j].pf, 2) == rp_tile_pf(sc->pf, 2);
             }

@@ -505,7 +505,8 @@ static void emit_block32_wide_tile(kiln_dtype t, const sch_contract_sched *sc, c
  * from minus the zero point (8, 16, 128) times A's block sum (the same for
  * all 8 rows); then scaled by d x A's scale into f32. */
 void cg_i8_rp_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
-    snprintf(buf, bufcap, "kcr_%s_%dx8_p%d", tag(t), sc->mr, sc->pf);
+    int n = snprintf(buf, bufcap, "kcr_%s_%dx8_p%d", tag(t), sc->mr, sc->pf);
+    if (sc->pf2 > 0 && n > 0 && (size_t)n < bufcap) snprintf(buf + n, bufcap - (size_t)n, "_f%d", sc->pf2);
 }
 
 /* every rp tile's signature: A's rows, scales, 4-value lane sums and block
@@ -515,10 +516,28 @@ static void emit_rp_signature(const char *name, char **s, size_t *len, size_t *c
         "    const int32_t *const *qsum, const uint8_t *g, int64_t nch, float *res) {\n", name);
 }
 
-/* software prefetch of the 3 lines `ahead` bytes on from a record's start */
-static void emit_rp_prefetch3(int ahead, char **s, size_t *len, size_t *cap) {
-    OUT("    _mm_prefetch((const char *)g + %d, _MM_HINT_T0); _mm_prefetch((const char *)g + %d, _MM_HINT_T0);"
-        " _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead, ahead + 64, ahead + 128);
+/* software prefetch of the 3 lines `ahead` bytes on from the record at p
+ * (g or h) into L1 (hint T0) or L2 (T1) */
+static void emit_rp_lines3(const char *p, int ahead, const char *hint, char **s, size_t *len, size_t *cap) {
+    OUT("    _mm_prefetch((const char *)%s + %d, %s); _mm_prefetch((const char *)%s + %d, %s);"
+        " _mm_prefetch((const char *)%s + %d, %s);\n", p, ahead, hint, p, ahead + 64, hint, p, ahead + 128, hint);
+}
+
+/* the rp tiles' two prefetch levels (sch_contract_sched pf, pf2): B's
+ * lines `near` bytes ahead into L1, and, with pf2, the same lines `far`
+ * bytes ahead into L2 first. One level stalled where dequantisation is
+ * heavy: q4_k decode from DRAM at 1 thread (Intel Xeon with AMX, 8-row
+ * tile, pf=8) 12.2 GB/s with L1 prefetch alone, 14.3 with L2 at twice the
+ * distance as well; the device's read is 16.9 GB/s */
+static void emit_rp_prefetch3(const sch_contract_sched *sc, int near, int far, char **s, size_t *len, size_t *cap) {
+    if (sc->pf > 0) emit_rp_lines3("g", near, "_MM_HINT_T0", s, len, cap);
+    if (sc->pf2 > 0) emit_rp_lines3("g", far, "_MM_HINT_T1", s, len, cap);
+}
+
+/* one line of a record, near (T0) and, with pf2, far (T1) */
+static void emit_rp_line(const sch_contract_sched *sc, int near, int far, int off, char **s, size_t *len, size_t *cap) {
+    if (sc->pf > 0) OUT("      _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", near + off);
+    if (sc->pf2 > 0) OUT("      _mm_prefetch((const char *)g + %d, _MM_HINT_T1);\n", far + off);
 }
 
 int cg_i8_rp_bytes32(kiln_dtype t) { return t == KILN_Q4_K ? 1184 / 8 : t == KILN_Q6_K ? 1680 / 8 : 8 * bytes_per_32(t); }
@@ -542,8 +561,8 @@ static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, cha
     OUT("  const __m256i m4 = _mm256_set1_epi8(15);\n");
     for (int i = 0; i < mr; i++) OUT("  __m256 c%d = _mm256_setzero_ps();\n", i);
     OUT("  for (int64_t c = 0; c < nch; c += 8, g += 1184) {\n");
-    int ahead = 1184 * ((sc->pf + 7) / 8);
-    if (sc->pf > 0) emit_rp_prefetch3(ahead, s, len, cap);
+    int ahead = 1184 * ((sc->pf + 7) / 8), far = 1184 * ((sc->pf2 + 7) / 8);
+    emit_rp_prefetch3(sc, ahead, far, s, len, cap);
     for (int i = 0; i < mr; i++) {
         OUT("    const int8_t *x%d = qa[%d] + 32 * c; const int32_t *z%d = qsum[%d] + c;\n", i, i, i, i);
         /* the minimum term: sum over sub-blocks j of min[j][r] * sum(A's sub-block j) */
@@ -561,8 +580,7 @@ static void emit_q4k_rp_tile(const sch_contract_sched *sc, const char *name, cha
             OUT("      __m256i pl%d = _mm256_setzero_si256(), ph%d = pl%d;\n", i, i, i);
             if (two) OUT("      __m256i ql%d = pl%d, qh%d = pl%d;\n", i, i, i, i);
         }
-        if (sc->pf > 0)
-            for (int l = 0; l < 4; l++) OUT("      _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead + q0 + 64 * l);
+        for (int l = 0; l < 4; l++) emit_rp_line(sc, ahead, far, q0 + 64 * l, s, len, cap);
         for (int t = 0; t < 8; t++) {
             OUT("      { const __m256i y = _mm256_loadu_si256((const __m256i *)(g + %d));\n", q0 + 32 * t);
             OUT("        const __m256i lo = _mm256_and_si256(y, m4), hi = _mm256_and_si256(_mm256_srli_epi16(y, 4), m4);\n");
@@ -625,8 +643,8 @@ static void emit_q6k_rp_tile(const sch_contract_sched *sc, const char *name, cha
     for (int i = 0; i < mr; i++)
         OUT("    const int8_t *x%d = qa[%d] + 32 * c; const __m256i *l%d = l8[%d] + c; __m256i is%d = _mm256_setzero_si256();\n",
             i, i, i, i, i);
-    int ahead = 1680 * ((sc->pf + 7) / 8);
-    if (sc->pf > 0) emit_rp_prefetch3(ahead, s, len, cap);
+    int ahead = 1680 * ((sc->pf + 7) / 8), far = 1680 * ((sc->pf2 + 7) / 8);
+    emit_rp_prefetch3(sc, ahead, far, s, len, cap);
     for (int p = 0; p < 4; p++) {
         /* quad Q = p / 2 at 144 + 768 Q: per step t its high bits and pair
          * 2Q's nibbles (64 bytes), then pair 2Q+1's nibbles per step */
@@ -635,9 +653,8 @@ static void emit_q6k_rp_tile(const sch_contract_sched *sc, const char *name, cha
         OUT("    {\n");
         for (int i = 0; i < mr; i++) OUT("      __m256i a0_%d = _mm256_setzero_si256(), a1_%d = a0_%d, b0_%d = a0_%d, b1_%d = a0_%d;\n",
                                          i, i, i, i, i, i, i);
-        if (sc->pf > 0)
-            for (int ln = 0; ln < (p % 2 ? 4 : 8); ln++) /* the lines the pair reads first */
-                OUT("      _mm_prefetch((const char *)g + %d, _MM_HINT_T0);\n", ahead + (p % 2 ? qb + 512 : qb) + 64 * ln);
+        for (int ln = 0; ln < (p % 2 ? 4 : 8); ln++) /* the lines the pair reads first */
+            emit_rp_line(sc, ahead, far, (p % 2 ? qb + 512 : qb) + 64 * ln, s, len, cap);
         for (int t = 0; t < 8; t++) {
             OUT("      { const __m256i y = _mm256_loadu_si256((const __m256i *)(g + %d)), hb = _mm256_loadu_si256((const __m256i *)(g + %d));\n",
                 q0 + qs * t, h0 + 64 * t);
@@ -689,7 +706,7 @@ void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, si
     if (q5) OUT("  const __m256i v16 = _mm256_set1_epi8(16);\n");
     for (int i = 0; i < mr; i++) OUT("  __m256 c%d = _mm256_setzero_ps();\n", i);
     OUT("  for (int64_t c = 0; c < nch; c++, g += %d) {\n", rec);
-    if (sc->pf > 0) emit_rp_prefetch3(rec * sc->pf, s, len, cap);
+    emit_rp_prefetch3(sc, rec * sc->pf, rec * sc->pf2, s, len, cap);
     /* straight-line code (gcc -O2 kept loops over a w[8] array on the
      * stack), two independent dpbusd chains per row of A, A's dwords
      * broadcast from memory (through a general register they cost 2 uops
@@ -723,7 +740,8 @@ void cg_emit_i8_rp_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, si
 int cg_i8_rp16_ok(kiln_dtype t) { return t == KILN_Q8_0 || t == KILN_Q4_0 || t == KILN_Q5_0; }
 
 void cg_i8_rp16_tile_name(kiln_dtype t, const sch_contract_sched *sc, char *buf, size_t bufcap) {
-    snprintf(buf, bufcap, "kcr_%s_%dx16_p%d", tag(t), sc->mr, sc->pf);
+    int n = snprintf(buf, bufcap, "kcr_%s_%dx16_p%d", tag(t), sc->mr, sc->pf);
+    if (sc->pf2 > 0 && n > 0 && (size_t)n < bufcap) snprintf(buf + n, bufcap - (size_t)n, "_f%d", sc->pf2);
 }
 
 /* two groups of the copy (16 B rows: g's 8 and the 8 at g + gstep) in
@@ -746,11 +764,9 @@ void cg_emit_i8_rp16_tile(kiln_dtype t, const sch_contract_sched *sc, char **s, 
     for (int i = 0; i < mr; i++) OUT("  __m512 c%d = _mm512_setzero_ps();\n", i);
     OUT("  for (int64_t c = 0; c < nch; c++, g += %d) {\n", rec);
     OUT("    const uint8_t *h = g + gstep;\n");
-    if (sc->pf > 0) {
-        emit_rp_prefetch3(rec * sc->pf, s, len, cap);
-        OUT("    _mm_prefetch((const char *)h + %d, _MM_HINT_T0); _mm_prefetch((const char *)h + %d, _MM_HINT_T0);"
-            " _mm_prefetch((const char *)h + %d, _MM_HINT_T0);\n", rec * sc->pf, rec * sc->pf + 64, rec * sc->pf + 128);
-    }
+    emit_rp_prefetch3(sc, rec * sc->pf, rec * sc->pf2, s, len, cap);
+    if (sc->pf > 0) emit_rp_lines3("h", rec * sc->pf, "_MM_HINT_T0", s, len, cap);
+    if (sc->pf2 > 0) emit_rp_lines3("h", rec * sc->pf2, "_MM_HINT_T1", s, len, cap);
     OUT("    const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)g)),"
         " _mm_loadu_si128((const __m128i *)h), 1));\n");
     for (int q = 0; q < 8 && q8; q++)

@@ -245,7 +245,7 @@ static int close_to(const float *ref, const float *got, int64_t n, int64_t k, in
  * tune found) */
 static int same_sched(const sch_contract_sched *a, const sch_contract_sched *b) {
     return a->mr == b->mr && a->nr == b->nr && a->mc == b->mc && a->nc == b->nc && a->arith == b->arith &&
-           a->form == b->form && a->kc == b->kc && a->pf == b->pf && a->rp == b->rp && a->serial == b->serial &&
+           a->form == b->form && a->kc == b->kc && a->pf == b->pf && a->pf2 == b->pf2 && a->rp == b->rp && a->serial == b->serial &&
            a->direct == b->direct;
 }
 
@@ -592,7 +592,8 @@ int rt_tune_nearest_of(const sch_program *sp, int32_t kernel, const sch_contract
         const sch_contract_sched *q = &space[order[i]];
         if (sch_family_of(q) != f) continue;
         int d = log2_gap(q->mr, like->mr) + log2_gap(q->nr, like->nr) + log2_gap(q->mc, like->mc) +
-                (q->nc != like->nc) + (q->pf != like->pf) + (q->kc != like->kc) + (q->serial != like->serial);
+                (q->nc != like->nc) + (q->pf != like->pf) + (q->pf2 != like->pf2) + (q->kc != like->kc) +
+                (q->serial != like->serial);
         if (best < 0 || d < best_d) { /* ranks ascend: a tie keeps the model's better point */
             best = i;
             best_d = d;
@@ -696,6 +697,7 @@ static void round_two(const rt_tune_job *job, const launch_args *la, const sch_c
         const sch_contract_sched *q = &space[order[i]];
         const sch_contract_sched *w = &b->sched;
         int dist = (q->mr != w->mr) + (q->nr != w->nr) + (q->mc != w->mc) + (q->nc != w->nc) + (q->pf != w->pf) +
+                   (q->pf2 != w->pf2) +
                    (q->kc != w->kc) + (q->form != w->form) + (q->arith != w->arith) + (q->rp != w->rp) +
                    (q->serial != w->serial) + (q->direct != w->direct);
         if (dist == 1 && !in_list(cands, n, q) && !in_list(nb, nn, q)) nb[nn++] = *q;

@@ -391,7 +391,9 @@ void sch_contract_sched_print(const sch_contract_sched *s, char *buf, size_t cap
     if (n < 0 || (size_t)n >= cap) return;
     if (s->serial) n += snprintf(buf + n, cap - (size_t)n, " serial=1");
     if (n < 0 || (size_t)n >= cap) return;
-    if (s->rp) snprintf(buf + n, cap - (size_t)n, " rp=1");
+    if (s->rp) n += snprintf(buf + n, cap - (size_t)n, " rp=1");
+    if (n < 0 || (size_t)n >= cap) return;
+    if (s->pf2 > 0) snprintf(buf + n, cap - (size_t)n, " pf2=%d", s->pf2);
 }
 
 int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
@@ -423,6 +425,9 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
         } else if (sscanf(rest, "pf=%d%n", &v, &n) == 1 && v >= 0 && v <= 64 && (rest[n] == ' ' || !rest[n])) {
             t.pf = v;
             rest += n;
+        } else if (sscanf(rest, "pf2=%d%n", &v, &n) == 1 && v >= 0 && v <= 256 && (rest[n] == ' ' || !rest[n])) {
+            t.pf2 = v;
+            rest += n;
         } else if (strncmp(rest, "direct=1", 8) == 0 && (rest[8] == ' ' || !rest[8])) {
             t.direct = 1;
             rest += 8;
@@ -439,7 +444,7 @@ int sch_contract_sched_parse(const char *text, sch_contract_sched *s) {
     /* a schedule of a family whose limits it keeps (family.h); B's dtype is
      * checked where the schedule meets its kernel */
     const sch_family *f = sch_family_of(&t);
-    if (!f || !f->tile_ok(&t)) return 0;
+    if (!f || !sch_family_tile_ok(f, &t)) return 0;
     *s = t;
     return 1;
 }

@@ -282,6 +282,14 @@ double sch_cost_dot(const sch_machine *mc, const sch_contract_shape *sh, const s
      * 1 thread: the plain int8 1 x 1 tile 246 us at pf=0, 139 us at pf=16;
      * the 8-row repacked tile 743 against 692 us) */
     if (s->pf == 0 && b_bytes > mc->l2_bytes) memory *= 1.0 + 0.75 / (double)(s->nr > 0 ? s->nr : 1);
+    /* the rp tiles' far prefetch into L2 (pf2) keeps the k-quants' heavy
+     * dequantisation fed, and costs the light formats the slots it takes
+     * (Intel Xeon with AMX, 14336 x 4096 and 4096 x 14336 from DRAM, 8-row
+     * tile pf=8, without -> with pf2=16, GB/s: q4_k 13.2 -> 14.0 at 1
+     * thread, 23.8 -> 26.2 at 2; q6_k 14.0 -> 14.5, 25.3 -> 27.7; q8_0
+     * 16.8 -> 14.8, 31.4 -> 28.3) */
+    if (s->rp && b_bytes > mc->l2_bytes && (s->pf2 > 0) != (dequant_cost(sh->b_dtype) >= 18))
+        memory *= 1.1;
     double balance = run_balance(sh, s, runs, nt);
     double par_compute = compute / used / balance;
     return overlapped(par_compute, memory) + launch_cost(used);

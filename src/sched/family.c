@@ -161,14 +161,20 @@ const sch_family *sch_family_of(const sch_contract_sched *s) {
     return NULL;
 }
 
+int sch_family_tile_ok(const sch_family *f, const sch_contract_sched *s) {
+    if (!f->tile_ok(s)) return 0;
+    /* the far prefetch level is the rp tiles' alone, beyond the near one */
+    return s->pf2 == 0 || (f->id == SCH_FAM_DOT_I8_RP && s->pf > 0 && s->pf2 > s->pf && s->pf2 <= 256);
+}
+
 int sch_family_valid(kiln_dtype t, const sch_contract_sched *s) {
     const sch_family *f = sch_family_of(s);
-    return f && f->dtype_ok(t) && f->tile_ok(s);
+    return f && f->dtype_ok(t) && sch_family_tile_ok(f, s);
 }
 
 int sch_family_is(const sch_contract_sched *s, sch_family_id id, kiln_dtype t) {
     const sch_family *f = sch_family_of(s);
-    return f && f->id == id && f->dtype_ok(t) && f->tile_ok(s);
+    return f && f->id == id && f->dtype_ok(t) && sch_family_tile_ok(f, s);
 }
 
 int sch_family_reads_b(const sch_contract_sched *s, int strided) {

@@ -93,6 +93,9 @@ extern const sch_family sch_families[SCH_FAM_COUNT];
 
 /* the family of schedule s (by form, arith, rp, direct), NULL when none */
 const sch_family *sch_family_of(const sch_contract_sched *s);
+/* 1 when f's row takes s's tile, and s's far prefetch (pf2) is nil or an rp
+ * tile's beyond its near one: every check of a point goes through this */
+int sch_family_tile_ok(const sch_family *f, const sch_contract_sched *s);
 /* 1 when s belongs to a family that can emit it for B of dtype t */
 int sch_family_valid(kiln_dtype t, const sch_contract_sched *s);
 /* 1 when s is a schedule of row id and valid for B of dtype t (the emitters' test) */

@@ -161,6 +161,9 @@ typedef struct sch_contract_sched {
                    the runtime builds for a weight bound with kiln_bind_weight; strips the
                    copy does not cover (another binding, a partial last strip) read B as it
                    is. Last, as serial */
+    int pf2;    /* rp tiles only: B's lines also prefetched into L2 this many 32-element
+                   chunks ahead (0: none; else past pf), the far level of a two-level
+                   prefetch (emit_contract_i8.c). Last, as rp */
 } sch_contract_sched;
 
 /* A REDUCE kernel that is a contraction: out[..., m, ..., n, ...] = sum over r

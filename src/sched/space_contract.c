@@ -9,7 +9,8 @@
  *    (not taller than M, nor wider than N), A rows per cache block mc in
  *    {16, 64, 256}, B rows per work item nc in {auto, 4, 16, 64 tiles} (up to
  *    the first that covers N: one item, no thread split), B prefetched 0, 8,
- *    16 or 32 chunks ahead.
+ *    16 or 32 chunks ahead; the tiles on the repacked copy also with a far
+ *    level into L2 at twice that (pf2).
  *  - packed form: strips nr in {16, 32, 48, 64} lanes, tiles mr in
  *    {4, ..., 14} (not taller than M), K blocks kc in {all, 256, 512, 1024},
  *    A blocks mc in {64, 256}, items nc in {auto, 4, 16 strips}, the strip
@@ -27,7 +28,7 @@
 
 /* append s when the family's row takes it (out NULL: count only) */
 static void keep(const sch_family *f, const sch_contract_sched *s, sch_contract_sched *out, int cap, int *n) {
-    if (!f->tile_ok(s)) return;
+    if (!sch_family_tile_ok(f, s)) return;
     if (out && *n < cap) out[*n] = *s;
     (*n)++;
 }
@@ -65,6 +66,9 @@ int sch_space_dot(const sch_family *f, const sch_contract_shape *sh, sch_contrac
                     for (size_t e = 0; e < N_OF(pfs); e++) {
                         sch_contract_sched s = point(f, mr, nr, mc, ncs[d] * nr, 0, pfs[e]);
                         keep(f, &s, out, cap, &n);
+                        /* the rp tiles' far level at twice the near distance (other rows refuse it) */
+                        s.pf2 = 2 * pfs[e];
+                        if (pfs[e] > 0) keep(f, &s, out, cap, &n);
                     }
                 }
             }

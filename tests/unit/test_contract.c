@@ -904,27 +904,30 @@ static void check_rows_alone(kiln_graph *g, int64_t K, int64_t N) {
  * rebuilds the copy from the new contents; a plain kiln_bind_input makes
  * every row read B as it is. */
 static void test_int8_repack(void) {
-    static const char *rp_scheds[2] = {"mr=1 nr=8 nc=0 mc=64 arith=i8 pf=8 rp=1",
-                                       "mr=1 nr=8 nc=16 mc=16 arith=i8 rp=1"};
+    static const char *rp_scheds[3] = {"mr=1 nr=8 nc=0 mc=64 arith=i8 pf=8 rp=1",
+                                       "mr=1 nr=8 nc=16 mc=16 arith=i8 rp=1",
+                                       "mr=1 nr=8 nc=0 mc=16 arith=i8 pf=8 rp=1 pf2=16"};
+    static const char *rp_tags[3] = {"nc0", "nc16", "pf2"};
     const kiln_dtype bt[5] = {KILN_Q4_0, KILN_Q5_0, KILN_Q8_0, KILN_Q4_K, KILN_Q6_K};
     const int64_t N = 37, whole = 32;
     const size_t yn = 2 * (size_t)N;
     for (int ti = 0; ti < 5; ti++)
-        for (int si = 0; si < 4; si++) {
+        for (int si = 0; si < 6; si++) {
             kiln_dtype t = bt[ti];
             /* K: 17 blocks of 32, or 3 of the k-quants' 256; A quantised
-             * per 32 or 256 (cg_i8_group); si >= 2: K past 4096, read in
-             * passes of 2048 (emit_contract.c rpacc) and a short last block */
-            const int kq = t == KILN_Q4_K || t == KILN_Q6_K, big = si >= 2;
+             * per 32 or 256 (cg_i8_group); si >= 3: K past 4096, read in
+             * passes of 2048 (emit_contract.c rpacc) and a short last block;
+             * schedule si % 3: one item, items of 16 rows, the far prefetch */
+            const int kq = t == KILN_Q4_K || t == KILN_Q6_K, big = si >= 3;
             const int64_t K = (kq ? 768 : 544) + (big ? 4096 : 0), grp = kq ? 256 : 32;
             char xs[32], ws[32];
             snprintf(xs, sizeof xs, "m, %lld", (long long)K);
             snprintf(ws, sizeof ws, "37, %lld", (long long)K);
             char name[96], why[300] = "";
-            snprintf(name, sizeof name, "contract_int8_repack_%s_%s%s", kiln_dtype_name(t), si % 2 ? "nc16" : "nc0",
+            snprintf(name, sizeof name, "contract_int8_repack_%s_%s%s", kiln_dtype_name(t), rp_tags[si % 3],
                      big ? "_k_passes" : "");
             CASE_BEGIN(name);
-            setenv("KILN_CONTRACT_SCHED_SMALL", rp_scheds[si % 2], 1);
+            setenv("KILN_CONTRACT_SCHED_SMALL", rp_scheds[si % 3], 1);
             kiln_graph *g = kiln_graph_new();
             kiln_tensor x = kiln_input(g, "x", KILN_F32, xs);
             kiln_tensor w = kiln_input(g, "w", t, ws);
@@ -937,7 +940,9 @@ static void test_int8_repack(void) {
             CHECK(kiln_bind_weight(g, "w", wmem, wbytes) == KILN_OK, "%s", kiln_graph_error(g));
             char tile[32];
             for (int64_t M = 1; M <= 4; M++) {
-                snprintf(tile, sizeof tile, "kcr_%s_%lldx8_p", kiln_dtype_name(t), (long long)M);
+                /* the far prefetch's tiles are named by both levels: pf=8, pf2=16 */
+                snprintf(tile, sizeof tile, "kcr_%s_%lldx8_p%s", kiln_dtype_name(t), (long long)M,
+                         si % 3 == 2 ? "8_f16" : "");
                 check_int8_at(g, M, K, N, wf, grp, tile);
             }
             check_int8_at(g, 13, K, N, wf, grp, tile);

@@ -443,11 +443,15 @@ static void test_space_and_model(void) {
             for (int v = 0; v < 3; v++) {
                 /* v: decode, prefill, activation B */
                 sch_contract_shape shr = {v == 1 ? 64 : 1, 1024, 1024, 1, rts[ti], 1, 1, 0, 0, v == 2, 1, 0};
-                int nr_ = sch_space_contract(&shr, NULL, 0), rps = 0, twins = 0;
+                int nr_ = sch_space_contract(&shr, NULL, 0), rps = 0, twins = 0, far = 0;
                 sch_contract_sched *spr = malloc((size_t)nr_ * sizeof *spr);
                 CHECK(sch_space_contract(&shr, spr, nr_) == nr_, "enumeration size differs (rp)");
                 for (int i = 0; i < nr_; i++) {
                     if (!spr[i].rp) continue;
+                    if (spr[i].pf2) { /* the far prefetch: beside its one-level point, checked below */
+                        far++;
+                        continue;
+                    }
                     rps++;
                     char text[128];
                     sch_contract_sched back;
@@ -472,6 +476,19 @@ static void test_space_and_model(void) {
                 int want = v == 0;
                 CHECK(want ? rps >= 8 && twins == rps : rps == 0, "%s, %s: %d rp schedules, %d with twins",
                       kiln_dtype_name(rts[ti]), v == 0 ? "decode" : v == 1 ? "prefill" : "activation", rps, twins);
+                /* every rp point with a near prefetch has a far twin at twice it */
+                int near = 0;
+                for (int i = 0; i < nr_; i++)
+                    if (spr[i].rp && spr[i].pf > 0 && !spr[i].pf2) {
+                        near++;
+                        sch_contract_sched f2 = spr[i];
+                        f2.pf2 = 2 * f2.pf;
+                        int found = 0;
+                        for (int j = 0; j < nr_; j++) found |= memcmp(&spr[j], &f2, sizeof f2) == 0;
+                        CHECK(found, "%s: no far-prefetch twin of an rp point", kiln_dtype_name(rts[ti]));
+                    }
+                CHECK(far == near, "%s: %d far-prefetch points for %d rp points with a prefetch", kiln_dtype_name(rts[ti]),
+                      far, near);
                 free(spr);
             }
         sch_contract_sched t;
@@ -481,9 +498,31 @@ static void test_space_and_model(void) {
         CHECK(sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=i8 pf=8 serial=1 rp=1", &t) && t.rp && t.serial &&
                   t.pf == 8,
               "serial rp schedule refused");
+        /* the far prefetch level (pf2): an rp tile's, beyond its near one; it
+         * reads back, and the model gives it to the k-quants' large
+         * decode weights and not to q8_0's */
+        CHECK(sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=i8 pf=8 rp=1 pf2=16", &t) && t.rp && t.pf == 8 &&
+                  t.pf2 == 16,
+              "far prefetch refused");
+        char back_text[128];
+        sch_contract_sched_print(&t, back_text, sizeof back_text);
+        CHECK(strstr(back_text, " pf2=16") != NULL, "far prefetch printed as '%s'", back_text);
+        CHECK(!sch_contract_sched_parse("mr=1 nr=4 nc=0 mc=16 arith=i8 pf=8 pf2=16", &t), "pf2 on a plain tile accepted");
+        CHECK(!sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=i8 pf=16 rp=1 pf2=16", &t), "pf2 = pf accepted");
+        CHECK(!sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1 pf2=16", &t), "pf2 without pf accepted");
+        for (int ti = 2; ti < 4; ti++) {
+            sch_contract_shape big = {1, 14336, 4096, 1, rts[ti], 1, 1, 0, 0, 0, 1, 0};
+            sch_contract_sched one, two;
+            CHECK(sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=i8 pf=8 rp=1", &one) &&
+                      sch_contract_sched_parse("mr=1 nr=8 nc=0 mc=16 arith=i8 pf=8 rp=1 pf2=16", &two),
+                  "rp schedules unreadable");
+            double c1 = sch_cost_contract(&mc_default_for_test, &big, &one), c2 = sch_cost_contract(&mc_default_for_test, &big, &two);
+            CHECK(rts[ti] == KILN_Q4_K ? c2 < c1 : c1 < c2, "%s 14336 x 4096 decode: far prefetch priced %g against %g",
+                  kiln_dtype_name(rts[ti]), c2, c1);
+        }
     }
     /* the model sees int8's four-to-one dot products at prefill sizes */
-    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0, 0, 0, 0}, pi = pf;
+    sch_contract_sched pf = {6, 16, 0, 64, SCH_ARITH_F32, SCH_FORM_PACKED, 512, 0, 0, 0, 0, 0}, pi = pf;
     pi.arith = SCH_ARITH_I8;
     CHECK(sch_cost_contract(&mc_default_for_test, &shv, &pi) < sch_cost_contract(&mc_default_for_test, &shv, &pf),
           "packed int8 not cheaper than packed f32 at m=512");
@@ -966,7 +1005,7 @@ static void test_round_one(void) {
      * is priced, so K is blocked where A's rows of all K do not fit */
     {
         sch_contract_shape big = {256, 2048, 8192, 1, KILN_Q4_K, 1, 1, 1, 1, 0, 1, 0};
-        sch_contract_sched whole = {32, 32, 0, 32, SCH_ARITH_BF16, SCH_FORM_AMX, 0, 0, 0, 0, 0}, blocked = whole;
+        sch_contract_sched whole = {32, 32, 0, 32, SCH_ARITH_BF16, SCH_FORM_AMX, 0, 0, 0, 0, 0, 0}, blocked = whole;
         blocked.kc = 1024;
         CHECK(sch_cost_contract(&mc, &big, &blocked) < sch_cost_contract(&mc, &big, &whole),
               "kc = 1024 not priced below all of K at 256 x 2048 x 8192");
