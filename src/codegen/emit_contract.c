@@ -729,8 +729,8 @@ void cg_emit_contract_kernel_as(const sch_program *p, int32_t kid, const char *n
     if (pro & PRO_I8A) cg_emit_packed_i8_pre(p, k, &sched[1], s, len, cap);
     if (pro & PRO_AMX_BF16) cg_emit_amx_bf16_pre(p, k, s, len, cap);
     if (pro & PRO_BF16A) cg_emit_packed_bf16_pre(s, len, cap);
-    /* the int8 packer reads the copy too (cg_i8_copy_source) */
-    if ((pro & PRO_RP) || ((pro & PRO_I8A) && cg_i8_copy_source(t))) {
+    /* the int8 and AMX bf16 packers read the copy too (cg_i8_copy_source) */
+    if ((pro & PRO_RP) || ((pro & (PRO_I8A | PRO_AMX_BF16)) && cg_i8_copy_source(t))) {
         /* B's repacked copy, bufs[nbufs + 1 + b] (NULL: none), if made for this K */
         OUT("  const uint8_t *rpw = NULL; int64_t rpg = 0;\n");
         OUT("  { const int64_t *h = (const int64_t *)B[%d]; if (h && h[0] == K && h[2] == %d) { rpg = h[1]; rpw = (const uint8_t *)h + %d; } }\n",

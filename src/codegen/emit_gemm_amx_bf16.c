@@ -51,6 +51,7 @@
 #include "emit_gemm_amx.h"
 #include "emit_gemm_amx_bf16.h"
 #include "emit_gemm_i8.h"
+#include "repack_layout.h"
 
 #define OUT(...) sch_appendf(s, len, cap, __VA_ARGS__)
 
@@ -66,16 +67,68 @@ static const char *bf16_prelude =
     "  }\n"
     "}\n";
 
+/* kahx_<dt>(copy, groups, K, row, chunk c, lo, hi): kcv_<dt>'s 32 values
+ * read from B's 8-row interleaved copy (sched/repack_layout.h) instead of
+ * B, the same integers and the same f32 operations in the same order, so
+ * the same bits: the row's 4-byte lanes of the chunk are 32 bytes apart in
+ * its group's record (q8_0's stored + 128, q5_0's fifth bits in the
+ * record's 8 step masks, q4_k's scales and minimums unpacked). With it the
+ * prefill reads the copy, and a weight whose decode reads the copy too can
+ * go (runtime/release.c): at 8B, 32 x 33 MB kept twice otherwise. */
+static void emit_copy_values(kiln_dtype t, const char *tag, char **s, size_t *len, size_t *cap) {
+    const int kbc = SCH_REPACK_KBLOCK / 32;
+    OUT("static " KAMXB " __attribute__((unused)) void kahx_%s(const uint8_t *rpw, int64_t rpg, int64_t K, int64_t row,"
+        " int64_t c, __m512 *w0, __m512 *w1) {\n", tag);
+    OUT("  const int64_t qch = K / 32, c0 = c / %d * %d, nb = qch - c0 < %d ? qch - c0 : %d, r = row %% 8;\n", kbc, kbc,
+        kbc, kbc);
+    OUT("  const __m256i idx = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);\n");
+    OUT("  uint16_t hd;\n");
+    if (t == KILN_Q8_0) {
+        OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - c0)) * 272;\n");
+        OUT("  const __m256i q = _mm256_xor_si256(_mm256_i32gather_epi32((const int *)(o + 16 + 4 * r), idx, 1),"
+            " _mm256_set1_epi8((char)0x80));\n");
+        OUT("  memcpy(&hd, o + 2 * r, 2); const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd));\n");
+        OUT("  *w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);\n");
+        OUT("  *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);\n}\n");
+    } else if (t == KILN_Q5_0) {
+        OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - c0)) * 176;\n");
+        OUT("  const __m128i q = _mm_i32gather_epi32((const int *)(o + 48 + 4 * r), _mm_setr_epi32(0, 32, 64, 96), 1);\n");
+        OUT("  uint32_t qh = 0;\n");
+        OUT("  for (int st = 0; st < 8; st++) { uint32_t m; memcpy(&m, o + 16 + 4 * st, 4); qh |= (m >> (4 * r) & 15u) << (4 * st); }\n");
+        OUT("  memcpy(&hd, o + 2 * r, 2); const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd));\n");
+        OUT("  const __m128i m4 = _mm_set1_epi8(15); const __m512i e16 = _mm512_set1_epi32(16);\n");
+        OUT("  __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, m4));\n");
+        OUT("  __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), m4));\n");
+        OUT("  lo = _mm512_mask_add_epi32(lo, (__mmask16)(qh & 0xffffu), lo, e16);\n");
+        OUT("  hi = _mm512_mask_add_epi32(hi, (__mmask16)(qh >> 16), hi, e16);\n");
+        OUT("  *w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, e16)));\n");
+        OUT("  *w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, e16)));\n}\n");
+    } else { /* q4_k: 1184-byte records of 256 elements (8 chunks) */
+        OUT("  const int sb = (int)(c %% 8);\n");
+        OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - sb - c0)) * 148;\n");
+        OUT("  __m256i q = _mm256_i32gather_epi32((const int *)(o + 160 + 256 * (sb / 2) + 4 * r), idx, 1);\n");
+        OUT("  if (sb & 1) q = _mm256_srli_epi16(q, 4);\n");
+        OUT("  q = _mm256_and_si256(q, _mm256_set1_epi8(15));\n");
+        OUT("  memcpy(&hd, o + 2 * r, 2); const float d = _cvtsh_ss(hd);\n");
+        OUT("  memcpy(&hd, o + 16 + 2 * r, 2); const float dmin = _cvtsh_ss(hd);\n");
+        OUT("  const __m512 ds = _mm512_set1_ps(d * (float)o[32 + 8 * sb + r]), dm = _mm512_set1_ps(dmin * (float)o[96 + 8 * sb + r]);\n");
+        OUT("  *w0 = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)))), dm);\n");
+        OUT("  *w1 = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)))), dm);\n}\n");
+    }
+}
+
 /* kah_pack_<dt>(W, per-column element offsets at r = 0 (block-aligned),
- * strip width (a multiple of 16), k0, kl (multiples of 32), strip) */
+ * strip width (a multiple of 16), k0, kl (multiples of 32), K, strip, and
+ * B's repacked copy or NULL: rows it holds are read from it) */
 static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     const char *tag = t == KILN_F32 ? "f32" : cg_i8_tag(t);
     if (!tag) return;
-    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes;
+    int be = dtype_table[t].block, bb = dtype_table[t].block_bytes, cx = cg_i8_copy_source(t);
+    if (cx) emit_copy_values(t, tag, s, len, cap);
     OUT("static " KAMXB " __attribute__((unused)) void kah_pack_%s(const void *W, const int64_t *wo, int nr, int64_t k0,"
-        " int64_t kl, int64_t K, uint16_t *restrict bq) {\n",
+        " int64_t kl, int64_t K, uint16_t *restrict bq, const uint8_t *rpw, int64_t rpg) {\n",
         tag);
-    OUT("  (void)K;\n");
+    OUT("  (void)K; (void)rpw; (void)rpg;\n");
     OUT("  const __m512i ilo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), ihi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);\n");
     OUT("  for (int j0 = 0; j0 < nr; j0 += 16) {\n");
     OUT("    const void *row[16];\n");
@@ -84,6 +137,10 @@ static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     OUT("      __m256i w[2][16];\n");
     OUT("      for (int e = 0; e < 16; e++) {\n");
     if (t == KILN_F32) OUT("        __m512 lo, hi; kah_ld32((const float *)row[e], k0 + 32 * cl, K, &lo, &hi);\n");
+    else if (cx)
+        OUT("        __m512 lo, hi;\n"
+            "        if (rpw && wo[j0 + e] %% K == 0 && wo[j0 + e] / K / 8 < rpg) kahx_%s(rpw, rpg, K, wo[j0 + e] / K, k0 / 32 + cl, &lo, &hi);\n"
+            "        else kcv_%s(row[e], k0 / 32 + cl, &lo, &hi);\n", tag, tag);
     else OUT("        __m512 lo, hi; kcv_%s(row[e], k0 / 32 + cl, &lo, &hi);\n", tag);
     OUT("        w[0][e] = (__m256i)_mm512_cvtneps_pbh(lo); w[1][e] = (__m256i)_mm512_cvtneps_pbh(hi);\n");
     OUT("      }\n");
@@ -318,7 +375,8 @@ static void emit_f32_schedule(const sch_program *p, const sch_kernel *k, const s
     emit_a_tiles(p, k, "Kp", s, len, cap);
     char pack[256];
     if (c->b_kstride == SYM_NONE) {
-        snprintf(pack, sizeof pack, "kah_pack_f32((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb)", sc->nr, sc->nr);
+        snprintf(pack, sizeof pack, "kah_pack_f32((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb, NULL, 0)", sc->nr,
+                 sc->nr);
     } else {
         OUT("        const int64_t bks = ");
         out_sym(p, c->b_kstride, s, len, cap);
@@ -343,8 +401,9 @@ void cg_emit_amx_bf16_schedule(const sch_program *p, const sch_kernel *k, const 
     int nr = sc->nr;
     cg_emit_block_item_begin(p, k, be, tag, s, len, cap);
     emit_a_tiles(p, k, "K", s, len, cap);
-    char pack[128];
-    snprintf(pack, sizeof pack, "kah_pack_%s((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb)", tag, nr, nr);
+    char pack[160];
+    snprintf(pack, sizeof pack, "kah_pack_%s((const void *)W, wo, %d, k0, kl, K, bq + st * %d * kcb, %s)", tag, nr, nr,
+             cg_i8_copy_source(t) ? "rpw, rpg" : "NULL, 0");
     emit_item_loops(p, k, sc, "K", pack, s, len, cap);
     cg_emit_i8_item_end(s, len, cap);
 }

@@ -9,8 +9,8 @@
  *     B as its weight operand, not as A, and no other load of B (a fused
  *     epilogue, a stage);
  *   - its decode schedule reads the copy (family dot-i8-rp) and its prefill
- *     schedule is a packed or AMX int8 one (sched/family.h), whose packer reads the
- *     copy where there is one (cg_i8_copy_source: q8_0, q5_0, q4_k), unless its M
+ *     schedule is a packed or AMX int8 one or an AMX bf16 one (sched/family.h), whose
+ *     packer reads the copy where there is one (cg_i8_copy_source: q8_0, q5_0, q4_k), unless its M
  *     is a constant of at most SCH_SMALL_M (an output head computing only the
  *     last row's logits), so that the prefill schedule never runs;
  *   - no bucket that runs still waits for a search (whose candidates may read B);
@@ -67,7 +67,8 @@ static int reads_copy_only(const sch_program *p, const sch_kernel *K, int32_t b,
         if (sch_lx_reads(p, K->stages[i].expr, b)) return 0;
     kiln_dtype t = p->bufs[b].dtype;
     const sch_contract_sched *big = &c->sched[1];
-    int packs_copy = cg_i8_copy_source(t) && (sch_family_is(big, SCH_FAM_PACKED_I8, t) || sch_family_is(big, SCH_FAM_AMX_I8, t));
+    int packs_copy = cg_i8_copy_source(t) && (sch_family_is(big, SCH_FAM_PACKED_I8, t) || sch_family_is(big, SCH_FAM_AMX_I8, t) ||
+                                              sch_family_is(big, SCH_FAM_AMX_BF16, t));
     return sch_family_is(&c->sched[0], SCH_FAM_DOT_I8_RP, t) && (packs_copy || !big_runs(p, K));
 }
 

@@ -2,7 +2,9 @@
  * for every kernel is handed back to its owner (kiln_graph_on_weight_release,
  * src/runtime/release.c), and the program then really reads only the copy:
  * decode and prefill (whose int8 packer reads the copy, emit_gemm_i8.c's
- * kcx_<dt>: q8_0, q5_0, q4_k) give the reference's result after the test overwrites the
+ * kcx_<dt>: q8_0, q5_0, q4_k; so does the AMX bf16 one, emit_gemm_amx_bf16.c's
+ * kahx_<dt>, bit for bit what it packs from the weight itself, where the CPU
+ * has AMX bf16) give the reference's result after the test overwrites the
  * weight's own bytes. The first launch, even a prefill, makes the copy. A
  * table also gathered (a tied embedding) is released too, and the program
  * then reads only the gathered rows of it: right with every other row
@@ -97,14 +99,37 @@ static kiln_graph *linear_graph(kiln_dtype t, int tied) {
 }
 
 /* e (2 rows of K) from p's last run equals the reference's */
-/* g compiled with the int8 schedules whose copy replaces a weight: the
- * repacked decode tile and the packed int8 prefill (threads 0: the default) */
-static kiln_program *compile_i8(kiln_graph *g, int threads) {
+/* the prefill schedules whose packer reads the copy */
+static const char *const PACKED_I8 = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
+static const char *const AMX_BF16 = "mr=32 nr=32 nc=0 mc=32 arith=bf16 form=amx kc=0";
+
+/* g compiled with schedules whose copy replaces a weight: the repacked
+ * decode tile and a prefill (`large`: default the packed int8 one) whose
+ * packer reads the copy (threads 0: the default) */
+static kiln_program *compile_with(kiln_graph *g, int threads, const char *large) {
     kiln_compile_options o = kiln_compile_defaults();
     if (threads > 0) o.threads = threads;
     o.contract_sched_small = "mr=1 nr=8 nc=0 mc=16 arith=i8 rp=1";
-    o.contract_sched_large = "mr=4 nr=32 nc=0 mc=64 arith=i8 form=packed kc=0";
+    o.contract_sched_large = large ? large : PACKED_I8;
     return kiln_compile(g, &o, NULL);
+}
+
+static kiln_program *compile_i8(kiln_graph *g, int threads) { return compile_with(g, threads, NULL); }
+
+/* y at m rows of x from a program on a second graph whose weight is bound
+ * as a plain input (no copy: the packer reads the weight itself) */
+static float *without_copy(kiln_dtype t, const uint8_t *wb, size_t wbytes, int64_t m, float *x, const char *large) {
+    kiln_graph *g = linear_graph(t, 0);
+    kiln_bind_input(g, "w", (void *)wb, wbytes);
+    kiln_bind_dim(g, "m", m);
+    kiln_bind_input(g, "x", x, (size_t)(m * K) * sizeof(float));
+    kiln_program *p = compile_with(g, 2, large);
+    float *y = calloc((size_t)(m * N), sizeof *y);
+    CHECK(p && kiln_run(p) == KILN_OK, "without the copy: %s", kiln_graph_error(g));
+    kiln_read_output(g, "y", y, (size_t)(m * N) * sizeof *y);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+    return y;
 }
 
 static void gathered_right(kiln_graph *g, const float *ref, const char *what) {
@@ -157,9 +182,9 @@ static void test_tied_released(void) {
     CASE_END();
 }
 
-static void test_released(kiln_dtype t) {
+static void test_released(kiln_dtype t, const char *large) {
     char name[64];
-    snprintf(name, sizeof name, "release_%s_copy_replaces_weight", kiln_dtype_name(t));
+    snprintf(name, sizeof name, "release_%s_copy_replaces_weight%s", kiln_dtype_name(t), large ? "_amx_bf16" : "");
     CASE_BEGIN(name);
     kiln_graph *g = linear_graph(t, 0);
     float *wf = rand_f32(N * K, -1, 1), *x1 = rand_f32(K, -1, 1), *x37 = rand_f32(37 * K, -1, 1);
@@ -170,7 +195,8 @@ static void test_released(kiln_dtype t) {
     released r = {0, NULL, 0};
     kiln_graph_on_weight_release(g, on_release, &r);
     float *ref1 = reference(g, 1, x1), *ref37 = reference(g, 37, x37);
-    kiln_program *p = compile_i8(g, 2);
+    float *plain = large ? without_copy(t, wb, wbytes, 37, x37, large) : NULL;
+    kiln_program *p = compile_with(g, 2, large);
     CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
     if (p) {
         /* the first launch, a prefill, makes the decode copy and packs from it */
@@ -183,13 +209,19 @@ static void test_released(kiln_dtype t) {
         memset(wb, 0x3c, wbytes);
         run_close(p, g, 1, x1, ref1, "decode after the release");
         run_close(p, g, 37, x37, ref37, "prefill after the release (packed from the copy)");
+        if (plain) { /* the copy's values are the weight's, bit for bit */
+            float *y = calloc(37 * N, sizeof *y);
+            kiln_read_output(g, "y", y, 37 * N * sizeof *y);
+            CHECK(memcmp(y, plain, 37 * N * sizeof *y) == 0, "the prefill from the copy differs from the one from the weight");
+            free(y);
+        }
         run_close(p, g, 37, x37, ref37, "prefill again");
         CHECK(r.calls == 1, "released %d times", r.calls);
     }
     memcpy(wb, keep, wbytes);
     kiln_program_free(p);
     kiln_graph_free(g);
-    free(wf), free(x1), free(x37), free(wb), free(keep), free(ref1), free(ref37);
+    free(wf), free(x1), free(x37), free(wb), free(keep), free(ref1), free(ref37), free(plain);
     CASE_END();
 }
 
@@ -264,9 +296,11 @@ int main(void) {
         printf("PASS release_skipped_without_avx512_vnni\n");
         return check_exit();
     }
-    test_released(KILN_Q8_0);
-    test_released(KILN_Q5_0);
-    test_released(KILN_Q4_K);
+    test_released(KILN_Q8_0, NULL);
+    test_released(KILN_Q5_0, NULL);
+    test_released(KILN_Q4_K, NULL);
+    if (cpu_flag("amx_bf16")) /* else the AMX bf16 prefill is not emitted */
+        for (int i = 0; i < 3; i++) test_released((const kiln_dtype[]){KILN_Q8_0, KILN_Q5_0, KILN_Q4_K}[i], AMX_BF16);
     test_tied_released();
     test_kept();
     return check_exit();
