@@ -117,6 +117,43 @@ static void emit_copy_values(kiln_dtype t, const char *tag, char **s, size_t *le
     }
 }
 
+/* kahx8_<dt>(copy, groups, K, first row (a multiple of 8), chunk c, lo[8],
+ * hi[8]): kahx_<dt> for the 8 rows of one group at once, the record's 8
+ * steps loaded and transposed (8 x 8 dwords) instead of gathered row by
+ * row (q8_0, q4_k; the same values bit for bit) */
+static void emit_copy_group(kiln_dtype t, const char *tag, char **s, size_t *len, size_t *cap) {
+    const int kbc = SCH_REPACK_KBLOCK / 32, q8 = t == KILN_Q8_0;
+    OUT("static " KAMXB " __attribute__((unused)) void kahx8_%s(const uint8_t *rpw, int64_t rpg, int64_t K, int64_t row,"
+        " int64_t c, __m512 *w0, __m512 *w1) {\n", tag);
+    OUT("  const int64_t qch = K / 32, c0 = c / %d * %d, nb = qch - c0 < %d ? qch - c0 : %d;\n", kbc, kbc, kbc, kbc);
+    if (q8) OUT("  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - c0)) * 272, *y0 = o + 16;\n");
+    else
+        OUT("  const int sb = (int)(c %% 8);\n"
+            "  const uint8_t *o = rpw + (c0 * rpg + row / 8 * nb + (c - sb - c0)) * 148, *y0 = o + 160 + 256 * (sb / 2);\n");
+    OUT("  __m256i y[8], tt[8], u[8], z[8];\n");
+    OUT("  for (int st = 0; st < 8; st++) y[st] = _mm256_loadu_si256((const __m256i *)(y0 + 32 * st));\n");
+    OUT("  for (int i = 0; i < 8; i += 2) { tt[i] = _mm256_unpacklo_epi32(y[i], y[i + 1]); tt[i + 1] = _mm256_unpackhi_epi32(y[i], y[i + 1]); }\n");
+    OUT("  for (int i = 0; i < 8; i += 4) {\n"
+        "    u[i] = _mm256_unpacklo_epi64(tt[i], tt[i + 2]); u[i + 1] = _mm256_unpackhi_epi64(tt[i], tt[i + 2]);\n"
+        "    u[i + 2] = _mm256_unpacklo_epi64(tt[i + 1], tt[i + 3]); u[i + 3] = _mm256_unpackhi_epi64(tt[i + 1], tt[i + 3]); }\n");
+    OUT("  for (int r = 0; r < 4; r++) { z[r] = _mm256_permute2x128_si256(u[r], u[r + 4], 0x20); z[r + 4] = _mm256_permute2x128_si256(u[r], u[r + 4], 0x31); }\n");
+    OUT("  for (int r = 0; r < 8; r++) {\n    uint16_t hd;\n");
+    if (q8) {
+        OUT("    const __m256i q = _mm256_xor_si256(z[r], _mm256_set1_epi8((char)0x80));\n");
+        OUT("    memcpy(&hd, o + 2 * r, 2); const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd));\n");
+        OUT("    w0[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);\n");
+        OUT("    w1[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);\n  }\n}\n");
+    } else {
+        OUT("    __m256i q = z[r];\n    if (sb & 1) q = _mm256_srli_epi16(q, 4);\n");
+        OUT("    q = _mm256_and_si256(q, _mm256_set1_epi8(15));\n");
+        OUT("    memcpy(&hd, o + 2 * r, 2); const float d = _cvtsh_ss(hd);\n");
+        OUT("    memcpy(&hd, o + 16 + 2 * r, 2); const float dmin = _cvtsh_ss(hd);\n");
+        OUT("    const __m512 ds = _mm512_set1_ps(d * (float)o[32 + 8 * sb + r]), dm = _mm512_set1_ps(dmin * (float)o[96 + 8 * sb + r]);\n");
+        OUT("    w0[r] = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)))), dm);\n");
+        OUT("    w1[r] = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)))), dm);\n  }\n}\n");
+    }
+}
+
 /* kah_pack_<dt>(W, per-column element offsets at r = 0 (block-aligned),
  * strip width (a multiple of 16), k0, kl (multiples of 32), K, strip, and
  * B's repacked copy or NULL: rows it holds are read from it) */
@@ -124,7 +161,9 @@ static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     const char *tag = t == KILN_F32 ? "f32" : cg_i8_tag(t);
     if (!tag) return;
     int be = dtype_table[t].block, bb = dtype_table[t].block_bytes, cx = cg_i8_copy_source(t);
+    const int grp = t == KILN_Q8_0 || t == KILN_Q4_K; /* whole groups read by kahx8 */
     if (cx) emit_copy_values(t, tag, s, len, cap);
+    if (grp) emit_copy_group(t, tag, s, len, cap);
     OUT("static " KAMXB " __attribute__((unused)) void kah_pack_%s(const void *W, const int64_t *wo, int nr, int64_t k0,"
         " int64_t kl, int64_t K, uint16_t *restrict bq, const uint8_t *rpw, int64_t rpg) {\n",
         tag);
@@ -133,9 +172,23 @@ static void emit_pack(kiln_dtype t, char **s, size_t *len, size_t *cap) {
     OUT("  for (int j0 = 0; j0 < nr; j0 += 16) {\n");
     OUT("    const void *row[16];\n");
     OUT("    for (int e = 0; e < 16; e++) row[e] = (const char *)W + (wo[j0 + e] / %d) * %d;\n", be, bb);
+    /* the strip's two halves that are whole groups of the copy */
+    if (grp)
+        OUT("    int whole[2];\n"
+            "    for (int h = 0; h < 2; h++) { const int64_t r0 = wo[j0 + 8 * h];\n"
+            "      whole[h] = rpw && r0 %% (8 * K) == 0 && r0 / K / 8 < rpg && wo[j0 + 8 * h + 7] == r0 + 7 * K; }\n");
     OUT("    for (int64_t cl = 0; cl < kl / 32; cl++) {\n");
     OUT("      __m256i w[2][16];\n");
+    if (grp)
+        OUT("      for (int h = 0; h < 2; h++) {\n"
+            "        if (!whole[h]) continue;\n"
+            "        __m512 lo[8], hi[8];\n"
+            "        kahx8_%s(rpw, rpg, K, wo[j0 + 8 * h] / K, k0 / 32 + cl, lo, hi);\n"
+            "        for (int r = 0; r < 8; r++) {\n"
+            "          w[0][8 * h + r] = (__m256i)_mm512_cvtneps_pbh(lo[r]); w[1][8 * h + r] = (__m256i)_mm512_cvtneps_pbh(hi[r]); }\n"
+            "      }\n", tag);
     OUT("      for (int e = 0; e < 16; e++) {\n");
+    if (grp) OUT("        if (whole[e / 8]) continue;\n");
     if (t == KILN_F32) OUT("        __m512 lo, hi; kah_ld32((const float *)row[e], k0 + 32 * cl, K, &lo, &hi);\n");
     else if (cx)
         OUT("        __m512 lo, hi;\n"
