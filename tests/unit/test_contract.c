@@ -938,7 +938,7 @@ static void test_int8_repack(void) {
             void *wmem = malloc(wbytes);
             memcpy(wmem, wb, wbytes);
             CHECK(kiln_bind_weight(g, "w", wmem, wbytes) == KILN_OK, "%s", kiln_graph_error(g));
-            char tile[32];
+            char tile[64];
             for (int64_t M = 1; M <= 4; M++) {
                 /* the far prefetch's tiles are named by both levels: pf=8, pf2=16 */
                 snprintf(tile, sizeof tile, "kcr_%s_%lldx8_p%s", kiln_dtype_name(t), (long long)M,
