@@ -263,11 +263,13 @@ static _Thread_local int cc_next_program;
  * the 5.5e-6 guessed, so the recompile overran its reserve by 1.5 s when
  * quiet. A file that does not parse, or holds a rate out of range, is set
  * aside (.bad) and the guess stands. */
+static const char *cc_extra_flags(const char *ident);
 static int cc_rate_file(char *out, size_t cap) {
     char dir[900];
     const char *ident = rt_cc_identity();
     if (!ident || cache_dir(dir, sizeof dir) != 0) return -1;
     uint64_t h = fnv(fnv(0xcbf29ce484222325ULL, rt_cc()), ident);
+    if (cc_extra_flags(ident)[0]) h = fnv(h, cc_extra_flags(ident)); /* another rate than without them */
     snprintf(out, cap, "%s/cc-rate-%016llx", dir, (unsigned long long)h);
     return 0;
 }
@@ -309,6 +311,22 @@ void rt_cc_rate_remember(double alone_rate) {
 int rt_cc_rate_learnt(void) { return cc_rate_learnt; }
 void rt_cc_next_is_program(void) { cc_next_program = 1; }
 
+/* what the compiler is given beyond the code and ISA flags: with GCC, RTL
+ * combine tries pairs of instructions only (--param=max-combine-insns=2;
+ * GCC's -O2 tries up to 4). The generated contraction tiles are long
+ * unrolled blocks of intrinsics on which combine took over half of GCC
+ * 12's time: Llama-1B-shaped q4_k's program compiled in 21.2 s, 8.6 s with
+ * the param; gemma3-270m's 11.7 s, 8.3 s; one q4_k kernel with its four
+ * repacked decode tiles 5.1 s, 2.2 s. Its speed stayed within the noise
+ * (interleaved, --no-tune, Intel Xeon without AMX, 2 cores: gemma pp256
+ * 979/998/945 -> 997/945/993 t/s and tg64 51/54/49 -> 56/50/51 at 1
+ * thread; Llama-1B pp256 270/199/214 -> 287/255/248, tg32 34.8/32.6/35.3
+ * -> 33.9/32.6/35.4 at 2). Clang (whose --version names it) gets nothing:
+ * it would warn that the argument is unused */
+static const char *cc_extra_flags(const char *ident) {
+    return ident && !strstr(ident, "clang") ? "--param=max-combine-insns=2" : "";
+}
+
 /* code_flags: how the code is compiled; -shared makes the object. The
  * hash covers both, as before the program could be built in parts */
 static const char *code_flags = "-O2 -fPIC -fwrapv -ffp-contract=off -fno-math-errno";
@@ -329,7 +347,7 @@ static int cc_build(const char *src, const char *cpath, const char *cflags, cons
      * cannot be done it is compiled whole, as a small one is */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int parts = rt_cc_split_parts(strlen(src), cores > 64 ? 64 : (int)cores);
-    char part_flags[1024];
+    char part_flags[1200];
     snprintf(part_flags, sizeof part_flags, "%s %s", code_flags, cflags ? cflags : "");
     int st = -1;
     int units = parts > 1 ? parts : 1;
@@ -376,6 +394,9 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
         snprintf(err, errcap, "cannot create the kernel cache directory %s (set XDG_CACHE_HOME)", dir);
         return KILN_ERR_IO;
     }
+    char flags[1024];
+    snprintf(flags, sizeof flags, "%s %s", cc_extra_flags(ident), cflags ? cflags : "");
+    cflags = flags;
     int program = cc_next_program; /* a program's build (rt_cc_next_is_program) */
     cc_next_program = 0;
     uint64_t h = 0xcbf29ce484222325ULL;
