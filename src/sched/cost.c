@@ -276,12 +276,19 @@ double sch_cost_dot(const sch_machine *mc, const sch_contract_shape *sh, const s
     bytes += a_bytes > mc->l2_bytes ? a_bytes * (double)items / (double)sh->nbatch : a_bytes;
     double used = (double)(items < nt ? items : nt);
     double memory = bytes / bandwidth(mc, used);
+    /* B comes from memory: past L2, or a decode weight of 64 KiB or more,
+     * which a model's other weights evict between two tokens (the search
+     * times such a B flushed from cache, tune.c). With L2 as the only line,
+     * gemma3-270m's layer weights (0.36-1.3 MB) kept the cost model's
+     * prefetch-less tiles unmeasured in a first run, where every one a
+     * 120 s tune measured took a prefetch (Intel Xeon without AMX) */
+    int streamed = b_bytes > mc->l2_bytes || (sh->m <= 4 && !sh->b_activation && b_bytes >= 65536.0);
     /* B streamed from beyond L2 without software prefetch: each of the
      * tile's nr rows is a stream that stalls on its misses, the fewer the
      * streams the longer (Intel Xeon with AMX, q4_k decode 2048 x 2048 at
      * 1 thread: the plain int8 1 x 1 tile 246 us at pf=0, 139 us at pf=16;
      * the 8-row repacked tile 743 against 692 us) */
-    if (s->pf == 0 && b_bytes > mc->l2_bytes) memory *= 1.0 + 0.75 / (double)(s->nr > 0 ? s->nr : 1);
+    if (s->pf == 0 && streamed) memory *= 1.0 + 0.75 / (double)(s->nr > 0 ? s->nr : 1);
     /* the rp tiles' far prefetch into L2 (pf2) keeps the k-quants' heavy
      * dequantisation fed, and costs the light formats the slots it takes
      * (Intel Xeon with AMX, 14336 x 4096 and 4096 x 14336 from DRAM, 8-row

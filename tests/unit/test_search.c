@@ -1039,6 +1039,34 @@ static void test_round_one(void) {
     CASE_END();
 }
 
+/* a decode weight under L2 but of 64 KiB or more is read from memory in a
+ * model (the step's other weights evict it; the search times it flushed):
+ * the model's first choice prefetches (gemma3-270m's 640 x 1024 q4_k, 0.36
+ * MB), where a weight under 64 KiB and a prefill have no such price */
+static void test_small_decode_weight_prefetch(void) {
+    CASE_BEGIN("small_decode_weight_prefetch");
+    sch_machine mc = sch_machine_default();
+    for (int v = 0; v < 3; v++) {
+        /* v: a 640 x 1024 decode weight; a 64 x 256 one (9 KB); the first as an activation B */
+        sch_contract_shape sh = {1, v == 1 ? 64 : 640, v == 1 ? 256 : 1024, 1, KILN_Q4_K, 1, 1, 0, 0, v == 2, 1, 0};
+        int ns = sch_space_contract(&sh, NULL, 0), pairs = 0;
+        sch_contract_sched *sp = malloc((size_t)ns * sizeof *sp);
+        CHECK(sch_space_contract(&sh, sp, ns) == ns, "enumeration size differs");
+        for (int i = 0; i < ns; i++) {
+            if (sp[i].arith != SCH_ARITH_I8 || sp[i].pf != 0 || sp[i].rp || sp[i].form) continue;
+            sch_contract_sched pf = sp[i];
+            pf.pf = 8;
+            double c0 = sch_cost_contract(&mc, &sh, &sp[i]), c8 = sch_cost_contract(&mc, &sh, &pf);
+            pairs++;
+            if (v == 0) CHECK(c8 < c0, "a 0.36 MB decode weight: prefetch not priced below none (nr=%d)", sp[i].nr);
+            else CHECK(c8 >= c0, "%s: a prefetch priced below none (nr=%d)", v == 1 ? "a 9 KB weight" : "an activation B", sp[i].nr);
+        }
+        CHECK(pairs > 0, "no plain int8 dot schedule in the space (v=%d)", v);
+        free(sp);
+    }
+    CASE_END();
+}
+
 int main(void) {
     test_reserve_arithmetic();
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
@@ -1046,6 +1074,7 @@ int main(void) {
     test_contract_runs();
     test_space_and_model();
     test_round_one();
+    test_small_decode_weight_prefetch();
     test_search_and_reuse();
     test_symbolic_reuse();
     test_wrong_candidate_rejected();
