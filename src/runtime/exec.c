@@ -79,7 +79,11 @@ static kiln_status compile_rewrite(kiln_program *p) {
     if (p->plan.opt.no_egraph) return KILN_OK;
     int mode = rt_stream_extract_mode(p->plan.be->name, p->plan.opt.stream);
     kiln_graph *work = eg_optimize_for_backend(g, mode, p->plan.opt.eg_plain);
+    /* a stage of its own: kernelizing the whole graph to check it grows
+     * with depth, where the rewrite grows with distinct blocks */
+    if (work && mode == EG_EXTRACT_STREAM) rt_compile_stage("streaming check", 0, 1);
     if (work && mode == EG_EXTRACT_STREAM && !rt_stream_kernelizes(work)) {
+        rt_compile_stage("e-graph", 0, 1);
         kiln_graph_free(work);
         work = eg_optimize_for_backend(g, EG_EXTRACT_PRIMITIVES, p->plan.opt.eg_plain);
     }
