@@ -10,7 +10,8 @@
  * pointers named after them (b<n>) and its numbered locals (r20, i0: one or
  * two letters and digits, never called, not used by the prelude) renamed in
  * order of first use, and
- * its comments dropped; kernels whose rewritten text is the same share one
+ * its comments dropped (short_name says which locals: t1423_i too);
+ * kernels whose rewritten text is the same share one
  * `int kiln_body_G(kiln_bs_, <signature>)` (declared after the prelude,
  * defined beside the first of them, hidden from the object's exports) and
  * become two-line wrappers that pass their own slot table. A kernel that is not exactly one
@@ -77,15 +78,23 @@ static int slot_of(const kernel_text *k, long n) {
     return -1;
 }
 
-/* a name of one or two lower-case letters and digits (r5, i0, d1, s0) at
- * t, starting an identifier that is not a member (after . or ->) and not
- * called: its length, else 0 */
+/* a name of one or two lower-case letters and digits (r5, i0, d1, s0),
+ * with at most a suffix of an underscore and one or two lower-case letters
+ * (t1423_i: the emitter's clamp temporaries, numbered after graph nodes:
+ * without the suffix the streaming form's stream kernels, 25 KB each, were
+ * compiled once per layer) at t, starting an identifier that is not a
+ * member (after . or ->) and not called: its length, else 0 */
 static size_t short_name(const char *text, const char *t) {
     if (!(*t >= 'a' && *t <= 'z') || (t > text && (is_ident(t[-1]) || t[-1] == '.' || t[-1] == '>'))) return 0;
     const char *d = t;
     while (*d >= 'a' && *d <= 'z' && d - t < 3) d++;
     const char *e = d;
     while (*e >= '0' && *e <= '9' && e - t < 11) e++;
+    if (e != d && *e == '_' && e[1] >= 'a' && e[1] <= 'z') {
+        const char *x = e + 1;
+        while (*x >= 'a' && *x <= 'z' && x - e <= 2) x++;
+        if (x - e <= 3 && !is_ident(*x)) e = x;
+    }
     if (d - t > 2 || e == d || is_ident(*e)) return 0;
     const char *after = e;
     while (*after == ' ') after++;
@@ -155,6 +164,32 @@ static char *rename_locals(char *text, const name_set *keep) {
     return kiln_sb_take(&out);
 }
 
+/* a kernel's calls of itself (a stream kernel recomputes a row with no
+ * visible key through one: `kiln_k102(B, v, row, row + 1, 0, flags)`) as
+ * SELF_CALL, which a shared body spells as a call of itself with the slot
+ * table it was given (the wrapper's call, inlined); without it every
+ * layer's stream kernel differed by its own name. Frees text. */
+#define SELF_CALL "kiln_self_("
+static char *self_calls(char *text, long id) {
+    char name[32];
+    int nl = snprintf(name, sizeof name, "kiln_k%ld(", id);
+    if (!strstr(text, name)) return text;
+    kiln_sb out = {0};
+    const char *q = text;
+    for (const char *t = strstr(text, name); t; t = strstr(t, name)) {
+        if (t > text && is_ident(t[-1])) {
+            t += nl;
+            continue;
+        }
+        kiln_sb_putn(&out, q, (size_t)(t - q));
+        kiln_sb_putn(&out, SELF_CALL, strlen(SELF_CALL));
+        q = t = t + nl;
+    }
+    kiln_sb_putn(&out, q, strlen(q));
+    free(text);
+    return kiln_sb_take(&out);
+}
+
 /* the body with its buffer indices as slots (B[n] -> B[kiln_bs_[i]], and
  * the pointer named b<n> -> kiln_b<i>), i in order of first use; 0 when it is
  * not one function in the expected form */
@@ -209,7 +244,7 @@ static int canonicalise(kernel_text *k, const name_set *keep) {
     }
     while (*r) *w++ = *r++;
     *w = 0;
-    k->canon = rename_locals(c.s, keep);
+    k->canon = self_calls(rename_locals(c.s, keep), k->id);
     k->hash = fnv(k->canon);
     return 1;
 }
@@ -278,7 +313,13 @@ char *rt_cc_dedup(const char *src, int *distinct, int *kernels) {
                 kiln_sb_printf(&b, "__attribute__((noinline, visibility(\"hidden\"))) int kiln_body_%ld(const int *kiln_bs_, ",
                      (long)i);
                 kiln_sb_putn(&b, &SIG_REST[1], strlen(SIG_REST) - 1);
-                kiln_sb_putn(&b, ks[i].canon, strlen(ks[i].canon));
+                char self[64];
+                snprintf(self, sizeof self, "kiln_body_%ld(kiln_bs_, ", (long)i);
+                for (const char *q = ks[i].canon, *t; q; q = t ? t + strlen(SELF_CALL) : NULL) {
+                    t = strstr(q, SELF_CALL);
+                    kiln_sb_putn(&b, q, t ? (size_t)(t - q) : strlen(q));
+                    if (t) kiln_sb_putn(&b, self, strlen(self));
+                }
             }
         }
         out = b.s;

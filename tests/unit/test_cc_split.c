@@ -114,8 +114,11 @@ static void case_parts(void) {
 
 /* kernels in the emitter's shape: layer l's kernel reads B[3l+1], B[3l+2]
  * and writes B[3l+3], through pointers named after the buffers; a local
- * named after a loop id that differs per layer (r<l+5>); every third layer
- * scales by a different constant (a kernel that must stay apart) */
+ * named after a loop id that differs per layer (r<l+5>) and a clamp
+ * temporary named after a node (t<1400+l>_i); with flags 7 the kernel
+ * calls itself row by row (as a stream kernel recomputes a row); every
+ * third layer scales by a different constant (a kernel that must stay
+ * apart) */
 #define NL 12
 static char *layers_source(void) {
     size_t cap = 64 << 10, len = 0;
@@ -126,12 +129,14 @@ static char *layers_source(void) {
         len += (size_t)snprintf(s + len, cap - len,
                                 "int kiln_k%d(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n"
                                 "  (void)v; (void)chunk; (void)flags;\n"
+                                "  if (flags == 7 && hi - lo > 1) return kiln_k%d(B, v, lo, lo + 1, chunk, 0) | kiln_k%d(B, v, lo + 1, hi, chunk, 7);\n"
                                 "  const int64_t *restrict b%d = (const int64_t *)B[%d]; /* node #%d */\n"
                                 "  const int64_t *restrict b%d = (const int64_t *)B[%d];\n"
                                 "  int64_t *restrict out = (int64_t *)B[%d];\n"
-                                "  for (int64_t r%d = lo; r%d < hi; r%d++) out[r%d] = k2(b%d[r%d]) + %d * b%d[r%d];\n"
+                                "  for (int64_t r%d = lo; r%d < hi; r%d++) { const int64_t t%d_i = b%d[r%d]; out[r%d] = k2(t%d_i) + %d * b%d[r%d]; }\n"
                                 "  return 0;\n}\n\n",
-                                l, a, a, 100 + l, b, b, o, l + 5, l + 5, l + 5, l + 5, a, l + 5, l % 3 == 2 ? 7 : 3, b, l + 5);
+                                l, l, l, a, a, 100 + l, b, b, o, l + 5, l + 5, l + 5, 1400 + l, a, l + 5, l + 5, 1400 + l,
+                                l % 3 == 2 ? 7 : 3, b, l + 5);
     }
     return s;
 }
@@ -168,7 +173,7 @@ static void case_dedup(void) {
         if (!f) break;
         int (*fn)(void *const *, const int64_t *, int64_t, int64_t, int64_t, int64_t);
         memcpy(&fn, &f, sizeof fn);
-        fn(B, NULL, 0, 4, 0, 0);
+        fn(B, NULL, 0, 4, 0, l % 2 ? 7 : 0); /* 7: row by row through the kernel's calls of itself */
         int a = 3 * l + 1, b = a + 1, o = a + 2;
         for (int j = 0; j < 4; j++) {
             int64_t want = 2 * (100 * a + j) + (l % 3 == 2 ? 7 : 3) * (100 * b + j);
