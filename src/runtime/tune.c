@@ -31,6 +31,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "base.h"
 #include "contract.h"
@@ -127,7 +130,6 @@ static int run_candidate(const launch_args *la, const rt_tune_job *job, rt_kerne
  * repacked copy) before each of the ~20 timed runs of a candidate: 2.4 s a
  * candidate, and the first-run search measured 2 to 4 in its share. */
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 static int cpu_has_clflushopt(void) {
     unsigned a, b, c, d;
     return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 23 & 1u);
