@@ -44,11 +44,13 @@ for t in ${TESTS:-"$BUILD"/tests/test_* tests/py/test_*.py}; do
         *) [ -x "$t" ] || continue; set -- "$t" ;;
     esac
     echo "== $t"
+    t0=$(date +%s)
     "$@" > "$log" 2>&1; rc=$?
+    secs=$(( $(date +%s) - t0 ))
     grep -E '^(FAIL)' "$log"
     p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "FAIL $t: exit status $rc"; tail -5 "$log"; f=1; fi
-    echo "   $p passed, $f failed"
+    echo "   $p passed, $f failed ($secs s)"
     pass=$((pass + p)); fail=$((fail + f))
 done
 rm -f "$log"

@@ -157,7 +157,23 @@ for x in sources:
         bad.setdefault(x[0], "kiln_compile failed: %s" % x[2])
 # NVRTC runs outside the GIL (ctypes releases it), so batches compile in parallel
 B = 60
-tasks = [(good[i:i + B], arch) for i in range(0, len(good), B) for arch in ARCHS]
+batches = [good[i:i + B] for i in range(0, len(good), B)]
+# Under the sanitizers the emitter (kiln's code) runs on every case above, but
+# NVRTC (not kiln's code, and the same CUDA as make test's run) checks only the
+# first batch: the rest of its time bought nothing the plain suite does not
+# check, and CI runs both suites in 30 minutes. The cases it skips pass on
+# the emitted source's form alone and say so.
+emit_only = set()
+if os.environ.get("KILN_ASAN"):
+    in_first = {c for c, _, _ in batches[0]} if batches else set()
+    for items in batches[1:]:
+        for c, src, _ in items:
+            if c not in in_first:
+                emit_only.add(c)
+            if b"__global__" not in src:
+                bad.setdefault(c, "the emitted CUDA has no __global__ kernel")
+    batches = batches[:1]
+tasks = [(items, arch) for items in batches for arch in ARCHS]
 with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
     list(ex.map(lambda t: check(*t), tasks))
 
@@ -172,7 +188,8 @@ for c in seen:
         print("FAIL cuda_compile_%s: %s" % (c, " ".join(bad[c].split())[:600]))
         failed += 1
     else:
-        print("PASS cuda_compile_%s (%d program%s)" % (c, n, "" if n == 1 else "s"))
+        checked = "emitted; NVRTC checks it in make test" if c in emit_only else "compiled"
+        print("PASS cuda_compile_%s (%d program%s %s)" % (c, n, "" if n == 1 else "s", checked))
 if len(seen) < 100:
     print("FAIL cuda_compile_suite: only %d cases produced programs" % len(seen))
     failed += 1
