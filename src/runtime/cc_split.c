@@ -4,8 +4,10 @@
  * at -O2) is most of a first `kiln run`'s wait.
  *
  * The cut: the prelude is everything before the first line that starts a
- * kernel function ("int kiln_k"); every part is the prelude followed by a
- * run of whole kernels, the runs balanced by bytes. The prelude holds only
+ * kernel function ("int kiln_k"); every part is the prelude followed by
+ * whole kernels (in the source's order), the kernels given to parts by
+ * their cost: their own bytes and those of the prelude functions they call
+ * that the part does not call yet (assign_parts). The prelude holds only
  * static (internal) definitions, so each part has its own copy and the link
  * sees each kernel once. A source that does not have this shape, a part
  * that fails to compile (a part calling a function that another part
@@ -17,6 +19,7 @@
  * the cache key (cpu.c) is the hash of the whole source.
  */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +27,160 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "cc_pair.h"
 #include "cc_split.h"
 
 #define KERNEL_MARK "\nint kiln_k"
 #define MAX_PARTS 8
 
-static int write_all(const char *path, const char *a, size_t na, const char *b, size_t nb) {
+/* a kernel's text: from its "int kiln_k" line to the next one's */
+typedef struct segment {
+    size_t at, len;
+    double cost; /* its bytes and the bytes of the prelude functions it calls */
+} segment;
+
+static segment *segments(const char *src, size_t pre, int *n) {
+    int cap = 256;
+    segment *v = kiln_xcalloc((size_t)cap, sizeof *v);
+    *n = 0;
+    size_t at = pre, total = strlen(src);
+    while (at < total) {
+        const char *next = strstr(src + at, KERNEL_MARK);
+        size_t end = next ? (size_t)(next - src) + 1 : total;
+        if (*n == cap) {
+            cap *= 2;
+            v = kiln_xrealloc(v, (size_t)cap * sizeof *v);
+        }
+        v[*n].at = at;
+        v[*n].len = end - at;
+        v[*n].cost = 0;
+        (*n)++;
+        at = end;
+    }
+    return v;
+}
+
+static int is_id(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+
+/* the index of the prelude part named by the identifier [a, a+l), or -1:
+ * an open-addressed table of the parts' names */
+typedef struct name_table {
+    int *slot; /* part index + 1; 0 empty */
+    size_t cap;
+    const rt_cc_part *parts;
+} name_table;
+
+static uint64_t name_hash(const char *a, size_t l) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < l; i++) h = (h ^ (uint8_t)a[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static int name_find(const name_table *t, const char *a, size_t l) {
+    for (size_t i = name_hash(a, l) & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+        int p = t->slot[i] - 1;
+        if (p < 0) return -1;
+        if (strlen(t->parts[p].name) == l && memcmp(t->parts[p].name, a, l) == 0) return p;
+    }
+}
+
+/* kernels to parts: the costliest first, each to the part where it adds
+ * least to the largest load, a prelude function a part already calls
+ * costing it nothing more (a static function is compiled once per unit
+ * that calls it). The C compiler's time follows the prelude's micro-kernels
+ * a kernel calls more than its own bytes: gemma3-270m's two programs as one
+ * unit (cc_pair.c) cut at half the bytes were 12.0 and 3.8 s of compile,
+ * one kernel calling 160 KB of them 3.5 s alone. The number of parts made */
+static int assign_parts(const char *src, segment *seg, int nseg, int nparts, int *part_of) {
+    rt_cc_part *pp = NULL;
+    int np = rt_cc_prelude_parts(src, &pp);
+    name_table t = {0};
+    t.cap = 64;
+    while (t.cap < 2 * (size_t)np + 2) t.cap *= 2;
+    t.slot = kiln_xcalloc(t.cap, sizeof *t.slot);
+    t.parts = pp;
+    for (int p = 0; p < np; p++) {
+        size_t l = strlen(pp[p].name);
+        if (!l || strcmp(pp[p].name, "?") == 0 || name_find(&t, pp[p].name, l) >= 0) continue;
+        size_t i = name_hash(pp[p].name, l) & (t.cap - 1);
+        while (t.slot[i]) i = (i + 1) & (t.cap - 1);
+        t.slot[i] = p + 1;
+    }
+    /* each kernel's calls into the prelude, as part indices */
+    int **refs = kiln_xcalloc((size_t)nseg + 1, sizeof *refs);
+    int *nref = kiln_xcalloc((size_t)nseg + 1, sizeof *nref);
+    uint8_t *seen = kiln_xcalloc((size_t)np + 1, 1);
+    for (int k = 0; k < nseg; k++) {
+        const char *a = src + seg[k].at, *e = a + seg[k].len;
+        int cap = 0;
+        seg[k].cost = (double)seg[k].len;
+        for (const char *c = a; c < e;) {
+            if (!is_id(*c) || (c > a && is_id(c[-1]))) {
+                c++;
+                continue;
+            }
+            const char *d = c;
+            while (d < e && is_id(*d)) d++;
+            int p = np ? name_find(&t, c, (size_t)(d - c)) : -1;
+            if (p >= 0 && !seen[p]) {
+                seen[p] = 1;
+                if (nref[k] == cap) {
+                    cap = cap ? 2 * cap : 8;
+                    refs[k] = kiln_xrealloc(refs[k], (size_t)cap * sizeof **refs);
+                }
+                refs[k][nref[k]++] = p;
+                seg[k].cost += (double)pp[p].len;
+            }
+            c = d;
+        }
+        for (int r = 0; r < nref[k]; r++) seen[refs[k][r]] = 0;
+    }
+    int *order = kiln_xcalloc((size_t)nseg + 1, sizeof *order);
+    for (int k = 0; k < nseg; k++) order[k] = k;
+    for (int i = 1; i < nseg; i++) { /* by cost, largest first (insertion: stable, few hundred) */
+        int k = order[i], j = i;
+        while (j > 0 && seg[order[j - 1]].cost < seg[k].cost) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = k;
+    }
+    double load[MAX_PARTS] = {0};
+    uint8_t *has = kiln_xcalloc((size_t)nparts * (size_t)(np + 1), 1); /* part x prelude part */
+    int used = 0;
+    for (int i = 0; i < nseg; i++) {
+        int k = order[i], best = 0;
+        double best_load = 0;
+        for (int q = 0; q < nparts; q++) {
+            double add = (double)seg[k].len;
+            for (int r = 0; r < nref[k]; r++)
+                if (!has[(size_t)q * (size_t)(np + 1) + (size_t)refs[k][r]]) add += (double)pp[refs[k][r]].len;
+            if (q == 0 || load[q] + add < best_load) best = q, best_load = load[q] + add;
+        }
+        part_of[k] = best;
+        load[best] = best_load;
+        for (int r = 0; r < nref[k]; r++) has[(size_t)best * (size_t)(np + 1) + (size_t)refs[k][r]] = 1;
+        if (best + 1 > used) used = best + 1;
+    }
+    for (int k = 0; k < nseg; k++) free(refs[k]);
+    free(refs);
+    free(nref);
+    free(seen);
+    free(order);
+    free(has);
+    free(t.slot);
+    free(pp);
+    return used;
+}
+
+/* part q's unit: the prelude, then its kernels in the source's order */
+static int write_part(const char *path, const char *src, size_t pre, const segment *seg, int nseg,
+                      const int *part_of, int q) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
-    int bad = fwrite(a, 1, na, f) != na || fwrite(b, 1, nb, f) != nb;
+    int bad = fwrite(src, 1, pre, f) != pre;
+    for (int k = 0; k < nseg && !bad; k++)
+        if (part_of[k] == q) bad = fwrite(src + seg[k].at, 1, seg[k].len, f) != seg[k].len;
     return fclose(f) != 0 || bad ? -1 : 0;
 }
 
@@ -57,20 +205,16 @@ int rt_cc_split_build(const char *src, int nparts, const char *cc, const char *f
     if (nparts < 2 || nparts > MAX_PARTS) return -1;
     const char *first = strstr(src, KERNEL_MARK);
     if (!first) return -1;
-    size_t pre = (size_t)(first - src) + 1, total = strlen(src);
-    /* cut points: the kernel starts nearest each 1/nparts of the kernels' bytes */
-    size_t cut[MAX_PARTS + 1];
-    int n = 0;
-    cut[n++] = pre;
-    for (int i = 1; i < nparts; i++) {
-        size_t want = pre + (total - pre) * (size_t)i / (size_t)nparts;
-        const char *at = strstr(src + (want > cut[n - 1] ? want : cut[n - 1] + 1) - 1, KERNEL_MARK);
-        if (!at) break;
-        size_t c = (size_t)(at - src) + 1;
-        if (c > cut[n - 1] && c < total) cut[n++] = c;
+    size_t pre = (size_t)(first - src) + 1;
+    int nseg = 0;
+    segment *seg = segments(src, pre, &nseg);
+    int *part_of = kiln_xcalloc((size_t)nseg + 1, sizeof *part_of);
+    int n = assign_parts(src, seg, nseg, nparts, part_of);
+    if (n < 2) {
+        free(seg);
+        free(part_of);
+        return -1;
     }
-    cut[n] = total;
-    if (n < 2) return -1;
 
     char cmd[16384], q[1200], qo[1200];
     size_t used = 0;
@@ -82,7 +226,7 @@ int rt_cc_split_build(const char *src, int nparts, const char *cc, const char *f
         char cpath[1100], opath[1100];
         snprintf(cpath, sizeof cpath, "%s.p%d.c", tmp_base, i);
         snprintf(opath, sizeof opath, "%s.p%d.o", tmp_base, i);
-        if (write_all(cpath, src, pre, src + cut[i], cut[i + 1] - cut[i]) != 0 || quoted(q, sizeof q, cpath) != 0 ||
+        if (write_part(cpath, src, pre, seg, nseg, part_of, i) != 0 || quoted(q, sizeof q, cpath) != 0 ||
             quoted(qo, sizeof qo, opath) != 0) {
             ok = 0;
             break;
@@ -118,6 +262,8 @@ int rt_cc_split_build(const char *src, int nparts, const char *cc, const char *f
         }
     }
     int st = ok ? system(cmd) : -1;
+    free(seg);
+    free(part_of);
     for (int i = 0; i < n; i++) {
         char path[1100];
         snprintf(path, sizeof path, "%s.p%d.c", tmp_base, i);

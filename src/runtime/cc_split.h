@@ -29,5 +29,17 @@ void rt_cc_rate_remember(double alone_rate);
 /* the next compile on this thread (rt_cpu_compile) is a whole program's:
  * only such a build teaches the rate (a search's candidate units do not) */
 void rt_cc_next_is_program(void);
+/* the program (its source and the flags given with it) to build together
+ * with the next program's build on this thread, as one unit (cc_pair.c):
+ * that build's object then holds both, and a later rt_cpu_compile of the
+ * companion finds it through an alias in the cache (kiln-<hash>.alias).
+ * Consumed by that build; NULL clears it */
+void rt_cc_companion(const char *src, const char *cflags);
+/* the seconds the last rt_cpu_compile on this thread spent in the C
+ * compiler (0 when the cache held the object) */
+double rt_cc_last_seconds(void);
+/* the seconds this thread's builds of pairs took since the last call (and
+ * the last pair's unit bytes into *unit_bytes, may be NULL), then zero */
+double rt_cc_paired_seconds(size_t *unit_bytes);
 
 #endif

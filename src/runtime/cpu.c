@@ -36,12 +36,14 @@
 #include "config.h"
 #include "cache_trim.h"
 #include "cc_dedup.h"
+#include "cc_pair.h"
 #include "cc_split.h"
 #include "progress.h"
 
 struct rt_module {
     void *handle;
     char path[1024];
+    long offset; /* kernel kiln_k<N> is the object's kiln_k<N + offset> (a pair's second program, cc_pair.c) */
 };
 
 /* ---- compiler identity ------------------------------------------------ */
@@ -311,6 +313,17 @@ void rt_cc_rate_remember(double alone_rate) {
 int rt_cc_rate_learnt(void) { return cc_rate_learnt; }
 void rt_cc_next_is_program(void) { cc_next_program = 1; }
 
+/* the program to compile with the next program's build on this thread
+ * (rt_cc_companion), and the flags it is compiled with */
+static _Thread_local char *companion_src, *companion_flags;
+
+void rt_cc_companion(const char *src, const char *cflags) {
+    free(companion_src);
+    free(companion_flags);
+    companion_src = src ? kiln_xstrdup(src) : NULL;
+    companion_flags = src ? kiln_xstrdup(cflags ? cflags : "") : NULL;
+}
+
 /* what the compiler is given beyond the code and ISA flags: with GCC, RTL
  * combine tries pairs of instructions only (--param=max-combine-insns=2;
  * GCC's -O2 tries up to 4). The generated contraction tiles are long
@@ -336,7 +349,7 @@ static const char *base_flags = "-O2 -shared -fPIC -fwrapv -ffp-contract=off -fn
  * system()'s status (0: built) */
 /* *unit_len: the bytes of the unit compiled (the deduplicated text, or src) */
 static int cc_build(const char *src, const char *cpath, const char *cflags, const char *tmpso, const char *errpath,
-                    size_t *unit_len_out) {
+                    size_t *unit_len_out, int raw_fallback) {
     const char *cc = rt_cc();
     char qc[1200], qtmp[1200], qerr[1200], cmd[5000];
     shell_quote(qc, sizeof qc, cpath);
@@ -369,7 +382,7 @@ static int cc_build(const char *src, const char *cpath, const char *cflags, cons
         else if (write_file_atomic(upath, unit, unit_len) == 0) st = system(ucmd);
         remove(upath);
     }
-    if (st != 0) {
+    if (st != 0 && (raw_fallback || !tu)) {
         *unit_len_out = strlen(src);
         st = parts > 1 && rt_cc_split_build(src, parts, cc, part_flags, tmpso, tmpso) == 0 ? 0 : system(cmd);
     }
@@ -378,8 +391,96 @@ static int cc_build(const char *src, const char *cpath, const char *cflags, cons
     return st;
 }
 
+static uint64_t source_hash(const char *src, const char *cc, const char *ident, const char *cflags) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv(h, src);
+    h = fnv(h, cc);
+    h = fnv(h, ident);
+    h = fnv(h, base_flags);
+    return fnv(h, cflags ? cflags : "");
+}
+
+/* the program of hash h from another program's object (a pair, cc_pair.c):
+ * kiln-<h>.alias names that object and the offset of h's kernels in it, and
+ * the object must define kiln_pair_<h>. 1 when m holds it; an alias that
+ * fails any of this is removed (the object was trimmed or rebuilt alone) */
+static int load_alias(const char *dir, uint64_t h, rt_module *m) {
+    char apath[1024], text[128], target[64], sym[64];
+    snprintf(apath, sizeof apath, "%s/kiln-%016llx.alias", dir, (unsigned long long)h);
+    FILE *f = fopen(apath, "rb");
+    if (!f) return 0;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    long offset = 0;
+    int used = 0;
+    int ok = sscanf(text, "%40s %ld\n%n", target, &offset, &used) == 2 && used == (int)n &&
+             strlen(target) == 5 + 16 + 3 && strncmp(target, "kiln-", 5) == 0 &&
+             strspn(target + 5, "0123456789abcdef") == 16 && strcmp(target + 21, ".so") == 0 && offset > 0;
+    if (ok) {
+        snprintf(m->path, sizeof m->path, "%s/%s", dir, target);
+        m->handle = dlopen(m->path, RTLD_NOW | RTLD_LOCAL);
+        snprintf(sym, sizeof sym, "kiln_pair_%016llx", (unsigned long long)h);
+        ok = m->handle && dlsym(m->handle, sym);
+    }
+    if (!ok) {
+        if (m->handle) dlclose(m->handle);
+        m->handle = NULL;
+        remove(apath);
+        return 0;
+    }
+    m->offset = offset;
+    utimensat(AT_FDCWD, m->path, NULL, 0); /* recently used: the trim keeps it */
+    return 1;
+}
+
+/* 1 when the program of hash h is in the cache (its own object or an alias) */
+static int cached(const char *dir, uint64_t h) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/kiln-%016llx.so", dir, (unsigned long long)h);
+    if (access(path, R_OK) == 0) return 1;
+    snprintf(path, sizeof path, "%s/kiln-%016llx.alias", dir, (unsigned long long)h);
+    return access(path, R_OK) == 0;
+}
+
+/* the companion of a program's build (rt_cc_companion), when it is compiled
+ * with the same flags and is neither this program nor cached; malloc'd */
+static char *take_companion(int program, const char *cflags, const char *dir, uint64_t h, const char *cc,
+                            const char *ident, const char *flags, uint64_t *hc) {
+    char *c = NULL;
+    if (program && companion_src && strcmp(companion_flags, cflags ? cflags : "") == 0) {
+        *hc = source_hash(companion_src, cc, ident, flags);
+        if (*hc != h && !cached(dir, *hc)) {
+            c = companion_src;
+            companion_src = NULL;
+        }
+    }
+    if (program) rt_cc_companion(NULL, NULL);
+    return c;
+}
+
+/* the pair's object built: the second program's alias beside it */
+static void write_alias(const char *dir, uint64_t hc, uint64_t h) {
+    char apath[1024], text[128];
+    snprintf(apath, sizeof apath, "%s/kiln-%016llx.alias", dir, (unsigned long long)hc);
+    int n = snprintf(text, sizeof text, "kiln-%016llx.so %ld\n", (unsigned long long)h, RT_CC_PAIR_OFFSET);
+    write_file_atomic(apath, text, (size_t)n); /* best effort: without it the second is compiled alone */
+}
+
+static _Thread_local double cc_last_s, cc_paired_s;
+static _Thread_local size_t cc_paired_unit;
+double rt_cc_last_seconds(void) { return cc_last_s; }
+double rt_cc_paired_seconds(size_t *unit_bytes) {
+    double t = cc_paired_s;
+    if (unit_bytes) *unit_bytes = cc_paired_unit;
+    cc_paired_s = 0;
+    cc_paired_unit = 0;
+    return t;
+}
+
 kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out, char *err, size_t errcap) {
     *out = NULL;
+    cc_last_s = 0;
     const char *cc = rt_cc();
     const char *ident = rt_cc_identity();
     if (!ident) {
@@ -396,15 +497,11 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     }
     char flags[1024];
     snprintf(flags, sizeof flags, "%s %s", cc_extra_flags(ident), cflags ? cflags : "");
+    const char *given_flags = cflags;
     cflags = flags;
     int program = cc_next_program; /* a program's build (rt_cc_next_is_program) */
     cc_next_program = 0;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv(h, src);
-    h = fnv(h, cc);
-    h = fnv(h, ident);
-    h = fnv(h, base_flags);
-    h = fnv(h, cflags ? cflags : "");
+    uint64_t h = source_hash(src, cc, ident, cflags);
     char cpath[1024], sopath[1024];
     snprintf(cpath, sizeof cpath, "%s/kiln-%016llx.c", dir, (unsigned long long)h);
     snprintf(sopath, sizeof sopath, "%s/kiln-%016llx.so", dir, (unsigned long long)h);
@@ -415,14 +512,24 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
         m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
         if (m->handle) {
             utimensat(AT_FDCWD, sopath, NULL, 0); /* recently used: the trim keeps it */
+            if (program) rt_cc_companion(NULL, NULL);
             rt_compile_stage("cached", 1, 1);
             *out = m;
             return KILN_OK;
         }
         remove(sopath); /* damaged: rebuild it */
     }
+    if (load_alias(dir, h, m)) {
+        if (program) rt_cc_companion(NULL, NULL);
+        rt_compile_stage("cached", 1, 1);
+        *out = m;
+        return KILN_OK;
+    }
+    uint64_t hc = 0;
+    char *comp = take_companion(program, given_flags, dir, h, cc, ident, cflags, &hc);
     if (write_file_atomic(cpath, src, strlen(src)) != 0) {
         snprintf(err, errcap, "cannot write the kernel source %s", cpath);
+        free(comp);
         free(m);
         return KILN_ERR_IO;
     }
@@ -431,8 +538,27 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
     snprintf(errpath, sizeof errpath, "%s.err.%ld", sopath, (long)getpid());
     double t_cc = kiln_now_s();
     size_t unit_len = 0;
-    int st = cc_build(src, cpath, cflags, tmpso, errpath, &unit_len);
+    /* with a companion, the two programs as one unit (cc_pair.c): the
+     * bodies they share compiled once; alone when they cannot be joined */
+    char *joint = comp ? rt_cc_pair_source(src, comp, hc) : NULL;
+    char jpath[1100];
+    snprintf(jpath, sizeof jpath, "%s.%ld.pair.c", cpath, (long)getpid());
+    if (joint && write_file_atomic(jpath, joint, strlen(joint)) != 0) {
+        free(joint);
+        joint = NULL;
+    }
+    int st = joint ? cc_build(joint, jpath, cflags, tmpso, errpath, &unit_len, 0) : -1;
+    int paired = joint && st == 0;
+    if (joint) remove(jpath);
+    free(joint);
+    free(comp);
+    if (!paired) st = cc_build(src, cpath, cflags, tmpso, errpath, &unit_len, 1);
     t_cc = kiln_now_s() - t_cc;
+    cc_last_s = t_cc;
+    if (paired) {
+        cc_paired_s += t_cc;
+        cc_paired_unit = unit_len;
+    }
     /* wall seconds per emitted byte of a whole program, for estimates
      * (rt_cc_seconds_per_byte): a search's candidate units are dense micro-
      * kernels with nothing to share and teach nothing about a program's
@@ -471,12 +597,24 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
         free(m);
         return KILN_ERR_IO;
     }
+    if (paired) write_alias(dir, hc, h);
     trim_cache(dir, sopath);
     *out = m;
     return KILN_OK;
 }
 
-void *rt_cpu_symbol(rt_module *m, const char *name) { return m && m->handle ? dlsym(m->handle, name) : NULL; }
+void *rt_cpu_symbol(rt_module *m, const char *name) {
+    if (!m || !m->handle) return NULL;
+    char moved[64];
+    long n = 0;
+    int used = 0;
+    /* a pair's second program: its kernels are numbered past the offset */
+    if (m->offset && sscanf(name, "kiln_k%ld%n", &n, &used) == 1 && name[used] == 0 && n >= 0) {
+        snprintf(moved, sizeof moved, "kiln_k%ld", n + m->offset);
+        name = moved;
+    }
+    return dlsym(m->handle, name);
+}
 const char *rt_cpu_module_path(const rt_module *m) { return m ? m->path : ""; }
 
 void rt_cpu_module_free(rt_module *m) {

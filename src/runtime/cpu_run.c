@@ -72,6 +72,12 @@ static rt_cpu_state *cpu_state(const kiln_program *p) { return p->dev; }
 void **rt_cpu_bufs(kiln_program *p) { return cpu_state(p)->bufs; }
 size_t rt_cpu_repacked_bytes(const kiln_program *p, int32_t b) { return cpu_state(p)->repacked[b].bytes; }
 
+char *rt_cpu_emit_source(const kiln_program *p) {
+    cg_options co;
+    co.isa = p->plan.isa;
+    return p->plan.be->emit(&p->plan.sp, &co);
+}
+
 /* emit the program, compile it, look up every kernel function (replacing a
  * previous module, after a search changed schedules) */
 kiln_status rt_cpu_emit_and_load(kiln_program *p, char *err, size_t errcap) {

@@ -146,6 +146,8 @@ kiln_status rt_tune_after_run(kiln_program *p, kiln_status s);
 /* emit the plan, compile it, look up every kernel function, replacing the
  * code loaded before (host-code backends; cpu_run.c) */
 kiln_status rt_cpu_emit_and_load(kiln_program *p, char *err, size_t errcap);
+/* the program's C as the emitter makes it now (malloc'd): what rt_cpu_emit_and_load compiles */
+char *rt_cpu_emit_source(const kiln_program *p);
 /* the host address of every buffer, for the CPU's search (cpu_run.c) */
 void **rt_cpu_bufs(kiln_program *p);
 /* the bytes of B's decode copy (0: none) (cpu_run.c) */
