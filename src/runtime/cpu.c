@@ -467,6 +467,22 @@ static void write_alias(const char *dir, uint64_t hc, uint64_t h) {
     write_file_atomic(apath, text, (size_t)n); /* best effort: without it the second is compiled alone */
 }
 
+/* the program of hash h from the cache: its own object (a damaged one is
+ * removed) or a pair's through its alias; 1 when m holds it */
+static int load_cached(const char *dir, uint64_t h, const char *sopath, rt_module *m) {
+    if (access(sopath, R_OK) == 0) {
+        m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
+        if (m->handle) {
+            utimensat(AT_FDCWD, sopath, NULL, 0); /* recently used: the trim keeps it */
+            return 1;
+        }
+        remove(sopath); /* damaged: rebuild it */
+    }
+    if (load_alias(dir, h, m)) return 1;
+    snprintf(m->path, sizeof m->path, "%s", sopath);
+    return 0;
+}
+
 static _Thread_local double cc_last_s, cc_paired_s;
 static _Thread_local size_t cc_paired_unit;
 double rt_cc_last_seconds(void) { return cc_last_s; }
@@ -508,18 +524,7 @@ kiln_status rt_cpu_compile(const char *src, const char *cflags, rt_module **out,
 
     rt_module *m = kiln_xcalloc(1, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", sopath);
-    if (access(sopath, R_OK) == 0) {
-        m->handle = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
-        if (m->handle) {
-            utimensat(AT_FDCWD, sopath, NULL, 0); /* recently used: the trim keeps it */
-            if (program) rt_cc_companion(NULL, NULL);
-            rt_compile_stage("cached", 1, 1);
-            *out = m;
-            return KILN_OK;
-        }
-        remove(sopath); /* damaged: rebuild it */
-    }
-    if (load_alias(dir, h, m)) {
+    if (load_cached(dir, h, sopath, m)) {
         if (program) rt_cc_companion(NULL, NULL);
         rt_compile_stage("cached", 1, 1);
         *out = m;
