@@ -40,6 +40,14 @@
 #include "family.h"
 #include "search.h"
 
+/* the bytes a decode tile's prefetch should run ahead of its reads of a
+ * weight streamed from memory (sch_cost_dot): on an Intel Xeon without AMX
+ * (DRAM 16.6 GB/s at one thread) leads of 1.4, 2.8, 5.6 and 11 KB gave
+ * 59%, 62%, 69% and 76% of the best measured decode speed, so the model
+ * wants about 8 KB: the 8-row q5_0 tile at pf=32 with pf2=64, q8_0 at
+ * pf=32 */
+#define SCH_DECODE_LEAD_BYTES 8192.0
+
 sch_machine sch_machine_default(void) {
     sch_machine m;
     m.fma_gflops = 210.0; /* `kiln device` on the 2-core AVX-512 VM (12-chain probe) */
@@ -288,7 +296,28 @@ double sch_cost_dot(const sch_machine *mc, const sch_contract_shape *sh, const s
      * streams the longer (Intel Xeon with AMX, q4_k decode 2048 x 2048 at
      * 1 thread: the plain int8 1 x 1 tile 246 us at pf=0, 139 us at pf=16;
      * the 8-row repacked tile 743 against 692 us) */
-    if (s->pf == 0 && streamed) memory *= 1.0 + 0.75 / (double)(s->nr > 0 ? s->nr : 1);
+    double no_pf = 1.0 + 0.75 / (double)(s->nr > 0 ? s->nr : 1);
+    /* a decode weight read from memory needs bytes in flight: a tile's
+     * prefetch runs pf (T0) or pf2 (T1) 32-value chunks ahead on each of its
+     * rows (the rp tiles' 8 interleaved rows are one record per chunk), and
+     * too short a lead leaves the stream waiting on DRAM. gemma3-270m at 1
+     * thread, every decode contraction forced to the 8-row repacked int8
+     * tile (KILN_CONTRACT_SCHED_SMALL, Intel Xeon without AMX), tg64 t/s:
+     * pf=8 41.3, pf=16 43.0, pf=32 47.7, pf=32 pf2=64 52.7; interleaved
+     * pairs pf=8 vs pf=32 pf2=64 at 2 threads 57-81 vs 95-98. The lead the
+     * model wants: SCH_DECODE_LEAD_BYTES. The far level counts only for
+     * the nibble formats (q4_0, q5_0 and the k-quants), whose unpacking it
+     * feeds: q8_0 took 31.7 GB/s at pf=8 and 28.3 with pf2=16 (below) */
+    if (streamed && sh->m <= 4) {
+        double lead_rows = s->rp ? 8.0 : (double)(s->nr > 0 ? s->nr : 1);
+        double chunk_row = b_row / (double)(chunks > 0 ? chunks : 1);
+        int far = s->pf2 > s->pf && dequant_cost(sh->b_dtype) >= 12 ? s->pf2 : s->pf;
+        double lead = lead_rows * chunk_row * (double)far, short_lead = 1.0;
+        if (lead < SCH_DECODE_LEAD_BYTES) short_lead = 1.0 + 0.6 * (1.0 - lead / SCH_DECODE_LEAD_BYTES);
+        memory *= s->pf == 0 && no_pf > short_lead ? no_pf : short_lead;
+    } else if (s->pf == 0 && streamed) {
+        memory *= no_pf;
+    }
     /* the rp tiles' far prefetch into L2 (pf2) keeps the k-quants' heavy
      * dequantisation fed, and costs the light formats the slots it takes
      * (Intel Xeon with AMX, 14336 x 4096 and 4096 x 14336 from DRAM, 8-row

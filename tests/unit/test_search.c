@@ -1067,8 +1067,46 @@ static void test_small_decode_weight_prefetch(void) {
     CASE_END();
 }
 
+/* a decode weight read from memory: the model prices the prefetch's lead
+ * (cost.c, SCH_DECODE_LEAD_BYTES), so the 8-row q5_0 tile gets cheaper as
+ * its lead grows (gemma3-270m's 2048 x 640: 91 us at pf=8, 59 us at pf=32
+ * with pf2=64, one thread, Intel Xeon without AMX), the model's first choice
+ * has the long lead, and q8_0's far level adds no lead */
+static void test_decode_lead(void) {
+    CASE_BEGIN("decode_prefetch_lead");
+    sch_machine mc = sch_machine_default();
+    for (int q8 = 0; q8 < 2; q8++) {
+        sch_contract_shape sh = {1, 2048, 640, 1, q8 ? KILN_Q8_0 : KILN_Q5_0, 1, 1, 0, 0, 0, 1, 0};
+        int ns = sch_space_contract(&sh, NULL, 0), found = 0, best = -1;
+        sch_contract_sched *sp = malloc((size_t)ns * sizeof *sp);
+        CHECK(sch_space_contract(&sh, sp, ns) == ns, "enumeration size differs");
+        double cbest = 0;
+        for (int i = 0; i < ns; i++) {
+            double c = sch_cost_contract(&mc, &sh, &sp[i]);
+            if (best < 0 || c < cbest) best = i, cbest = c;
+            if (sp[i].arith != SCH_ARITH_I8 || !sp[i].rp || sp[i].pf != 8 || sp[i].pf2 || sp[i].form || found) continue;
+            found = 1;
+            sch_contract_sched v[4] = {sp[i], sp[i], sp[i], sp[i]};
+            v[1].pf = 16;
+            v[2].pf = 32;
+            v[3].pf = 32;
+            v[3].pf2 = 64;
+            double c0 = sch_cost_contract(&mc, &sh, &v[0]), c1 = sch_cost_contract(&mc, &sh, &v[1]);
+            double c2 = sch_cost_contract(&mc, &sh, &v[2]), c3 = sch_cost_contract(&mc, &sh, &v[3]);
+            if (!q8) CHECK(c0 > c1 && c1 > c2 && c2 > c3, "q5_0 leads pf=8/16/32/32+64 priced %g %g %g %g", c0, c1, c2, c3);
+            else CHECK(c0 > c2 && c3 >= c2, "q8_0 pf=8/32/32+64 priced %g %g %g", c0, c2, c3);
+        }
+        CHECK(found, "no 8-row repacked int8 tile at pf=8 in the space (q8=%d)", q8);
+        if (!q8 && best >= 0)
+            CHECK(sp[best].pf >= 32 || sp[best].pf2 >= 64, "the first choice leads by pf=%d pf2=%d", sp[best].pf, sp[best].pf2);
+        free(sp);
+    }
+    CASE_END();
+}
+
 int main(void) {
     test_reserve_arithmetic();
+    test_decode_lead();
     snprintf(db_path, sizeof db_path, "/tmp/kiln-test-search-%d.db", (int)getpid());
     setenv("KILN_TUNEDB", db_path, 1);
     test_contract_runs();
