@@ -9,6 +9,9 @@
  * safe (the mapping stays); one that a process is about to dlopen fails to
  * load there and is rebuilt (cpu.c treats an unloadable object as damaged).
  *
+ * An alias (kiln-<hash>.alias: a program held by a pair's object, cpu.c)
+ * goes with the object it names.
+ *
  * Invariants: only names of the cache's own form are touched; the object
  * just written (keep) stays; no error is reported, the trim is best effort.
  */
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base.h"
 #include "config.h"
@@ -49,6 +53,30 @@ static int object_name(const char *n) {
     return 1;
 }
 
+/* kiln-<16 hex>.alias files (a program found in a pair's object, cpu.c)
+ * whose object is gone: removed, as the object's own pair would be */
+static void drop_dangling_aliases(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    char path[1200], target[1200], text[96], name[64];
+    while ((de = readdir(d)) != NULL) {
+        const char *nm = de->d_name;
+        size_t l = strlen(nm);
+        if (l != 5 + 16 + 6 || strncmp(nm, "kiln-", 5) != 0 || strcmp(nm + l - 6, ".alias") != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, nm);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = 0;
+        int named = sscanf(text, "%40s", name) == 1 && object_name(name);
+        snprintf(target, sizeof target, "%s/%s", dir, named ? name : "");
+        if (!named || access(target, F_OK) != 0) remove(path);
+    }
+    closedir(d);
+}
+
 int rt_cache_trim(const char *dir, uint64_t limit, const char *keep) {
     if (!dir || limit == 0) return 0;
     DIR *d = opendir(dir);
@@ -63,7 +91,8 @@ int rt_cache_trim(const char *dir, uint64_t limit, const char *keep) {
         const char *nm = de->d_name;
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, nm);
-        if (strncmp(nm, "kiln-", 5) == 0 && (strstr(nm, ".so.tmp.") || strstr(nm, ".so.err."))) {
+        if (strncmp(nm, "kiln-", 5) == 0 &&
+            (strstr(nm, ".so.tmp.") || strstr(nm, ".so.err.") || strstr(nm, ".pair.c") || strstr(nm, ".dedup.c"))) {
             /* a compiler that died: its leftovers, once surely not in use */
             if (stat(path, &st) == 0 && now - st.st_mtime > 3600) remove(path);
             continue;
@@ -97,5 +126,6 @@ int rt_cache_trim(const char *dir, uint64_t limit, const char *keep) {
         }
     }
     free(es);
+    drop_dangling_aliases(dir);
     return removed;
 }

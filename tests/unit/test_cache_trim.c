@@ -73,6 +73,18 @@ static void test_trim_order(void) {
     put(dir, "notes.so", 5000, 900);                        /* not the cache's */
     put(dir, "kiln-000000000000000e.so.tmp.123.so", 50, 7200); /* a dead compiler's */
     put(dir, "kiln-000000000000000f.so.err.124", 50, 60);      /* a live one's */
+    put(dir, "kiln-00000000000000a1.alias", 0, 60);            /* its object is trimmed below */
+    put(dir, "kiln-00000000000000c1.alias", 0, 60);            /* its object stays */
+    put(dir, "kiln-00000000000000e1.alias", 0, 60);            /* damaged */
+    char apath[512];
+    const char *alias_text[3][2] = {{"kiln-00000000000000a1.alias", "kiln-000000000000000a.so 1000000\n"},
+                                    {"kiln-00000000000000c1.alias", "kiln-000000000000000c.so 1000000\n"},
+                                    {"kiln-00000000000000e1.alias", "garbage"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(apath, sizeof apath, "%s/%s", dir, alias_text[i][0]);
+        FILE *af = fopen(apath, "wb");
+        CHECK(af && fputs(alias_text[i][1], af) >= 0 && fclose(af) == 0, "writing %s", apath);
+    }
     char keep[512];
     snprintf(keep, sizeof keep, "%s/kiln-000000000000000d.so", dir);
     /* counted without d: 3600 bytes; bound 3000 trims to 2250: a, then b */
@@ -85,6 +97,9 @@ static void test_trim_order(void) {
     CHECK(there(dir, "notes.so"), "a file not of the cache's form was removed");
     CHECK(!there(dir, "kiln-000000000000000e.so.tmp.123.so"), "an hour-old temporary stayed");
     CHECK(there(dir, "kiln-000000000000000f.so.err.124"), "a fresh error file was removed");
+    CHECK(!there(dir, "kiln-00000000000000a1.alias"), "an alias to a trimmed object stayed");
+    CHECK(there(dir, "kiln-00000000000000c1.alias"), "an alias to a kept object was removed");
+    CHECK(!there(dir, "kiln-00000000000000e1.alias"), "a damaged alias stayed");
     /* under the bound: nothing goes; 0 disables */
     CHECK(rt_cache_trim(dir, 1 << 20, NULL) == 0, "trimmed under the bound");
     CHECK(rt_cache_trim(dir, 0, NULL) == 0, "trimmed with the bound off");
