@@ -81,13 +81,14 @@ char *rt_cpu_emit_source(const kiln_program *p) {
 /* emit the program, compile it, look up every kernel function (replacing a
  * previous module, after a search changed schedules) */
 kiln_status rt_cpu_emit_and_load(kiln_program *p, char *err, size_t errcap) {
+    return rt_cpu_load_source(p, rt_cpu_emit_source(p), err, errcap);
+}
+
+kiln_status rt_cpu_load_source(kiln_program *p, char *source, char *err, size_t errcap) {
     const rt_backend *be = p->plan.be;
-    cg_options co;
-    co.isa = p->plan.isa;
-    char *source = be->emit(&p->plan.sp, &co);
     rt_module *mod = NULL;
     rt_cc_next_is_program(); /* its build teaches the recompile estimate's rate */
-    kiln_status s = be->compile(source, cg_isa_cflags(co.isa), &mod, err, errcap);
+    kiln_status s = be->compile(source, cg_isa_cflags(p->plan.isa), &mod, err, errcap);
     if (s != KILN_OK) {
         free(source);
         return s;

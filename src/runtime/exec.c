@@ -634,13 +634,6 @@ static int plan_starved(const kiln_program *p) {
     return 0;
 }
 
-/* the alternative form's program (stream_select.c) takes the records the
- * search of its main program wrote: both share the contractions and most
- * generic kernels (same keys), and the search ran the main program only
- * (autotune.c forces it). Not compiled yet: it is compiled now (its
- * compile reads the DB); compiled before: its schedules are read again from
- * the tuning DB and its code rebuilt (a unit the kernel cache holds when
- * nothing changed) */
 /* the compiled alternative's schedules read again from the tuning DB (the
  * search's records) and its pack copies dropped: ready to be emitted */
 static void alt_take_records(kiln_program *alt) {
@@ -656,7 +649,15 @@ static void alt_take_records(kiln_program *alt) {
     rt_cpu_drop_pack_copies(alt);
 }
 
-static kiln_status alt_with_winners(kiln_program *p) {
+/* the alternative form's program (stream_select.c) takes the records the
+ * search of its main program wrote: both share the contractions and most
+ * generic kernels (same keys), and the search ran the main program only
+ * (autotune.c forces it). Not compiled yet: it is compiled now (its
+ * compile reads the DB); compiled before: its schedules are read again from
+ * the tuning DB and its code rebuilt (a unit the kernel cache holds when
+ * nothing changed), or, when search_finish already read them and emitted
+ * it (src, taken), that source loaded */
+static kiln_status alt_with_winners(kiln_program *p, char *src) {
     int verbose = p->plan.opt.tune_verbose;
     double t = kiln_now_s();
     if (p->alt_pending) {
@@ -669,10 +670,16 @@ static kiln_status alt_with_winners(kiln_program *p) {
         return KILN_OK; /* none (no stream kernel, or its compile failed): the materialised form stands alone */
     }
     kiln_program *alt = p->alt;
-    if (!alt || !host_code(alt) || alt->plan.exact) return KILN_OK;
+    if (!alt || !host_code(alt) || alt->plan.exact) {
+        free(src);
+        return KILN_OK;
+    }
     char err[4096];
-    alt_take_records(alt);
-    kiln_status s = rt_cpu_emit_and_load(alt, err, sizeof err);
+    if (!src) {
+        alt_take_records(alt);
+        src = rt_cpu_emit_source(alt);
+    }
+    kiln_status s = rt_cpu_load_source(alt, src, err, sizeof err);
     p->tune.spent += kiln_now_s() - t;
     p->tune.recompile_s += kiln_now_s() - t;
     if (verbose)
@@ -716,11 +723,10 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
         double alt_own = 0; /* the pending form's build outside the pair's compile: the model's */
         int alt_done = 0;
         size_t pair_unit = 0;
+        char *src = rt_cpu_emit_source(p), *alt_src = NULL;
         rt_cc_paired_seconds(NULL);
         if (p->alt_pending) {
-            char *src = rt_cpu_emit_source(p);
             rt_cc_companion(src, cg_isa_cflags(p->plan.isa));
-            free(src);
             double ta = kiln_now_s();
             kiln_program *alt = rt_stream_alt(p);
             rt_cc_companion(NULL, NULL);
@@ -733,11 +739,10 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
                         kiln_now_s() - ta, pair_s);
         } else if (p->alt && host_code(p->alt) && !p->alt->plan.exact) {
             alt_take_records(p->alt);
-            char *src = rt_cpu_emit_source(p->alt);
-            rt_cc_companion(src, cg_isa_cflags(p->alt->plan.isa));
-            free(src);
+            alt_src = rt_cpu_emit_source(p->alt);
+            rt_cc_companion(alt_src, cg_isa_cflags(p->alt->plan.isa));
         }
-        s = rt_cpu_emit_and_load(p, err, sizeof err);
+        s = rt_cpu_load_source(p, src, err, sizeof err);
         rt_cc_companion(NULL, NULL);
         if (!alt_done) rt_cc_paired_seconds(&pair_unit);
         p->tune.spent += kiln_now_s() - t - alt_own;
@@ -758,9 +763,10 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
                     "the machine measured %.1fx slower than alone at the plan, %.1fx at its end)\n",
                     kiln_now_s() - t, est, p->tune.unit_bytes, p->tune.stretch_plan, p->tune.stretch_now);
         if (s != KILN_OK) graph_run_error(p->plan.g, s, "kiln: recompiling with the tuned schedules: %s", err);
-        if (s == KILN_OK && p->alt && !alt_done) s = alt_with_winners(p);
+        if (s == KILN_OK && p->alt && !alt_done) s = alt_with_winners(p, alt_src);
+        else free(alt_src);
     }
-    if (s == KILN_OK && p->alt_pending) s = alt_with_winners(p);
+    if (s == KILN_OK && p->alt_pending) s = alt_with_winners(p, NULL);
     free(p->tune.plan_w);
     p->tune.plan_w = NULL;
     free(p->tune.rank_next);

@@ -148,6 +148,9 @@ kiln_status rt_tune_after_run(kiln_program *p, kiln_status s);
 kiln_status rt_cpu_emit_and_load(kiln_program *p, char *err, size_t errcap);
 /* the program's C as the emitter makes it now (malloc'd): what rt_cpu_emit_and_load compiles */
 char *rt_cpu_emit_source(const kiln_program *p);
+/* rt_cpu_emit_and_load with the source already emitted (taken: freed or kept
+ * as the program's) */
+kiln_status rt_cpu_load_source(kiln_program *p, char *source, char *err, size_t errcap);
 /* the host address of every buffer, for the CPU's search (cpu_run.c) */
 void **rt_cpu_bufs(kiln_program *p);
 /* the bytes of B's decode copy (0: none) (cpu_run.c) */
