@@ -265,6 +265,7 @@ char *kiln_device_report(int json) {
     char dot_kind[96], err[2048] = "";
     measure_compute(&fma, &dot, dot_kind, sizeof dot_kind, err, sizeof err);
     rt_amx_peaks amx = rt_amx_measure();
+    rt_bf16_dot bf = rt_bf16_dot_measure();
     /* the fastest int8 unit: AMX tiles where they were measured, else the dot product */
     double i8 = amx.int8_gops > dot ? amx.int8_gops : dot;
     const char *i8_kind = amx.int8_gops > dot ? "amx tdpbssd" : dot_kind;
@@ -305,6 +306,9 @@ char *kiln_device_report(int json) {
         sch_appendf(&s, &len, &cap,
                     ",\n  \"amx\": \"%s\",\n  \"int8_peak_gops_1thread\": %.1f,\n  \"int8_peak_kind\": \"%s\",\n",
                     amx.why, i8, i8_kind);
+        sch_appendf(&s, &len, &cap, "  \"bf16_dot_gflops_1thread\": ");
+        json_num(&s, &len, &cap, bf.dot_gflops, "%.1f");
+        sch_appendf(&s, &len, &cap, ",\n  \"bf16_dot_fma_slots\": %d,\n", bf.slots);
         char *gpu = rt_backend_devices_report(1);
         sch_appendf(&s, &len, &cap, "  \"gpu\": {%s}\n}\n", gpu);
         free(gpu);
@@ -333,6 +337,11 @@ char *kiln_device_report(int json) {
         else
             sch_appendf(&s, &len, &cap, "amx          %s\n", amx.why);
         sch_appendf(&s, &len, &cap, "int8 peak    %.1f GOP/s per thread (%s)\n", i8, i8_kind);
+        if (bf.dot_gflops > 0)
+            sch_appendf(&s, &len, &cap,
+                        "bf16 dot     %.1f GFLOP/s per thread (vdpbf16ps; %.1f FMAs issue in its time, the cost model "
+                        "charges it %d FMA slot%s)\n",
+                        bf.dot_gflops, bf.ratio, bf.slots, bf.slots == 1 ? "" : "s");
         if (err[0]) sch_appendf(&s, &len, &cap, "note: compute probes not measured: %s\n", err);
         char *gpu = rt_backend_devices_report(0);
         sch_appendf(&s, &len, &cap, "%s", gpu);

@@ -58,4 +58,21 @@ typedef struct rt_amx_peaks {
 } rt_amx_peaks;
 rt_amx_peaks rt_amx_measure(void);
 
+/* ---- AVX-512 bf16 dot products (bf16_probe.c) ----------------------------- */
+
+/* one thread's vdpbf16ps against its f32 FMA, measured once per process:
+ * fma_gflops and dot_gflops (a multiply-add counted as 2 operations; 0 when
+ * not measured: no avx512_bf16 here or in the compiler), ratio = FMA
+ * instructions per vdpbf16ps issued, and slots = ratio rounded to a power
+ * of two (1 when not measured): what the cost model charges a vdpbf16ps
+ * in FMA issue slots */
+typedef struct rt_bf16_dot {
+    double fma_gflops, dot_gflops, ratio;
+    int slots;
+} rt_bf16_dot;
+rt_bf16_dot rt_bf16_dot_measure(void);
+
+/* a measured ratio rounded to 1, 2, 4 or 8 (the nearest on a log scale) */
+int rt_bf16_slots_of(double ratio);
+
 #endif

@@ -555,6 +555,14 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
     return KILN_OK;
 }
 
+/* the cost model's machine: the defaults, with what this CPU's bf16 dot
+ * product costs measured (bf16_probe.c) */
+static sch_machine tune_machine(void) {
+    sch_machine mc = sch_machine_default();
+    mc.bf16_dot_slots = rt_bf16_dot_measure().slots;
+    return mc;
+}
+
 /* the schedule space of kernel k at shape sh, only what the micro-kernel
  * family can emit for it (a B strided along K takes the packed form only),
  * ranked by the cost model: (*space)[(*order)[0]] is its first choice.
@@ -562,7 +570,7 @@ static kiln_status measure_round(const rt_tune_job *job, const launch_args *la, 
 static int ranked_space(const sch_program *sp, int32_t kernel, const sch_contract_shape *sh, cg_isa isa,
                         sch_contract_sched **space_out, double **cost_out, int **order_out) {
     const sch_kernel *k = &sp->kernels[kernel];
-    sch_machine mc = sch_machine_default();
+    sch_machine mc = tune_machine();
     int nspace = sch_space_contract(sh, NULL, 0);
     sch_contract_sched *space = kiln_xmalloc((size_t)(nspace + 1) * sizeof *space);
     sch_space_contract(sh, space, nspace);
@@ -635,7 +643,7 @@ int rt_tune_nearest_of(const sch_program *sp, int32_t kernel, const sch_contract
 /* the cost model's predictions against the measurements of round 1 */
 static void rank_correlation(const rt_tune_job *job, const sch_contract_sched *cands, const double *times, int n,
                              rt_tune_result *res) {
-    sch_machine mc = sch_machine_default();
+    sch_machine mc = tune_machine();
     double pm[TUNE_MAX_CAND], pt[TUNE_MAX_CAND];
     int np = 0;
     for (int i = 0; i < n; i++)

@@ -54,6 +54,7 @@ sch_machine sch_machine_default(void) {
     m.bw1_gbs = 11.0;
     m.bwn_gbs = 17.0;
     m.l2_bytes = 2.0 * 1024 * 1024;
+    m.bf16_dot_slots = 1.0;
     return m;
 }
 
@@ -90,7 +91,9 @@ static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; 
  *  - memory: B's bytes once; A's bytes once per work item when A does not
  *    fit L2, else once; the balance term as for the dot form.
  *  - int8 arithmetic: a vpdpbusd per 4 k in an FMA slot, a byte strip, the
- *    per-32 rescale of every accumulator, A's quantisation on every thread. */
+ *    per-32 rescale of every accumulator, A's quantisation on every thread.
+ *  - bf16 arithmetic: a vdpbf16ps per 2 k in bf16_dot_slots FMA slots (the
+ *    machine's: 1 on AMD Zen 4, 4 on an Intel Xeon). */
 /* the larger of compute and memory time plus a quarter of the smaller
  * (see the header: overlap) */
 static double overlapped(double compute, double memory) {
@@ -139,7 +142,10 @@ double sch_cost_packed(const sch_machine *mc, const sch_contract_shape *sh, cons
          * a strip half the f32 size; A rounded by every thread, B rounded
          * and transposed once */
         double strip = 2.0 * (double)kc * (double)s->nr;
-        fma = tiles * kk / 2.0 * (double)(s->mr * nv);
+        /* a vdpbf16ps issues at the FMA rate on AMD Zen 4, at a quarter of
+         * it on an Intel Xeon (bf16_dot_slots, measured) */
+        double dot_slots = mc->bf16_dot_slots >= 1.0 ? mc->bf16_dot_slots : 1.0;
+        fma = tiles * kk / 2.0 * (double)(s->mr * nv) * dot_slots;
         loads = tiles * kk / 2.0 * (double)nv * (strip > 32768.0 ? (s->pf > 0 ? 1.6 : 2.0) : 1.0);
         other = tiles * kk / 2.0 * (double)s->mr + loads + (s->pf > 0 ? tiles * kk / 2.0 : 0.0) +
                 tiles * (double)kblocks * (8.0 * (double)(s->mr * nv) + 4.0 * (double)s->mr) +

@@ -36,6 +36,8 @@ typedef struct sch_machine {
     double fma_gflops;   /* per thread */
     double bw1_gbs, bwn_gbs;
     double l2_bytes;
+    double bf16_dot_slots; /* FMA issue slots one vdpbf16ps takes: 1 on AMD Zen 4, 4 on an Intel
+                              Xeon (runtime/bf16_probe.c measures it; the default is 1) */
 } sch_machine;
 
 /* defaults measured on the development machine; sch_machine_probe refines */

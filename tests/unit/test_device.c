@@ -37,6 +37,7 @@
 
 #include "check.h"
 #include "kiln_compile.h"
+#include "backend.h"
 #include "probe.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -422,6 +423,34 @@ static void report_cases(void) {
             CHECK(peak >= dot && peak >= (ai8 > 0 ? ai8 : 0), "int8 peak %g below dot %g or amx %g", peak, dot, ai8);
             CHECK(strstr(tx, "amx int8") && strstr(tx, "amx bf16"), "text report: %s", tx);
         }
+    }
+    CASE_END();
+
+    CASE_BEGIN("bf16_dot_probe");
+    {
+        const double ratio[] = {0, 1.0, 1.3, 1.5, 2.0, 2.9, 4.1, 6.0, 100};
+        const int want[] = {1, 1, 1, 2, 2, 4, 4, 8, 8};
+        for (size_t i = 0; i < sizeof ratio / sizeof ratio[0]; i++)
+            CHECK(rt_bf16_slots_of(ratio[i]) == want[i], "ratio %g rounds to %d, not %d", ratio[i],
+                  rt_bf16_slots_of(ratio[i]), want[i]);
+        rt_bf16_dot bd = rt_bf16_dot_measure();
+        CHECK(bd.slots == 1 || bd.slots == 2 || bd.slots == 4 || bd.slots == 8, "slots %d", bd.slots);
+        if (rt_cpu_has("avx512f") && rt_cpu_has("avx512_bf16")) {
+            CHECK(bd.dot_gflops > 0 && bd.fma_gflops > 0, "avx512_bf16 listed, not measured: %g / %g", bd.dot_gflops,
+                  bd.fma_gflops);
+            CHECK(bd.slots == rt_bf16_slots_of(bd.ratio), "slots %d for ratio %g", bd.slots, bd.ratio);
+        } else {
+            CHECK(bd.dot_gflops == 0 && bd.slots == 1, "no avx512_bf16, yet %g GFLOP/s, %d slots", bd.dot_gflops, bd.slots);
+        }
+        CHECK(rt_bf16_dot_measure().slots == bd.slots, "a second call measured again and differs");
+        if (js) {
+            CHECK(json_number(js, "bf16_dot_fma_slots") == bd.slots, "JSON slots %g, measured %d",
+                  json_number(js, "bf16_dot_fma_slots"), bd.slots);
+            CHECK(bd.dot_gflops > 0 ? json_number(js, "bf16_dot_gflops_1thread") > 0
+                                    : json_number(js, "bf16_dot_gflops_1thread") == -2,
+                  "JSON bf16 figure %g, measured %g", json_number(js, "bf16_dot_gflops_1thread"), bd.dot_gflops);
+        }
+        if (tx && bd.dot_gflops > 0) CHECK(strstr(tx, "bf16 dot "), "text report: %s", tx);
     }
     CASE_END();
     free(js);
