@@ -719,6 +719,38 @@ typedef struct tune_best {
     rt_kernel_fn fn;
 } tune_best;
 
+/* A challenger b that beat the default (*sd, fd, its round's time *td0) in
+ * its round must beat it again, timed alternately with it (runoff).
+ * Prefill: compute-bound, timed warm, by 3%. Not decode: timed with B
+ * flushed, every candidate streams at about the same DRAM speed alone, yet
+ * a kernel that computes faster keeps more reads in flight inside a model
+ * (the int8 q8_0 matrix-vector lost its run-offs to f32); except a decode
+ * weight far beyond the cache: every run streams it from memory as the
+ * model does, and its candidates differ by a few percent, less than one
+ * run's drift on a shared machine, so a default timed in a busy moment lost
+ * to a 2.35x "faster" output head. Other decode kernels: no margin, but the
+ * default timed again alternately with the challenger and each keeping its
+ * best time of all, so that one busy moment in the default's round does not
+ * hand the group over (Llama-1B-shaped q4_k, 8192 x 2048 at 2 threads,
+ * Intel Xeon: a first run timed the default above 0.349 ms where it takes
+ * 0.303-0.308, nr=6 won at 0.349, and tg128 ran 38.5 t/s against the long
+ * tune's 44.7). b becomes the default where it loses. */
+static void challenge_default(const rt_tune_job *job, const launch_args *la, const sch_contract_sched *sd,
+                              rt_kernel_fn fd, double *td0, tune_best *b, rt_tune_result *res) {
+    double tc, td;
+    runoff(la, job, fd, sd, b->fn, &b->sched, &tc, &td);
+    if (td < res->base_s) res->base_s = td;
+    if (job->bucket == 1 || streams_from_memory(job)) {
+        if (tc > td * 0.97) *b = (tune_best){*sd, res->base_s, fd};
+        else if (tc < b->time) b->time = tc;
+        return;
+    }
+    if (td < *td0) *td0 = td;
+    if (tc < b->time) b->time = tc;
+    if (*td0 <= b->time) *b = (tune_best){*sd, *td0, fd};
+}
+
+
 /* round 2: the untried neighbours of b (one axis apart) that the budget
  * left pays for; one that beats b by 3% replaces it. A failed round keeps
  * b. Its module goes to res->mods[1]. */
@@ -844,45 +876,12 @@ kiln_status rt_tune_contract(const rt_tune_job *job, rt_tune_result *res, char *
         wtime = b.time;
         wfn = b.fn;
     }
-    /* a challenger must beat the default again, timed alternately with it
-     * (prefill: compute-bound, timed warm. Not decode: timed with B flushed,
-     * every candidate streams at about the same DRAM speed alone, yet a
-     * kernel that computes faster keeps more reads in flight inside a
-     * model — the int8 q8_0 matrix-vector lost its run-offs to f32;
-     * except a decode weight far beyond the cache: every run streams it
-     * from memory as the model does, and its candidates differ by a few
-     * percent, less than one run's drift on a shared machine, so a default
-     * timed in a busy moment lost to a 2.35x "faster" output head) */
-    if ((job->bucket == 1 || streams_from_memory(job)) && isfinite(times[0]) && wfn && wfn != fns[0]) {
-        double tc, td;
-        runoff(&la, job, fns[0], &cands[0], wfn, &winner, &tc, &td);
-        res->base_s = td < res->base_s ? td : res->base_s;
-        if (tc > td * 0.97) {
-            winner = cands[0];
-            wtime = res->base_s;
-            wfn = fns[0];
-        } else if (tc < wtime) {
-            wtime = tc;
-        }
-    } else if (job->bucket == 0 && isfinite(times[0]) && wfn && wfn != fns[0]) {
-        /* decode from the cache or a weight of a few MB: no margin (above),
-         * but the default timed again alternately with the challenger and
-         * each keeping its best time of all, so that one busy moment in the
-         * default's round does not hand the group to a challenger
-         * (Llama-1B-shaped q4_k, 8192 x 2048 at 2 threads, Intel Xeon: a
-         * first run timed the default above 0.349 ms where it takes
-         * 0.303-0.308, nr=6 won at 0.349, and tg128 ran 38.5 t/s against
-         * the long tune's 44.7) */
-        double tc, td;
-        runoff(&la, job, fns[0], &cands[0], wfn, &winner, &tc, &td);
-        if (td < times[0]) times[0] = td;
-        if (td < res->base_s) res->base_s = td;
-        if (tc < wtime) wtime = tc;
-        if (times[0] <= wtime) {
-            winner = cands[0];
-            wtime = times[0];
-            wfn = fns[0];
-        }
+    if (isfinite(times[0]) && wfn && wfn != fns[0]) {
+        tune_best b = {winner, wtime, wfn};
+        challenge_default(job, &la, &cands[0], fns[0], &times[0], &b, res);
+        winner = b.sched;
+        wtime = b.time;
+        wfn = b.fn;
     }
     /* a tie with the default (within 3%) goes to the simpler schedule */
     if (isfinite(times[0]) && wtime > times[0] * 0.97 && sch_sched_simpler(&cands[0], &winner)) {
