@@ -22,10 +22,15 @@ double rt_cc_seconds_per_byte(void);
 /* 1 once a real compile of this process taught rt_cc_seconds_per_byte (its
  * rate then holds the machine's load at that time) */
 int rt_cc_rate_learnt(void);
+/* the rate for one model's program (key: rt_cc_program_key's, 0 for none):
+ * what this process learnt if it compiled a program, else what an earlier
+ * search remembered for that program, else rt_cc_seconds_per_byte */
+double rt_cc_seconds_per_byte_for(unsigned long long key);
 /* after a search's recompile: its seconds per unit byte over the machine's
  * slowdown measured then, remembered for this machine and compiler (a file
- * in the kernel cache), the rate a later process starts from */
-void rt_cc_rate_remember(double alone_rate);
+ * in the kernel cache), and for the program of that key (0: the machine's
+ * only), the rate a later process starts from */
+void rt_cc_rate_remember(double alone_rate, unsigned long long key);
 /* the next compile on this thread (rt_cpu_compile) is a whole program's:
  * only such a build teaches the rate (a search's candidate units do not) */
 void rt_cc_next_is_program(void);

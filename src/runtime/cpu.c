@@ -291,6 +291,42 @@ static double cc_rate_read(const char *path) {
     return r;
 }
 
+/* the file's program entries: after the machine's line, up to
+ * CC_RATE_PROGRAMS lines "p <16 hex> <rate>", the most recent first: one
+ * model's program (rt_cc_program_key) compiles at its own rate (the
+ * micro-kernels its kernels call set it: gemma3-270m's recompile took
+ * 4.6e-6 s a byte where the Llama-1B-shaped q4_k's took more, and the
+ * machine's average of the two kept 18 s aside for gemma's 6 s) */
+#define CC_RATE_PROGRAMS 16
+typedef struct cc_rates {
+    double machine;
+    int n;
+    unsigned long long key[CC_RATE_PROGRAMS];
+    double rate[CC_RATE_PROGRAMS];
+} cc_rates;
+
+static int rate_ok(double r) { return r >= 1e-8 && r <= 1e-3; }
+
+/* the machine's line read by cc_rate_read; the program lines that parse
+ * and hold a rate in range (the others are dropped at the next write) */
+static void cc_rates_read(const char *path, cc_rates *t) {
+    memset(t, 0, sizeof *t);
+    t->machine = cc_rate_read(path);
+    FILE *f = t->machine > 0 ? fopen(path, "r") : NULL;
+    if (!f) return;
+    char line[128];
+    if (!fgets(line, sizeof line, f)) line[0] = 0;
+    while (t->n < CC_RATE_PROGRAMS && fgets(line, sizeof line, f)) {
+        unsigned long long k;
+        double r;
+        if (sscanf(line, "p %16llx %lf", &k, &r) == 2 && rate_ok(r)) t->key[t->n] = k, t->rate[t->n++] = r;
+    }
+    fclose(f);
+}
+
+static unsigned long long cc_program_key;
+static double cc_program_rate;
+
 static int cc_rate_loaded;
 double rt_cc_seconds_per_byte(void) {
     if (!cc_rate_loaded && !cc_rate_learnt) {
@@ -302,13 +338,42 @@ double rt_cc_seconds_per_byte(void) {
     return cc_rate;
 }
 
-void rt_cc_rate_remember(double alone_rate) {
-    char path[1024], line[64];
-    if (!(alone_rate >= 1e-8 && alone_rate <= 1e-3) || cc_rate_file(path, sizeof path) != 0) return;
-    double old = cc_rate_read(path); /* averaged with what an earlier search found: one compile is noisy */
-    double r = old > 0 ? 0.5 * old + 0.5 * alone_rate : alone_rate;
-    int n = snprintf(line, sizeof line, "kiln-cc-rate 1 %.6g\n", r);
-    if (n > 0) write_file_atomic(path, line, (size_t)n); /* a hint only: a failed write keeps the guess */
+double rt_cc_seconds_per_byte_for(unsigned long long key) {
+    if (cc_rate_learnt || !key) return rt_cc_seconds_per_byte();
+    if (key != cc_program_key) {
+        char path[1024];
+        cc_rates t;
+        cc_program_key = key;
+        cc_program_rate = 0;
+        if (cc_rate_file(path, sizeof path) == 0) {
+            cc_rates_read(path, &t);
+            for (int i = 0; i < t.n; i++)
+                if (t.key[i] == key) cc_program_rate = t.rate[i];
+        }
+    }
+    return cc_program_rate > 0 ? cc_program_rate : rt_cc_seconds_per_byte();
+}
+
+void rt_cc_rate_remember(double alone_rate, unsigned long long key) {
+    char path[1024], text[64 + CC_RATE_PROGRAMS * 48];
+    if (!rate_ok(alone_rate) || cc_rate_file(path, sizeof path) != 0) return;
+    cc_rates t;
+    cc_rates_read(path, &t); /* averaged with what earlier searches found: one compile is noisy */
+    double r = t.machine > 0 ? 0.5 * t.machine + 0.5 * alone_rate : alone_rate;
+    int n = snprintf(text, sizeof text, "kiln-cc-rate 1 %.6g\n", r);
+    if (key) {
+        double own = alone_rate;
+        for (int i = 0; i < t.n; i++)
+            if (t.key[i] == key) own = 0.5 * t.rate[i] + 0.5 * alone_rate;
+        n += snprintf(text + n, sizeof text - (size_t)n, "p %016llx %.6g\n", key, own);
+        if (key == cc_program_key) cc_program_key = 0; /* read again when asked */
+    }
+    for (int i = 0, kept = 1; i < t.n && kept < CC_RATE_PROGRAMS; i++)
+        if (t.key[i] != key) {
+            n += snprintf(text + n, sizeof text - (size_t)n, "p %016llx %.6g\n", t.key[i], t.rate[i]);
+            kept++;
+        }
+    if (n > 0 && (size_t)n < sizeof text) write_file_atomic(path, text, (size_t)n); /* a hint only: a failed write keeps the guess */
 }
 int rt_cc_rate_learnt(void) { return cc_rate_learnt; }
 void rt_cc_next_is_program(void) { cc_next_program = 1; }

@@ -379,7 +379,7 @@ static double recompile_estimate(const kiln_program *p) {
      * the search. A rate this process learnt from a real compile holds the
      * load already (gemma-3-270m at load 10.8: 16 s real, 29 s when
      * stretched again) */
-    return rt_tune_recompile_s(len, rt_cc_seconds_per_byte(), guess_stretch(p->tune.stretch));
+    return rt_tune_recompile_s(len, rt_cc_seconds_per_byte_for(p->tune.rate_key), guess_stretch(p->tune.stretch));
 }
 
 /* the recompile's reserve now, during a search: the plan's estimate scaled
@@ -436,6 +436,20 @@ static void plan_skip_small(kiln_program *p, double min_share) {
     }
 }
 
+/* which model's program this is, for its remembered compile rate
+ * (rt_cc_seconds_per_byte_for): its kernels' contraction keys in order,
+ * which neither schedules nor thread counts change */
+static unsigned long long program_key(const kiln_program *p) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int32_t k = 0; k < p->plan.sp.nkernels; k++) {
+        const sch_kernel *K = &p->plan.sp.kernels[k];
+        const char *key = K->contract ? K->contract->key : "-";
+        for (const char *c = key; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+        h = (h ^ (uint8_t)';') * 0x100000001b3ULL;
+    }
+    return h ? h : 1;
+}
+
 kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share) {
     if (!p || !(budget_s >= 0) || !(min_share >= 0 && min_share < 1)) return KILN_ERR_INVALID;
     if (p->plan.exact) {
@@ -478,6 +492,7 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     /* gemma3-270m: 4.9 MB of C, a 0.58 MB unit, 0.31-0.35 s to find it at load 8 */
     p->tune.unit_bytes = p->plan.source ? rt_cc_unit_bytes(p->plan.source) : 0;
     p->tune.unit_bytes_main = p->tune.unit_bytes;
+    p->tune.rate_key = program_key(p);
     /* the streaming form's program is rebuilt with the winners too, in one
      * unit with this one (cc_pair.c; alt_with_winners): the bodies they
      * share compiled once, so the pair's unit is about 1.25 times this
@@ -495,7 +510,7 @@ kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *
     p->tune.reserve_s = recompile_estimate(p);
     if (p->plan.opt.tune_verbose)
         fprintf(stderr, "kiln tune: %.2f s kept aside for the recompile (a %zu-byte unit at %.2g s a byte%s, the machine measured %.1fx slower than alone)\n",
-                p->tune.reserve_s, p->tune.unit_bytes, rt_cc_seconds_per_byte(), rt_cc_rate_learnt() ? ", learnt" : ", guessed", p->tune.stretch);
+                p->tune.reserve_s, p->tune.unit_bytes, rt_cc_seconds_per_byte_for(p->tune.rate_key), rt_cc_rate_learnt() ? ", learnt" : ", guessed", p->tune.stretch);
     plan_skip_small(p, min_share);
     return KILN_OK;
 }
@@ -756,7 +771,7 @@ kiln_status kiln_program_search_finish(kiln_program *p) {
         size_t unit = pair_unit ? pair_unit : p->tune.unit_bytes_main;
         if (s == KILN_OK && p->tune.recompile_s > 0.5 && unit > ((size_t)256 << 10) &&
             g >= 1) /* a cached unit loads in milliseconds and teaches nothing */
-            rt_cc_rate_remember(p->tune.recompile_s / (double)unit / g);
+            rt_cc_rate_remember(p->tune.recompile_s / (double)unit / g, p->tune.rate_key);
         if (p->plan.opt.tune_verbose)
             fprintf(stderr,
                     "kiln tune: recompiled with the winners in %.2f s (kept aside for it: %.2f s; a %zu-byte unit, "

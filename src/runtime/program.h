@@ -94,6 +94,7 @@ typedef struct rt_tuner {
     double recompile_s; /* the recompile with the winners (main program and a compiled streaming form), in spent */
     size_t unit_bytes;
     size_t unit_bytes_main;   /* of it the main program's (the rest: the streaming form's, in proportion) */
+    unsigned long long rate_key; /* the program's key for its remembered compile rate (exec.c program_key) */
     double stretch;           /* applied to a guessed compile rate: the slowdown measured at the plan (1 when the rate was learnt) */
     double stretch_plan;      /* the slowdown for this process measured at the plan (>= 1) */
     double stretch_now;       /* and measured again during the search (live_reserve), at stretch_at */

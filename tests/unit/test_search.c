@@ -936,9 +936,9 @@ static void test_reserve_arithmetic(void) {
     pid_t pid = fork();
     if (pid == 0) {
         setenv("XDG_CACHE_HOME", dir, 1);
-        rt_cc_rate_remember(8e-6);
+        rt_cc_rate_remember(8e-6, 0);
         int bad = fabs(rt_cc_seconds_per_byte() - 8e-6) > 1e-11;
-        rt_cc_rate_remember(4e-6); /* averaged with the record */
+        rt_cc_rate_remember(4e-6, 0x1234); /* averaged with the record; one program's own */
         _exit(bad ? 1 : 0);
     }
     int st = 0;
@@ -951,6 +951,15 @@ static void test_reserve_arithmetic(void) {
     double r = 0;
     CHECK(f && fscanf(f, "kiln-cc-rate 1 %lf", &r) == 1 && fabs(r - 6e-6) < 1e-11, "record %g", r);
     if (f) pclose(f);
+    /* the program's own rate for its key, the machine's for another */
+    pid = fork();
+    if (pid == 0) {
+        setenv("XDG_CACHE_HOME", dir, 1);
+        double own = rt_cc_seconds_per_byte_for(0x1234), other = rt_cc_seconds_per_byte_for(0x999);
+        _exit(fabs(own - 4e-6) < 1e-11 && fabs(other - 6e-6) < 1e-11 ? 0 : 1);
+    }
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a program's remembered rate is not its next search's (status %d)", st);
     /* a damaged record: set aside, the guess stands */
     snprintf(cmd, sizeof cmd, "for x in %s/kiln/cc-rate-*; do echo 'kiln-cc-rate 1 banana' > $x; done", dir);
     CHECK(system(cmd) == 0, "damage");
