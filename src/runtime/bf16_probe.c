@@ -43,41 +43,30 @@
 #define BP_ITERS 200000
 
 #if BP_BUILT
-/* 12 chains x iters FMAs; returns instructions per second */
-__attribute__((target("avx512f"), noinline)) static double bp_fma(int64_t iters) {
-    __m512 a0 = _mm512_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
-           a9 = a0, a10 = a0, a11 = a0;
-    const __m512 x = _mm512_set1_ps(0.5f), y = _mm512_set1_ps(0.25f);
-    double t0 = kiln_now_s();
-    for (int64_t i = 0; i < iters; i++) {
-        a0 = _mm512_fmadd_ps(a0, x, y), a1 = _mm512_fmadd_ps(a1, x, y), a2 = _mm512_fmadd_ps(a2, x, y);
-        a3 = _mm512_fmadd_ps(a3, x, y), a4 = _mm512_fmadd_ps(a4, x, y), a5 = _mm512_fmadd_ps(a5, x, y);
-        a6 = _mm512_fmadd_ps(a6, x, y), a7 = _mm512_fmadd_ps(a7, x, y), a8 = _mm512_fmadd_ps(a8, x, y);
-        a9 = _mm512_fmadd_ps(a9, x, y), a10 = _mm512_fmadd_ps(a10, x, y), a11 = _mm512_fmadd_ps(a11, x, y);
-        __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
-        __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+/* name(iters): 12 independent chains of STEP(acc) in a function built for
+ * isa; returns the instructions issued per second */
+#define BP_LOOP(name, isa, setup, STEP)                                                                    \
+    __attribute__((target(isa), noinline)) static double name(int64_t iters) {                             \
+        __m512 a0 = _mm512_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,       \
+               a8 = a0, a9 = a0, a10 = a0, a11 = a0;                                                           \
+        setup;                                                                                                 \
+        double t0 = kiln_now_s();                                                                              \
+        for (int64_t i = 0; i < iters; i++) {                                                                  \
+            STEP(a0), STEP(a1), STEP(a2), STEP(a3), STEP(a4), STEP(a5);                                        \
+            STEP(a6), STEP(a7), STEP(a8), STEP(a9), STEP(a10), STEP(a11);                                      \
+            __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));                 \
+            __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));               \
+        }                                                                                                      \
+        double dt = kiln_now_s() - t0;                                                                         \
+        return dt > 0 ? 12.0 * (double)iters / dt : 0;                                                         \
     }
-    double dt = kiln_now_s() - t0;
-    return dt > 0 ? 12.0 * (double)iters / dt : 0;
-}
 
-/* the same with vdpbf16ps (the inputs 1.0 in bf16: the sums stay finite) */
-__attribute__((target("avx512f,avx512bf16"), noinline)) static double bp_dot(int64_t iters) {
-    __m512 a0 = _mm512_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
-           a9 = a0, a10 = a0, a11 = a0;
-    const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = x;
-    double t0 = kiln_now_s();
-    for (int64_t i = 0; i < iters; i++) {
-        a0 = _mm512_dpbf16_ps(a0, x, y), a1 = _mm512_dpbf16_ps(a1, x, y), a2 = _mm512_dpbf16_ps(a2, x, y);
-        a3 = _mm512_dpbf16_ps(a3, x, y), a4 = _mm512_dpbf16_ps(a4, x, y), a5 = _mm512_dpbf16_ps(a5, x, y);
-        a6 = _mm512_dpbf16_ps(a6, x, y), a7 = _mm512_dpbf16_ps(a7, x, y), a8 = _mm512_dpbf16_ps(a8, x, y);
-        a9 = _mm512_dpbf16_ps(a9, x, y), a10 = _mm512_dpbf16_ps(a10, x, y), a11 = _mm512_dpbf16_ps(a11, x, y);
-        __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
-        __asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-    }
-    double dt = kiln_now_s() - t0;
-    return dt > 0 ? 12.0 * (double)iters / dt : 0;
-}
+#define BP_FMA(a) (a = _mm512_fmadd_ps(a, x, y))
+BP_LOOP(bp_fma, "avx512f", const __m512 x = _mm512_set1_ps(0.5f); const __m512 y = _mm512_set1_ps(0.25f), BP_FMA)
+
+/* the inputs 1.0 in bf16: the sums stay finite */
+#define BP_DOT(a) (a = _mm512_dpbf16_ps(a, x, x))
+BP_LOOP(bp_dot, "avx512f,avx512bf16", const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), BP_DOT)
 #endif
 
 static rt_bf16_dot measured;

@@ -1085,6 +1085,24 @@ static void test_small_decode_weight_prefetch(void) {
     CASE_END();
 }
 
+/* the space of shape sh (*ns entries; the caller frees it) and the index of
+ * the cost model's first choice on machine mc */
+static sch_contract_sched *space_of(const sch_contract_shape *sh, int *ns) {
+    *ns = sch_space_contract(sh, NULL, 0);
+    sch_contract_sched *sp = malloc((size_t)*ns * sizeof *sp);
+    CHECK(sch_space_contract(sh, sp, *ns) == *ns, "enumeration size differs");
+    return sp;
+}
+static int first_choice(const sch_machine *mc, const sch_contract_shape *sh, const sch_contract_sched *sp, int ns) {
+    int best = -1;
+    double cbest = 0;
+    for (int i = 0; i < ns; i++) {
+        double c = sch_cost_contract(mc, sh, &sp[i]);
+        if (best < 0 || c < cbest) best = i, cbest = c;
+    }
+    return best;
+}
+
 /* a decode weight read from memory: the model prices the prefetch's lead
  * (cost.c, SCH_DECODE_LEAD_BYTES), so the 8-row q5_0 tile gets cheaper as
  * its lead grows (gemma3-270m's 2048 x 640: 91 us at pf=8, 59 us at pf=32
@@ -1095,13 +1113,10 @@ static void test_decode_lead(void) {
     sch_machine mc = sch_machine_default();
     for (int q8 = 0; q8 < 2; q8++) {
         sch_contract_shape sh = {1, 2048, 640, 1, q8 ? KILN_Q8_0 : KILN_Q5_0, 1, 1, 0, 0, 0, 1, 0};
-        int ns = sch_space_contract(&sh, NULL, 0), found = 0, best = -1;
-        sch_contract_sched *sp = malloc((size_t)ns * sizeof *sp);
-        CHECK(sch_space_contract(&sh, sp, ns) == ns, "enumeration size differs");
-        double cbest = 0;
+        int ns, found = 0;
+        sch_contract_sched *sp = space_of(&sh, &ns);
+        int best = first_choice(&mc, &sh, sp, ns);
         for (int i = 0; i < ns; i++) {
-            double c = sch_cost_contract(&mc, &sh, &sp[i]);
-            if (best < 0 || c < cbest) best = i, cbest = c;
             if (sp[i].arith != SCH_ARITH_I8 || !sp[i].rp || sp[i].pf != 8 || sp[i].pf2 || sp[i].form || found) continue;
             found = 1;
             sch_contract_sched v[4] = {sp[i], sp[i], sp[i], sp[i]};
@@ -1134,13 +1149,10 @@ static void test_bf16_dot_priced(void) {
         sch_machine mc = sch_machine_default();
         mc.bf16_dot_slots = slots;
         sch_contract_shape sh = {256, 256, 256, 4, KILN_F32, 1, 1, 0, 0, 1, 1, 0};
-        int ns = sch_space_contract(&sh, NULL, 0), pairs = 0, best = -1;
-        sch_contract_sched *sp = malloc((size_t)ns * sizeof *sp);
-        CHECK(sch_space_contract(&sh, sp, ns) == ns, "enumeration size differs");
-        double cbest = 0;
+        int ns, pairs = 0;
+        sch_contract_sched *sp = space_of(&sh, &ns);
+        int best = first_choice(&mc, &sh, sp, ns);
         for (int i = 0; i < ns; i++) {
-            double c = sch_cost_contract(&mc, &sh, &sp[i]);
-            if (best < 0 || c < cbest) best = i, cbest = c;
             if (sp[i].arith != SCH_ARITH_BF16 || sp[i].form != SCH_FORM_PACKED) continue;
             sch_contract_sched f = sp[i];
             f.arith = SCH_ARITH_F32;
