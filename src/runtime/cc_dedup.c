@@ -310,8 +310,7 @@ char *rt_cc_dedup(const char *src, int *distinct, int *kernels) {
             if (ks[i].nslots == 0) kiln_sb_putn(&b, "0", 1);
             kiln_sb_printf(&b, "};\n  return kiln_body_%d(kiln_bs_, B, v, lo, hi, chunk, flags);\n}\n", ks[i].group);
             if (ks[i].group == (int)i) { /* after its first kernel: the part holding that kernel defines it */
-                kiln_sb_printf(&b, "__attribute__((noinline, visibility(\"hidden\"))) int kiln_body_%ld(const int *kiln_bs_, ",
-                     (long)i);
+                kiln_sb_printf(&b, RT_CC_BODY_MARK "%ld(const int *kiln_bs_, ", (long)i);
                 kiln_sb_putn(&b, &SIG_REST[1], strlen(SIG_REST) - 1);
                 char self[64];
                 snprintf(self, sizeof self, "kiln_body_%ld(kiln_bs_, ", (long)i);

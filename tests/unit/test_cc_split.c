@@ -248,11 +248,87 @@ static void case_rate_from_programs_only(void) {
     CASE_END();
 }
 
+/* what the emitter prints before a kernel belongs to it. Odd kernels are
+ * the streaming tile's shape: before each, a guarded block defining a type
+ * (the tile prelude, printed before every such kernel) and, without
+ * `shared`, a static function only that kernel calls (the tile's f32 and
+ * bf16 bodies); with `shared` they are one body over other buffers
+ * (cc_dedup.c shares it, defined after the first of them). Even kernels are
+ * plain and distinct. Odd k writes B[k][0] = 1000 (+ k without shared),
+ * even k writes k */
+#define NLEAD 240
+static char *leading_source(int shared) {
+    size_t cap = (size_t)NLEAD * 1600 + 4096, len = 0;
+    char *s = kiln_xmalloc(cap);
+    len += (size_t)snprintf(s + len, cap - len, "#include <stdint.h>\nstatic const int64_t kbase = 1000;\n");
+    for (int k = 0; k < NLEAD; k++) {
+        const char *sig = "(void *const *B, const int64_t *v, int64_t lo, int64_t hi, int64_t chunk, int64_t flags) {\n"
+                          "  (void)v; (void)lo; (void)hi; (void)chunk; (void)flags;\n";
+        if (k % 2 == 0) {
+            len += (size_t)snprintf(s + len, cap - len, "int kiln_k%d%s  int64_t *restrict o = (int64_t *)B[%d];\n", k, sig, k);
+            for (int i = 0; i < 12; i++) len += (size_t)snprintf(s + len, cap - len, "  o[1] = %d; /* padding padding */\n", i);
+            len += (size_t)snprintf(s + len, cap - len, "  o[0] = %d;\n  return 0;\n}\n\n", k);
+            continue;
+        }
+        len += (size_t)snprintf(s + len, cap - len, "#ifndef KT_LEAD\n#define KT_LEAD\ntypedef int64_t kt_lead;\n#endif\n");
+        if (!shared)
+            len += (size_t)snprintf(s + len, cap - len, "static kt_lead kiln_k%d_h(kt_lead x) { return x + kbase; }\n", k);
+        len += (size_t)snprintf(s + len, cap - len, "int kiln_k%d%s  kt_lead *restrict o = (kt_lead *)B[%d];\n", k, sig, k);
+        for (int i = 0; i < 12; i++) len += (size_t)snprintf(s + len, cap - len, "  o[1] = %d; /* padding padding */\n", i);
+        if (shared) len += (size_t)snprintf(s + len, cap - len, "  o[0] = (kt_lead)kbase;\n  return 0;\n}\n\n");
+        else len += (size_t)snprintf(s + len, cap - len, "  o[0] = kiln_k%d_h(%d);\n  return 0;\n}\n\n", k, k);
+    }
+    return s;
+}
+
+static void case_split_keeps_leading_text(void) {
+    CASE_BEGIN("cc_split_keeps_the_text_before_a_kernel_with_it");
+    for (int shared = 0; shared < 2; shared++) {
+        char *src = leading_source(shared);
+        char *tu = shared ? rt_cc_dedup(src, NULL, NULL) : NULL;
+        CHECK(!shared || tu != NULL, "the shared kernels were not deduplicated");
+        char base[] = "/tmp/kiln_cc_split_XXXXXX";
+        int fd = mkstemp(base);
+        CHECK(fd >= 0, "mkstemp");
+        close(fd);
+        char so[64];
+        snprintf(so, sizeof so, "%s.so", base);
+        /* cut at the kernel lines, a part whose kernel's helper or type fell
+         * to the part before failed to compile and the build was refused */
+        CHECK(rt_cc_split_build(tu ? tu : src, 3, "cc", "-O0 -fPIC", so, base) == 0,
+              "the split build failed (%s kernels)", shared ? "shared" : "distinct");
+        void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+        CHECK(h != NULL, "dlopen %s", so);
+        int64_t bufs[NLEAD][2];
+        void *B[NLEAD];
+        for (int k = 0; k < NLEAD; k++) B[k] = bufs[k], bufs[k][0] = -1;
+        for (int k = 0; k < NLEAD && h; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "kiln_k%d", k);
+            void *f = dlsym(h, name);
+            CHECK(f != NULL, "%s missing", name);
+            if (!f) break;
+            int (*fn)(void *const *, const int64_t *, int64_t, int64_t, int64_t, int64_t);
+            memcpy(&fn, &f, sizeof fn);
+            int64_t want = k % 2 == 0 ? k : 1000 + (shared ? 0 : k);
+            CHECK(fn(B, NULL, 0, 1, 0, 0) == 0 && bufs[k][0] == want, "%s wrote %lld, want %lld", name,
+                  (long long)bufs[k][0], (long long)want);
+        }
+        if (h) dlclose(h);
+        remove(so);
+        remove(base);
+        free(tu);
+        free(src);
+    }
+    CASE_END();
+}
+
 int main(void) {
     case_rate_from_programs_only();
     case_parts();
     case_dedup();
     case_split_matches();
     case_refuses_uncuttable();
+    case_split_keeps_leading_text();
     return check_exit();
 }
