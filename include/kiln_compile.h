@@ -254,6 +254,11 @@ typedef struct kiln_search_status {
     double recompile_s;                  /* the recompile with the winners (in spent_s; 0: none), against the
                                             reserve_s it had when the plan ended */
 } kiln_search_status;
+/* a search of p will follow the runs before it (a warm-up, a profile):
+ * until kiln_program_search plans it, no weight's pages are given back for
+ * a copy that replaces it (runtime/release.c), since the search may pick
+ * schedules that read the weight itself */
+KILN_API void kiln_program_search_coming(kiln_program *p);
 KILN_API kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share);
 KILN_API kiln_status kiln_program_search_finish(kiln_program *p);
 /* a later pass of a plan's search (before kiln_program_search_finish), with

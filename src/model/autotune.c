@@ -338,6 +338,7 @@ static kiln_status autotune_once(model *m, const model_tune_options *opt, int al
      * away from it; it adopts the winners at step 5 (they share the
      * contractions' and most kernels' keys) */
     double t_start = kiln_now_s();
+    kiln_program_search_coming(p); /* the warm-up's copies give no weight back before the plan */
     kiln_program_form_force(p, 0);
     phase(&o, "measuring where the time goes (a prefill and two decode steps)");
     if (model_forward(m, toks, 1, 0, logits) || model_forward(m, toks, 5, 0, logits)) {

@@ -297,12 +297,14 @@ static void release_if_replaced(kiln_program *p, int32_t b) {
     rt_repacked *r = &cs->repacked[b];
     const kiln_graph *u = p->plan.user;
     if (!r->data || r->released || !u->weight_release) return;
-    if (r->checked == p->tune.spent && r->checked_budget == p->tune.budget) return; /* no search moved since */
+    if (r->checked == p->tune.spent && r->checked_budget == p->tune.budget && r->checked_coming == p->tune.coming)
+        return; /* no search moved since */
     const input_binding *bind = weight_binding(p, b);
     kiln_dtype t = p->plan.sp.bufs[b].dtype;
     if (!bind || bind->data != r->src || !rt_copy_replaces(p, b, rt_repack_x8_whole(t, p->run.bytes[b], r->k))) {
         r->checked = p->tune.spent;
         r->checked_budget = p->tune.budget;
+        r->checked_coming = p->tune.coming;
         return;
     }
     mark_released(p, b);

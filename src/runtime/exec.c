@@ -450,8 +450,13 @@ static unsigned long long program_key(const kiln_program *p) {
     return h ? h : 1;
 }
 
+void kiln_program_search_coming(kiln_program *p) {
+    if (p) p->tune.coming = 1;
+}
+
 kiln_status kiln_program_search(kiln_program *p, double budget_s, const double *weights, double min_share) {
     if (!p || !(budget_s >= 0) || !(min_share >= 0 && min_share < 1)) return KILN_ERR_INVALID;
+    p->tune.coming = 0; /* the plan's pending slots say what may still change */
     if (p->plan.exact) {
         graph_run_error(p->plan.user, KILN_ERR_INVALID, "kiln_program_search: an exact program keeps its f32 schedules");
         return KILN_ERR_INVALID;
@@ -704,6 +709,7 @@ static kiln_status alt_with_winners(kiln_program *p, char *src) {
 }
 
 kiln_status kiln_program_search_finish(kiln_program *p) {
+    if (p) p->tune.coming = 0;
     if (!p || !host_code(p)) return KILN_OK;
     kiln_status s = KILN_OK;
     /* a plan that measured nothing while kernels above its share threshold

@@ -67,6 +67,7 @@ typedef struct rt_tuner {
     double budget, spent;
     char *fingerprint;
     uint8_t *tuned;              /* per slot: 1 once its schedule is final (from the DB or measured here) */
+    int coming;                  /* a search will plan (kiln_program_search_coming): no weight is released before it */
     sch_contract_sched *seeds;   /* per slot: a record from another machine */
     uint8_t *has_seed;
     int retune;                  /* schedules changed during a run: re-emit after it */

@@ -24,6 +24,7 @@ typedef struct rt_repacked {
     int released;   /* the weight's owner was told that nothing reads src any more (release.c) */
     double checked, checked_budget; /* the search's spent seconds and budget when release.c last said
                                        no (checked -1: not asked) */
+    int checked_coming;             /* and whether a search was coming then (kiln_program_search_coming) */
 } rt_repacked;
 
 /* whether dtype t has the 8-row interleave (q4_0, q5_0, q8_0, q4_k, q6_k) */

@@ -225,6 +225,37 @@ static void test_released(kiln_dtype t, const char *large) {
     CASE_END();
 }
 
+/* a search announced (kiln_program_search_coming, as the first-run search
+ * does before its warm-up): the copy made then gives nothing back, since
+ * the search may pick schedules that read the weight itself; once the
+ * search ends, the next launch releases it */
+static void test_coming(void) {
+    CASE_BEGIN("release_waits_for_a_coming_search");
+    kiln_graph *g = linear_graph(KILN_Q8_0, 0);
+    float *wf = rand_f32(N * K, -1, 1), *x1 = rand_f32(K, -1, 1), *x37 = rand_f32(37 * K, -1, 1);
+    size_t wbytes;
+    uint8_t *wb = make_weights(KILN_Q8_0, wf, N * K, &wbytes);
+    kiln_bind_weight(g, "w", wb, wbytes);
+    released r = {0, NULL, 0};
+    kiln_graph_on_weight_release(g, on_release, &r);
+    float *ref1 = reference(g, 1, x1), *ref37 = reference(g, 37, x37);
+    kiln_program *p = compile_i8(g, 2);
+    CHECK(p != NULL, "compile: %s", kiln_graph_error(g));
+    if (p) {
+        kiln_program_search_coming(p);
+        run_close(p, g, 37, x37, ref37, "prefill making the copy, a search coming");
+        run_close(p, g, 1, x1, ref1, "decode, a search coming");
+        CHECK(r.calls == 0, "released %d times before the search", r.calls);
+        CHECK(kiln_program_search_finish(p) == KILN_OK, "finish: %s", kiln_graph_error(g));
+        run_close(p, g, 1, x1, ref1, "decode after the search");
+        CHECK(r.calls == 1 && r.data == wb, "released %d times after the search", r.calls);
+    }
+    kiln_program_free(p);
+    kiln_graph_free(g);
+    free(wf), free(x1), free(x37), free(wb), free(ref1), free(ref37);
+    CASE_END();
+}
+
 /* a table also summed whole (and gathered), a q6_k weight: never released
  * (and right) */
 static void test_kept(void) {
@@ -302,6 +333,7 @@ int main(void) {
     if (cpu_flag("amx_bf16")) /* else the AMX bf16 prefill is not emitted */
         for (int i = 0; i < 3; i++) test_released((const kiln_dtype[]){KILN_Q8_0, KILN_Q5_0, KILN_Q4_K}[i], AMX_BF16);
     test_tied_released();
+    test_coming();
     test_kept();
     return check_exit();
 }
