@@ -141,6 +141,19 @@ static char *layers_source(void) {
     return s;
 }
 
+typedef int (*kernel_fn)(void *const *, const int64_t *, int64_t, int64_t, int64_t, int64_t);
+
+/* kernel kiln_k<k> of the loaded object h, or NULL (a failed check) */
+static kernel_fn kernel_of(void *h, int k) {
+    char name[32];
+    snprintf(name, sizeof name, "kiln_k%d", k);
+    void *f = dlsym(h, name);
+    CHECK(f != NULL, "%s missing", name);
+    kernel_fn fn = NULL;
+    if (f) memcpy(&fn, &f, sizeof fn);
+    return fn;
+}
+
 static void case_dedup(void) {
     CASE_BEGIN("cc_dedup_shares_bodies_and_keeps_buffers");
     char *src = layers_source();
@@ -166,13 +179,8 @@ static void case_dedup(void) {
         B[i] = bufs[i];
     }
     for (int l = 0; l < NL && h; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "kiln_k%d", l);
-        void *f = dlsym(h, name);
-        CHECK(f != NULL, "%s missing", name);
-        if (!f) break;
-        int (*fn)(void *const *, const int64_t *, int64_t, int64_t, int64_t, int64_t);
-        memcpy(&fn, &f, sizeof fn);
+        kernel_fn fn = kernel_of(h, l);
+        if (!fn) break;
         fn(B, NULL, 0, 4, 0, l % 2 ? 7 : 0); /* 7: row by row through the kernel's calls of itself */
         int a = 3 * l + 1, b = a + 1, o = a + 2;
         for (int j = 0; j < 4; j++) {
@@ -303,15 +311,10 @@ static void case_split_keeps_leading_text(void) {
         void *B[NLEAD];
         for (int k = 0; k < NLEAD; k++) B[k] = bufs[k], bufs[k][0] = -1;
         for (int k = 0; k < NLEAD && h; k++) {
-            char name[32];
-            snprintf(name, sizeof name, "kiln_k%d", k);
-            void *f = dlsym(h, name);
-            CHECK(f != NULL, "%s missing", name);
-            if (!f) break;
-            int (*fn)(void *const *, const int64_t *, int64_t, int64_t, int64_t, int64_t);
-            memcpy(&fn, &f, sizeof fn);
+            kernel_fn fn = kernel_of(h, k);
+            if (!fn) break;
             int64_t want = k % 2 == 0 ? k : 1000 + (shared ? 0 : k);
-            CHECK(fn(B, NULL, 0, 1, 0, 0) == 0 && bufs[k][0] == want, "%s wrote %lld, want %lld", name,
+            CHECK(fn(B, NULL, 0, 1, 0, 0) == 0 && bufs[k][0] == want, "kiln_k%d wrote %lld, want %lld", k,
                   (long long)bufs[k][0], (long long)want);
         }
         if (h) dlclose(h);
